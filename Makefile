@@ -1,0 +1,90 @@
+# flashd - userspace FTL and network export for host-based flash cards.
+#
+#   make            build everything into build/
+#   make run        build, then serve the embedded default (simulated ioDrive Duo)
+#   make check      build and run every test; ends with "N passed, N failed"
+#   make bench      benchmark flashd against nbdkit and qemu-nbd (not part of check)
+#
+# Missing Debian packages are installed by scripts/deps.sh (apt-get).
+
+CC      ?= gcc
+BUILD   ?= build
+OPT     ?= -O2
+CFLAGS  ?= $(OPT) -g
+WARN    := -Wall -Wextra -Werror -Wno-unused-parameter
+CPPFLAGS_ALL := -std=gnu11 -D_GNU_SOURCE -fPIC -pthread -I. $(WARN) $(CFLAGS) $(EXTRA_CFLAGS)
+LDLIBS_ALL   := -pthread -lm
+
+DEPS_STAMP := $(BUILD)/.deps-build
+
+# Library code: hw/ and ftl/, linked into every program and plugin.
+LIB_SRCS := $(wildcard hw/*.c) $(wildcard ftl/*.c)
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
+LIB      := $(BUILD)/libflashd.a
+
+SERVER_SRCS := $(filter-out server/flashctl.c,$(wildcard server/*.c))
+SERVER_OBJS := $(SERVER_SRCS:%.c=$(BUILD)/obj/%.o)
+
+UNIT_SRCS := $(wildcard tests/unit/t_*.c)
+UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
+
+PROGS := $(BUILD)/flashctl
+ifneq ($(SERVER_SRCS),)
+PROGS += $(BUILD)/flashd
+endif
+ifneq ($(wildcard plugins/nbdkit/*.c),)
+PROGS += $(BUILD)/nbdkit-flashd-plugin.so
+endif
+ifneq ($(wildcard plugins/tcmu/*.c),)
+PROGS += $(BUILD)/handler_flashd.so
+endif
+
+.PHONY: all run check bench deps clean
+all: $(PROGS) $(UNIT_BINS)
+
+# Debian packages: checked once per build directory, re-checked when deps.sh changes.
+$(DEPS_STAMP): scripts/deps.sh
+	@mkdir -p $(BUILD)
+	scripts/deps.sh build
+	@touch $@
+
+$(BUILD)/obj/%.o: %.c $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS_ALL) $(shell pkg-config --cflags libevent libsystemd 2>/dev/null) -MMD -MP -c -o $@ $<
+
+$(LIB): $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/flashctl: $(BUILD)/obj/server/flashctl.o $(LIB)
+	$(CC) $(CPPFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
+
+$(BUILD)/flashd: $(SERVER_OBJS) $(LIB)
+	$(CC) $(CPPFLAGS_ALL) -o $@ $^ $(shell pkg-config --libs libevent_pthreads libevent libsystemd) $(LDLIBS_ALL)
+
+$(BUILD)/nbdkit-flashd-plugin.so: $(wildcard plugins/nbdkit/*.c) $(LIB) $(DEPS_STAMP)
+	$(CC) $(CPPFLAGS_ALL) -shared -o $@ $(wildcard plugins/nbdkit/*.c) $(LIB) $(LDLIBS_ALL)
+
+$(BUILD)/handler_flashd.so: $(wildcard plugins/tcmu/*.c) $(DEPS_STAMP)
+	$(CC) $(CPPFLAGS_ALL) $(shell pkg-config --cflags libnbd) -shared -o $@ $(wildcard plugins/tcmu/*.c) $(shell pkg-config --libs libnbd) $(LDLIBS_ALL)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
+
+run: all
+	scripts/deps.sh check
+	$(BUILD)/flashd --foreground
+
+check: all
+	scripts/deps.sh check
+	tests/run.sh
+
+bench: all
+	scripts/deps.sh bench
+	tests/bench/run.sh
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
