@@ -1,0 +1,464 @@
+/*
+ * ftl/checkpoint.c - writing and loading the l2p checkpoint.
+ *
+ * A checkpoint is taken at clean close and every cp_interval log pages.  It
+ * quiesces the log (host writes and GC relocations wait; reads go on), so
+ * the l2p holds only PPAs and cp_seq = the last sequence number handed out.
+ * Then header and l2p pages are programmed into blocks from the free pool,
+ * the pages striped over the blocks so the dies work in parallel, and a new
+ * superblock page makes the checkpoint current.  Only then are the previous
+ * checkpoint's blocks released.  A power cut at any point leaves either the
+ * old or the new checkpoint current, never neither.
+ * Cost: l2p_bytes of programming; the host waits for it (a few ms on RAM
+ * media, l2p_bytes / program bandwidth on timed media).
+ */
+#include <errno.h>
+
+#include "ftl/ftl_int.h"
+
+#define CP_OPS 32
+
+uint32_t cp_l2p_pages(const struct ftl *f)
+{
+	return (uint32_t)((f->units * sizeof(uint32_t) + f->page_size - 1) / f->page_size);
+}
+
+static uint32_t cp_l2p_blocks(const struct ftl *f)
+{
+	return (cp_l2p_pages(f) + f->ppb - 1) / f->ppb;
+}
+
+uint32_t cp_hdr_pages(const struct ftl *f, uint32_t nblocks, uint32_t nopen, uint32_t nbad)
+{
+	size_t bytes = sizeof(struct ftl_cp_hdr) + sizeof(uint32_t) * ((size_t)nblocks + nopen + nbad);
+	return (uint32_t)((bytes + f->page_size - 1) / f->page_size);
+}
+
+uint32_t cp_blocks_needed(const struct ftl *f)
+{
+	return 1 + cp_l2p_blocks(f);
+}
+
+bool cp_active(const struct ftl *f)
+{
+	return f->cp.phase != CP_IDLE;
+}
+
+void cp_request(struct ftl *f, bool clean)
+{
+	f->cp.requested = true;
+	if (clean)
+		f->cp.clean = true;
+}
+
+int cp_init(struct ftl *f)
+{
+	struct cp_state *c = &f->cp;
+	uint32_t nl = cp_l2p_blocks(f);
+	c->blocks = ftl_alloc(f, nl * sizeof *c->blocks);
+	c->cur_blocks = ftl_alloc(f, nl * sizeof *c->cur_blocks);
+	c->nops = CP_OPS;
+	c->ops = ftl_alloc(f, c->nops * sizeof *c->ops);
+	c->free_idx = ftl_alloc(f, c->nops * sizeof *c->free_idx);
+	if (!c->blocks || !c->cur_blocks || !c->ops || !c->free_idx)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < c->nops; i++)
+		c->free_idx[i] = i;
+	c->nfree_idx = c->nops;
+	for (uint32_t i = 0; i < c->nops; i++) {
+		c->ops[i].f = f;
+		c->ops[i].spare = ftl_alloc(f, f->spare_size);
+		c->ops[i].buf = ftl_alloc_pages(f, f->page_size);
+		if (!c->ops[i].spare || !c->ops[i].buf)
+			return -ENOMEM;
+	}
+	c->cur_hdr_block = FTL_NO_BLOCK;
+	c->phase = CP_IDLE;
+	return 0;
+}
+
+/* Allocate header and l2p blocks, spread over the dies. */
+static bool cp_alloc_blocks(struct ftl *f)
+{
+	struct cp_state *c = &f->cp;
+	uint32_t need = 1 + cp_l2p_blocks(f), avail = 0;
+	for (uint32_t d = 0; d < f->ndies; d++)
+		avail += f->free_die[d].count;
+	if (avail < need)
+		return false;
+	uint32_t die = 0, got = 0;
+	while (got < need) {
+		uint32_t b = f->free_die[die].count ? blk_alloc(f, die) : FTL_NO_BLOCK;
+		die = die + 1 == f->ndies ? 0 : die + 1;
+		if (b == FTL_NO_BLOCK)
+			continue;
+		f->blk[b].state = BLK_META;
+		f->nmeta++;
+		if (got == 0)
+			c->hdr_block = b;
+		else
+			c->blocks[got - 1] = b;
+		got++;
+	}
+	c->nblocks = need - 1;
+	return true;
+}
+
+static void cp_build_header(struct ftl *f)
+{
+	struct cp_state *c = &f->cp;
+	uint32_t nopen = 0, nbad = 0;
+	uint32_t *open = malloc(sizeof(uint32_t) * 2 * f->ndies);
+	for (int s = 0; s < NSTREAMS && open; s++)
+		for (uint32_t d = 0; d < f->ndies; d++)
+			if (f->stream[s].die[d].block != FTL_NO_BLOCK)
+				open[nopen++] = f->stream[s].die[d].block;
+	for (uint32_t b = 0; b < f->nblocks; b++)
+		if (f->blk[b].flags & BLKF_GROWN_BAD)
+			nbad++;
+	/* everything must fit in the header block */
+	uint32_t room = (uint32_t)((f->ppb * (size_t)f->page_size - sizeof(struct ftl_cp_hdr)) /
+				   sizeof(uint32_t)) - c->nblocks - nopen;
+	if (nbad > room)
+		nbad = room;
+	c->hdr_pages = cp_hdr_pages(f, c->nblocks, nopen, nbad);
+	free(c->hdr_buf);
+	c->hdr_buf = aligned_alloc(4096, (size_t)c->hdr_pages * f->page_size);
+	memset(c->hdr_buf, 0xFF, (size_t)c->hdr_pages * f->page_size);
+
+	uint32_t *lists = (uint32_t *)(c->hdr_buf + sizeof(struct ftl_cp_hdr));
+	uint32_t k = 0;
+	for (uint32_t i = 0; i < c->nblocks; i++)
+		lists[k++] = c->blocks[i];
+	for (uint32_t i = 0; i < nopen; i++)
+		lists[k++] = open[i];
+	uint32_t listed = 0;
+	for (uint32_t b = 0; b < f->nblocks && listed < nbad; b++)
+		if (f->blk[b].flags & BLKF_GROWN_BAD) {
+			lists[k++] = b;
+			listed++;
+		}
+	free(open);
+
+	struct ftl_cp_hdr h;
+	memset(&h, 0, sizeof h);
+	memcpy(h.magic, FTL_CP_MAGIC, 8);
+	h.version = FTL_MEDIA_VERSION;
+	h.size = sizeof h;
+	h.format_id = f->format_id;
+	h.cp_seq = c->cp_seq;
+	h.units = f->units;
+	h.l2p_pages = c->l2p_pages;
+	h.hdr_pages = c->hdr_pages;
+	h.nblocks = c->nblocks;
+	h.nopen = nopen;
+	h.nbad = nbad;
+	h.clean = c->clean;
+	h.stats_host_pages_written = f->st.host_pages_written;
+	h.stats_nand_pages_programmed = f->st.nand_pages_programmed;
+	h.stats_blocks_erased = f->st.blocks_erased;
+	h.lists_crc = crc32c(0, lists, (size_t)k * sizeof(uint32_t));
+	h.crc = crc32c(0, &h, offsetof(struct ftl_cp_hdr, crc));
+	memcpy(c->hdr_buf, &h, sizeof h);
+	c->total_pages = c->hdr_pages + c->l2p_pages;
+}
+
+static void cp_page_done(struct nand_op *op)
+{
+	struct cp_op *co = op->priv;
+	struct ftl *f = co->f;
+	struct cp_state *c = &f->cp;
+	c->ops_in_flight--;
+	c->pages_done++;
+	f->cp.free_idx[f->cp.nfree_idx++] = (uint32_t)op->priv2;
+	if (op->status == NAND_OK) {
+		f->st.nand_pages_programmed++;
+		f->st.meta_pages_programmed++;
+		return;
+	}
+	if (op->status == NAND_POWER_LOSS) {
+		ftl_fail(f, -EIO, "medium lost power");
+		return;
+	}
+	f->st.program_failures++;
+	f->blk[op->block].flags |= BLKF_GROWN_BAD; /* retired when the attempt is dropped */
+	c->error = -EIO;
+}
+
+static void cp_submit_page(struct ftl *f, uint32_t p)
+{
+	struct cp_state *c = &f->cp;
+	uint32_t oi = c->free_idx[--c->nfree_idx];
+	struct cp_op *co = &c->ops[oi];
+	struct nand_op *op = &co->op;
+	uint32_t per_page = f->page_size / sizeof(uint32_t);
+	void *data;
+
+	memset(op, 0, sizeof *op);
+	if (p < c->hdr_pages) {
+		op->block = c->hdr_block;
+		op->page = p;
+		data = c->hdr_buf + (size_t)p * f->page_size;
+	} else {
+		uint32_t i = p - c->hdr_pages;
+		op->block = c->blocks[i % c->nblocks];
+		op->page = i / c->nblocks;
+		uint64_t first = (uint64_t)i * per_page;
+		if (first + per_page <= f->units) {
+			data = &f->l2p[first];
+		} else {
+			memset(co->buf, 0xFF, f->page_size);
+			memcpy(co->buf, &f->l2p[first], (f->units - first) * sizeof(uint32_t));
+			data = co->buf;
+		}
+	}
+	spare_build(f, co->spare, FTL_PG_CKPT, p, c->cp_seq, data, true);
+	op->type = NAND_OP_PROGRAM;
+	op->data = data;
+	op->spare = co->spare;
+	op->done = cp_page_done;
+	op->priv = co;
+	op->priv2 = oi;
+	c->ops_in_flight++;
+	nand_submit(f->dev, op);
+}
+
+/* Drop a failed attempt: its blocks go back (or are retired), retry later. */
+static void cp_abort(struct ftl *f)
+{
+	struct cp_state *c = &f->cp;
+	for (uint32_t i = 0; i <= c->nblocks; i++) {
+		uint32_t b = i == 0 ? c->hdr_block : c->blocks[i - 1];
+		if (f->blk[b].flags & BLKF_GROWN_BAD) {
+			f->blk[b].flags &= (uint16_t)~BLKF_GROWN_BAD;
+			blk_set_bad(f, b, true);
+		} else {
+			blk_set_dirty(f, b);
+		}
+	}
+	c->phase = CP_IDLE;
+	c->requested = true;
+	if (++c->attempts > 3)
+		ftl_fail(f, -EIO, "writing a checkpoint failed three times");
+}
+
+static void cp_commit_done(struct nand_op *op)
+{
+	struct ftl *f = op->priv;
+	struct cp_state *c = &f->cp;
+	if (f->error || op->status != NAND_OK) {
+		c->phase = CP_FAILED;
+		return;
+	}
+	/* the new checkpoint is current: release the old one */
+	if (c->cur_hdr_block != FTL_NO_BLOCK) {
+		blk_set_dirty(f, c->cur_hdr_block);
+		for (uint32_t i = 0; i < c->cur_nblocks; i++)
+			blk_set_dirty(f, c->cur_blocks[i]);
+	}
+	c->cur_hdr_block = c->hdr_block;
+	c->cur_nblocks = c->nblocks;
+	memcpy(c->cur_blocks, c->blocks, c->nblocks * sizeof *c->blocks);
+	c->cur_seq = c->cp_seq;
+	c->pages_since = 0;
+	c->attempts = 0;
+	c->phase = CP_IDLE;
+	f->st.checkpoints++;
+}
+
+int cp_kick(struct ftl *f)
+{
+	struct cp_state *c = &f->cp;
+	int n = 0;
+
+	if (f->readonly || f->error)
+		return 0;
+	switch (c->phase) {
+	case CP_IDLE:
+		if (!c->requested && f->cp_interval && c->pages_since >= f->cp_interval)
+			c->requested = true;
+		if (!c->requested)
+			return 0;
+		c->requested = false;
+		c->phase = CP_QUIESCE;
+		return 1;
+	case CP_QUIESCE: {
+		struct ring *u = &f->stream[STREAM_USER].ring, *g = &f->stream[STREAM_GC].ring;
+		if (u->done != u->fill || g->done != g->fill)
+			return 0;
+		if (!cp_alloc_blocks(f))
+			return 0; /* the eraser is making blocks free */
+		c->cp_seq = f->next_seq - 1;
+		c->l2p_pages = cp_l2p_pages(f);
+		cp_build_header(f);
+		c->next_page = 0;
+		c->pages_done = 0;
+		c->error = 0;
+		c->phase = CP_WRITE;
+		return 1;
+	}
+	case CP_WRITE:
+		while (c->next_page < c->total_pages && c->nfree_idx) {
+			cp_submit_page(f, c->next_page++);
+			n++;
+		}
+		if (c->pages_done == c->total_pages && !c->ops_in_flight) {
+			if (c->error) {
+				cp_abort(f);
+				return 1;
+			}
+			if (nand_sync(f->dev) < 0) {
+				ftl_fail(f, -EIO, "syncing the medium failed");
+				return 1;
+			}
+			c->phase = CP_COMMIT;
+			if (sb_start_write(f, c->clean, cp_commit_done) < 0)
+				ftl_fail(f, -EIO, "superblock busy during a checkpoint");
+			n++;
+		}
+		return n;
+	case CP_COMMIT:
+	case CP_FAILED:
+		return 0;
+	}
+	return 0;
+}
+
+/* ---- loading ------------------------------------------------------------ */
+
+struct cp_load_ctx {
+	const struct ftl_cp_hdr *h;
+	const uint32_t *blocks;
+	int error;
+	uint32_t per_page;
+};
+
+static void cp_load_setup(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op)
+{
+	struct cp_load_ctx *x = ctx;
+	op->block = x->blocks[i % x->h->nblocks];
+	op->page = (uint32_t)(i / x->h->nblocks);
+}
+
+static void cp_load_result(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op)
+{
+	struct cp_load_ctx *x = ctx;
+	struct ftl_spare sp;
+	if (op->status != NAND_OK && op->status != NAND_CORRECTED) {
+		x->error = -EIO;
+		return;
+	}
+	if (spare_parse(f, op->spare, &sp) != 0 || sp.type != FTL_PG_CKPT ||
+	    sp.lba != x->h->hdr_pages + i || sp.seq != x->h->cp_seq ||
+	    sp.data_crc != crc32c(0, op->data, f->page_size)) {
+		x->error = -EILSEQ;
+		return;
+	}
+	uint64_t first = i * x->per_page;
+	uint64_t n = f->units - first < x->per_page ? f->units - first : x->per_page;
+	memcpy(&f->l2p[first], op->data, n * sizeof(uint32_t));
+}
+
+/*
+ * Load the checkpoint the superblock names.  On success the l2p holds it,
+ * its blocks are META, the blocks open at cp_seq are flagged, and grown bad
+ * blocks are BAD.  A damaged checkpoint is reported as -EILSEQ; the caller
+ * then replays the whole log.
+ */
+int cp_load(struct ftl *f, const struct ftl_sb *sb, char *err, size_t errlen)
+{
+	struct cp_state *c = &f->cp;
+	uint8_t *hbuf = NULL, *spare = malloc(f->spare_size);
+	int rc = -EILSEQ;
+	const char *why = "";
+
+	c->cur_seq = 0;
+	c->cur_hdr_block = FTL_NO_BLOCK;
+	c->cur_nblocks = 0;
+	if (!spare)
+		return -ENOMEM;
+	if (sb->cp_block == FTL_NO_BLOCK) {
+		free(spare);
+		return 0;
+	}
+	if (sb->cp_block >= f->nblocks)
+		{ why = "bad header block number"; goto bad; }
+
+	/* header page 0 first: it says how many pages the header has */
+	hbuf = aligned_alloc(4096, f->page_size);
+	struct nand_op op = { .type = NAND_OP_READ, .block = sb->cp_block, .page = 0,
+			      .data = hbuf, .spare = spare };
+	enum nand_status st = nand_op_sync(f->dev, &op);
+	if (st != NAND_OK && st != NAND_CORRECTED)
+		{ why = "header page unreadable"; goto bad; }
+	struct ftl_cp_hdr h;
+	memcpy(&h, hbuf, sizeof h);
+	if (memcmp(h.magic, FTL_CP_MAGIC, 8) != 0 || h.version != FTL_MEDIA_VERSION ||
+	    h.size != sizeof h || h.crc != crc32c(0, &h, offsetof(struct ftl_cp_hdr, crc)) ||
+	    h.format_id != f->format_id || h.cp_seq != sb->cp_seq || h.units != f->units ||
+	    h.l2p_pages != cp_l2p_pages(f) || h.nblocks != cp_l2p_blocks(f) ||
+	    h.hdr_pages == 0 || h.hdr_pages > f->ppb ||
+	    h.hdr_pages != cp_hdr_pages(f, h.nblocks, h.nopen, h.nbad))
+		{ why = "header fields do not match";
+		goto bad; }
+	free(hbuf);
+	hbuf = aligned_alloc(4096, (size_t)h.hdr_pages * f->page_size);
+	for (uint32_t p = 0; p < h.hdr_pages; p++) {
+		struct nand_op hop = { .type = NAND_OP_READ, .block = sb->cp_block, .page = p,
+				       .data = hbuf + (size_t)p * f->page_size, .spare = spare };
+		st = nand_op_sync(f->dev, &hop);
+		if (st != NAND_OK && st != NAND_CORRECTED)
+			{ why = "header page unreadable"; goto bad; }
+	}
+	const uint32_t *lists = (const uint32_t *)(hbuf + sizeof h);
+	size_t nlist = (size_t)h.nblocks + h.nopen + h.nbad;
+	if (h.lists_crc != crc32c(0, lists, nlist * sizeof(uint32_t)))
+		{ why = "block lists checksum"; goto bad; }
+	for (size_t i = 0; i < nlist; i++)
+		if (lists[i] >= f->nblocks)
+			{ why = "block number out of range"; goto bad; }
+
+	struct cp_load_ctx x = { .h = &h, .blocks = lists, .per_page = f->page_size / 4 };
+	rc = read_batch(f, h.l2p_pages, 64, cp_load_setup, cp_load_result, &x);
+	if (rc)
+		goto out;
+	if (x.error) {
+		rc = x.error;
+		{ why = "l2p page unreadable or damaged"; goto bad; }
+	}
+
+	c->cur_hdr_block = sb->cp_block;
+	c->cur_nblocks = h.nblocks;
+	memcpy(c->cur_blocks, lists, h.nblocks * sizeof(uint32_t));
+	c->cur_seq = h.cp_seq;
+	f->blk[sb->cp_block].state = BLK_META;
+	f->nmeta++;
+	for (uint32_t i = 0; i < h.nblocks; i++) {
+		f->blk[lists[i]].state = BLK_META;
+		f->nmeta++;
+	}
+	for (uint32_t i = 0; i < h.nopen; i++)
+		f->blk[lists[h.nblocks + i]].flags |= BLKF_CP_OPEN;
+	for (uint32_t i = 0; i < h.nbad; i++) {
+		uint32_t b = lists[h.nblocks + h.nopen + i];
+		if (f->blk[b].state != BLK_META) {
+			f->blk[b].state = BLK_BAD;
+			f->blk[b].flags |= BLKF_GROWN_BAD;
+		}
+	}
+	f->st.host_pages_written = h.stats_host_pages_written;
+	f->st.nand_pages_programmed = h.stats_nand_pages_programmed;
+	f->st.blocks_erased = h.stats_blocks_erased;
+	rc = 0;
+	goto out;
+bad:
+	snprintf(err, errlen, "checkpoint at block %u is damaged (%s)", sb->cp_block, why);
+	if (rc == 0)
+		rc = -EILSEQ;
+	for (uint64_t u = 0; u < f->units; u++)
+		f->l2p[u] = L2P_UNMAPPED;
+out:
+	free(hbuf);
+	free(spare);
+	return rc;
+}

@@ -1,0 +1,811 @@
+/*
+ * ftl/ftl.c - life cycle of an FTL: format, open (as a table of steps that
+ * unwind in reverse), the progress loop, close, statistics.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "ftl/ftl_int.h"
+
+/* ---- logging ------------------------------------------------------------ */
+
+static void (*log_fn)(void *arg, const char *msg);
+static void *log_arg;
+
+void ftl_set_logger(void (*fn)(void *arg, const char *msg), void *arg)
+{
+	log_fn = fn;
+	log_arg = arg;
+}
+
+void ftl_log(const char *fmt, ...)
+{
+	char buf[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof buf, fmt, ap);
+	va_end(ap);
+	if (log_fn)
+		log_fn(log_arg, buf);
+	else
+		fprintf(stderr, "ftl: %s\n", buf);
+}
+
+void ftl_fail(struct ftl *f, int err, const char *why)
+{
+	if (f->error)
+		return;
+	f->error = err;
+	if (!f->quiet_fail)
+		ftl_log("failed, all further I/O returns errors: %s", why);
+}
+
+const char *ftl_state_name(enum ftl_state st)
+{
+	switch (st) {
+	case FTL_STATE_ONLINE: return "online";
+	case FTL_STATE_READONLY: return "read-only";
+	case FTL_STATE_WRITE_REDUCED: return "write-reduced";
+	case FTL_STATE_NO_SPACE: return "no-space";
+	case FTL_STATE_FAILED: return "failed";
+	}
+	return "?";
+}
+
+/* ---- memory: every allocation is recorded and freed at close ----------- */
+
+struct alloc_rec {
+	void *p;
+	size_t size;
+	bool mapped;
+};
+
+static void *track(struct ftl *f, void *p, size_t size, bool mapped)
+{
+	if (!p)
+		return NULL;
+	if (f->nallocs == f->cap_allocs) {
+		size_t cap = f->cap_allocs ? f->cap_allocs * 2 : 64;
+		struct alloc_rec *a = realloc(f->allocs, cap * sizeof *a);
+		if (!a) {
+			if (mapped)
+				munmap(p, size);
+			else
+				free(p);
+			return NULL;
+		}
+		f->allocs = a;
+		f->cap_allocs = cap;
+	}
+	f->allocs[f->nallocs++] = (struct alloc_rec){ p, size, mapped };
+	f->ram_bytes += size;
+	return p;
+}
+
+void *ftl_alloc(struct ftl *f, size_t size)
+{
+	return track(f, calloc(1, size ? size : 1), size, false);
+}
+
+void *ftl_alloc_pages(struct ftl *f, size_t size)
+{
+	size_t len = (size + 4095) & ~(size_t)4095;
+	void *p = aligned_alloc(4096, len ? len : 4096);
+	if (p)
+		memset(p, 0, len);
+	return track(f, p, len, false);
+}
+
+static void *ftl_map(struct ftl *f, size_t size)
+{
+	size_t len = (size + 4095) & ~(size_t)4095;
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	return track(f, p == MAP_FAILED ? NULL : p, len, true);
+}
+
+static void free_all(struct ftl *f)
+{
+	for (size_t i = 0; i < f->nallocs; i++) {
+		if (f->allocs[i].mapped)
+			munmap(f->allocs[i].p, f->allocs[i].size);
+		else
+			free(f->allocs[i].p);
+	}
+	free(f->allocs);
+	free(f->cp.hdr_buf);
+	free(f);
+}
+
+/* ---- spare -------------------------------------------------------------- */
+
+void spare_build(struct ftl *f, void *spare, uint8_t type, uint32_t lba, uint64_t seq,
+		 const void *data, bool with_crc)
+{
+	struct ftl_spare sp = {
+		.magic = FTL_SPARE_MAGIC,
+		.type = type,
+		.version = FTL_MEDIA_VERSION,
+		.lba = lba,
+		.data_crc = with_crc && data ? crc32c(0, data, f->page_size) : 0,
+		.seq = seq,
+		.format_id = f->format_id,
+	};
+	sp.crc = crc32c(0, &sp, offsetof(struct ftl_spare, crc));
+	memcpy(spare, &sp, sizeof sp);
+	memset((uint8_t *)spare + sizeof sp, 0xFF, f->spare_size - sizeof sp);
+}
+
+int spare_parse(struct ftl *f, const void *spare, struct ftl_spare *out)
+{
+	memcpy(out, spare, sizeof *out);
+	if (out->magic == 0xFFFFFFFFu && out->crc == 0xFFFFFFFFu && out->seq == UINT64_MAX)
+		return -ENODATA;
+	if (out->magic != FTL_SPARE_MAGIC ||
+	    out->crc != crc32c(0, out, offsetof(struct ftl_spare, crc)))
+		return -EILSEQ;
+	if (out->format_id != f->format_id)
+		return -EILSEQ;
+	return 0;
+}
+
+/* ---- geometry and capacity --------------------------------------------- */
+
+static int geometry_init(struct ftl *f, struct nand_dev *dev, char *err, size_t errlen)
+{
+	f->dev = dev;
+	f->geo = dev->geo;
+	f->ndies = nand_dies(&dev->geo);
+	f->nblocks = nand_blocks(&dev->geo);
+	f->ppb = dev->geo.pages_per_block;
+	f->page_size = dev->geo.page_size;
+	f->spare_size = dev->geo.spare_size;
+	f->blocks_per_die = dev->geo.blocks_per_die;
+	f->cp.cur_hdr_block = FTL_NO_BLOCK;
+	if (f->page_size != FTL_UNIT_SIZE) {
+		snprintf(err, errlen, "page size %u is not supported (the mapping unit is %u)",
+			 f->page_size, FTL_UNIT_SIZE);
+		return -EINVAL;
+	}
+	if (f->spare_size < sizeof(struct ftl_spare) || f->ppb < 8 || f->ppb > 4096 ||
+	    nand_pages(&dev->geo) > L2P_MAX_PPA || f->nblocks < 16) {
+		snprintf(err, errlen, "unsupported NAND geometry");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static uint32_t good_blocks(struct nand_dev *dev)
+{
+	uint32_t n = 0, total = nand_blocks(&dev->geo);
+	for (uint32_t b = 0; b < total; b++)
+		n += !nand_factory_bad(dev, b);
+	return n;
+}
+
+uint64_t ftl_capacity_for_op(const struct nand_dev *dev, double op_percent)
+{
+	double raw = (double)nand_raw_bytes(&dev->geo);
+	uint64_t cap = (uint64_t)(raw * (1.0 - op_percent / 100.0));
+	return cap / FTL_UNIT_SIZE * FTL_UNIT_SIZE;
+}
+
+uint64_t ftl_max_capacity(const struct nand_dev *dev)
+{
+	struct nand_dev *d = (struct nand_dev *)dev;
+	uint64_t cap = ftl_capacity_for_op(dev, FTL_MIN_OP_PERCENT);
+	uint32_t ndies = nand_dies(&dev->geo), ppb = dev->geo.pages_per_block;
+	uint64_t l2p_pages = (cap / FTL_UNIT_SIZE * 4 + dev->geo.page_size - 1) / dev->geo.page_size;
+	uint64_t cp_blocks = 1 + (l2p_pages + ppb - 1) / ppb;
+	/* superblocks, two checkpoints, open blocks of both streams, reserves */
+	uint64_t reserve = 2 + 2 * cp_blocks + 4 * (uint64_t)ndies + 8;
+	uint64_t good = good_blocks(d);
+	uint64_t by_blocks = good > reserve ? (good - reserve) * ppb * 97 / 100 * FTL_UNIT_SIZE : 0;
+	return cap < by_blocks ? cap : by_blocks;
+}
+
+/* ---- format ------------------------------------------------------------- */
+
+int ftl_format(struct nand_dev *dev, const struct ftl_format_params *p, char *err, size_t errlen)
+{
+	struct ftl *f = calloc(1, sizeof *f);
+	int rc;
+	char dummy[8];
+
+	if (!err) {
+		err = dummy;
+		errlen = sizeof dummy;
+	}
+	err[0] = 0;
+	if (!f)
+		return -ENOMEM;
+	rc = geometry_init(f, dev, err, errlen);
+	if (rc)
+		goto out;
+	if (p->sector_size != 512 && p->sector_size != 4096) {
+		snprintf(err, errlen, "sector size must be 512 or 4096, not %u", p->sector_size);
+		rc = -EINVAL;
+		goto out;
+	}
+	uint64_t cap;
+	if (p->capacity_bytes) {
+		cap = p->capacity_bytes / FTL_UNIT_SIZE * FTL_UNIT_SIZE;
+	} else {
+		double op = p->op_percent > 0 ? p->op_percent : FTL_STOCK_OP_PERCENT;
+		if (op < FTL_MIN_OP_PERCENT || op > FTL_MAX_OP_PERCENT) {
+			snprintf(err, errlen, "over-provisioning must be %.0f%% to %.0f%% of raw, not %g%%",
+				 FTL_MIN_OP_PERCENT, FTL_MAX_OP_PERCENT, op);
+			rc = -EINVAL;
+			goto out;
+		}
+		cap = ftl_capacity_for_op(dev, op);
+	}
+	uint64_t max = ftl_max_capacity(dev);
+	if (cap < (1u << 20) || cap > max) {
+		snprintf(err, errlen, "capacity %llu bytes is out of range (1 MiB to %llu bytes)",
+			 (unsigned long long)cap, (unsigned long long)max);
+		rc = -EINVAL;
+		goto out;
+	}
+
+	sb_locate(f);
+	f->sector_size = p->sector_size;
+	f->units = cap / FTL_UNIT_SIZE;
+	f->format_time = (uint64_t)time(NULL);
+	while (!f->format_id) {
+		if (getrandom(&f->format_id, sizeof f->format_id, 0) != sizeof f->format_id)
+			f->format_id = (uint64_t)nand_now_ns() * 0x9E3779B97F4A7C15ull;
+	}
+	for (int i = 0; i < 2; i++) {
+		struct nand_op op = { .type = NAND_OP_ERASE, .block = f->sb_block[i] };
+		enum nand_status st = nand_op_sync(dev, &op);
+		if (st != NAND_OK) {
+			snprintf(err, errlen, "erasing superblock block %u failed: %s", f->sb_block[i],
+				 nand_status_name(st));
+			rc = -EIO;
+			goto out;
+		}
+	}
+	uint8_t *page = aligned_alloc(4096, f->page_size), *spare = malloc(f->spare_size);
+	if (!page || !spare) {
+		free(page);
+		free(spare);
+		rc = -ENOMEM;
+		goto out;
+	}
+	struct ftl_sb sb;
+	f->sb_seq = 1;
+	sb_fill(f, &sb, true);
+	memset(page, 0xFF, f->page_size);
+	memcpy(page, &sb, sizeof sb);
+	spare_build(f, spare, FTL_PG_SB, 0, f->sb_seq, page, true);
+	struct nand_op op = { .type = NAND_OP_PROGRAM, .block = f->sb_block[0], .page = 0,
+			      .data = page, .spare = spare };
+	enum nand_status st = nand_op_sync(dev, &op);
+	free(page);
+	free(spare);
+	if (st != NAND_OK) {
+		snprintf(err, errlen, "writing the superblock failed: %s", nand_status_name(st));
+		rc = -EIO;
+		goto out;
+	}
+	rc = nand_sync(dev);
+out:
+	free(f);
+	return rc;
+}
+
+int ftl_peek_format(struct nand_dev *dev, struct ftl_info *info)
+{
+	struct ftl *f = calloc(1, sizeof *f);
+	struct ftl_sb sb;
+	char err[128];
+	if (!f)
+		return -ENOMEM;
+	int rc = geometry_init(f, dev, err, sizeof err);
+	if (!rc) {
+		sb_locate(f);
+		rc = sb_load(f, &sb, err, sizeof err);
+	}
+	if (!rc) {
+		memset(info, 0, sizeof *info);
+		info->format_id = sb.format_id;
+		info->sector_size = sb.sector_size;
+		info->units = sb.units;
+		info->capacity = sb.units * FTL_UNIT_SIZE;
+		info->raw_bytes = nand_raw_bytes(&dev->geo);
+		info->op_percent = 100.0 * (1.0 - (double)info->capacity / (double)info->raw_bytes);
+		info->format_time = sb.format_time;
+		info->was_clean = sb.clean;
+	}
+	free(f);
+	return rc;
+}
+
+/* ---- open: a table of steps, undone in reverse on failure -------------- */
+
+struct open_ctx {
+	struct ftl *f;
+	const struct ftl_open_params *p;
+	struct ftl_sb sb;
+	char *err;
+	size_t errlen;
+};
+
+static int step_superblock(struct open_ctx *c)
+{
+	struct ftl *f = c->f;
+	sb_locate(f);
+	int rc = sb_load(f, &c->sb, c->err, c->errlen);
+	if (rc)
+		return rc;
+	if (memcmp(c->sb.geo, &f->geo, sizeof c->sb.geo) != 0) {
+		snprintf(c->err, c->errlen, "the superblock was written for another geometry");
+		return -EINVAL;
+	}
+	if ((c->sb.sector_size != 512 && c->sb.sector_size != 4096) || !c->sb.units ||
+	    c->sb.units * FTL_UNIT_SIZE > nand_raw_bytes(&f->geo)) {
+		snprintf(c->err, c->errlen, "the superblock holds an impossible format");
+		return -EINVAL;
+	}
+	f->format_id = c->sb.format_id;
+	f->sector_size = c->sb.sector_size;
+	f->units = c->sb.units;
+	f->format_time = c->sb.format_time;
+	f->was_clean = c->sb.clean;
+	f->open_count = c->sb.open_count + 1;
+	return 0;
+}
+
+static int step_memory(struct open_ctx *c)
+{
+	struct ftl *f = c->f;
+	const struct ftl_open_params *p = c->p;
+
+	f->l2p = ftl_map(f, f->units * sizeof(uint32_t));
+	f->blk = ftl_alloc(f, (size_t)f->nblocks * sizeof *f->blk);
+	f->free_die = ftl_alloc(f, f->ndies * sizeof *f->free_die);
+	f->bucket = ftl_alloc(f, (f->ppb + 1) * sizeof *f->bucket);
+	f->zero_page = ftl_alloc_pages(f, f->page_size);
+	f->sb_buf = ftl_alloc_pages(f, f->page_size);
+	f->sb_spare = ftl_alloc(f, f->spare_size);
+	f->trim_cap = trim_record_capacity(f);
+	f->trim_pend = ftl_alloc(f, f->trim_cap * sizeof *f->trim_pend);
+	if (!f->l2p || !f->blk || !f->free_die || !f->bucket || !f->zero_page || !f->sb_buf ||
+	    !f->sb_spare || !f->trim_pend)
+		return -ENOMEM;
+	f->l2p_alloc = f->units * sizeof(uint32_t);
+	memset(f->l2p, 0xFF, f->units * sizeof(uint32_t));
+	f->trim_lo = UINT32_MAX;
+	for (uint32_t b = 0; b < f->nblocks; b++)
+		f->blk[b].next = f->blk[b].prev = FTL_NO_BLOCK;
+	for (uint32_t d = 0; d < f->ndies; d++)
+		blist_init(&f->free_die[d]);
+	for (uint32_t v = 0; v <= f->ppb; v++)
+		blist_init(&f->bucket[v]);
+	blist_init(&f->dirty);
+	blist_init(&f->retire);
+	f->min_bucket = 0;
+
+	uint32_t uslots = p->write_buffer_slots ? p->write_buffer_slots : 1024;
+	for (int i = 0; i < NSTREAMS; i++) {
+		struct stream *s = &f->stream[i];
+		s->f = f;
+		s->id = (enum stream_id)i;
+		s->die = ftl_alloc(f, f->ndies * sizeof *s->die);
+		if (!s->die)
+			return -ENOMEM;
+		for (uint32_t d = 0; d < f->ndies; d++)
+			s->die[d].block = FTL_NO_BLOCK;
+		int rc = ring_init(f, &s->ring, i == STREAM_USER ? uslots : 256);
+		if (rc)
+			return rc;
+	}
+
+	f->nrops = 256;
+	f->rops = ftl_alloc(f, f->nrops * sizeof *f->rops);
+	uint8_t *bounce = ftl_alloc_pages(f, (size_t)f->nrops * f->page_size);
+	uint8_t *spares = ftl_alloc(f, (size_t)f->nrops * f->spare_size);
+	if (!f->rops || !bounce || !spares)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < f->nrops; i++) {
+		struct rop *ro = &f->rops[i];
+		ro->f = f;
+		ro->bounce = bounce + (size_t)i * f->page_size;
+		ro->spare = spares + (size_t)i * f->spare_size;
+		ro->next_free = f->rop_free;
+		f->rop_free = ro;
+	}
+
+	f->erase_ops = ftl_alloc(f, f->ndies * sizeof *f->erase_ops);
+	f->erase_free = ftl_alloc(f, f->ndies * sizeof *f->erase_free);
+	if (!f->erase_ops || !f->erase_free)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < f->ndies; i++)
+		f->erase_free[i] = i;
+	f->nerase_free = f->ndies;
+
+	int rc = gc_init(f);
+	if (!rc)
+		rc = cp_init(f);
+	return rc;
+}
+
+static int step_checkpoint(struct open_ctx *c)
+{
+	struct ftl *f = c->f;
+	int rc = cp_load(f, &c->sb, c->err, c->errlen);
+	if (rc == -EILSEQ) {
+		ftl_log("%s; replaying the whole log instead (trimmed data may reappear)", c->err);
+		c->err[0] = 0;
+		f->cp.cur_seq = 0;
+		return 0;
+	}
+	return rc;
+}
+
+static int step_recovery(struct open_ctx *c)
+{
+	return recovery_run(c->f, c->err, c->errlen);
+}
+
+static int step_limits(struct open_ctx *c)
+{
+	struct ftl *f = c->f;
+	blk_limits(f);
+	if (c->p->checkpoint_interval) {
+		f->cp_interval = c->p->checkpoint_interval;
+	} else {
+		/* about one device write, bounded so recovery stays small */
+		uint64_t iv = f->units;
+		if (iv < 64ull * f->ppb)
+			iv = 64ull * f->ppb;
+		if (iv > (4ull << 20))
+			iv = 4ull << 20;
+		f->cp_interval = iv;
+	}
+	return 0;
+}
+
+static int step_mark_open(struct open_ctx *c)
+{
+	struct ftl *f = c->f;
+	if (f->readonly)
+		return 0;
+	int rc = sb_write_sync(f, false);
+	if (rc)
+		snprintf(c->err, c->errlen, "recording the open in the superblock failed");
+	return rc;
+}
+
+static const struct open_step {
+	const char *name;
+	int (*run)(struct open_ctx *c);
+} open_steps[] = {
+	{ "superblock", step_superblock },
+	{ "memory", step_memory },
+	{ "checkpoint", step_checkpoint },
+	{ "recovery", step_recovery },
+	{ "limits", step_limits },
+	{ "mark open", step_mark_open },
+};
+
+int ftl_open(struct nand_dev *dev, const struct ftl_open_params *p, struct ftl **out, char *err,
+	     size_t errlen)
+{
+	static const struct ftl_open_params defaults;
+	char dummy[256];
+	uint64_t t0 = nand_now_ns();
+	struct open_ctx c = { .p = p ? p : &defaults, .err = err ? err : dummy,
+			      .errlen = err ? errlen : sizeof dummy };
+	c.err[0] = 0;
+
+	struct ftl *f = calloc(1, sizeof *f);
+	if (!f)
+		return -ENOMEM;
+	c.f = f;
+	f->readonly = c.p->readonly;
+	int rc = geometry_init(f, dev, c.err, c.errlen);
+	for (size_t i = 0; !rc && i < sizeof open_steps / sizeof open_steps[0]; i++) {
+		rc = open_steps[i].run(&c);
+		if (rc && !c.err[0])
+			snprintf(c.err, c.errlen, "open step '%s' failed: %s", open_steps[i].name,
+				 strerror(-rc));
+	}
+	if (rc) {
+		/* the steps only allocate memory and read; undoing is freeing */
+		free_all(f);
+		return rc;
+	}
+	f->info.open_ns = nand_now_ns() - t0;
+	*out = f;
+	return 0;
+}
+
+/* ---- progress ----------------------------------------------------------- */
+
+void ftl_progress(struct ftl *f)
+{
+	if (f->in_progress)
+		return;
+	f->in_progress = true;
+	for (;;) {
+		int n = 0;
+		uint64_t due = nand_next_due(f->dev);
+		if (due != UINT64_MAX) {
+			uint64_t now = due ? nand_now_ns() : 0;
+			if (due <= now)
+				n += nand_poll(f->dev, now);
+		}
+		if (f->error) {
+			io_fail_all(f);
+			if (!n)
+				break;
+			continue;
+		}
+		n += writer_kick(f, &f->stream[STREAM_USER]);
+		n += writer_kick(f, &f->stream[STREAM_GC]);
+		n += gc_kick(f);
+		n += eraser_kick(f);
+		n += cp_kick(f);
+		n += io_kick(f);
+		if (!n)
+			break;
+	}
+	f->in_progress = false;
+}
+
+int ftl_poll(struct ftl *f)
+{
+	uint64_t before = f->dev->inflight + f->ios_in_flight;
+	ftl_progress(f);
+	return (int)(before != f->dev->inflight + f->ios_in_flight);
+}
+
+uint64_t ftl_next_deadline(struct ftl *f)
+{
+	return nand_next_due(f->dev);
+}
+
+bool ftl_idle(struct ftl *f)
+{
+	return f->ios_in_flight == 0 && f->dev->inflight == 0;
+}
+
+void ftl_debug_dump(struct ftl *f)
+{
+	struct ring *u = &f->stream[STREAM_USER].ring, *g = &f->stream[STREAM_GC].ring;
+	ftl_log("state: nfree %u (user_min %u gc_min %u gc_start %u) dirty %u retire %u meta %u bad %u",
+		f->nfree, f->user_min, f->gc_min, f->gc_start, f->dirty.count, f->retire.count,
+		f->nmeta, f->nbad);
+	ftl_log("user ring fill %llu submit %llu done %llu retry %u stalled %d; gc ring fill %llu submit %llu done %llu stalled %d",
+		(unsigned long long)u->fill, (unsigned long long)u->submit, (unsigned long long)u->done,
+		u->nretry, f->stream[0].stalled, (unsigned long long)g->fill,
+		(unsigned long long)g->submit, (unsigned long long)g->done, f->stream[1].stalled);
+	ftl_log("gc: active %d credit %lld ratio %lld min_bucket %u cp phase %d req %d",
+		f->active_victim, (long long)f->gc_credit, (long long)f->gc_ratio, f->min_bucket,
+		f->cp.phase, f->cp.requested);
+	for (int i = 0; i < GC_MAX_VICTIMS; i++) {
+		struct victim *v = &f->victims[i];
+		if (v->block != FTL_NO_BLOCK)
+			ftl_log("victim %d: block %u cursor %u scans %u pending %u lost %u trim %d wait %llu",
+				i, v->block, v->cursor, v->scans_done, v->pending, v->nlost,
+				v->trim_state, (unsigned long long)v->wait_user_pos);
+	}
+	for (uint32_t d = 0; d < f->ndies; d++)
+		ftl_log("die %u: free %u user blk %u gc blk %u", d, f->free_die[d].count,
+			f->stream[0].die[d].block, f->stream[1].die[d].block);
+	ftl_log("io: write head %p durable head %p read head %p in flight %u",
+		(void *)f->wq_write.head, (void *)f->wq_durable.head, (void *)f->wq_read.head,
+		f->ios_in_flight);
+}
+
+int ftl_run_until(struct ftl *f, bool (*pred)(struct ftl *, void *), void *arg)
+{
+	for (;;) {
+		ftl_progress(f);
+		if (pred(f, arg))
+			return 0;
+		if (f->error)
+			return f->error;
+		uint64_t due = nand_next_due(f->dev);
+		if (due == UINT64_MAX) {
+			ftl_log("stuck: nothing in flight and the awaited condition does not hold");
+			ftl_debug_dump(f);
+			return -EDEADLK;
+		}
+		uint64_t now = nand_now_ns();
+		if (due > now) {
+			struct timespec ts = { (time_t)((due - now) / 1000000000u),
+					       (long)((due - now) % 1000000000u) };
+			nanosleep(&ts, NULL);
+		}
+	}
+}
+
+/* Deliver every outstanding NAND completion (also after a failure). */
+static void drain_device(struct ftl *f)
+{
+	while (f->dev->inflight) {
+		uint64_t due = nand_next_due(f->dev), now = nand_now_ns();
+		if (due == UINT64_MAX)
+			break;
+		if (due > now) {
+			struct timespec ts = { (time_t)((due - now) / 1000000000u),
+					       (long)((due - now) % 1000000000u) };
+			nanosleep(&ts, NULL);
+			now = nand_now_ns();
+		}
+		f->in_progress = true; /* completions only; start nothing new */
+		nand_poll(f->dev, now);
+		f->in_progress = false;
+	}
+}
+
+/* ---- synchronous helpers ------------------------------------------------ */
+
+static void sync_done(struct ftl_io *io)
+{
+	*(bool *)io->priv = true;
+}
+
+static bool flag_set(struct ftl *f, void *arg)
+{
+	(void)f;
+	return *(bool *)arg;
+}
+
+int ftl_io_sync(struct ftl *f, struct ftl_io *io)
+{
+	bool done = false;
+	io->done = sync_done;
+	io->priv = &done;
+	ftl_submit(f, io);
+	if (!done) {
+		int rc = ftl_run_until(f, flag_set, &done);
+		if (rc && !done)
+			return rc;
+	}
+	return io->status;
+}
+
+int ftl_read_sync(struct ftl *f, void *buf, uint64_t off, uint64_t len)
+{
+	struct ftl_io io = { .type = FTL_IO_READ, .offset = off, .length = len, .buf = buf };
+	return ftl_io_sync(f, &io);
+}
+
+int ftl_write_sync(struct ftl *f, const void *buf, uint64_t off, uint64_t len, uint32_t flags)
+{
+	struct ftl_io io = { .type = FTL_IO_WRITE, .flags = flags, .offset = off, .length = len,
+			     .buf = (void *)buf };
+	return ftl_io_sync(f, &io);
+}
+
+int ftl_flush_sync(struct ftl *f)
+{
+	struct ftl_io io = { .type = FTL_IO_FLUSH };
+	return ftl_io_sync(f, &io);
+}
+
+int ftl_trim_sync(struct ftl *f, uint64_t off, uint64_t len, uint32_t flags)
+{
+	struct ftl_io io = { .type = FTL_IO_TRIM, .flags = flags, .offset = off, .length = len };
+	return ftl_io_sync(f, &io);
+}
+
+int ftl_write_zeroes_sync(struct ftl *f, uint64_t off, uint64_t len, uint32_t flags)
+{
+	struct ftl_io io = { .type = FTL_IO_WRITE_ZEROES, .flags = flags, .offset = off,
+			     .length = len };
+	return ftl_io_sync(f, &io);
+}
+
+/* ---- close -------------------------------------------------------------- */
+
+static bool no_host_io(struct ftl *f, void *arg)
+{
+	(void)arg;
+	return f->ios_in_flight == 0;
+}
+
+static bool cp_finished(struct ftl *f, void *arg)
+{
+	(void)arg;
+	return !f->cp.requested && f->cp.phase == CP_IDLE;
+}
+
+int ftl_close(struct ftl *f)
+{
+	int rc = 0;
+	if (!f)
+		return 0;
+	if (!f->error && !f->readonly) {
+		rc = ftl_run_until(f, no_host_io, NULL);
+		if (!rc) {
+			cp_request(f, true);
+			rc = ftl_run_until(f, cp_finished, NULL);
+		}
+		if (!rc && f->cp.phase != CP_IDLE)
+			rc = -EIO;
+	}
+	drain_device(f);
+	if (f->error)
+		rc = f->error;
+	free_all(f);
+	return rc;
+}
+
+void ftl_abandon(struct ftl *f)
+{
+	if (f)
+		free_all(f);
+}
+
+/* ---- information -------------------------------------------------------- */
+
+struct nand_dev *ftl_device(struct ftl *f)
+{
+	return f->dev;
+}
+
+void ftl_get_info(struct ftl *f, struct ftl_info *info)
+{
+	*info = f->info;
+	info->format_id = f->format_id;
+	info->sector_size = f->sector_size;
+	info->units = f->units;
+	info->capacity = f->units * FTL_UNIT_SIZE;
+	info->raw_bytes = nand_raw_bytes(&f->geo);
+	info->op_percent = 100.0 * (1.0 - (double)info->capacity / (double)info->raw_bytes);
+	info->format_time = f->format_time;
+	info->was_clean = f->was_clean;
+	info->error = f->error;
+	if (f->error)
+		info->state = FTL_STATE_FAILED;
+	else if (f->readonly)
+		info->state = FTL_STATE_READONLY;
+	else if (f->no_space)
+		info->state = FTL_STATE_NO_SPACE;
+	else if (f->nfree <= f->user_min)
+		info->state = FTL_STATE_WRITE_REDUCED;
+	else
+		info->state = FTL_STATE_ONLINE;
+}
+
+void ftl_get_stats(struct ftl *f, struct ftl_stats *st)
+{
+	*st = f->st;
+	st->blocks_total = f->nblocks;
+	st->blocks_free = f->nfree;
+	st->blocks_bad = f->nbad;
+	st->blocks_bad_grown = f->nbad_grown;
+	st->blocks_meta = f->nmeta;
+	st->blocks_data = f->nusable - f->nfree - f->nmeta;
+	uint64_t valid = 0;
+	uint32_t emin = UINT32_MAX, emax = 0;
+	double esum = 0;
+	uint32_t counted = 0;
+	for (uint32_t b = 0; b < f->nblocks; b++) {
+		valid += f->blk[b].valid;
+		if (f->blk[b].state == BLK_BAD)
+			continue;
+		uint32_t ec = nand_erase_count(f->dev, b);
+		emin = ec < emin ? ec : emin;
+		emax = ec > emax ? ec : emax;
+		esum += ec;
+		counted++;
+	}
+	st->valid_pages = valid;
+	st->erase_min = counted ? emin : 0;
+	st->erase_max = emax;
+	st->erase_avg = counted ? esum / counted : 0;
+	st->rated_pe_cycles = f->dev->rated_pe_cycles;
+	st->l2p_bytes = f->units * sizeof(uint32_t);
+	st->ram_bytes = f->ram_bytes;
+	st->write_amplification = st->host_pages_written ?
+					  (double)st->nand_pages_programmed / (double)st->host_pages_written :
+					  0.0;
+}

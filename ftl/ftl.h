@@ -1,0 +1,230 @@
+/*
+ * ftl/ftl.h - the log-structured flash translation layer of one ioDimm.
+ *
+ * This is the only header of the ftl/ layer; it sits on hw/nand.h and knows
+ * nothing of NBD or SCSI.  Errors are negative errno values.
+ *
+ * Threading: one struct ftl belongs to one thread.  Nothing here takes a
+ * lock; a caller that shares an ftl between threads serialises the calls.
+ *
+ * I/O model: the caller fills a struct ftl_io and calls ftl_submit(); the FTL
+ * calls io->done exactly once, with io->status set, possibly before
+ * ftl_submit() returns (always so when the media has no timing model and the
+ * request needs no waiting).  With a timed medium the caller keeps calling
+ * ftl_poll() no later than ftl_next_deadline(); the *_sync helpers do that.
+ *
+ * Units: the mapping unit is 4 KiB.  A format has a sector size of 512 or
+ * 4096 bytes; offsets and lengths of I/O are multiples of the sector size.
+ * With 512-byte sectors a write that covers part of a 4 KiB unit is a
+ * read-modify-write of that unit (512e).
+ *
+ * DURABILITY CONTRACT
+ *   1. Once a FLUSH completes, every write, trim and write-zeroes that
+ *      completed before the flush was submitted survives a power cut at any
+ *      later point, and so do the ones a FUA write covers once that write
+ *      completes.
+ *   2. A write that was never flushed (nor FUA) may be lost in a power cut;
+ *      each 4 KiB unit it touched then reads as its content before that
+ *      write or after it, never as garbage or as another unit's data.  The
+ *      same holds for trims: a unit reads its old data or zeros.
+ *   3. Reads of never-written, trimmed and zeroed sectors return zeros.
+ *   4. Once a metadata write fails, or the medium loses power, the FTL goes
+ *      into a sticky failed state: every later request fails with -EIO and
+ *      nothing more is written; ftl_close() then releases memory only.  The
+ *      next ftl_open() recovers from what is on the media.
+ */
+#ifndef FLASHD_FTL_H
+#define FLASHD_FTL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hw/nand.h"
+
+#define FTL_UNIT_SIZE 4096u
+
+struct ftl;
+
+/* ---- format ------------------------------------------------------------ */
+
+struct ftl_format_params {
+	uint32_t sector_size;      /* 512 or 4096 */
+	/* user capacity: capacity_bytes if non-zero, else op_percent of raw
+	 * NAND kept as over-provisioning (0 means the stock 20 %) */
+	uint64_t capacity_bytes;
+	double op_percent;
+};
+
+/* Stock format: 20 % of the raw NAND is over-provisioning. */
+#define FTL_STOCK_OP_PERCENT 20.0
+/* "High performance" format of the vendor tools. */
+#define FTL_HIGH_PERF_OP_PERCENT 36.0
+#define FTL_MIN_OP_PERCENT 5.0
+#define FTL_MAX_OP_PERCENT 90.0
+
+/* User capacity (bytes, a multiple of 4 KiB) for an over-provisioning share. */
+uint64_t ftl_capacity_for_op(const struct nand_dev *dev, double op_percent);
+/* Largest user capacity a format of this device accepts. */
+uint64_t ftl_max_capacity(const struct nand_dev *dev);
+
+/* Low-level format: a new, empty FTL (all sectors read as zeros). */
+int ftl_format(struct nand_dev *dev, const struct ftl_format_params *p, char *err, size_t errlen);
+
+/* ---- open / close ------------------------------------------------------ */
+
+struct ftl_open_params {
+	bool readonly;             /* never write the media */
+	/* pages written between checkpoints (0: automatic); bounds the work
+	 * and memory of a crash recovery */
+	uint64_t checkpoint_interval;
+	/* write buffer, in 4 KiB slots (0: automatic) */
+	uint32_t write_buffer_slots;
+};
+
+/*
+ * Open a formatted device: load the newest checkpoint, replay what was
+ * written after it (crash recovery), then (unless read-only) record on the
+ * media that the FTL is open.  The FTL does not own dev; close it after
+ * ftl_close().
+ */
+int ftl_open(struct nand_dev *dev, const struct ftl_open_params *p, struct ftl **out, char *err,
+	     size_t errlen);
+
+/* Clean shutdown: finish everything, write a checkpoint, free.  Returns 0
+ * or the sticky error (memory is freed either way). */
+int ftl_close(struct ftl *f);
+
+/* Free the memory only: for power-cut tests, after the medium lost power
+ * (its queued operations are dropped by nand_sim_power_on()). */
+void ftl_abandon(struct ftl *f);
+
+/* ---- I/O --------------------------------------------------------------- */
+
+enum ftl_io_type {
+	FTL_IO_READ,
+	FTL_IO_WRITE,
+	FTL_IO_FLUSH,
+	FTL_IO_TRIM,
+	FTL_IO_WRITE_ZEROES,
+};
+
+enum ftl_io_flags {
+	FTL_IO_FUA = 1 << 0,      /* write/zeroes/trim: durable on completion */
+	FTL_IO_NO_HOLE = 1 << 1,  /* write-zeroes: store zero pages, keep mapped */
+};
+
+struct ftl_io {
+	/* set by the caller */
+	enum ftl_io_type type;
+	uint32_t flags;
+	uint64_t offset;           /* bytes */
+	uint64_t length;           /* bytes; 0 is a valid no-op */
+	void *buf;                 /* READ: filled; WRITE: read (contiguous) */
+	void (*done)(struct ftl_io *io);
+	void *priv;
+	/* result: 0 or negative errno */
+	int status;
+
+	/* ---- private to the FTL ---- */
+	struct ftl_io *wait_next;
+	uint64_t unit;             /* next unit to process */
+	uint64_t end_unit;         /* one past the last unit */
+	uint64_t wait_pos;         /* ring position that must be durable */
+	uint32_t pending;          /* NAND reads in flight for this io */
+	uint32_t state;
+	uint32_t rmw_mask;         /* units whose old content is needed */
+	void *rmw_op[2];           /* head / tail read-modify-write reads */
+};
+
+/* Submit; io->done is called once with io->status set. */
+void ftl_submit(struct ftl *f, struct ftl_io *io);
+
+/* Drive the media and background work; returns the number of events. */
+int ftl_poll(struct ftl *f);
+/* When ftl_poll() must be called next (nand_now_ns() time base); 0: now;
+ * UINT64_MAX: only after the next submit. */
+uint64_t ftl_next_deadline(struct ftl *f);
+/* True when nothing is in flight or queued. */
+bool ftl_idle(struct ftl *f);
+
+/* Blocking helpers: submit and poll until done.  Return 0 or -errno. */
+int ftl_read_sync(struct ftl *f, void *buf, uint64_t off, uint64_t len);
+int ftl_write_sync(struct ftl *f, const void *buf, uint64_t off, uint64_t len, uint32_t flags);
+int ftl_flush_sync(struct ftl *f);
+int ftl_trim_sync(struct ftl *f, uint64_t off, uint64_t len, uint32_t flags);
+int ftl_write_zeroes_sync(struct ftl *f, uint64_t off, uint64_t len, uint32_t flags);
+int ftl_io_sync(struct ftl *f, struct ftl_io *io);
+
+/*
+ * Allocation map: the length of the run starting at off (up to len) whose
+ * 4 KiB units are all mapped (*mapped = true) or all unmapped (trimmed,
+ * zeroed or never written).  Granularity is the 4 KiB unit.
+ */
+uint64_t ftl_map_extent(struct ftl *f, uint64_t off, uint64_t len, bool *mapped);
+
+/* ---- information ------------------------------------------------------- */
+
+enum ftl_state {
+	FTL_STATE_ONLINE,          /* reads and writes */
+	FTL_STATE_READONLY,        /* opened read-only */
+	FTL_STATE_WRITE_REDUCED,   /* reserves low: writes throttled */
+	FTL_STATE_NO_SPACE,        /* reserves exhausted: writes fail -ENOSPC */
+	FTL_STATE_FAILED,          /* sticky error: everything fails -EIO */
+};
+const char *ftl_state_name(enum ftl_state st);
+
+struct ftl_info {
+	uint64_t format_id;
+	uint32_t sector_size;
+	uint64_t capacity;         /* user bytes */
+	uint64_t units;            /* 4 KiB mapping units */
+	uint64_t raw_bytes;        /* all NAND, data area */
+	double op_percent;         /* over-provisioning share of raw */
+	uint64_t format_time;      /* unix seconds */
+	bool was_clean;            /* the previous close was clean */
+	uint64_t recovered_pages;  /* pages replayed at open */
+	uint64_t open_ns;          /* how long open took */
+	enum ftl_state state;
+	int error;                 /* sticky error, 0 if none */
+};
+void ftl_get_info(struct ftl *f, struct ftl_info *info);
+
+struct ftl_stats {
+	uint64_t host_read_bytes, host_write_bytes, host_trim_bytes, host_zero_bytes;
+	uint64_t host_read_ops, host_write_ops, host_flush_ops, host_trim_ops, host_zero_ops;
+	uint64_t host_pages_written;   /* 4 KiB units written by the host */
+	uint64_t host_pages_read;
+	uint64_t nand_pages_programmed; /* every program: host, GC, metadata */
+	uint64_t nand_pages_read;       /* data reads, host and GC */
+	uint64_t nand_spare_reads;      /* spare-only reads (GC scan, recovery) */
+	uint64_t blocks_erased;
+	uint64_t gc_pages_relocated, gc_blocks_collected;
+	uint64_t meta_pages_programmed; /* checkpoint and superblock pages */
+	uint64_t checkpoints;
+	uint64_t read_errors_corrected, read_errors_uncorrectable;
+	uint64_t program_failures, erase_failures;
+	uint64_t lost_units;            /* units made unreadable by media errors */
+	uint64_t blocks_total, blocks_free, blocks_bad, blocks_bad_grown, blocks_meta;
+	uint64_t blocks_data;
+	uint64_t valid_pages;           /* mapped units on NAND */
+	uint32_t erase_min, erase_max;
+	double erase_avg;
+	uint32_t rated_pe_cycles;
+	uint64_t l2p_bytes;
+	uint64_t ram_bytes;             /* everything the FTL allocated */
+	double write_amplification;     /* nand programmed / host units written */
+};
+void ftl_get_stats(struct ftl *f, struct ftl_stats *st);
+
+/* Where FTL messages go (default: stderr).  Process-wide. */
+void ftl_set_logger(void (*fn)(void *arg, const char *msg), void *arg);
+
+/* The NAND device underneath. */
+struct nand_dev *ftl_device(struct ftl *f);
+
+/* Read the superblock of a device without opening the FTL (for `info` on
+ * an image in use elsewhere, or unformatted): 0, -ENODATA if unformatted. */
+int ftl_peek_format(struct nand_dev *dev, struct ftl_info *info);
+
+#endif

@@ -1,0 +1,451 @@
+/*
+ * ftl/ftl_int.h - state shared by the files of ftl/ (private).
+ *
+ * One file per concept: l2p and blocks (block.c), write buffer rings and the
+ * streams that program them (writer.c), host I/O (io.c), trim records
+ * (trim.c), garbage collection (gc.c), superblock (superblock.c),
+ * checkpoint (checkpoint.c), recovery (recovery.c), and the life cycle
+ * (ftl.c).  Everything runs on the thread that owns the struct ftl.
+ *
+ * Invariants the files rely on:
+ *  - l2p[u] is UNMAPPED, LOST, a write-buffer slot reference, or the PPA of
+ *    a programmed page whose spare names u.  A slot reference is cleared
+ *    (replaced by the PPA) when that slot's program completes, so a
+ *    released slot is never referenced.
+ *  - blk[b].valid is the number of l2p entries holding a PPA in block b.
+ *  - Every unit's newest version (write, trim or loss record) stays on the
+ *    media: GC relocates valid data, re-logs trim ranges newer than the
+ *    checkpoint that are still unmapped, and erases a victim only after its
+ *    relocations are programmed.  Recovery replays pages newer than the
+ *    checkpoint in sequence order, so it rebuilds the last durable state.
+ *  - Sequence numbers are taken when a unit's new version becomes visible in
+ *    the l2p (host write buffered, GC relocation validated, trim record
+ *    closed), so log order equals the order the host observed.
+ */
+#ifndef FLASHD_FTL_INT_H
+#define FLASHD_FTL_INT_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ftl/ftl.h"
+#include "ftl/media.h"
+
+/* ---- l2p entries -------------------------------------------------------- */
+
+#define L2P_UNMAPPED 0xFFFFFFFFu
+#define L2P_LOST 0xFFFFFFFEu      /* data lost to a media error: reads fail */
+#define L2P_SLOT 0x80000000u      /* write buffer slot; low 30 bits: index */
+#define L2P_SLOT_GC 0x40000000u   /* with L2P_SLOT: the GC ring */
+#define L2P_SLOT_MASK 0x3FFFFFFFu
+#define L2P_MAX_PPA 0x7FFFFFFFu
+
+static inline bool l2p_is_ppa(uint32_t e)
+{
+	return !(e & L2P_SLOT);
+}
+static inline bool l2p_is_slot(uint32_t e)
+{
+	return (e & L2P_SLOT) && e != L2P_UNMAPPED && e != L2P_LOST;
+}
+
+/* ---- blocks ------------------------------------------------------------- */
+
+enum blk_state {
+	BLK_UNKNOWN,    /* not classified yet (open/recovery only) */
+	BLK_FREE,       /* erased, on its die's free list */
+	BLK_DIRTY,      /* stale content, on the dirty queue; erased before use */
+	BLK_ERASING,    /* erase in flight */
+	BLK_OPEN,       /* being programmed by a stream */
+	BLK_CLOSED,     /* holds log pages; in the bucket of its valid count */
+	BLK_VICTIM,     /* being collected by GC */
+	BLK_RETIRING,   /* a program failed: collect it, then retire it */
+	BLK_META,       /* superblock or checkpoint */
+	BLK_BAD,        /* factory or grown bad: never used again */
+};
+
+struct blk {
+	uint8_t state;      /* enum blk_state */
+	uint8_t inflight;   /* programs in flight */
+	uint16_t valid;     /* mapped units in this block */
+	uint16_t wp;        /* OPEN: pages handed out */
+	uint16_t flags;
+	uint32_t next, prev;/* links of the one list the block is on */
+};
+#define BLKF_GROWN_BAD 1   /* retired by the FTL (persisted in checkpoints) */
+#define BLKF_CP_OPEN 2     /* was open at the loaded checkpoint */
+
+struct blist {
+	uint32_t head, tail, count;
+};
+
+/* ---- write buffer ------------------------------------------------------- */
+
+enum slot_state {
+	SLOT_EMPTY,      /* free */
+	SLOT_READING,    /* GC: data read from the victim in flight */
+	SLOT_FILLED,     /* holds a page waiting to be programmed */
+	SLOT_SUBMITTED,  /* program in flight */
+	SLOT_DONE,       /* programmed; released when the done cursor passes */
+	SLOT_SKIP,       /* nothing to program; released like DONE */
+};
+
+struct slot {
+	struct nand_op op;   /* the program (GC: first the data read) */
+	uint8_t state;       /* enum slot_state */
+	uint8_t type;        /* FTL_PG_DATA or FTL_PG_TRIM */
+	uint16_t victim;     /* GC: index of the victim it relocates from */
+	uint32_t lba;        /* DATA: unit; TRIM: number of ranges */
+	uint32_t ppa;        /* where it is programmed; GC: where it came from */
+	uint64_t seq;
+};
+
+/*
+ * A ring of slots with three cursors (positions only grow; slot = pos & mask):
+ *   fill   - next slot the producer fills (host writes, GC reads, trims)
+ *   submit - next slot handed to NAND; fill - submit slots wait for a page
+ *   done   - oldest slot not yet released; everything before it is
+ *            programmed, so "done >= p" means position p is durable
+ * done <= submit <= fill <= done + nslots.
+ */
+struct ring {
+	struct slot *slots;
+	uint8_t *data;       /* nslots pages */
+	uint8_t *spares;     /* nslots spare areas */
+	uint32_t nslots, mask;
+	uint64_t fill, submit, done;
+	uint32_t *retry;     /* slots whose program failed, resubmitted first */
+	uint32_t nretry;
+};
+
+struct stream_die {
+	uint32_t block;      /* open block on this die, FTL_NO_BLOCK if none */
+};
+
+enum stream_id { STREAM_USER = 0, STREAM_GC = 1, NSTREAMS = 2 };
+
+struct stream {
+	struct ftl *f;
+	enum stream_id id;
+	struct ring ring;
+	struct stream_die *die;   /* [ndies] */
+	uint32_t next_die;        /* round-robin cursor: stripes pages over dies */
+	bool stalled;             /* last kick found no page to program */
+};
+
+/* ---- reads -------------------------------------------------------------- */
+
+struct rop {
+	struct nand_op op;
+	struct ftl *f;
+	struct ftl_io *io;
+	uint64_t unit;
+	uint32_t expect;     /* l2p value when submitted */
+	uint32_t copy_off;   /* partial unit: bytes of the unit to copy out */
+	uint32_t copy_len;
+	uint8_t *copy_dst;
+	bool rmw;            /* read-modify-write pre-read */
+	uint8_t *bounce;     /* one page */
+	uint8_t *spare;
+	struct rop *next_free;
+};
+
+/* ---- garbage collection ------------------------------------------------ */
+
+#define GC_MAX_VICTIMS 4
+
+struct victim {
+	uint32_t block;           /* FTL_NO_BLOCK: unused */
+	bool retire;              /* retire as bad instead of erasing */
+	bool need_trim_record;    /* re-logged trims must be closed into a record */
+	uint32_t cursor;          /* next page to examine */
+	uint32_t scans_done;      /* spare reads completed */
+	uint32_t pending;         /* data reads + relocation programs in flight */
+	uint64_t wait_user_pos;   /* re-logged trims durable once user done >= */
+	struct nand_op *ops;      /* [ppb] spare reads */
+	uint8_t *spares;          /* [ppb * spare_size] */
+	uint8_t *scan_st;         /* [ppb] 0 pending, else enum nand_status + 1 */
+	uint32_t *lost;           /* units lost while relocating, to record */
+	uint32_t nlost;
+	/* a trim record being re-logged */
+	struct nand_op trim_op;
+	uint8_t *trim_buf;
+	uint8_t trim_state;       /* 0 none, 1 reading, 2 read, 3 unreadable */
+	uint32_t trim_range, trim_unit; /* resume point */
+};
+
+/* ---- checkpoint --------------------------------------------------------- */
+
+enum cp_phase {
+	CP_IDLE,
+	CP_QUIESCE,     /* waiting for the log to drain */
+	CP_WRITE,       /* programming header and l2p pages */
+	CP_COMMIT,      /* programming the superblock page */
+	CP_FAILED,
+};
+
+struct cp_op {
+	struct nand_op op;
+	struct ftl *f;
+	uint8_t *spare;
+	uint8_t *buf;        /* a page of its own (header, last l2p page) */
+};
+
+struct cp_state {
+	enum cp_phase phase;
+	bool requested;
+	bool clean;                 /* the closing checkpoint */
+	int attempts;
+	uint64_t cp_seq;
+	uint32_t hdr_block;
+	uint32_t *blocks;           /* l2p blocks of the checkpoint being written */
+	uint32_t nblocks;
+	uint32_t hdr_pages, l2p_pages, total_pages;
+	uint32_t next_page, pages_done;
+	int error;
+	uint8_t *hdr_buf;           /* hdr_pages pages */
+	struct cp_op *ops;
+	uint32_t nops;
+	uint32_t *free_idx;         /* stack of unused op indexes */
+	uint32_t nfree_idx;
+	uint32_t ops_in_flight;
+	/* the checkpoint on the media now */
+	uint32_t cur_hdr_block;
+	uint32_t *cur_blocks;
+	uint32_t cur_nblocks;
+	uint64_t cur_seq;
+	uint64_t pages_since;       /* log pages programmed since cur_seq */
+};
+
+/* ---- the FTL ------------------------------------------------------------ */
+
+struct ftl_io;
+struct alloc_rec;
+
+struct ioq {
+	struct ftl_io *head, *tail;
+};
+
+struct ftl {
+	struct nand_dev *dev;
+	struct nand_geometry geo;
+	uint32_t ndies, nblocks, ppb, page_size, spare_size;
+	uint32_t blocks_per_die;
+	bool readonly;
+	bool timed;                 /* the medium may complete later */
+	int error;                  /* sticky error */
+	bool no_space;
+
+	/* format */
+	uint64_t format_id;
+	uint32_t sector_size;
+	uint64_t units;
+	uint64_t format_time;
+	bool was_clean;
+	uint64_t open_count;
+
+	/* map */
+	uint32_t *l2p;
+	size_t l2p_alloc;           /* bytes mapped for l2p (whole pages) */
+
+	/* blocks */
+	struct blk *blk;
+	struct blist *free_die;     /* [ndies] erased blocks */
+	struct blist dirty;         /* to erase */
+	struct blist retire;        /* RETIRING blocks waiting for GC */
+	struct blist *bucket;       /* [ppb + 1] CLOSED blocks by valid count */
+	uint32_t min_bucket;        /* no CLOSED block has fewer valid pages */
+	uint32_t nfree;             /* FREE + DIRTY + ERASING */
+	uint32_t nbad, nbad_grown, nmeta, nusable;
+	uint32_t sb_block[2];
+	uint32_t user_min;          /* user stream allocates only above this */
+	uint32_t gc_min;            /* GC stream allocates only above this */
+	uint32_t gc_start;          /* GC runs while nfree is below this */
+	uint32_t cp_reserve;        /* blocks one checkpoint needs */
+
+	/* erases of dirty blocks */
+	struct nand_op *erase_ops;  /* [ndies] */
+	uint32_t *erase_free;       /* stack of free erase op indexes */
+	uint32_t nerase_free;
+
+	/* streams */
+	struct stream stream[NSTREAMS];
+	uint64_t next_seq;
+
+	/* host reads */
+	struct rop *rops;
+	struct rop *rop_free;
+	uint32_t nrops;
+
+	/* waiting I/O */
+	struct ioq wq_write;        /* writes, trims, zeroes: head is active */
+	struct ioq wq_read;         /* reads waiting for a read op */
+	struct ioq wq_durable;      /* flush/FUA: waiting for user done >= wait_pos */
+	uint32_t ios_in_flight;
+	bool in_progress;
+
+	/* trims not yet in a record */
+	struct ftl_trim_range *trim_pend;
+	uint32_t ntrim_pend, trim_cap;
+	uint32_t trim_lo, trim_hi;  /* bounds of pending units, for a quick test */
+
+	/* GC */
+	struct victim victims[GC_MAX_VICTIMS];
+	int active_victim;          /* examining pages, -1 if none */
+	int64_t gc_credit;          /* victim pages GC may examine (x16) */
+	int64_t gc_ratio;           /* credit per user page (x16) */
+
+	/* superblock */
+	uint64_t sb_seq;
+	uint32_t sb_active;         /* index into sb_block */
+	uint32_t sb_next_page;
+	struct nand_op sb_op;
+	uint8_t *sb_buf, *sb_spare;
+	bool sb_busy;
+	void (*sb_done)(struct nand_op *); /* called when an update is on media */
+
+	/* checkpoint */
+	struct cp_state cp;
+	uint64_t cp_interval;
+
+	/* zero page for zero writes */
+	uint8_t *zero_page;
+
+	struct ftl_stats st;
+	struct ftl_info info;
+	uint64_t ram_bytes;
+	bool quiet_fail;            /* do not log the sticky failure (tests) */
+	struct alloc_rec *allocs;   /* everything to free at close */
+	size_t nallocs, cap_allocs;
+};
+
+/* ---- shared helpers ----------------------------------------------------- */
+
+uint32_t crc32c(uint32_t crc, const void *buf, size_t len);
+
+static inline uint32_t ppa_block(const struct ftl *f, uint32_t ppa)
+{
+	return ppa / f->ppb;
+}
+static inline uint32_t ppa_page(const struct ftl *f, uint32_t ppa)
+{
+	return ppa % f->ppb;
+}
+static inline uint32_t ppa_make(const struct ftl *f, uint32_t block, uint32_t page)
+{
+	return block * f->ppb + page;
+}
+static inline uint32_t block_die(const struct ftl *f, uint32_t block)
+{
+	return block / f->blocks_per_die;
+}
+
+void ftl_fail(struct ftl *f, int err, const char *why);
+void *ftl_alloc(struct ftl *f, size_t size);      /* zeroed, counted in ram_bytes */
+void *ftl_alloc_pages(struct ftl *f, size_t size); /* page-aligned */
+void ftl_progress(struct ftl *f);
+void ftl_debug_dump(struct ftl *f);
+/* Run the medium until pred(f, arg) holds or the FTL fails (blocking). */
+int ftl_run_until(struct ftl *f, bool (*pred)(struct ftl *, void *), void *arg);
+void ftl_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* spare */
+void spare_build(struct ftl *f, void *spare, uint8_t type, uint32_t lba, uint64_t seq,
+		 const void *data, bool with_crc);
+/* 0: valid FTL spare of this format; -ENODATA: erased; -EILSEQ: not ours / damaged */
+int spare_parse(struct ftl *f, const void *spare, struct ftl_spare *out);
+
+/* block.c */
+void blist_init(struct blist *l);
+void blist_push(struct ftl *f, struct blist *l, uint32_t b);
+void blist_remove(struct ftl *f, struct blist *l, uint32_t b);
+uint32_t blist_pop(struct ftl *f, struct blist *l);
+void blk_set_free(struct ftl *f, uint32_t b);      /* erased: onto its die's list */
+void blk_set_dirty(struct ftl *f, uint32_t b);     /* needs an erase */
+void blk_set_closed(struct ftl *f, uint32_t b);
+void blk_set_bad(struct ftl *f, uint32_t b, bool grown);
+void blk_leave(struct ftl *f, uint32_t b);         /* off whatever list it is on */
+void blk_invalidate(struct ftl *f, uint32_t ppa);  /* valid-- */
+void blk_validate(struct ftl *f, uint32_t ppa);    /* valid++ */
+uint32_t blk_alloc(struct ftl *f, uint32_t die);   /* min-wear erased block, or NO_BLOCK */
+uint32_t blk_victim_pick(struct ftl *f);           /* min-valid CLOSED block */
+int eraser_kick(struct ftl *f);
+void blk_limits(struct ftl *f);
+
+/* writer.c */
+int ring_init(struct ftl *f, struct ring *r, uint32_t nslots);
+static inline struct slot *ring_slot(struct ring *r, uint64_t pos)
+{
+	return &r->slots[pos & r->mask];
+}
+static inline uint8_t *ring_data(struct ring *r, uint32_t idx, uint32_t page_size)
+{
+	return r->data + (size_t)idx * page_size;
+}
+static inline uint32_t ring_free(const struct ring *r)
+{
+	return r->nslots - (uint32_t)(r->fill - r->done);
+}
+int writer_kick(struct ftl *f, struct stream *s);
+uint8_t *slot_data(struct ftl *f, uint32_t l2p_entry);
+
+/* io.c */
+void ioq_push(struct ioq *q, struct ftl_io *io);
+struct ftl_io *ioq_pop(struct ioq *q);
+void io_complete(struct ftl *f, struct ftl_io *io, int status);
+int io_kick(struct ftl *f);
+void io_fail_all(struct ftl *f);
+
+/* trim.c */
+bool trim_pending_overlaps(struct ftl *f, uint64_t unit);
+/* add units to the pending record; false if the record is full */
+bool trim_pending_add(struct ftl *f, uint32_t start, uint32_t count, bool lost);
+/* close the pending record into a user slot; false if no slot is free */
+bool trim_close_record(struct ftl *f);
+void trim_apply_record(struct ftl *f, const void *page, uint64_t seq);
+uint32_t trim_record_capacity(struct ftl *f);
+
+/* gc.c */
+int gc_kick(struct ftl *f);
+void gc_slot_read_done(struct ftl *f, struct slot *s, uint32_t idx);
+void gc_slot_programmed(struct ftl *f, struct slot *s);
+void gc_user_page(struct ftl *f);
+int gc_init(struct ftl *f);
+bool gc_busy(struct ftl *f);
+
+/* superblock.c */
+void sb_locate(struct ftl *f);
+int sb_load(struct ftl *f, struct ftl_sb *out, char *err, size_t errlen);
+int sb_write_sync(struct ftl *f, bool clean);
+int sb_start_write(struct ftl *f, bool clean, void (*done)(struct nand_op *));
+void sb_fill(struct ftl *f, struct ftl_sb *sb, bool clean);
+
+/* checkpoint.c */
+uint32_t cp_l2p_pages(const struct ftl *f);
+uint32_t cp_hdr_pages(const struct ftl *f, uint32_t nblocks, uint32_t nopen, uint32_t nbad);
+uint32_t cp_blocks_needed(const struct ftl *f);
+int cp_init(struct ftl *f);
+int cp_kick(struct ftl *f);
+void cp_request(struct ftl *f, bool clean);
+bool cp_active(const struct ftl *f);
+int cp_load(struct ftl *f, const struct ftl_sb *sb, char *err, size_t errlen);
+
+/* recovery.c */
+int recovery_run(struct ftl *f, char *err, size_t errlen);
+
+/* synchronous single-op helper for open/format paths (nothing else in flight) */
+enum nand_status nand_op_sync(struct nand_dev *dev, struct nand_op *op);
+
+/*
+ * Batched reads for open/recovery: count reads, at most window in flight.
+ * setup(i, op) fills block, page, data and spare (op->data/op->spare come
+ * preset to buffers of the batch); result(i, op) sees the status and data.
+ * Returns 0 or -EIO if the medium lost power.
+ */
+int read_batch(struct ftl *f, uint64_t count, uint32_t window,
+	       void (*setup)(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op),
+	       void (*result)(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op),
+	       void *ctx);
+
+#endif

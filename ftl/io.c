@@ -1,0 +1,513 @@
+/*
+ * ftl/io.c - host requests: validation, reads, writes (with 512e
+ * read-modify-write), trims and zeroes, flush and FUA.
+ *
+ * Queues (FIFO):
+ *   wq_write   - writes, trims, zeroes and flushes in arrival order; only
+ *                the head is being worked on.  It waits for free slots in
+ *                the user ring, for a read-modify-write pre-read, or for a
+ *                checkpoint to finish.
+ *   wq_read    - reads that ran out of read ops.
+ *   wq_durable - flushes and FUA writes whose data is in the ring, waiting
+ *                for the ring's done cursor to pass wait_pos.
+ * Reads never wait behind writes: a read sees every write that completed
+ * before it was submitted (buffered data is read from its slot).
+ */
+#include <errno.h>
+
+#include "ftl/ftl_int.h"
+
+enum io_state {
+	IO_NEW,
+	IO_READING,      /* reads issued up to io->unit */
+};
+
+void ioq_push(struct ioq *q, struct ftl_io *io)
+{
+	io->wait_next = NULL;
+	if (q->tail)
+		q->tail->wait_next = io;
+	else
+		q->head = io;
+	q->tail = io;
+}
+
+static void ioq_push_front(struct ioq *q, struct ftl_io *io)
+{
+	io->wait_next = q->head;
+	q->head = io;
+	if (!q->tail)
+		q->tail = io;
+}
+
+struct ftl_io *ioq_pop(struct ioq *q)
+{
+	struct ftl_io *io = q->head;
+	if (io) {
+		q->head = io->wait_next;
+		if (!q->head)
+			q->tail = NULL;
+		io->wait_next = NULL;
+	}
+	return io;
+}
+
+static void rop_put(struct ftl *f, struct rop *ro)
+{
+	ro->io = NULL;
+	ro->next_free = f->rop_free;
+	f->rop_free = ro;
+}
+
+void io_complete(struct ftl *f, struct ftl_io *io, int status)
+{
+	for (int i = 0; i < 2; i++) {
+		struct rop *ro = io->rmw_op[i];
+		if (ro) {
+			io->rmw_op[i] = NULL;
+			if (ro->copy_len == 0)
+				ro->io = NULL; /* in flight: freed when it lands */
+			else
+				rop_put(f, ro);
+		}
+	}
+	f->ios_in_flight--;
+	io->status = status;
+	io->done(io);
+}
+
+/* ---- reads -------------------------------------------------------------- */
+
+static bool spare_names_unit(struct ftl *f, const void *spare, uint64_t unit)
+{
+	struct ftl_spare sp;
+	if (spare_parse(f, spare, &sp) != 0)
+		return false;
+	return sp.type == FTL_PG_DATA && sp.lba == unit;
+}
+
+static void read_finish_one(struct ftl *f, struct ftl_io *io)
+{
+	io->pending--;
+	if (!io->pending && io->unit == io->end_unit && io->state == IO_READING)
+		io_complete(f, io, io->status);
+}
+
+static void rop_done(struct nand_op *op)
+{
+	struct rop *ro = op->priv;
+	struct ftl *f = ro->f;
+	struct ftl_io *io = ro->io;
+	int err = 0;
+
+	if (op->status == NAND_POWER_LOSS) {
+		ftl_fail(f, -EIO, "medium lost power");
+		return;
+	}
+	if (op->status == NAND_CORRECTED) {
+		f->st.read_errors_corrected++;
+	} else if (op->status != NAND_OK) {
+		f->st.read_errors_uncorrectable++;
+		err = -EIO;
+	} else if (!spare_names_unit(f, ro->spare, ro->unit)) {
+		ftl_log("unit %llu: page %u does not hold it (l2p damaged?)",
+			(unsigned long long)ro->unit, ro->expect);
+		err = -EIO;
+	}
+
+	if (ro->rmw) {
+		/* pre-read of a partially written unit; the write resumes in io_kick */
+		ro->copy_len = err ? 2u : 1u; /* 1: ready, 2: failed */
+		if (!io) /* the write ended meanwhile */
+			rop_put(f, ro);
+		return;
+	}
+	if (!io) {
+		rop_put(f, ro);
+		return;
+	}
+	if (err && !io->status)
+		io->status = err;
+	else if (!err && ro->copy_len)
+		memcpy(ro->copy_dst, ro->bounce + ro->copy_off, ro->copy_len);
+	rop_put(f, ro);
+	read_finish_one(f, io);
+}
+
+static void rop_submit(struct ftl *f, struct rop *ro, uint32_t ppa, void *data)
+{
+	struct nand_op *op = &ro->op;
+	op->type = NAND_OP_READ;
+	op->block = ppa_block(f, ppa);
+	op->page = ppa_page(f, ppa);
+	op->data = data;
+	op->spare = ro->spare;
+	op->done = rop_done;
+	op->priv = ro;
+	f->st.nand_pages_read++;
+	nand_submit(f->dev, op);
+}
+
+static void read_continue(struct ftl *f, struct ftl_io *io)
+{
+	uint64_t end = io->offset + io->length;
+	io->state = IO_READING;
+	while (io->unit < io->end_unit) {
+		uint64_t u = io->unit;
+		uint64_t ustart = u * FTL_UNIT_SIZE;
+		uint64_t lo = ustart > io->offset ? ustart : io->offset;
+		uint64_t hi = ustart + FTL_UNIT_SIZE < end ? ustart + FTL_UNIT_SIZE : end;
+		uint8_t *dst = (uint8_t *)io->buf + (lo - io->offset);
+		uint32_t len = (uint32_t)(hi - lo);
+		uint32_t e = f->l2p[u];
+
+		if (e == L2P_UNMAPPED) {
+			memset(dst, 0, len);
+		} else if (e == L2P_LOST) {
+			if (!io->status)
+				io->status = -EIO;
+		} else if (e & L2P_SLOT) {
+			memcpy(dst, slot_data(f, e) + (lo - ustart), len);
+		} else {
+			struct rop *ro = f->rop_free;
+			if (!ro) {
+				io->pending++; /* hold completion while queued */
+				ioq_push_front(&f->wq_read, io);
+				return;
+			}
+			f->rop_free = ro->next_free;
+			ro->io = io;
+			ro->unit = u;
+			ro->expect = e;
+			ro->rmw = false;
+			io->pending++;
+			if (len == FTL_UNIT_SIZE) {
+				ro->copy_len = 0;
+				rop_submit(f, ro, e, dst);
+			} else {
+				ro->copy_off = (uint32_t)(lo - ustart);
+				ro->copy_len = len;
+				ro->copy_dst = dst;
+				rop_submit(f, ro, e, ro->bounce);
+			}
+		}
+		io->unit++;
+	}
+	if (!io->pending)
+		io_complete(f, io, io->status);
+}
+
+/* ---- writes, trims, zeroes --------------------------------------------- */
+
+/* Issue (or reissue) the pre-read of unit u for a partial write. */
+static void rmw_issue(struct ftl *f, struct ftl_io *io, int which, uint64_t u, uint32_t e)
+{
+	struct rop *ro = f->rop_free;
+	if (!ro)
+		return; /* retried on the next kick */
+	f->rop_free = ro->next_free;
+	ro->io = io;
+	ro->unit = u;
+	ro->expect = e;
+	ro->rmw = true;
+	ro->copy_len = 0; /* in flight */
+	io->rmw_op[which] = ro;
+	rop_submit(f, ro, e, ro->bounce);
+}
+
+/*
+ * Work on the head of wq_write.  Returns true when every unit is buffered
+ * or unmapped (the io may still wait to be durable), false to wait.
+ */
+static bool write_continue(struct ftl *f, struct ftl_io *io)
+{
+	struct ring *r = &f->stream[STREAM_USER].ring;
+	uint64_t end = io->offset + io->length;
+	bool zero = io->type != FTL_IO_WRITE;
+	bool unmap = zero && !(io->flags & FTL_IO_NO_HOLE);
+	uint64_t first_unit = io->offset / FTL_UNIT_SIZE;
+
+	while (io->unit < io->end_unit) {
+		uint64_t u = io->unit;
+		uint64_t ustart = u * FTL_UNIT_SIZE;
+		uint64_t lo = ustart > io->offset ? ustart : io->offset;
+		uint64_t hi = ustart + FTL_UNIT_SIZE < end ? ustart + FTL_UNIT_SIZE : end;
+		bool full = lo == ustart && hi == ustart + FTL_UNIT_SIZE;
+
+		if (full && unmap) {
+			/* the run of whole units from u: drop their mappings */
+			uint64_t run_end = end / FTL_UNIT_SIZE;
+			uint32_t n = (uint32_t)(run_end - u);
+			if (!trim_pending_add(f, (uint32_t)u, n, false)) {
+				if (ring_free(r) < 1 || !trim_close_record(f))
+					return false;
+				continue;
+			}
+			for (uint64_t x = u; x < run_end; x++) {
+				uint32_t e = f->l2p[x];
+				if (l2p_is_ppa(e))
+					blk_invalidate(f, e);
+				f->l2p[x] = L2P_UNMAPPED;
+			}
+			io->unit = run_end;
+			continue;
+		}
+
+		/* one slot for the unit, one kept for a trim record */
+		if (ring_free(r) < 2)
+			return false;
+		if (f->ntrim_pend && trim_pending_overlaps(f, u))
+			trim_close_record(f);
+
+		uint32_t idx = (uint32_t)(r->fill & r->mask);
+		uint8_t *dst = ring_data(r, idx, f->page_size);
+		uint32_t e = f->l2p[u];
+		if (full) {
+			memcpy(dst, zero ? f->zero_page : (uint8_t *)io->buf + (lo - io->offset),
+			       FTL_UNIT_SIZE);
+		} else {
+			if (e == L2P_UNMAPPED) {
+				memset(dst, 0, FTL_UNIT_SIZE);
+			} else if (e == L2P_LOST) {
+				io->status = -EIO;
+				io->unit++;
+				continue;
+			} else if (e & L2P_SLOT) {
+				memcpy(dst, slot_data(f, e), FTL_UNIT_SIZE);
+			} else {
+				int which = u == first_unit ? 0 : 1;
+				struct rop *ro = io->rmw_op[which];
+				if (ro && ro->copy_len == 0)
+					return false; /* pre-read in flight */
+				if (!ro || ro->expect != e || ro->unit != u) {
+					if (ro) {
+						rop_put(f, ro);
+						io->rmw_op[which] = NULL;
+					}
+					rmw_issue(f, io, which, u, e);
+					return false;
+				}
+				if (ro->copy_len == 2) {
+					/* the old content is unreadable: keep it, fail */
+					io->status = -EIO;
+					io->unit++;
+					continue;
+				}
+				memcpy(dst, ro->bounce, FTL_UNIT_SIZE);
+			}
+			memcpy(dst + (lo - ustart),
+			       zero ? f->zero_page : (uint8_t *)io->buf + (lo - io->offset), hi - lo);
+		}
+
+		struct slot *sl = &r->slots[idx];
+		sl->state = SLOT_FILLED;
+		sl->type = FTL_PG_DATA;
+		sl->lba = (uint32_t)u;
+		sl->seq = f->next_seq++;
+		r->fill++;
+		f->l2p[u] = L2P_SLOT | idx;
+		if (l2p_is_ppa(e))
+			blk_invalidate(f, e);
+		f->st.host_pages_written++;
+		io->unit++;
+	}
+	return true;
+}
+
+static void durable_push(struct ftl *f, struct ftl_io *io)
+{
+	io->wait_pos = f->stream[STREAM_USER].ring.fill;
+	ioq_push(&f->wq_durable, io);
+}
+
+/* Complete flushes and FUA writes whose data is programmed (one sync for all). */
+static int durable_kick(struct ftl *f)
+{
+	struct ring *r = &f->stream[STREAM_USER].ring;
+	struct ftl_io *ready = NULL, **tailp = &ready;
+	int n = 0;
+
+	while (f->wq_durable.head && f->wq_durable.head->wait_pos <= r->done) {
+		struct ftl_io *io = ioq_pop(&f->wq_durable);
+		*tailp = io;
+		tailp = &io->wait_next;
+		n++;
+	}
+	if (!n)
+		return 0;
+	int rc = nand_sync(f->dev);
+	if (rc < 0)
+		ftl_fail(f, -EIO, "syncing the medium failed");
+	while (ready) {
+		struct ftl_io *io = ready;
+		ready = io->wait_next;
+		io_complete(f, io, rc < 0 ? -EIO : io->status);
+	}
+	return n;
+}
+
+int io_kick(struct ftl *f)
+{
+	int n = 0;
+	struct ftl_io *io;
+
+	if (f->error)
+		return 0;
+	while ((io = f->wq_write.head) != NULL && !cp_active(f)) {
+		if (io->type == FTL_IO_FLUSH) {
+			if (f->ntrim_pend && !trim_close_record(f))
+				break;
+			ioq_pop(&f->wq_write);
+			durable_push(f, io);
+			n++;
+			continue;
+		}
+		if (!write_continue(f, io)) {
+			/* an RMW pre-read without a free read op: try again later */
+			break;
+		}
+		ioq_pop(&f->wq_write);
+		n++;
+		if (io->flags & FTL_IO_FUA) {
+			if (io->type != FTL_IO_WRITE && f->ntrim_pend && !trim_close_record(f)) {
+				/* no slot for the record: finish as a flush later */
+				io->type = FTL_IO_FLUSH;
+				ioq_push_front(&f->wq_write, io);
+				break;
+			}
+			durable_push(f, io);
+		} else {
+			io_complete(f, io, io->status);
+		}
+	}
+	while (f->wq_read.head && f->rop_free) {
+		io = ioq_pop(&f->wq_read);
+		io->pending--;
+		read_continue(f, io);
+		n++;
+	}
+	n += durable_kick(f);
+	return n;
+}
+
+/* The sticky error: everything waiting fails. */
+void io_fail_all(struct ftl *f)
+{
+	struct ftl_io *io;
+	while ((io = ioq_pop(&f->wq_write)))
+		io_complete(f, io, f->error);
+	while ((io = ioq_pop(&f->wq_durable)))
+		io_complete(f, io, f->error);
+	while ((io = ioq_pop(&f->wq_read))) {
+		io->pending--;
+		if (!io->pending)
+			io_complete(f, io, f->error);
+		else
+			io->status = f->error; /* completes when its reads drain */
+	}
+}
+
+/* ---- submit ------------------------------------------------------------- */
+
+static int io_validate(struct ftl *f, const struct ftl_io *io)
+{
+	if (f->error)
+		return f->error;
+	if (io->type == FTL_IO_FLUSH)
+		return 0;
+	if (io->type > FTL_IO_WRITE_ZEROES)
+		return -EINVAL;
+	uint64_t cap = f->units * FTL_UNIT_SIZE;
+	if (io->offset % f->sector_size || io->length % f->sector_size)
+		return -EINVAL;
+	if (io->offset > cap || io->length > cap - io->offset)
+		return io->type == FTL_IO_READ ? -EINVAL : -ENOSPC;
+	if ((io->type == FTL_IO_READ || io->type == FTL_IO_WRITE) && io->length && !io->buf)
+		return -EINVAL;
+	if (io->type != FTL_IO_READ) {
+		if (f->readonly)
+			return -EROFS;
+		if (f->no_space)
+			return -ENOSPC;
+	}
+	return 0;
+}
+
+void ftl_submit(struct ftl *f, struct ftl_io *io)
+{
+	int rc = io_validate(f, io);
+
+	io->status = 0;
+	io->pending = 0;
+	io->state = IO_NEW;
+	io->wait_next = NULL;
+	io->rmw_op[0] = io->rmw_op[1] = NULL;
+	io->unit = io->offset / FTL_UNIT_SIZE;
+	io->end_unit = (io->offset + io->length + FTL_UNIT_SIZE - 1) / FTL_UNIT_SIZE;
+	f->ios_in_flight++;
+	if (rc) {
+		io_complete(f, io, rc);
+		return;
+	}
+
+	switch (io->type) {
+	case FTL_IO_READ:
+		f->st.host_read_ops++;
+		f->st.host_read_bytes += io->length;
+		f->st.host_pages_read += io->end_unit - io->unit;
+		if (f->wq_read.head) {
+			io->pending++;
+			ioq_push(&f->wq_read, io);
+		} else {
+			read_continue(f, io);
+		}
+		break;
+	case FTL_IO_WRITE:
+		f->st.host_write_ops++;
+		f->st.host_write_bytes += io->length;
+		ioq_push(&f->wq_write, io);
+		break;
+	case FTL_IO_TRIM:
+		f->st.host_trim_ops++;
+		f->st.host_trim_bytes += io->length;
+		ioq_push(&f->wq_write, io);
+		break;
+	case FTL_IO_WRITE_ZEROES:
+		f->st.host_zero_ops++;
+		f->st.host_zero_bytes += io->length;
+		ioq_push(&f->wq_write, io);
+		break;
+	case FTL_IO_FLUSH:
+		f->st.host_flush_ops++;
+		if (f->readonly) {
+			io_complete(f, io, 0);
+			return;
+		}
+		ioq_push(&f->wq_write, io);
+		break;
+	}
+	if (!f->in_progress)
+		ftl_progress(f);
+}
+
+/* ---- allocation map ----------------------------------------------------- */
+
+uint64_t ftl_map_extent(struct ftl *f, uint64_t off, uint64_t len, bool *mapped)
+{
+	uint64_t cap = f->units * FTL_UNIT_SIZE;
+	if (off >= cap || !len) {
+		*mapped = false;
+		return 0;
+	}
+	if (len > cap - off)
+		len = cap - off;
+	uint64_t u = off / FTL_UNIT_SIZE, end = off + len;
+	bool m = f->l2p[u] != L2P_UNMAPPED;
+	uint64_t x = u + 1;
+	uint64_t end_unit = (end + FTL_UNIT_SIZE - 1) / FTL_UNIT_SIZE;
+	while (x < end_unit && (f->l2p[x] != L2P_UNMAPPED) == m)
+		x++;
+	*mapped = m;
+	uint64_t run_end = x * FTL_UNIT_SIZE;
+	return (run_end < end ? run_end : end) - off;
+}

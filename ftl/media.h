@@ -1,0 +1,123 @@
+/*
+ * ftl/media.h - what the FTL stores on NAND (private to ftl/).
+ *
+ * All structures are packed and little-endian (the build refuses big-endian
+ * hosts), carry a magic, a version and a CRC32C, and have static size
+ * asserts.  Changing one of them means bumping FTL_MEDIA_VERSION.
+ *
+ * Layout on the device:
+ *   superblock  block 0 of die 0 and block 0 of die 1 (block 1 of die 0 on
+ *               a one-die device).  Each update programs the next page of
+ *               the active block; when it is full the other block is erased
+ *               and becomes active.  The valid page with the highest sb_seq
+ *               wins.
+ *   checkpoint  blocks taken from the free pool: a header block (struct
+ *               ftl_cp_hdr followed by the block lists, in consecutive
+ *               pages), then the L2P table, 1024 entries per page, striped
+ *               over the remaining blocks (page i is in block 1 + i % n,
+ *               page i / n).  The superblock points at the header block.
+ *   log         every other page: host data, GC relocations and trim
+ *               records, each with struct ftl_spare in its spare area.
+ */
+#ifndef FLASHD_FTL_MEDIA_H
+#define FLASHD_FTL_MEDIA_H
+
+#include <stdint.h>
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "FTL on-media structures are little-endian"
+#endif
+
+#define FTL_MEDIA_VERSION 1
+#define FTL_SPARE_MAGIC 0x4C544653u   /* "SFTL" */
+#define FTL_SB_MAGIC "FLASHFTL"
+#define FTL_CP_MAGIC "FLASHCPT"
+#define FTL_TRIM_MAGIC 0x4D495254u    /* "TRIM" */
+#define FTL_NO_BLOCK 0xFFFFFFFFu
+
+enum ftl_page_type {
+	FTL_PG_DATA = 1,    /* lba = mapping unit */
+	FTL_PG_TRIM = 2,    /* lba = number of ranges in the record */
+	FTL_PG_CKPT = 3,    /* lba = page index within the checkpoint */
+	FTL_PG_SB = 4,      /* lba = 0 */
+};
+
+/* Spare area of every page the FTL programs. */
+struct __attribute__((packed)) ftl_spare {
+	uint32_t magic;
+	uint8_t type;       /* enum ftl_page_type */
+	uint8_t version;
+	uint16_t flags;
+	uint32_t lba;
+	uint32_t data_crc;  /* crc32c of the page data */
+	uint64_t seq;       /* log order (data, trim); cp_seq (ckpt); sb_seq (sb) */
+	uint64_t format_id;
+	uint32_t reserved;
+	uint32_t crc;       /* crc32c of the bytes before it */
+};
+_Static_assert(sizeof(struct ftl_spare) == 40, "ftl_spare is on media");
+
+/* One superblock page. */
+struct __attribute__((packed)) ftl_sb {
+	char magic[8];
+	uint32_t version;
+	uint32_t size;           /* sizeof(struct ftl_sb) */
+	uint64_t format_id;
+	uint64_t sb_seq;
+	uint32_t geo[7];         /* struct nand_geometry at format time */
+	char preset[32];
+	uint32_t sector_size;
+	uint32_t unit_size;      /* 4096 */
+	uint64_t units;          /* user capacity in units */
+	uint64_t format_time;
+	uint32_t cp_block;       /* header block of the checkpoint, or FTL_NO_BLOCK */
+	uint32_t cp_nblocks;
+	uint64_t cp_seq;
+	uint32_t clean;          /* 1: written by a clean close after its checkpoint */
+	uint32_t reserved0;
+	uint64_t open_count;
+	uint8_t reserved[128];
+	uint32_t crc;
+};
+_Static_assert(sizeof(struct ftl_sb) == 280, "ftl_sb is on media");
+
+/* Checkpoint header, first page(s) of the header block. */
+struct __attribute__((packed)) ftl_cp_hdr {
+	char magic[8];
+	uint32_t version;
+	uint32_t size;           /* sizeof(struct ftl_cp_hdr) */
+	uint64_t format_id;
+	uint64_t cp_seq;         /* every log page with seq <= cp_seq is reflected */
+	uint64_t units;
+	uint32_t l2p_pages;
+	uint32_t hdr_pages;      /* pages of header + lists in the header block */
+	uint32_t nblocks;        /* L2P blocks (the header block not included) */
+	uint32_t nopen;          /* log blocks open at cp_seq: scanned at recovery */
+	uint32_t nbad;           /* grown bad blocks */
+	uint32_t clean;
+	uint64_t stats_host_pages_written;
+	uint64_t stats_nand_pages_programmed;
+	uint64_t stats_blocks_erased;
+	uint8_t reserved[64];
+	uint32_t lists_crc;      /* crc32c of the u32 lists that follow */
+	uint32_t crc;            /* crc32c of the bytes before it */
+	/* followed by: uint32_t blocks[nblocks], open[nopen], bad[nbad] */
+};
+_Static_assert(sizeof(struct ftl_cp_hdr) == 160, "ftl_cp_hdr is on media");
+
+/* Trim record page: ranges of units that became unmapped (or lost). */
+struct __attribute__((packed)) ftl_trim_range {
+	uint32_t start;
+	uint32_t count;          /* low 31 bits; bit 31: units were lost (EIO) */
+};
+#define FTL_TRIM_LOST 0x80000000u
+
+struct __attribute__((packed)) ftl_trim_hdr {
+	uint32_t magic;
+	uint32_t nranges;
+	/* followed by struct ftl_trim_range[nranges] */
+};
+_Static_assert(sizeof(struct ftl_trim_range) == 8, "on media");
+_Static_assert(sizeof(struct ftl_trim_hdr) == 8, "on media");
+
+#endif

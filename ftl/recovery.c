@@ -1,0 +1,359 @@
+/*
+ * ftl/recovery.c - rebuilding the map at open.
+ *
+ * Input: the l2p of the current checkpoint (or all unmapped), cp_seq, the
+ * blocks that were open at cp_seq.  Steps:
+ *   1. read the spare of page 0 of every block: erased -> free; another
+ *      format, an old checkpoint or garbage -> dirty; a log block whose
+ *      first page is newer than cp_seq (or that was open at cp_seq) -> scan;
+ *      an older log block -> closed as it is
+ *   2. read every spare of the blocks to scan; keep the log pages newer than
+ *      cp_seq (torn and unreadable pages are skipped: they were never
+ *      acknowledged)
+ *   3. apply them in sequence order: data pages map their unit, trim
+ *      records unmap (or mark lost) their ranges
+ *   4. count valid pages per block from the l2p; a unit mapped into a block
+ *      that holds no log is reported lost
+ * Memory: 16 bytes per replayed page (bounded by the checkpoint interval).
+ * Time: one spare read per block, plus ppb per block written since cp_seq.
+ */
+#include <errno.h>
+#include <time.h>
+
+#include "ftl/ftl_int.h"
+
+static void batch_op_done(struct nand_op *op)
+{
+	*(bool *)op->priv = true;
+}
+
+enum nand_status nand_op_sync(struct nand_dev *dev, struct nand_op *op)
+{
+	bool done = false;
+	op->done = batch_op_done;
+	op->priv = &done;
+	nand_submit(dev, op);
+	while (!done) {
+		uint64_t due = nand_next_due(dev), now = nand_now_ns();
+		if (due > now && due != UINT64_MAX) {
+			struct timespec ts = { (time_t)((due - now) / 1000000000u),
+					       (long)((due - now) % 1000000000u) };
+			nanosleep(&ts, NULL);
+			now = nand_now_ns();
+		}
+		nand_poll(dev, now);
+	}
+	return op->status;
+}
+
+struct batch_slot {
+	struct nand_op op;
+	bool done;
+	uint64_t index;
+};
+
+static void batch_slot_done(struct nand_op *op)
+{
+	((struct batch_slot *)op->priv)->done = true;
+}
+
+int read_batch(struct ftl *f, uint64_t count, uint32_t window,
+	       void (*setup)(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op),
+	       void (*result)(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op), void *ctx)
+{
+	struct batch_slot *s = calloc(window, sizeof *s);
+	uint8_t *bufs = aligned_alloc(4096, (size_t)window * f->page_size);
+	uint8_t *spares = malloc((size_t)window * f->spare_size);
+	uint64_t next = 0, finished = 0;
+	uint32_t inflight = 0;
+	int rc = 0;
+
+	if (!s || !bufs || !spares) {
+		free(s);
+		free(bufs);
+		free(spares);
+		return -ENOMEM;
+	}
+	/* completions are taken in submission order, so results come in order */
+	uint32_t head = 0;
+	while (finished < count) {
+		while (next < count && inflight < window) {
+			uint32_t k = (uint32_t)(next % window);
+			struct nand_op *op = &s[k].op;
+			memset(op, 0, sizeof *op);
+			op->type = NAND_OP_READ;
+			op->data = bufs + (size_t)k * f->page_size;
+			op->spare = spares + (size_t)k * f->spare_size;
+			setup(f, ctx, next, op);
+			op->done = batch_slot_done;
+			op->priv = &s[k];
+			s[k].done = false;
+			s[k].index = next;
+			nand_submit(f->dev, op);
+			next++;
+			inflight++;
+		}
+		uint64_t due = nand_next_due(f->dev), now = nand_now_ns();
+		if (due > now && due != UINT64_MAX) {
+			struct timespec ts = { 0, (long)(due - now < 1000000000u ? due - now : 999999999) };
+			nanosleep(&ts, NULL);
+			now = nand_now_ns();
+		}
+		nand_poll(f->dev, now);
+		while (inflight && s[head].done) {
+			struct nand_op *op = &s[head].op;
+			if (op->status == NAND_POWER_LOSS)
+				rc = -EIO;
+			else if (!rc)
+				result(f, ctx, s[head].index, op);
+			inflight--;
+			finished++;
+			head = head + 1 == window ? 0 : head + 1;
+		}
+	}
+	free(s);
+	free(bufs);
+	free(spares);
+	return rc;
+}
+
+/* ---- classification ----------------------------------------------------- */
+
+enum rclass {
+	RC_NONE,        /* bad or metadata: not looked at */
+	RC_FREE,
+	RC_DIRTY,
+	RC_DATA,        /* log block older than the checkpoint */
+	RC_SCAN,        /* log block with pages newer than the checkpoint */
+	RC_UNREADABLE,  /* first page unreadable: kept if the l2p uses it */
+};
+
+struct rentry {
+	uint64_t seq;
+	uint32_t ppa;
+	uint32_t lba;   /* TRIM_LBA for trim records */
+};
+#define TRIM_LBA 0xFFFFFFFFu
+
+struct rctx {
+	uint8_t *cls;
+	uint32_t *list;       /* blocks to look at */
+	uint32_t nlist;
+	struct rentry *ent;
+	size_t nent, cap;
+	int error;
+};
+
+static void first_setup(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op)
+{
+	struct rctx *x = ctx;
+	op->block = x->list[i];
+	op->page = 0;
+	op->data = NULL;
+}
+
+static void first_result(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op)
+{
+	struct rctx *x = ctx;
+	uint32_t b = op->block;
+	bool cp_open = f->blk[b].flags & BLKF_CP_OPEN;
+	struct ftl_spare sp;
+
+	if (op->status != NAND_OK && op->status != NAND_CORRECTED) {
+		x->cls[b] = cp_open ? RC_SCAN : RC_UNREADABLE;
+		return;
+	}
+	int rc = spare_parse(f, op->spare, &sp);
+	if (rc == -ENODATA)
+		x->cls[b] = RC_FREE;
+	else if (rc != 0 || (sp.type != FTL_PG_DATA && sp.type != FTL_PG_TRIM))
+		x->cls[b] = RC_DIRTY;
+	else if (sp.seq > f->cp.cur_seq || cp_open)
+		x->cls[b] = RC_SCAN;
+	else
+		x->cls[b] = RC_DATA;
+}
+
+static void scan_setup(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op)
+{
+	struct rctx *x = ctx;
+	op->block = x->list[i / f->ppb];
+	op->page = (uint32_t)(i % f->ppb);
+	op->data = NULL;
+}
+
+static void scan_result(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op)
+{
+	struct rctx *x = ctx;
+	struct ftl_spare sp;
+	if (op->status != NAND_OK && op->status != NAND_CORRECTED)
+		return; /* torn or unreadable: never acknowledged, or lost */
+	if (spare_parse(f, op->spare, &sp) != 0)
+		return;
+	if (sp.seq <= f->cp.cur_seq)
+		return;
+	if (sp.type == FTL_PG_DATA && sp.lba >= f->units)
+		return;
+	if (sp.type != FTL_PG_DATA && sp.type != FTL_PG_TRIM)
+		return;
+	if (x->nent == x->cap) {
+		size_t cap = x->cap ? x->cap * 2 : 4096;
+		struct rentry *e = realloc(x->ent, cap * sizeof *e);
+		if (!e) {
+			x->error = -ENOMEM;
+			return;
+		}
+		x->ent = e;
+		x->cap = cap;
+	}
+	x->ent[x->nent++] = (struct rentry){ sp.seq, ppa_make(f, op->block, op->page),
+					     sp.type == FTL_PG_TRIM ? TRIM_LBA : sp.lba };
+}
+
+static int rentry_cmp(const void *a, const void *b)
+{
+	const struct rentry *x = a, *y = b;
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+int recovery_run(struct ftl *f, char *err, size_t errlen)
+{
+	struct rctx x = { 0 };
+	int rc = 0;
+	uint64_t max_seq = f->cp.cur_seq;
+
+	x.cls = calloc(f->nblocks, 1);
+	x.list = malloc(sizeof(uint32_t) * f->nblocks);
+	if (!x.cls || !x.list) {
+		rc = -ENOMEM;
+		goto out;
+	}
+
+	/* 1. first pages */
+	for (uint32_t b = 0; b < f->nblocks; b++) {
+		struct blk *k = &f->blk[b];
+		if (nand_factory_bad(f->dev, b)) {
+			k->state = BLK_BAD;
+			k->flags &= (uint16_t)~BLKF_GROWN_BAD;
+		}
+		if (b == f->sb_block[0] || b == f->sb_block[1]) {
+			if (k->state != BLK_META)
+				f->nmeta++;
+			k->state = BLK_META;
+		}
+		if (k->state == BLK_BAD || k->state == BLK_META)
+			continue;
+		x.list[x.nlist++] = b;
+	}
+	rc = read_batch(f, x.nlist, 256, first_setup, first_result, &x);
+	if (rc)
+		goto out;
+
+	/* 2. scan the blocks written since the checkpoint */
+	uint32_t nscan = 0;
+	for (uint32_t b = 0; b < f->nblocks; b++)
+		if (x.cls[b] == RC_SCAN)
+			x.list[nscan++] = b;
+	x.nlist = nscan;
+	rc = read_batch(f, (uint64_t)nscan * f->ppb, 256, scan_setup, scan_result, &x);
+	if (!rc)
+		rc = x.error;
+	if (rc)
+		goto out;
+
+	/* 3. replay in log order */
+	qsort(x.ent, x.nent, sizeof *x.ent, rentry_cmp);
+	uint8_t *page = aligned_alloc(4096, f->page_size);
+	uint8_t *spare = malloc(f->spare_size);
+	if (!page || !spare) {
+		free(page);
+		free(spare);
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < x.nent; i++) {
+		struct rentry *e = &x.ent[i];
+		if (e->lba != TRIM_LBA) {
+			f->l2p[e->lba] = e->ppa;
+		} else {
+			struct nand_op op = { .type = NAND_OP_READ, .block = ppa_block(f, e->ppa),
+					      .page = ppa_page(f, e->ppa), .data = page, .spare = spare };
+			enum nand_status st = nand_op_sync(f->dev, &op);
+			struct ftl_spare sp;
+			if ((st == NAND_OK || st == NAND_CORRECTED) && spare_parse(f, spare, &sp) == 0 &&
+			    sp.data_crc == crc32c(0, page, f->page_size))
+				trim_apply_record(f, page, e->seq);
+			else
+				ftl_log("trim record at page %u unreadable; ignored", e->ppa);
+		}
+		if (e->seq > max_seq)
+			max_seq = e->seq;
+	}
+	free(page);
+	free(spare);
+	f->next_seq = max_seq + 1;
+	f->info.recovered_pages = x.nent;
+
+	/* 4. valid counts; units mapped into blocks without log data are lost */
+	uint64_t lost = 0;
+	for (uint64_t u = 0; u < f->units; u++) {
+		uint32_t e = f->l2p[u];
+		if (!l2p_is_ppa(e))
+			continue;
+		uint32_t b = ppa_block(f, e);
+		if (e >= f->nblocks * f->ppb ||
+		    (x.cls[b] != RC_DATA && x.cls[b] != RC_SCAN && x.cls[b] != RC_UNREADABLE)) {
+			f->l2p[u] = L2P_LOST;
+			lost++;
+			continue;
+		}
+		f->blk[b].valid++;
+	}
+	if (lost) {
+		ftl_log("%llu units point at blocks without data; they read as errors",
+			(unsigned long long)lost);
+		f->st.lost_units += lost;
+	}
+
+	/* 5. final states */
+	f->nusable = 0;
+	for (uint32_t b = 0; b < f->nblocks; b++) {
+		struct blk *k = &f->blk[b];
+		k->next = k->prev = FTL_NO_BLOCK;
+		if (k->state == BLK_BAD) {
+			f->nbad++;
+			if (k->flags & BLKF_GROWN_BAD)
+				f->nbad_grown++;
+			continue;
+		}
+		f->nusable++;
+		if (k->state == BLK_META)
+			continue;
+		switch (x.cls[b]) {
+		case RC_FREE:
+			blk_set_free(f, b);
+			break;
+		case RC_DATA:
+		case RC_SCAN:
+			blk_set_closed(f, b);
+			break;
+		case RC_UNREADABLE:
+			if (k->valid)
+				blk_set_closed(f, b);
+			else
+				blk_set_dirty(f, b);
+			break;
+		default:
+			blk_set_dirty(f, b);
+			break;
+		}
+		k->flags &= (uint16_t)~BLKF_CP_OPEN;
+	}
+out:
+	if (rc && err && !err[0])
+		snprintf(err, errlen, "recovery failed: %s", strerror(-rc));
+	free(x.cls);
+	free(x.list);
+	free(x.ent);
+	return rc;
+}

@@ -1,0 +1,233 @@
+/*
+ * hw/nand.h - the raw NAND interface of one ioDimm, and the simulated ioDimm.
+ *
+ * This is the only header of the hw/ layer.  A card backend (today only the
+ * simulator; a real FPGA driver later) implements struct nand_ops.  The layer
+ * knows nothing of the FTL: it moves pages, spare bytes and erase blocks.
+ *
+ * Addressing.  A die is (channel, die-in-channel); dies are numbered
+ * die = channel * dies_per_channel + die_in_channel.  Erase blocks are
+ * numbered globally, block = die * blocks_per_die + block_in_die, and a page
+ * is ppa = block * pages_per_block + page_in_block.  Planes are reported for
+ * information; the interface addresses blocks, not planes.
+ *
+ * Asynchrony.  nand_submit() queues one operation and returns at once; its
+ * completion is delivered later by nand_poll(), which calls op->done.  A
+ * backend never calls op->done from inside nand_submit(), so a completion
+ * handler may submit more work without recursion.  Operations on one die
+ * complete in the order they were submitted (a read submitted before an
+ * erase of the same block reads the old data); operations on different dies
+ * run in parallel.  With the simulator's timing model off, every operation
+ * is complete as soon as it is submitted and the next nand_poll() delivers it.
+ *
+ * NAND rules the backends enforce: an erased page reads as all 0xFF (data
+ * and spare); pages of a block are programmed in increasing order, each at
+ * most once between erases (NAND_PROGRAM_FAILED otherwise, nothing written).
+ */
+#ifndef FLASHD_HW_NAND_H
+#define FLASHD_HW_NAND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define NAND_OPS_VERSION 1
+
+struct nand_geometry {
+	uint32_t channels;
+	uint32_t dies_per_channel;
+	uint32_t planes_per_die;
+	uint32_t blocks_per_die;  /* erase blocks per die */
+	uint32_t pages_per_block;
+	uint32_t page_size;       /* data bytes per page */
+	uint32_t spare_size;      /* OOB bytes per page */
+};
+
+static inline uint32_t nand_dies(const struct nand_geometry *g)
+{
+	return g->channels * g->dies_per_channel;
+}
+static inline uint32_t nand_blocks(const struct nand_geometry *g)
+{
+	return nand_dies(g) * g->blocks_per_die;
+}
+static inline uint64_t nand_pages(const struct nand_geometry *g)
+{
+	return (uint64_t)nand_blocks(g) * g->pages_per_block;
+}
+static inline uint64_t nand_raw_bytes(const struct nand_geometry *g)
+{
+	return nand_pages(g) * g->page_size;
+}
+static inline uint32_t nand_block_die(const struct nand_geometry *g, uint32_t block)
+{
+	return block / g->blocks_per_die;
+}
+
+/* Result of one operation. */
+enum nand_status {
+	NAND_OK = 0,
+	NAND_CORRECTED,          /* read: ECC corrected bit errors; data is good */
+	NAND_UNCORRECTABLE,      /* read: data and spare are not trustworthy */
+	NAND_PROGRAM_FAILED,     /* program: page not (reliably) written */
+	NAND_ERASE_FAILED,       /* erase: block not erased */
+	NAND_BLOCK_BAD,          /* the block is marked bad (factory or grown) */
+	NAND_POWER_LOSS,         /* the device lost power: nothing happened */
+	NAND_INVALID,            /* bad address or argument (a caller bug) */
+};
+const char *nand_status_name(enum nand_status st);
+
+enum nand_op_type {
+	NAND_OP_READ,    /* data (may be NULL: spare only) and spare (may be NULL) */
+	NAND_OP_PROGRAM, /* data and spare (spare may be NULL: written as 0xFF) */
+	NAND_OP_ERASE,   /* whole block; page is ignored */
+};
+
+/*
+ * One operation.  The caller owns the memory and must keep it, and the
+ * buffers it points to, untouched until op->done has been called.
+ */
+struct nand_op {
+	enum nand_op_type type;
+	uint32_t block;
+	uint32_t page;             /* page in block */
+	void *data;                /* page_size bytes */
+	void *spare;               /* spare_size bytes */
+	enum nand_status status;   /* set before done() is called */
+	void (*done)(struct nand_op *op);
+	void *priv;                /* for the caller */
+	uint64_t priv2;            /* for the caller */
+	/* owned by the backend while the op is queued */
+	struct nand_op *next;
+	uint64_t due_ns;
+	uint64_t ticket;
+};
+
+struct nand_dev;
+
+/* One ops table per backend; size and version are stamped in. */
+struct nand_ops {
+	uint32_t struct_size;      /* sizeof(struct nand_ops) */
+	uint32_t version;          /* NAND_OPS_VERSION */
+	const char *name;
+	int (*submit)(struct nand_dev *dev, struct nand_op *op);
+	/* Deliver every completion due at now_ns; returns how many. */
+	int (*poll)(struct nand_dev *dev, uint64_t now_ns);
+	/* Earliest due time of a queued completion, or UINT64_MAX if none. */
+	uint64_t (*next_due)(struct nand_dev *dev);
+	/* Make every completed program/erase survive a host crash (fdatasync). */
+	int (*sync)(struct nand_dev *dev);
+	uint32_t (*erase_count)(struct nand_dev *dev, uint32_t block);
+	/* Factory bad-block marks (read without erasing anything). */
+	bool (*factory_bad)(struct nand_dev *dev, uint32_t block);
+	void (*close)(struct nand_dev *dev);
+};
+
+struct nand_dev {
+	const struct nand_ops *ops;
+	struct nand_geometry geo;
+	char preset[32];
+	uint32_t rated_pe_cycles;  /* endurance of one block */
+	uint64_t inflight;         /* submitted and not yet delivered */
+	void *priv;                /* backend state */
+};
+
+static inline int nand_submit(struct nand_dev *d, struct nand_op *op)
+{
+	return d->ops->submit(d, op);
+}
+static inline int nand_poll(struct nand_dev *d, uint64_t now_ns)
+{
+	return d->ops->poll(d, now_ns);
+}
+static inline uint64_t nand_next_due(struct nand_dev *d)
+{
+	return d->ops->next_due(d);
+}
+static inline int nand_sync(struct nand_dev *d)
+{
+	return d->ops->sync(d);
+}
+static inline uint32_t nand_erase_count(struct nand_dev *d, uint32_t block)
+{
+	return d->ops->erase_count(d, block);
+}
+static inline bool nand_factory_bad(struct nand_dev *d, uint32_t block)
+{
+	return d->ops->factory_bad(d, block);
+}
+void nand_close(struct nand_dev *d);
+
+/* Monotonic clock in nanoseconds, the time base of poll/next_due. */
+uint64_t nand_now_ns(void);
+
+/* ---- presets ---------------------------------------------------------- */
+
+struct nand_timing {
+	uint32_t read_us, program_us, erase_us;
+	uint32_t xfer_mbps;        /* channel transfer rate, MB/s (0: free) */
+};
+
+struct nand_preset {
+	const char *name;
+	const char *description;
+	struct nand_geometry geo;
+	struct nand_timing timing;
+	uint32_t rated_pe_cycles;
+	uint32_t factory_bad_ppm;  /* factory bad blocks, parts per million */
+};
+
+const struct nand_preset *nand_preset_find(const char *name);
+const struct nand_preset *nand_preset_at(size_t i); /* NULL past the end */
+
+/* ---- the simulated ioDimm --------------------------------------------- */
+
+struct nand_sim_config {
+	const char *preset;        /* required when creating an image */
+	const char *path;          /* image file; NULL keeps everything in RAM */
+	bool create;               /* create (or overwrite) the image */
+	bool readonly;             /* open the image read-only */
+	bool timing;               /* timing model on: ops take preset time */
+	bool sync_on_flush;        /* nand_sync() calls fdatasync (file only) */
+	uint64_t seed;             /* for factory bad blocks and random errors */
+};
+
+/*
+ * Open (or create) a simulated ioDimm.  The image file holds a header, a
+ * per-block table (write pointer, erase count, bad marks) and the pages,
+ * each page followed by its spare bytes; it is sparse: erased pages take no
+ * space.  The file is locked; a second opener gets -EBUSY.  Returns 0 and
+ * *out, or negative errno; *err (if not NULL) gets a message.
+ */
+int nand_sim_open(const struct nand_sim_config *cfg, struct nand_dev **out,
+		  char *err, size_t errlen);
+bool nand_is_sim(const struct nand_dev *d);
+
+/* Fault injection (simulator only).  All persist in the image except the
+ * power cut and the random error rates. */
+struct nand_sim_faults {
+	/* power cut: the op_countdown-th operation from now is interrupted
+	 * (0 = off).  An interrupted program leaves that page unreadable
+	 * (NAND_UNCORRECTABLE); an interrupted erase leaves the block's pages
+	 * unreadable; afterwards every operation fails with NAND_POWER_LOSS
+	 * until nand_sim_power_on(). */
+	uint64_t power_cut_after;
+	/* raw bit errors on reads: probabilities per page read, in ppm */
+	uint32_t corrected_ppm;
+	uint32_t uncorrectable_ppm;
+};
+int nand_sim_set_faults(struct nand_dev *d, const struct nand_sim_faults *f);
+bool nand_sim_powered(const struct nand_dev *d);
+void nand_sim_power_on(struct nand_dev *d);
+/* Count of operations executed so far (for choosing a cut point). */
+uint64_t nand_sim_op_count(const struct nand_dev *d);
+/* A grown bad block: programs (fail_program) and/or erases (fail_erase) fail. */
+int nand_sim_fail_block(struct nand_dev *d, uint32_t block, bool fail_program, bool fail_erase);
+/* One page reads back with this status from now on, until its block is erased. */
+int nand_sim_page_error(struct nand_dev *d, uint64_t ppa, enum nand_status st);
+/* A whole die stops working: reads uncorrectable, programs/erases fail. */
+int nand_sim_fail_die(struct nand_dev *d, uint32_t die);
+/* Timing model on or off at run time. */
+void nand_sim_set_timing(struct nand_dev *d, bool on);
+
+#endif

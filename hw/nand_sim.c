@@ -1,0 +1,913 @@
+/*
+ * hw/nand_sim.c - the simulated ioDimm: NAND pages, spare bytes, erase
+ * blocks, wear, bad blocks, faults and (optionally) timing.
+ *
+ * Image file layout (little-endian, x86_64 only):
+ *   [0, 4096)              struct sim_header
+ *   [4096, data_off)       struct sim_block per erase block (the physical
+ *                          state: write pointer, erase count, bad marks)
+ *   [data_off, ...)        one slot per page: page_size data bytes followed
+ *                          by spare_size spare bytes
+ * Header and block table are mapped shared; pages are moved with
+ * preadv/pwritev.  Erased pages are never read from the file: a page at or
+ * past its block's write pointer reads as 0xFF, and erasing punches a hole.
+ * With no path everything lives in anonymous memory.
+ *
+ * An operation executes (changes the media) when it is submitted; its
+ * completion is queued and delivered by poll.  With the timing model on, the
+ * completion is due when the die (and its channel bus) would have finished:
+ * each die and each channel is busy until a time that only moves forward, so
+ * per-die order is submission order.
+ *
+ * Ordering of a program against a process kill: page bytes are written
+ * before the write pointer moves, so a killed process leaves the page
+ * erased, never a half-recorded page.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hw/nand.h"
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the image format is little-endian; this host is not"
+#endif
+
+#define SIM_MAGIC "FLASHSIM"
+#define SIM_VERSION 1
+#define SIM_NO_PAGE 0xFFFF
+#define SIM_MAX_DIES 512
+
+enum sim_block_flags {
+	SB_FACTORY_BAD = 1 << 0,  /* marked bad at the factory */
+	SB_FAIL_PROGRAM = 1 << 1, /* grown bad: programs fail */
+	SB_FAIL_ERASE = 1 << 2,   /* grown bad: erases fail */
+	SB_ERASE_TORN = 1 << 3,   /* an erase was interrupted: pages unreadable */
+};
+
+struct __attribute__((packed)) sim_block {
+	uint16_t wp;          /* pages programmed since the last erase */
+	uint16_t torn_page;   /* page whose program was interrupted or failed */
+	uint8_t flags;        /* enum sim_block_flags */
+	uint8_t pad[3];
+	uint32_t erase_count;
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct sim_block) == 16, "sim_block is on media");
+
+struct sim_header { /* naturally aligned: no padding */
+	char magic[8];
+	uint32_t version;
+	uint32_t header_size;
+	struct nand_geometry geo;       /* 7 x u32 */
+	char preset[32];
+	struct nand_timing timing;      /* 4 x u32 */
+	uint32_t rated_pe_cycles;
+	uint64_t table_off;
+	uint64_t data_off;
+	uint64_t slot_size;
+	uint8_t die_failed[SIM_MAX_DIES / 8];
+	uint32_t crc;                   /* crc32 of the bytes before it */
+	uint8_t pad[4096 - 8 - 4 - 4 - 28 - 32 - 16 - 4 - 24 - SIM_MAX_DIES / 8 - 4];
+};
+_Static_assert(sizeof(struct sim_header) == 4096, "sim_header is on media");
+
+struct page_err {
+	uint64_t ppa;
+	enum nand_status st;
+};
+
+struct sim {
+	struct nand_dev dev;
+	int fd;                       /* -1: RAM */
+	bool readonly;
+	bool timing;
+	bool sync_on_flush;
+	struct nand_timing tm;
+	struct sim_header *hdr;       /* mapped header (+ table) or malloc'd */
+	size_t map_len;
+	struct sim_block *blocks;
+	uint8_t *ram;                 /* RAM media: page slots */
+	size_t ram_len;
+	uint64_t data_off, slot_size;
+	/* timing model: busy-until per die and per channel */
+	uint64_t *die_busy, *chan_busy;
+	/* completion queues: FIFO for untimed ops, min-heap for timed ones */
+	struct nand_op *fifo_head, *fifo_tail;
+	struct nand_op **heap;
+	size_t heap_len, heap_cap;
+	uint64_t ticket;
+	/* faults */
+	uint64_t ops_executed;
+	uint64_t cut_at;              /* 0: no cut armed */
+	bool dead;
+	uint32_t corrected_ppm, uncorrectable_ppm;
+	uint64_t rng;
+	struct page_err *perr;
+	size_t perr_len, perr_cap;
+};
+
+static const struct nand_ops sim_ops;
+
+uint64_t nand_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint32_t crc32_plain(const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+	uint32_t crc = ~0u;
+	while (len--) {
+		crc ^= *p++;
+		for (int k = 0; k < 8; k++)
+			crc = (crc >> 1) ^ (0xEDB88320u & -(crc & 1));
+	}
+	return ~crc;
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+	uint64_t x = *s;
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	*s = x;
+	return x * 0x2545F4914F6CDD1Dull;
+}
+
+static struct sim *to_sim(struct nand_dev *d)
+{
+	return (struct sim *)d;
+}
+
+static inline uint8_t *ram_slot(struct sim *s, uint64_t ppa)
+{
+	return s->ram + ppa * s->slot_size;
+}
+
+static void header_seal(struct sim *s)
+{
+	s->hdr->crc = crc32_plain(s->hdr, offsetof(struct sim_header, crc));
+}
+
+/* ---- completion queues ------------------------------------------------- */
+
+static bool heap_less(const struct nand_op *a, const struct nand_op *b)
+{
+	return a->due_ns < b->due_ns || (a->due_ns == b->due_ns && a->ticket < b->ticket);
+}
+
+static int heap_push(struct sim *s, struct nand_op *op)
+{
+	if (s->heap_len == s->heap_cap) {
+		size_t cap = s->heap_cap ? s->heap_cap * 2 : 1024;
+		struct nand_op **h = realloc(s->heap, cap * sizeof *h);
+		if (!h)
+			return -ENOMEM;
+		s->heap = h;
+		s->heap_cap = cap;
+	}
+	size_t i = s->heap_len++;
+	while (i > 0) {
+		size_t parent = (i - 1) / 2;
+		if (!heap_less(op, s->heap[parent]))
+			break;
+		s->heap[i] = s->heap[parent];
+		i = parent;
+	}
+	s->heap[i] = op;
+	return 0;
+}
+
+static struct nand_op *heap_pop(struct sim *s)
+{
+	struct nand_op *top = s->heap[0];
+	struct nand_op *last = s->heap[--s->heap_len];
+	size_t i = 0, n = s->heap_len;
+	for (;;) {
+		size_t c = 2 * i + 1;
+		if (c >= n)
+			break;
+		if (c + 1 < n && heap_less(s->heap[c + 1], s->heap[c]))
+			c++;
+		if (!heap_less(s->heap[c], last))
+			break;
+		s->heap[i] = s->heap[c];
+		i = c;
+	}
+	if (n)
+		s->heap[i] = last;
+	return top;
+}
+
+/* ---- media access ------------------------------------------------------ */
+
+static enum nand_status page_error_lookup(struct sim *s, uint64_t ppa)
+{
+	for (size_t i = 0; i < s->perr_len; i++)
+		if (s->perr[i].ppa == ppa)
+			return s->perr[i].st;
+	return NAND_OK;
+}
+
+static void page_errors_drop_block(struct sim *s, uint32_t block)
+{
+	uint64_t lo = (uint64_t)block * s->dev.geo.pages_per_block;
+	uint64_t hi = lo + s->dev.geo.pages_per_block;
+	size_t j = 0;
+	for (size_t i = 0; i < s->perr_len; i++)
+		if (s->perr[i].ppa < lo || s->perr[i].ppa >= hi)
+			s->perr[j++] = s->perr[i];
+	s->perr_len = j;
+}
+
+static bool die_failed(struct sim *s, uint32_t block)
+{
+	uint32_t die = nand_block_die(&s->dev.geo, block);
+	return s->hdr->die_failed[die / 8] & (1u << (die % 8));
+}
+
+static void fill_garbage(struct sim *s, struct nand_op *op)
+{
+	const struct nand_geometry *g = &s->dev.geo;
+	uint64_t x = s->rng ^ ((uint64_t)op->block << 20) ^ op->page;
+	if (op->data)
+		for (uint32_t i = 0; i + 8 <= g->page_size; i += 8) {
+			uint64_t v = rng_next(&x);
+			memcpy((uint8_t *)op->data + i, &v, 8);
+		}
+	if (op->spare)
+		for (uint32_t i = 0; i + 8 <= g->spare_size; i += 8) {
+			uint64_t v = rng_next(&x);
+			memcpy((uint8_t *)op->spare + i, &v, 8);
+		}
+}
+
+static enum nand_status media_read(struct sim *s, struct nand_op *op)
+{
+	const struct nand_geometry *g = &s->dev.geo;
+	struct sim_block *b = &s->blocks[op->block];
+	uint64_t ppa = (uint64_t)op->block * g->pages_per_block + op->page;
+
+	if (b->flags & SB_FACTORY_BAD)
+		return NAND_BLOCK_BAD;
+	if (die_failed(s, op->block) || (b->flags & SB_ERASE_TORN) ||
+	    (b->torn_page != SIM_NO_PAGE &&
+	     (op->page == b->torn_page ||
+	      ((b->flags & SB_FAIL_PROGRAM) && op->page > b->torn_page)))) {
+		fill_garbage(s, op);
+		return NAND_UNCORRECTABLE;
+	}
+	if (op->page >= b->wp) {
+		if (op->data)
+			memset(op->data, 0xFF, g->page_size);
+		if (op->spare)
+			memset(op->spare, 0xFF, g->spare_size);
+		return NAND_OK;
+	}
+	if (s->ram) {
+		const uint8_t *src = ram_slot(s, ppa);
+		if (op->data)
+			memcpy(op->data, src, g->page_size);
+		if (op->spare)
+			memcpy(op->spare, src + g->page_size, g->spare_size);
+	} else {
+		uint64_t off = s->data_off + ppa * s->slot_size;
+		ssize_t n;
+		if (op->data && op->spare) {
+			struct iovec iov[2] = { { op->data, g->page_size }, { op->spare, g->spare_size } };
+			n = preadv(s->fd, iov, 2, (off_t)off);
+			if (n != (ssize_t)(g->page_size + g->spare_size))
+				return NAND_UNCORRECTABLE;
+		} else if (op->data) {
+			n = pread(s->fd, op->data, g->page_size, (off_t)off);
+			if (n != (ssize_t)g->page_size)
+				return NAND_UNCORRECTABLE;
+		} else if (op->spare) {
+			n = pread(s->fd, op->spare, g->spare_size, (off_t)(off + g->page_size));
+			if (n != (ssize_t)g->spare_size)
+				return NAND_UNCORRECTABLE;
+		}
+	}
+	enum nand_status st = NAND_OK;
+	if (s->perr_len)
+		st = page_error_lookup(s, ppa);
+	if (st == NAND_OK && (s->uncorrectable_ppm || s->corrected_ppm)) {
+		uint32_t r = (uint32_t)(rng_next(&s->rng) % 1000000u);
+		if (r < s->uncorrectable_ppm)
+			st = NAND_UNCORRECTABLE;
+		else if (r < s->uncorrectable_ppm + s->corrected_ppm)
+			st = NAND_CORRECTED;
+	}
+	if (st == NAND_UNCORRECTABLE)
+		fill_garbage(s, op);
+	return st;
+}
+
+static enum nand_status media_program(struct sim *s, struct nand_op *op, bool interrupted)
+{
+	const struct nand_geometry *g = &s->dev.geo;
+	struct sim_block *b = &s->blocks[op->block];
+	uint64_t ppa = (uint64_t)op->block * g->pages_per_block + op->page;
+
+	if (b->flags & SB_FACTORY_BAD)
+		return NAND_BLOCK_BAD;
+	if (op->page != b->wp || !op->data)
+		return NAND_PROGRAM_FAILED; /* out of order or twice: nothing written */
+	if (interrupted || die_failed(s, op->block) || (b->flags & (SB_FAIL_PROGRAM | SB_ERASE_TORN))) {
+		/* the page is consumed and unreadable */
+		if (b->torn_page == SIM_NO_PAGE)
+			b->torn_page = (uint16_t)op->page;
+		b->wp = (uint16_t)(op->page + 1);
+		return interrupted ? NAND_POWER_LOSS : NAND_PROGRAM_FAILED;
+	}
+	if (s->ram) {
+		uint8_t *dst = ram_slot(s, ppa);
+		memcpy(dst, op->data, g->page_size);
+		if (op->spare)
+			memcpy(dst + g->page_size, op->spare, g->spare_size);
+		else
+			memset(dst + g->page_size, 0xFF, g->spare_size);
+	} else {
+		uint8_t ff[256];
+		void *spare = op->spare;
+		if (!spare) {
+			memset(ff, 0xFF, sizeof ff);
+			spare = ff;
+		}
+		struct iovec iov[2] = { { op->data, g->page_size }, { spare, g->spare_size } };
+		ssize_t n = pwritev(s->fd, iov, 2, (off_t)(s->data_off + ppa * s->slot_size));
+		if (n != (ssize_t)(g->page_size + g->spare_size))
+			return NAND_PROGRAM_FAILED; /* host I/O error (ENOSPC...): page stays erased */
+	}
+	b->wp = (uint16_t)(op->page + 1);
+	return NAND_OK;
+}
+
+static void media_discard(struct sim *s, uint32_t block)
+{
+	const struct nand_geometry *g = &s->dev.geo;
+	uint64_t len = (uint64_t)g->pages_per_block * s->slot_size;
+	uint64_t off = (uint64_t)block * len;
+	/* only whole 4 KiB pages inside the block's range */
+	uint64_t lo = (off + 4095) & ~4095ull, hi = (off + len) & ~4095ull;
+	if (hi <= lo)
+		return;
+	if (s->ram)
+		madvise(s->ram + lo, hi - lo, MADV_DONTNEED);
+	else if (!s->readonly)
+		fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			  (off_t)(s->data_off + lo), (off_t)(hi - lo));
+}
+
+static enum nand_status media_erase(struct sim *s, struct nand_op *op, bool interrupted)
+{
+	struct sim_block *b = &s->blocks[op->block];
+
+	if (b->flags & SB_FACTORY_BAD)
+		return NAND_BLOCK_BAD;
+	if (interrupted) {
+		b->flags |= SB_ERASE_TORN;
+		b->erase_count++;
+		return NAND_POWER_LOSS;
+	}
+	if (die_failed(s, op->block) || (b->flags & SB_FAIL_ERASE))
+		return NAND_ERASE_FAILED;
+	bool had_pages = b->wp != 0 || (b->flags & SB_ERASE_TORN);
+	b->wp = 0;
+	b->torn_page = SIM_NO_PAGE;
+	b->flags &= (uint8_t)~SB_ERASE_TORN;
+	b->erase_count++;
+	if (s->perr_len)
+		page_errors_drop_block(s, op->block);
+	if (had_pages)
+		media_discard(s, op->block);
+	return NAND_OK;
+}
+
+/* ---- timing model ------------------------------------------------------ */
+
+static uint64_t xfer_ns(struct sim *s, uint32_t bytes)
+{
+	if (!s->tm.xfer_mbps)
+		return 0;
+	return (uint64_t)bytes * 1000ull / s->tm.xfer_mbps; /* MB/s = bytes/us */
+}
+
+static uint64_t max3(uint64_t a, uint64_t b, uint64_t c)
+{
+	uint64_t m = a > b ? a : b;
+	return m > c ? m : c;
+}
+
+static uint64_t schedule(struct sim *s, const struct nand_op *op)
+{
+	const struct nand_geometry *g = &s->dev.geo;
+	uint32_t die = nand_block_die(g, op->block);
+	uint32_t chan = die / g->dies_per_channel;
+	uint64_t now = nand_now_ns();
+	uint64_t *dbusy = &s->die_busy[die], *cbusy = &s->chan_busy[chan];
+	uint64_t due;
+
+	switch (op->type) {
+	case NAND_OP_READ: {
+		uint32_t bytes = (op->data ? g->page_size : 0) + (op->spare ? g->spare_size : 0);
+		uint64_t sensed = (now > *dbusy ? now : *dbusy) + s->tm.read_us * 1000ull;
+		uint64_t start = sensed > *cbusy ? sensed : *cbusy;
+		due = start + xfer_ns(s, bytes);
+		*cbusy = due;
+		*dbusy = due;
+		break;
+	}
+	case NAND_OP_PROGRAM: {
+		uint64_t start = max3(now, *dbusy, *cbusy);
+		uint64_t loaded = start + xfer_ns(s, g->page_size + g->spare_size);
+		*cbusy = loaded;
+		due = loaded + s->tm.program_us * 1000ull;
+		*dbusy = due;
+		break;
+	}
+	default: {
+		uint64_t start = now > *dbusy ? now : *dbusy;
+		due = start + s->tm.erase_us * 1000ull;
+		*dbusy = due;
+		break;
+	}
+	}
+	return due;
+}
+
+/* ---- ops --------------------------------------------------------------- */
+
+static int sim_submit(struct nand_dev *d, struct nand_op *op)
+{
+	struct sim *s = to_sim(d);
+	const struct nand_geometry *g = &d->geo;
+
+	if (op->block >= nand_blocks(g) || op->page >= g->pages_per_block) {
+		op->status = NAND_INVALID;
+	} else if (s->dead) {
+		op->status = NAND_POWER_LOSS;
+	} else if (s->readonly && op->type != NAND_OP_READ) {
+		op->status = NAND_INVALID;
+	} else {
+		bool cut = false;
+		s->ops_executed++;
+		if (s->cut_at && s->ops_executed >= s->cut_at) {
+			cut = true;
+			s->dead = true;
+			s->cut_at = 0;
+		}
+		switch (op->type) {
+		case NAND_OP_READ:
+			op->status = cut ? NAND_POWER_LOSS : media_read(s, op);
+			break;
+		case NAND_OP_PROGRAM:
+			op->status = media_program(s, op, cut);
+			break;
+		case NAND_OP_ERASE:
+			op->status = media_erase(s, op, cut);
+			break;
+		default:
+			op->status = NAND_INVALID;
+		}
+	}
+	op->next = NULL;
+	op->ticket = s->ticket++;
+	d->inflight++;
+	if (s->timing && op->status != NAND_INVALID && op->status != NAND_POWER_LOSS) {
+		op->due_ns = schedule(s, op);
+		if (heap_push(s, op) == 0)
+			return 0;
+	}
+	op->due_ns = 0;
+	if (s->fifo_tail)
+		s->fifo_tail->next = op;
+	else
+		s->fifo_head = op;
+	s->fifo_tail = op;
+	return 0;
+}
+
+static int sim_poll(struct nand_dev *d, uint64_t now_ns)
+{
+	struct sim *s = to_sim(d);
+	int n = 0;
+
+	/* only what is queued now: handlers may submit more */
+	struct nand_op *op = s->fifo_head;
+	s->fifo_head = s->fifo_tail = NULL;
+	while (op) {
+		struct nand_op *next = op->next;
+		d->inflight--;
+		n++;
+		op->done(op);
+		op = next;
+	}
+	if (s->heap_len && s->heap[0]->due_ns <= now_ns) {
+		size_t budget = s->heap_len;
+		while (budget-- && s->heap_len && s->heap[0]->due_ns <= now_ns) {
+			op = heap_pop(s);
+			d->inflight--;
+			n++;
+			op->done(op);
+		}
+	}
+	return n;
+}
+
+static uint64_t sim_next_due(struct nand_dev *d)
+{
+	struct sim *s = to_sim(d);
+	if (s->fifo_head)
+		return 0;
+	return s->heap_len ? s->heap[0]->due_ns : UINT64_MAX;
+}
+
+static int sim_sync(struct nand_dev *d)
+{
+	struct sim *s = to_sim(d);
+	if (s->fd < 0 || !s->sync_on_flush || s->readonly)
+		return 0;
+	if (fdatasync(s->fd) < 0)
+		return -errno;
+	return 0;
+}
+
+static uint32_t sim_erase_count(struct nand_dev *d, uint32_t block)
+{
+	struct sim *s = to_sim(d);
+	return block < nand_blocks(&d->geo) ? s->blocks[block].erase_count : 0;
+}
+
+static bool sim_factory_bad(struct nand_dev *d, uint32_t block)
+{
+	struct sim *s = to_sim(d);
+	return block >= nand_blocks(&d->geo) || (s->blocks[block].flags & SB_FACTORY_BAD);
+}
+
+static void sim_close(struct nand_dev *d)
+{
+	struct sim *s = to_sim(d);
+	/* deliver nothing: the caller has abandoned its operations */
+	if (s->fd >= 0) {
+		if (s->hdr)
+			munmap(s->hdr, s->map_len);
+		close(s->fd);
+	} else {
+		free(s->hdr);
+	}
+	if (s->ram)
+		munmap(s->ram, s->ram_len);
+	free(s->die_busy);
+	free(s->chan_busy);
+	free(s->heap);
+	free(s->perr);
+	free(s);
+}
+
+static const struct nand_ops sim_ops = {
+	.struct_size = sizeof(struct nand_ops),
+	.version = NAND_OPS_VERSION,
+	.name = "sim",
+	.submit = sim_submit,
+	.poll = sim_poll,
+	.next_due = sim_next_due,
+	.sync = sim_sync,
+	.erase_count = sim_erase_count,
+	.factory_bad = sim_factory_bad,
+	.close = sim_close,
+};
+
+void nand_close(struct nand_dev *d)
+{
+	if (d)
+		d->ops->close(d);
+}
+
+bool nand_is_sim(const struct nand_dev *d)
+{
+	return d && d->ops == &sim_ops;
+}
+
+/* ---- open / create ----------------------------------------------------- */
+
+static void seterr(char *err, size_t len, const char *fmt, const char *a, const char *b)
+{
+	if (err && len)
+		snprintf(err, len, fmt, a, b);
+}
+
+static void init_blocks(struct sim *s, const struct nand_preset *p, uint64_t seed)
+{
+	uint32_t n = nand_blocks(&s->dev.geo);
+	uint64_t rng = seed ? seed : 0x9E3779B97F4A7C15ull;
+	for (uint32_t i = 0; i < n; i++) {
+		struct sim_block *b = &s->blocks[i];
+		memset(b, 0, sizeof *b);
+		b->torn_page = SIM_NO_PAGE;
+		/* block 0 of every die is guaranteed good, as NAND vendors do */
+		if (p->factory_bad_ppm && i % s->dev.geo.blocks_per_die != 0 &&
+		    rng_next(&rng) % 1000000u < p->factory_bad_ppm)
+			b->flags = SB_FACTORY_BAD;
+	}
+}
+
+static int geometry_ok(const struct nand_geometry *g)
+{
+	if (!g->channels || !g->dies_per_channel || !g->blocks_per_die || !g->pages_per_block ||
+	    !g->page_size || !g->spare_size)
+		return 0;
+	if (nand_dies(g) > SIM_MAX_DIES || g->pages_per_block > 4096 || g->spare_size > 256 ||
+	    g->page_size % 512)
+		return 0;
+	return 1;
+}
+
+int nand_sim_open(const struct nand_sim_config *cfg, struct nand_dev **out, char *err,
+		  size_t errlen)
+{
+	const struct nand_preset *p = NULL;
+	struct sim *s = calloc(1, sizeof *s);
+	int rc;
+
+	if (!s)
+		return -ENOMEM;
+	s->fd = -1;
+	s->timing = cfg->timing;
+	s->sync_on_flush = cfg->sync_on_flush;
+	s->readonly = cfg->readonly;
+	s->rng = cfg->seed ? cfg->seed : 0x853c49e6748fea9bull;
+
+	if (cfg->preset) {
+		p = nand_preset_find(cfg->preset);
+		if (!p) {
+			seterr(err, errlen, "unknown preset '%s'%s", cfg->preset, "");
+			free(s);
+			return -EINVAL;
+		}
+	}
+
+	if (!cfg->path) {
+		if (!p) {
+			seterr(err, errlen, "a RAM device needs a preset%s%s", "", "");
+			free(s);
+			return -EINVAL;
+		}
+		s->dev.geo = p->geo;
+		s->slot_size = p->geo.page_size + p->geo.spare_size;
+		s->hdr = calloc(1, sizeof(struct sim_header) +
+				      (size_t)nand_blocks(&p->geo) * sizeof(struct sim_block));
+		if (!s->hdr) {
+			free(s);
+			return -ENOMEM;
+		}
+		s->blocks = (struct sim_block *)(s->hdr + 1);
+		s->ram_len = (size_t)(nand_pages(&p->geo) * s->slot_size);
+		s->ram = mmap(NULL, s->ram_len, PROT_READ | PROT_WRITE,
+			      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (s->ram == MAP_FAILED) {
+			rc = -errno;
+			free(s->hdr);
+			free(s);
+			seterr(err, errlen, "cannot map RAM for the NAND image%s%s", "", "");
+			return rc;
+		}
+		memcpy(s->hdr->magic, SIM_MAGIC, 8);
+		s->hdr->geo = p->geo;
+		snprintf(s->hdr->preset, sizeof s->hdr->preset, "%s", p->name);
+		s->hdr->timing = p->timing;
+		s->hdr->rated_pe_cycles = p->rated_pe_cycles;
+		init_blocks(s, p, cfg->seed);
+		goto opened;
+	}
+
+	int flags = cfg->readonly ? O_RDONLY : O_RDWR;
+	if (cfg->create)
+		flags |= O_CREAT;
+	s->fd = open(cfg->path, flags | O_CLOEXEC, 0644);
+	if (s->fd < 0) {
+		rc = -errno;
+		seterr(err, errlen, "cannot open NAND image %s: %s", cfg->path, strerror(-rc));
+		free(s);
+		return rc;
+	}
+	if (flock(s->fd, (cfg->readonly ? LOCK_SH : LOCK_EX) | LOCK_NB) < 0) {
+		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+		seterr(err, errlen, "NAND image %s is in use by another process (%s)", cfg->path,
+		       "locked");
+		close(s->fd);
+		free(s);
+		return rc;
+	}
+
+	if (cfg->create) {
+		if (!p) {
+			seterr(err, errlen, "creating %s needs a preset%s", cfg->path, "");
+			rc = -EINVAL;
+			goto fail;
+		}
+		if (!geometry_ok(&p->geo)) {
+			rc = -EINVAL;
+			goto fail;
+		}
+		uint64_t table = (uint64_t)nand_blocks(&p->geo) * sizeof(struct sim_block);
+		uint64_t data_off = (4096 + table + (1 << 20) - 1) & ~((uint64_t)(1 << 20) - 1);
+		uint64_t slot = p->geo.page_size + p->geo.spare_size;
+		uint64_t total = data_off + nand_pages(&p->geo) * slot;
+		if (ftruncate(s->fd, 0) < 0 || ftruncate(s->fd, (off_t)total) < 0) {
+			rc = -errno;
+			seterr(err, errlen, "cannot size NAND image %s: %s", cfg->path, strerror(-rc));
+			goto fail;
+		}
+		s->map_len = data_off;
+		s->hdr = mmap(NULL, s->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+		if (s->hdr == MAP_FAILED) {
+			rc = -errno;
+			s->hdr = NULL;
+			goto fail;
+		}
+		memcpy(s->hdr->magic, SIM_MAGIC, 8);
+		s->hdr->version = SIM_VERSION;
+		s->hdr->header_size = sizeof(struct sim_header);
+		s->hdr->geo = p->geo;
+		snprintf(s->hdr->preset, sizeof s->hdr->preset, "%s", p->name);
+		s->hdr->timing = p->timing;
+		s->hdr->rated_pe_cycles = p->rated_pe_cycles;
+		s->hdr->table_off = 4096;
+		s->hdr->data_off = data_off;
+		s->hdr->slot_size = slot;
+		s->blocks = (struct sim_block *)((uint8_t *)s->hdr + 4096);
+		s->dev.geo = p->geo;
+		init_blocks(s, p, cfg->seed);
+		header_seal(s);
+		if (msync(s->hdr, s->map_len, MS_SYNC) < 0 || fsync(s->fd) < 0) {
+			rc = -errno;
+			goto fail;
+		}
+	} else {
+		struct sim_header h;
+		ssize_t n = pread(s->fd, &h, sizeof h, 0);
+		if (n != (ssize_t)sizeof h || memcmp(h.magic, SIM_MAGIC, 8) != 0) {
+			seterr(err, errlen, "%s is not a flashd NAND image%s", cfg->path, "");
+			rc = -EINVAL;
+			goto fail;
+		}
+		if (h.version != SIM_VERSION || h.header_size != sizeof h ||
+		    h.crc != crc32_plain(&h, offsetof(struct sim_header, crc)) || !geometry_ok(&h.geo)) {
+			seterr(err, errlen, "%s: NAND image header is damaged or of another version%s",
+			       cfg->path, "");
+			rc = -EINVAL;
+			goto fail;
+		}
+		struct stat st;
+		uint64_t table = (uint64_t)nand_blocks(&h.geo) * sizeof(struct sim_block);
+		if (fstat(s->fd, &st) < 0 || h.table_off != 4096 || h.data_off < 4096 + table ||
+		    h.slot_size != (uint64_t)h.geo.page_size + h.geo.spare_size ||
+		    (uint64_t)st.st_size < h.data_off + nand_pages(&h.geo) * h.slot_size) {
+			seterr(err, errlen, "%s: NAND image is truncated or inconsistent%s", cfg->path, "");
+			rc = -EINVAL;
+			goto fail;
+		}
+		if (p && strcmp(p->name, h.preset) != 0) {
+			seterr(err, errlen, "%s holds preset %s, not the one configured", cfg->path,
+			       h.preset);
+			rc = -EINVAL;
+			goto fail;
+		}
+		s->map_len = h.data_off;
+		s->hdr = mmap(NULL, s->map_len, PROT_READ | (cfg->readonly ? 0 : PROT_WRITE),
+			      MAP_SHARED, s->fd, 0);
+		if (s->hdr == MAP_FAILED) {
+			rc = -errno;
+			s->hdr = NULL;
+			goto fail;
+		}
+		s->blocks = (struct sim_block *)((uint8_t *)s->hdr + 4096);
+		s->dev.geo = h.geo;
+	}
+	s->data_off = s->hdr->data_off;
+	s->slot_size = s->hdr->slot_size;
+
+opened:
+	s->dev.ops = &sim_ops;
+	s->dev.priv = s;
+	snprintf(s->dev.preset, sizeof s->dev.preset, "%s", s->hdr->preset);
+	s->dev.rated_pe_cycles = s->hdr->rated_pe_cycles;
+	s->tm = s->hdr->timing;
+	s->die_busy = calloc(nand_dies(&s->dev.geo), sizeof *s->die_busy);
+	s->chan_busy = calloc(s->dev.geo.channels, sizeof *s->chan_busy);
+	if (!s->die_busy || !s->chan_busy) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	*out = &s->dev;
+	return 0;
+
+fail:
+	if (s->hdr && s->fd >= 0)
+		munmap(s->hdr, s->map_len);
+	if (s->fd >= 0)
+		close(s->fd);
+	free(s->die_busy);
+	free(s->chan_busy);
+	free(s);
+	return rc;
+}
+
+/* ---- fault injection --------------------------------------------------- */
+
+int nand_sim_set_faults(struct nand_dev *d, const struct nand_sim_faults *f)
+{
+	if (!nand_is_sim(d))
+		return -EOPNOTSUPP;
+	struct sim *s = to_sim(d);
+	s->cut_at = f->power_cut_after ? s->ops_executed + f->power_cut_after : 0;
+	s->corrected_ppm = f->corrected_ppm;
+	s->uncorrectable_ppm = f->uncorrectable_ppm;
+	return 0;
+}
+
+bool nand_sim_powered(const struct nand_dev *d)
+{
+	return !((const struct sim *)d)->dead;
+}
+
+void nand_sim_power_on(struct nand_dev *d)
+{
+	struct sim *s = to_sim(d);
+	/* the queued completions belong to the world before the cut */
+	s->fifo_head = s->fifo_tail = NULL;
+	s->heap_len = 0;
+	d->inflight = 0;
+	s->dead = false;
+	s->cut_at = 0;
+	memset(s->die_busy, 0, nand_dies(&d->geo) * sizeof *s->die_busy);
+	memset(s->chan_busy, 0, d->geo.channels * sizeof *s->chan_busy);
+}
+
+uint64_t nand_sim_op_count(const struct nand_dev *d)
+{
+	return ((const struct sim *)d)->ops_executed;
+}
+
+int nand_sim_fail_block(struct nand_dev *d, uint32_t block, bool fail_program, bool fail_erase)
+{
+	if (!nand_is_sim(d) || block >= nand_blocks(&d->geo))
+		return -EINVAL;
+	struct sim *s = to_sim(d);
+	if (fail_program)
+		s->blocks[block].flags |= SB_FAIL_PROGRAM;
+	if (fail_erase)
+		s->blocks[block].flags |= SB_FAIL_ERASE;
+	return 0;
+}
+
+int nand_sim_page_error(struct nand_dev *d, uint64_t ppa, enum nand_status st)
+{
+	if (!nand_is_sim(d) || ppa >= nand_pages(&d->geo))
+		return -EINVAL;
+	struct sim *s = to_sim(d);
+	for (size_t i = 0; i < s->perr_len; i++)
+		if (s->perr[i].ppa == ppa) {
+			s->perr[i].st = st;
+			return 0;
+		}
+	if (s->perr_len == s->perr_cap) {
+		size_t cap = s->perr_cap ? s->perr_cap * 2 : 16;
+		struct page_err *p = realloc(s->perr, cap * sizeof *p);
+		if (!p)
+			return -ENOMEM;
+		s->perr = p;
+		s->perr_cap = cap;
+	}
+	s->perr[s->perr_len++] = (struct page_err){ ppa, st };
+	return 0;
+}
+
+int nand_sim_fail_die(struct nand_dev *d, uint32_t die)
+{
+	if (!nand_is_sim(d) || die >= nand_dies(&d->geo))
+		return -EINVAL;
+	struct sim *s = to_sim(d);
+	s->hdr->die_failed[die / 8] |= (uint8_t)(1u << (die % 8));
+	if (s->fd >= 0)
+		header_seal(s);
+	return 0;
+}
+
+void nand_sim_set_timing(struct nand_dev *d, bool on)
+{
+	to_sim(d)->timing = on;
+}
