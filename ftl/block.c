@@ -241,14 +241,15 @@ int eraser_kick(struct ftl *f)
 
 /*
  * Reserve thresholds, in free blocks (FREE + DIRTY + ERASING):
- *   gc_min   - below it only checkpoints allocate: one checkpoint's blocks
+ *   gc_min   - below it only checkpoints and trim records allocate: one
+ *              checkpoint's blocks, and one block for records
  *   user_min - below it host writes wait for GC: GC needs a block per die
  *   gc_start - GC runs (paced by host writes) while the pool is below it
  */
 void blk_limits(struct ftl *f)
 {
 	f->cp_reserve = cp_blocks_needed(f);
-	f->gc_min = f->cp_reserve + 1;
+	f->gc_min = f->cp_reserve + 2;
 	f->user_min = f->gc_min + f->ndies + 1;
 	f->gc_start = f->user_min + f->ndies + 2;
 }

@@ -497,7 +497,7 @@ int ftl_open(struct nand_dev *dev, const struct ftl_open_params *p, struct ftl *
 {
 	static const struct ftl_open_params defaults;
 	char dummy[256];
-	uint64_t t0 = nand_now_ns();
+	uint64_t t0 = nand_now(dev);
 	struct open_ctx c = { .p = p ? p : &defaults, .err = err ? err : dummy,
 			      .errlen = err ? errlen : sizeof dummy };
 	c.err[0] = 0;
@@ -519,7 +519,7 @@ int ftl_open(struct nand_dev *dev, const struct ftl_open_params *p, struct ftl *
 		free_all(f);
 		return rc;
 	}
-	f->info.open_ns = nand_now_ns() - t0;
+	f->info.open_ns = nand_now(dev) - t0;
 	*out = f;
 	return 0;
 }
@@ -535,7 +535,7 @@ void ftl_progress(struct ftl *f)
 		int n = 0;
 		uint64_t due = nand_next_due(f->dev);
 		if (due != UINT64_MAX) {
-			uint64_t now = due ? nand_now_ns() : 0;
+			uint64_t now = due ? nand_now(f->dev) : 0;
 			if (due <= now)
 				n += nand_poll(f->dev, now);
 		}
@@ -584,9 +584,9 @@ void ftl_debug_dump(struct ftl *f)
 		(unsigned long long)u->fill, (unsigned long long)u->submit, (unsigned long long)u->done,
 		u->nretry, f->stream[0].stalled, (unsigned long long)g->fill,
 		(unsigned long long)g->submit, (unsigned long long)g->done, f->stream[1].stalled);
-	ftl_log("gc: active %d credit %lld ratio %lld min_bucket %u cp phase %d req %d",
+	ftl_log("gc: active %d credit %lld ratio %lld min_bucket %u cp phase %d req %d; trims pending %u",
 		f->active_victim, (long long)f->gc_credit, (long long)f->gc_ratio, f->min_bucket,
-		f->cp.phase, f->cp.requested);
+		f->cp.phase, f->cp.requested, f->ntrim_pend);
 	for (int i = 0; i < GC_MAX_VICTIMS; i++) {
 		struct victim *v = &f->victims[i];
 		if (v->block != FTL_NO_BLOCK)
@@ -600,6 +600,11 @@ void ftl_debug_dump(struct ftl *f)
 	ftl_log("io: write head %p durable head %p read head %p in flight %u",
 		(void *)f->wq_write.head, (void *)f->wq_durable.head, (void *)f->wq_read.head,
 		f->ios_in_flight);
+}
+
+void ftl_debug_dump_public(struct ftl *f)
+{
+	ftl_debug_dump(f);
 }
 
 int ftl_run_until(struct ftl *f, bool (*pred)(struct ftl *, void *), void *arg)
@@ -616,12 +621,7 @@ int ftl_run_until(struct ftl *f, bool (*pred)(struct ftl *, void *), void *arg)
 			ftl_debug_dump(f);
 			return -EDEADLK;
 		}
-		uint64_t now = nand_now_ns();
-		if (due > now) {
-			struct timespec ts = { (time_t)((due - now) / 1000000000u),
-					       (long)((due - now) % 1000000000u) };
-			nanosleep(&ts, NULL);
-		}
+		nand_wait_until(f->dev, due);
 	}
 }
 
@@ -629,15 +629,11 @@ int ftl_run_until(struct ftl *f, bool (*pred)(struct ftl *, void *), void *arg)
 static void drain_device(struct ftl *f)
 {
 	while (f->dev->inflight) {
-		uint64_t due = nand_next_due(f->dev), now = nand_now_ns();
+		uint64_t due = nand_next_due(f->dev);
 		if (due == UINT64_MAX)
 			break;
-		if (due > now) {
-			struct timespec ts = { (time_t)((due - now) / 1000000000u),
-					       (long)((due - now) % 1000000000u) };
-			nanosleep(&ts, NULL);
-			now = nand_now_ns();
-		}
+		nand_wait_until(f->dev, due);
+		uint64_t now = nand_now(f->dev);
 		f->in_progress = true; /* completions only; start nothing new */
 		nand_poll(f->dev, now);
 		f->in_progress = false;

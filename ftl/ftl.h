@@ -220,6 +220,9 @@ void ftl_get_stats(struct ftl *f, struct ftl_stats *st);
 /* Where FTL messages go (default: stderr).  Process-wide. */
 void ftl_set_logger(void (*fn)(void *arg, const char *msg), void *arg);
 
+/* Log the internal state (queues, cursors, GC) for debugging a hang. */
+void ftl_debug_dump_public(struct ftl *f);
+
 /* The NAND device underneath. */
 struct nand_dev *ftl_device(struct ftl *f);
 

@@ -131,7 +131,7 @@ struct stream {
 	struct ring ring;
 	struct stream_die *die;   /* [ndies] */
 	uint32_t next_die;        /* round-robin cursor: stripes pages over dies */
-	bool stalled;             /* last kick found no page to program */
+	bool stalled;             /* waiting for a free block (GC runs unpaced) */
 };
 
 /* ---- reads -------------------------------------------------------------- */
@@ -159,6 +159,7 @@ struct victim {
 	uint32_t block;           /* FTL_NO_BLOCK: unused */
 	bool retire;              /* retire as bad instead of erasing */
 	bool need_trim_record;    /* re-logged trims must be closed into a record */
+	bool log_closed;          /* finishing: trims closed, wait_user_pos set */
 	uint32_t cursor;          /* next page to examine */
 	uint32_t scans_done;      /* spare reads completed */
 	uint32_t pending;         /* data reads + relocation programs in flight */
@@ -388,6 +389,7 @@ static inline uint32_t ring_free(const struct ring *r)
 	return r->nslots - (uint32_t)(r->fill - r->done);
 }
 int writer_kick(struct ftl *f, struct stream *s);
+uint32_t stream_next_page(struct ftl *f, struct stream *s, uint32_t floor);
 uint8_t *slot_data(struct ftl *f, uint32_t l2p_entry);
 
 /* io.c */

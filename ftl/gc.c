@@ -93,6 +93,7 @@ static void victim_start(struct ftl *f, int vi, uint32_t b, bool retire)
 	v->block = b;
 	v->retire = retire;
 	v->need_trim_record = false;
+	v->log_closed = false;
 	v->cursor = 0;
 	v->scans_done = 0;
 	v->pending = 0;
@@ -339,10 +340,17 @@ static int victim_finish(struct ftl *f, int vi)
 		v->nlost--;
 		v->need_trim_record = true;
 	}
-	if (v->need_trim_record) {
+	/*
+	 * Pages of the victim that host writes or trims made stale may still
+	 * hold the newest durable version of their unit, until those writes
+	 * and trim records are programmed: wait for everything the user ring
+	 * holds now (it can always drain: its slots have pages).
+	 */
+	if (!v->log_closed) {
 		if (!trim_close_record(f))
 			return 0;
 		v->need_trim_record = false;
+		v->log_closed = true;
 		v->wait_user_pos = ur->fill;
 	}
 	if (ur->done < v->wait_user_pos)

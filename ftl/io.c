@@ -102,9 +102,8 @@ static void rop_done(struct nand_op *op)
 
 	if (op->status == NAND_POWER_LOSS) {
 		ftl_fail(f, -EIO, "medium lost power");
-		return;
-	}
-	if (op->status == NAND_CORRECTED) {
+		err = -EIO;
+	} else if (op->status == NAND_CORRECTED) {
 		f->st.read_errors_corrected++;
 	} else if (op->status != NAND_OK) {
 		f->st.read_errors_uncorrectable++;
@@ -256,8 +255,8 @@ static bool write_continue(struct ftl *f, struct ftl_io *io)
 		/* one slot for the unit, one kept for a trim record */
 		if (ring_free(r) < 2)
 			return false;
-		if (f->ntrim_pend && trim_pending_overlaps(f, u))
-			trim_close_record(f);
+		if (f->ntrim_pend && trim_pending_overlaps(f, u) && !trim_close_record(f))
+			return false;
 
 		uint32_t idx = (uint32_t)(r->fill & r->mask);
 		uint8_t *dst = ring_data(r, idx, f->page_size);
@@ -299,9 +298,18 @@ static bool write_continue(struct ftl *f, struct ftl_io *io)
 			       zero ? f->zero_page : (uint8_t *)io->buf + (lo - io->offset), hi - lo);
 		}
 
+		/* the page it will be programmed to, taken now: what the ring
+		 * holds can always drain without GC */
+		uint32_t ppa = stream_next_page(f, &f->stream[STREAM_USER], f->user_min);
+		if (ppa == FTL_NO_BLOCK) {
+			f->stream[STREAM_USER].stalled = true;
+			return false;
+		}
+		f->stream[STREAM_USER].stalled = false;
 		struct slot *sl = &r->slots[idx];
 		sl->state = SLOT_FILLED;
 		sl->type = FTL_PG_DATA;
+		sl->ppa = ppa;
 		sl->lba = (uint32_t)u;
 		sl->seq = f->next_seq++;
 		r->fill++;

@@ -34,14 +34,10 @@ enum nand_status nand_op_sync(struct nand_dev *dev, struct nand_op *op)
 	op->priv = &done;
 	nand_submit(dev, op);
 	while (!done) {
-		uint64_t due = nand_next_due(dev), now = nand_now_ns();
-		if (due > now && due != UINT64_MAX) {
-			struct timespec ts = { (time_t)((due - now) / 1000000000u),
-					       (long)((due - now) % 1000000000u) };
-			nanosleep(&ts, NULL);
-			now = nand_now_ns();
-		}
-		nand_poll(dev, now);
+		uint64_t due = nand_next_due(dev);
+		if (due != UINT64_MAX)
+			nand_wait_until(dev, due);
+		nand_poll(dev, nand_now(dev));
 	}
 	return op->status;
 }
@@ -93,13 +89,10 @@ int read_batch(struct ftl *f, uint64_t count, uint32_t window,
 			next++;
 			inflight++;
 		}
-		uint64_t due = nand_next_due(f->dev), now = nand_now_ns();
-		if (due > now && due != UINT64_MAX) {
-			struct timespec ts = { 0, (long)(due - now < 1000000000u ? due - now : 999999999) };
-			nanosleep(&ts, NULL);
-			now = nand_now_ns();
-		}
-		nand_poll(f->dev, now);
+		uint64_t due = nand_next_due(f->dev);
+		if (due != UINT64_MAX)
+			nand_wait_until(f->dev, due);
+		nand_poll(f->dev, nand_now(f->dev));
 		while (inflight && s[head].done) {
 			struct nand_op *op = &s[head].op;
 			if (op->status == NAND_POWER_LOSS)
@@ -160,7 +153,8 @@ static void first_result(struct ftl *f, void *ctx, uint64_t i, struct nand_op *o
 	struct ftl_spare sp;
 
 	if (op->status != NAND_OK && op->status != NAND_CORRECTED) {
-		x->cls[b] = cp_open ? RC_SCAN : RC_UNREADABLE;
+		/* later pages may still be readable and newer than the checkpoint */
+		x->cls[b] = RC_SCAN;
 		return;
 	}
 	int rc = spare_parse(f, op->spare, &sp);

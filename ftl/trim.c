@@ -69,6 +69,11 @@ bool trim_close_record(struct ftl *f)
 		return true;
 	if (ring_free(r) < 1)
 		return false;
+	/* records may dip below the GC reserve: finishing a victim waits for
+	 * them, and only the checkpoint's own blocks are out of reach */
+	uint32_t ppa = stream_next_page(f, &f->stream[STREAM_USER], f->cp_reserve);
+	if (ppa == FTL_NO_BLOCK)
+		return false;
 	uint32_t idx = (uint32_t)(r->fill & r->mask);
 	uint8_t *page = ring_data(r, idx, f->page_size);
 	struct ftl_trim_hdr h = { FTL_TRIM_MAGIC, f->ntrim_pend };
@@ -80,6 +85,7 @@ bool trim_close_record(struct ftl *f)
 	struct slot *sl = &r->slots[idx];
 	sl->state = SLOT_FILLED;
 	sl->type = FTL_PG_TRIM;
+	sl->ppa = ppa;
 	sl->lba = f->ntrim_pend;
 	sl->seq = f->next_seq++;
 	r->fill++;

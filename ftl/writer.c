@@ -51,10 +51,12 @@ static void ring_release(struct ftl *f, struct ring *r)
 	}
 }
 
-/* Next page of stream s, striped over the dies; NO_BLOCK if none now. */
-static uint32_t stream_next_page(struct ftl *f, struct stream *s)
+/*
+ * Next page of stream s, striped over the dies; NO_BLOCK if none now.  A new
+ * block is opened only while more than `floor` blocks are free.
+ */
+uint32_t stream_next_page(struct ftl *f, struct stream *s, uint32_t floor)
 {
-	uint32_t floor = s->id == STREAM_USER ? f->user_min : f->gc_min;
 	for (uint32_t i = 0; i < f->ndies; i++) {
 		uint32_t die = s->next_die;
 		s->next_die = die + 1 == f->ndies ? 0 : die + 1;
@@ -167,7 +169,11 @@ static void slot_submit(struct ftl *f, struct stream *s, uint32_t idx, uint32_t 
 	nand_submit(f->dev, op);
 }
 
-/* Hand filled slots to NAND, retries first. */
+/*
+ * Hand filled slots to NAND, retries first.  User slots got their page when
+ * they were filled (so whatever the user ring holds can always be
+ * programmed without waiting for GC); GC slots get one here.
+ */
 int writer_kick(struct ftl *f, struct stream *s)
 {
 	struct ring *r = &s->ring;
@@ -175,13 +181,11 @@ int writer_kick(struct ftl *f, struct stream *s)
 
 	if (f->error)
 		return 0;
-	s->stalled = false;
 	while (r->nretry) {
-		uint32_t ppa = stream_next_page(f, s);
-		if (ppa == FTL_NO_BLOCK) {
-			s->stalled = true;
+		/* a failed program: any free block will do */
+		uint32_t ppa = stream_next_page(f, s, f->gc_min);
+		if (ppa == FTL_NO_BLOCK)
 			return n;
-		}
 		slot_submit(f, s, r->retry[--r->nretry], ppa);
 		n++;
 	}
@@ -194,10 +198,14 @@ int writer_kick(struct ftl *f, struct stream *s)
 		}
 		if (sl->state != SLOT_FILLED)
 			break;
-		uint32_t ppa = stream_next_page(f, s);
-		if (ppa == FTL_NO_BLOCK) {
-			s->stalled = true;
-			break;
+		uint32_t ppa = sl->ppa;
+		if (s->id == STREAM_GC) {
+			ppa = stream_next_page(f, s, f->gc_min);
+			if (ppa == FTL_NO_BLOCK) {
+				s->stalled = true;
+				break;
+			}
+			s->stalled = false;
 		}
 		slot_submit(f, s, (uint32_t)(r->submit & r->mask), ppa);
 		r->submit++;

@@ -120,6 +120,9 @@ struct nand_ops {
 	uint32_t (*erase_count)(struct nand_dev *dev, uint32_t block);
 	/* Factory bad-block marks (read without erasing anything). */
 	bool (*factory_bad)(struct nand_dev *dev, uint32_t block);
+	/* The device's clock (ns) and a wait until a time on it. */
+	uint64_t (*now)(struct nand_dev *dev);
+	void (*wait_until)(struct nand_dev *dev, uint64_t t_ns);
 	void (*close)(struct nand_dev *dev);
 };
 
@@ -156,9 +159,17 @@ static inline bool nand_factory_bad(struct nand_dev *d, uint32_t block)
 {
 	return d->ops->factory_bad(d, block);
 }
+static inline uint64_t nand_now(struct nand_dev *d)
+{
+	return d->ops->now(d);
+}
+static inline void nand_wait_until(struct nand_dev *d, uint64_t t_ns)
+{
+	d->ops->wait_until(d, t_ns);
+}
 void nand_close(struct nand_dev *d);
 
-/* Monotonic clock in nanoseconds, the time base of poll/next_due. */
+/* Monotonic wall clock in nanoseconds (the simulator's real-time base). */
 uint64_t nand_now_ns(void);
 
 /* ---- presets ---------------------------------------------------------- */
@@ -189,6 +200,8 @@ struct nand_sim_config {
 	bool readonly;             /* open the image read-only */
 	bool timing;               /* timing model on: ops take preset time */
 	bool sync_on_flush;        /* nand_sync() calls fdatasync (file only) */
+	bool virtual_time;         /* timing model on a simulated clock that jumps
+				    * ahead when waited on (fast timed tests) */
 	uint64_t seed;             /* for factory bad blocks and random errors */
 };
 

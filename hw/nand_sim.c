@@ -91,6 +91,8 @@ struct sim {
 	bool readonly;
 	bool timing;
 	bool sync_on_flush;
+	bool virtual_time;
+	uint64_t vclock;
 	struct nand_timing tm;
 	struct sim_header *hdr;       /* mapped header (+ table) or malloc'd */
 	size_t map_len;
@@ -364,9 +366,11 @@ static void media_discard(struct sim *s, uint32_t block)
 	uint64_t lo = (off + 4095) & ~4095ull, hi = (off + len) & ~4095ull;
 	if (hi <= lo)
 		return;
+	/* RAM media keeps its pages: giving them back costs a page fault per
+	 * page on the next program */
 	if (s->ram)
-		madvise(s->ram + lo, hi - lo, MADV_DONTNEED);
-	else if (!s->readonly)
+		return;
+	if (!s->readonly)
 		fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
 			  (off_t)(s->data_off + lo), (off_t)(hi - lo));
 }
@@ -398,6 +402,27 @@ static enum nand_status media_erase(struct sim *s, struct nand_op *op, bool inte
 
 /* ---- timing model ------------------------------------------------------ */
 
+static uint64_t sim_now(struct nand_dev *d)
+{
+	struct sim *s = to_sim(d);
+	return s->virtual_time ? s->vclock : nand_now_ns();
+}
+
+static void sim_wait_until(struct nand_dev *d, uint64_t t)
+{
+	struct sim *s = to_sim(d);
+	if (s->virtual_time) {
+		if (t > s->vclock)
+			s->vclock = t;
+		return;
+	}
+	uint64_t now = nand_now_ns();
+	if (t <= now)
+		return;
+	struct timespec ts = { (time_t)((t - now) / 1000000000u), (long)((t - now) % 1000000000u) };
+	nanosleep(&ts, NULL);
+}
+
 static uint64_t xfer_ns(struct sim *s, uint32_t bytes)
 {
 	if (!s->tm.xfer_mbps)
@@ -416,7 +441,7 @@ static uint64_t schedule(struct sim *s, const struct nand_op *op)
 	const struct nand_geometry *g = &s->dev.geo;
 	uint32_t die = nand_block_die(g, op->block);
 	uint32_t chan = die / g->dies_per_channel;
-	uint64_t now = nand_now_ns();
+	uint64_t now = sim_now(&s->dev);
 	uint64_t *dbusy = &s->die_busy[die], *cbusy = &s->chan_busy[chan];
 	uint64_t due;
 
@@ -587,6 +612,8 @@ static const struct nand_ops sim_ops = {
 	.sync = sim_sync,
 	.erase_count = sim_erase_count,
 	.factory_bad = sim_factory_bad,
+	.now = sim_now,
+	.wait_until = sim_wait_until,
 	.close = sim_close,
 };
 
@@ -647,6 +674,7 @@ int nand_sim_open(const struct nand_sim_config *cfg, struct nand_dev **out, char
 	s->fd = -1;
 	s->timing = cfg->timing;
 	s->sync_on_flush = cfg->sync_on_flush;
+	s->virtual_time = cfg->virtual_time;
 	s->readonly = cfg->readonly;
 	s->rng = cfg->seed ? cfg->seed : 0x853c49e6748fea9bull;
 

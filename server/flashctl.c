@@ -1,1 +1,529 @@
-int main(void) { return 0; }
+/*
+ * flashctl - manage ioDimm images and study the FTL, like the vendor's
+ * fio-format / fio-status tools.
+ *
+ *   flashctl format IMAGE --preset P [--sector-size 512|4096]
+ *                         [--capacity BYTES|PCT%] [--op PCT]
+ *   flashctl info IMAGE [--json]
+ *   flashctl simulate --preset P [--op PCT] [--sector-size N]
+ *                     [--workload uniform|hotcold:H/C] [--passes K]
+ *                     [--reads N] [--ram] [--timing] [--seed S] [--json]
+ *   flashctl presets
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ftl/ftl.h"
+
+static const char *prog = "flashctl";
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage:\n"
+		"  %s format IMAGE --preset P [--sector-size 512|4096] [--capacity BYTES|PCT%%] [--op PCT]\n"
+		"      low-level format (creates IMAGE if missing).  --capacity PCT%% is a share of the\n"
+		"      stock capacity (100%% = stock = 20%% over-provisioning; 80%% = high performance);\n"
+		"      --op is the over-provisioning as a share of raw NAND (20 = stock, 36 = high perf)\n"
+		"  %s info IMAGE [--json]\n"
+		"      geometry, format and statistics of an image that is not in use\n"
+		"  %s simulate --preset P [--op PCT] [--sector-size N] [--workload uniform|hotcold:80/20]\n"
+		"           [--passes K] [--reads N] [--ram] [--timing] [--seed S] [--json]\n"
+		"      format a fresh device, fill it, overwrite it K times with random 4 KiB writes,\n"
+		"      report write amplification and speed\n"
+		"  %s presets\n",
+		prog, prog, prog, prog);
+}
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "%s: ", prog);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	exit(1);
+}
+
+static uint64_t parse_size(const char *s, bool *pct, double *pctval)
+{
+	char *end;
+	double v = strtod(s, &end);
+	if (end == s || v < 0)
+		die("bad size '%s'", s);
+	if (*end == '%' && !end[1]) {
+		*pct = true;
+		*pctval = v;
+		return 0;
+	}
+	*pct = false;
+	uint64_t mult = 1;
+	switch (*end) {
+	case 0: break;
+	case 'k': case 'K': mult = 1ull << 10; break;
+	case 'm': case 'M': mult = 1ull << 20; break;
+	case 'g': case 'G': mult = 1ull << 30; break;
+	case 't': case 'T': mult = 1ull << 40; break;
+	default: die("bad size '%s' (use a number with K, M, G, T or %%)", s);
+	}
+	if (*end && end[1] && strcmp(end + 1, "iB") != 0 && strcmp(end + 1, "B") != 0)
+		die("bad size '%s'", s);
+	return (uint64_t)(v * (double)mult);
+}
+
+static double now_s(void)
+{
+	return (double)nand_now_ns() / 1e9;
+}
+
+/* ---- format / info -------------------------------------------------------- */
+
+static struct nand_dev *open_image(const char *path, const char *preset, bool create, bool ro)
+{
+	struct nand_sim_config cfg = { .preset = preset, .path = path, .create = create,
+				       .readonly = ro, .sync_on_flush = true };
+	struct nand_dev *d;
+	char err[512];
+	int rc = nand_sim_open(&cfg, &d, err, sizeof err);
+	if (rc == -EBUSY)
+		die("%s (a running flashd owns it: use 'flashctl status', or stop it first)", err);
+	if (rc)
+		die("%s", err);
+	return d;
+}
+
+static int cmd_format(int argc, char **argv)
+{
+	const char *preset = NULL, *cap = NULL;
+	uint32_t sector = 512;
+	double op = -1;
+	static const struct option opts[] = {
+		{ "preset", required_argument, 0, 'p' },
+		{ "sector-size", required_argument, 0, 'b' },
+		{ "capacity", required_argument, 0, 's' },
+		{ "op", required_argument, 0, 'o' },
+		{ "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
+	};
+	int c;
+	while ((c = getopt_long(argc, argv, "p:b:s:o:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'p': preset = optarg; break;
+		case 'b': sector = (uint32_t)strtoul(optarg, NULL, 10); break;
+		case 's': cap = optarg; break;
+		case 'o': op = strtod(optarg, NULL); break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind + 1 != argc)
+		die("format needs exactly one IMAGE");
+	if (cap && op >= 0)
+		die("give --capacity or --op, not both");
+	const char *path = argv[optind];
+	bool exists = access(path, F_OK) == 0;
+	if (!exists && !preset)
+		die("%s does not exist: --preset is needed to create it", path);
+	struct nand_dev *d = open_image(path, preset, !exists, false);
+
+	struct ftl_format_params fp = { .sector_size = sector };
+	if (cap) {
+		bool pct;
+		double pv;
+		uint64_t bytes = parse_size(cap, &pct, &pv);
+		if (pct) {
+			uint64_t stock = ftl_capacity_for_op(d, FTL_STOCK_OP_PERCENT);
+			bytes = (uint64_t)((double)stock * pv / 100.0);
+		}
+		fp.capacity_bytes = bytes;
+		if (!bytes)
+			die("capacity must not be zero");
+	} else if (op >= 0) {
+		fp.op_percent = op;
+	}
+	char err[512];
+	int rc = ftl_format(d, &fp, err, sizeof err);
+	if (rc) {
+		nand_close(d);
+		die("format failed: %s", err[0] ? err : strerror(-rc));
+	}
+	struct ftl_info info;
+	ftl_peek_format(d, &info);
+	printf("%s: formatted %s: %" PRIu64 " sectors of %u bytes (%.2f GiB), %.1f%% over-provisioning\n",
+	       path, d->preset, info.capacity / info.sector_size, info.sector_size,
+	       (double)info.capacity / (1 << 30), info.op_percent);
+	nand_close(d);
+	return 0;
+}
+
+static void print_stats_json(FILE *o, const struct ftl_stats *s, const char *indent)
+{
+	fprintf(o,
+		"%s\"host_read_bytes\": %" PRIu64 ",\n%s\"host_write_bytes\": %" PRIu64 ",\n"
+		"%s\"host_trim_bytes\": %" PRIu64 ",\n%s\"host_zero_bytes\": %" PRIu64 ",\n"
+		"%s\"host_pages_written\": %" PRIu64 ",\n%s\"host_pages_read\": %" PRIu64 ",\n"
+		"%s\"nand_pages_programmed\": %" PRIu64 ",\n%s\"nand_pages_read\": %" PRIu64 ",\n"
+		"%s\"blocks_erased\": %" PRIu64 ",\n%s\"gc_pages_relocated\": %" PRIu64 ",\n"
+		"%s\"checkpoints\": %" PRIu64 ",\n%s\"write_amplification\": %.4f,\n"
+		"%s\"blocks_total\": %" PRIu64 ",\n%s\"blocks_free\": %" PRIu64 ",\n"
+		"%s\"blocks_data\": %" PRIu64 ",\n%s\"blocks_bad\": %" PRIu64 ",\n"
+		"%s\"blocks_bad_grown\": %" PRIu64 ",\n%s\"valid_pages\": %" PRIu64 ",\n"
+		"%s\"erase_count_min\": %u,\n%s\"erase_count_avg\": %.2f,\n%s\"erase_count_max\": %u,\n"
+		"%s\"rated_pe_cycles\": %u,\n%s\"read_errors_corrected\": %" PRIu64 ",\n"
+		"%s\"read_errors_uncorrectable\": %" PRIu64 ",\n%s\"program_failures\": %" PRIu64 ",\n"
+		"%s\"erase_failures\": %" PRIu64 ",\n%s\"lost_units\": %" PRIu64 ",\n"
+		"%s\"l2p_bytes\": %" PRIu64 ",\n%s\"ram_bytes\": %" PRIu64 "\n",
+		indent, s->host_read_bytes, indent, s->host_write_bytes, indent, s->host_trim_bytes,
+		indent, s->host_zero_bytes, indent, s->host_pages_written, indent, s->host_pages_read,
+		indent, s->nand_pages_programmed, indent, s->nand_pages_read, indent, s->blocks_erased,
+		indent, s->gc_pages_relocated, indent, s->checkpoints, indent, s->write_amplification,
+		indent, s->blocks_total, indent, s->blocks_free, indent, s->blocks_data, indent,
+		s->blocks_bad, indent, s->blocks_bad_grown, indent, s->valid_pages, indent, s->erase_min,
+		indent, s->erase_avg, indent, s->erase_max, indent, s->rated_pe_cycles, indent,
+		s->read_errors_corrected, indent, s->read_errors_uncorrectable, indent,
+		s->program_failures, indent, s->erase_failures, indent, s->lost_units, indent,
+		s->l2p_bytes, indent, s->ram_bytes);
+}
+
+static int cmd_info(int argc, char **argv)
+{
+	bool json = false;
+	static const struct option opts[] = {
+		{ "json", no_argument, 0, 'j' },
+		{ "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
+	};
+	int c;
+	while ((c = getopt_long(argc, argv, "jh", opts, NULL)) != -1) {
+		switch (c) {
+		case 'j': json = true; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind + 1 != argc)
+		die("info needs exactly one IMAGE");
+	const char *path = argv[optind];
+	struct nand_dev *d = open_image(path, NULL, false, true);
+	const struct nand_geometry *g = &d->geo;
+	struct ftl_open_params op = { .readonly = true };
+	struct ftl *f = NULL;
+	char err[512];
+	int rc = ftl_open(d, &op, &f, err, sizeof err);
+	struct ftl_info info = { 0 };
+	struct ftl_stats st = { 0 };
+	if (rc == 0) {
+		ftl_get_info(f, &info);
+		ftl_get_stats(f, &st);
+	}
+	if (json) {
+		printf("{\n  \"image\": \"%s\",\n  \"preset\": \"%s\",\n", path, d->preset);
+		printf("  \"geometry\": {\"channels\": %u, \"dies_per_channel\": %u, \"planes_per_die\": %u, "
+		       "\"blocks_per_die\": %u, \"pages_per_block\": %u, \"page_size\": %u, "
+		       "\"spare_size\": %u, \"raw_bytes\": %" PRIu64 "},\n",
+		       g->channels, g->dies_per_channel, g->planes_per_die, g->blocks_per_die,
+		       g->pages_per_block, g->page_size, g->spare_size, nand_raw_bytes(g));
+		if (rc) {
+			printf("  \"formatted\": false,\n  \"error\": \"%s\"\n}\n", err);
+		} else {
+			printf("  \"formatted\": true,\n  \"format\": {\"sector_size\": %u, \"sectors\": %" PRIu64
+			       ", \"capacity_bytes\": %" PRIu64 ", \"op_percent\": %.2f, \"format_id\": \"%016" PRIx64
+			       "\", \"format_time\": %" PRIu64 ", \"last_close_clean\": %s, \"recovered_pages\": %" PRIu64
+			       "},\n",
+			       info.sector_size, info.capacity / info.sector_size, info.capacity,
+			       info.op_percent, info.format_id, info.format_time,
+			       info.was_clean ? "true" : "false", info.recovered_pages);
+			printf("  \"stats\": {\n");
+			print_stats_json(stdout, &st, "    ");
+			printf("  }\n}\n");
+		}
+	} else {
+		printf("%s: simulated ioDimm, preset %s\n", path, d->preset);
+		printf("  geometry: %u channels x %u dies, %u blocks/die, %u pages/block, %u+%u byte pages, %.2f GiB raw\n",
+		       g->channels, g->dies_per_channel, g->blocks_per_die, g->pages_per_block,
+		       g->page_size, g->spare_size, (double)nand_raw_bytes(g) / (1 << 30));
+		if (rc) {
+			printf("  not formatted: %s\n", err);
+		} else {
+			char when[64];
+			time_t t = (time_t)info.format_time;
+			strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", gmtime(&t));
+			printf("  format: %" PRIu64 " sectors of %u bytes (%.2f GiB), %.1f%% over-provisioning, formatted %s\n",
+			       info.capacity / info.sector_size, info.sector_size,
+			       (double)info.capacity / (1 << 30), info.op_percent, when);
+			printf("  last shutdown: %s%s\n", info.was_clean ? "clean" : "unclean",
+			       info.was_clean ? "" : " (recovered from the log at this open)");
+			printf("  written: host %.2f GiB, NAND %.2f GiB (write amplification %.2f); read: host %.2f GiB\n",
+			       (double)st.host_pages_written * 4096 / (1 << 30),
+			       (double)st.nand_pages_programmed * g->page_size / (1 << 30),
+			       st.write_amplification, (double)st.host_read_bytes / (1 << 30));
+			printf("  blocks: %" PRIu64 " total, %" PRIu64 " free, %" PRIu64 " data, %" PRIu64
+			       " bad (%" PRIu64 " grown); erase count min/avg/max %u/%.1f/%u of %u rated\n",
+			       st.blocks_total, st.blocks_free, st.blocks_data, st.blocks_bad,
+			       st.blocks_bad_grown, st.erase_min, st.erase_avg, st.erase_max,
+			       st.rated_pe_cycles);
+			printf("  RAM for the map: %.1f MiB (%.2f MiB per GiB of capacity)\n",
+			       (double)st.l2p_bytes / (1 << 20),
+			       (double)st.l2p_bytes / (1 << 20) / ((double)info.capacity / (1 << 30)));
+		}
+	}
+	if (f)
+		ftl_close(f);
+	nand_close(d);
+	return rc ? 1 : 0;
+}
+
+/* ---- simulate ----------------------------------------------------------- */
+
+static uint64_t rnd(uint64_t *s)
+{
+	uint64_t x = *s;
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	*s = x;
+	return x * 0x2545F4914F6CDD1Dull;
+}
+
+static void check(int rc, const char *what)
+{
+	if (rc)
+		die("%s failed: %s", what, strerror(-rc));
+}
+
+static int cmd_simulate(int argc, char **argv)
+{
+	const char *preset = NULL, *workload = "uniform", *image = NULL;
+	double op = FTL_STOCK_OP_PERCENT, passes = 1;
+	uint32_t sector = 4096;
+	uint64_t seed = 1, reads = 0;
+	bool json = false, ram = false, timing = false;
+	static const struct option opts[] = {
+		{ "preset", required_argument, 0, 'p' },
+		{ "op", required_argument, 0, 'o' },
+		{ "sector-size", required_argument, 0, 'b' },
+		{ "workload", required_argument, 0, 'w' },
+		{ "passes", required_argument, 0, 'k' },
+		{ "reads", required_argument, 0, 'r' },
+		{ "seed", required_argument, 0, 's' },
+		{ "image", required_argument, 0, 'i' },
+		{ "ram", no_argument, 0, 'm' },
+		{ "timing", no_argument, 0, 't' },
+		{ "json", no_argument, 0, 'j' },
+		{ "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
+	};
+	int c;
+	while ((c = getopt_long(argc, argv, "p:o:b:w:k:r:s:i:mtjh", opts, NULL)) != -1) {
+		switch (c) {
+		case 'p': preset = optarg; break;
+		case 'o': op = strtod(optarg, NULL); break;
+		case 'b': sector = (uint32_t)strtoul(optarg, NULL, 10); break;
+		case 'w': workload = optarg; break;
+		case 'k': passes = strtod(optarg, NULL); break;
+		case 'r': reads = strtoull(optarg, NULL, 10); break;
+		case 's': seed = strtoull(optarg, NULL, 10); break;
+		case 'i': image = optarg; break;
+		case 'm': ram = true; break;
+		case 't': timing = true; break;
+		case 'j': json = true; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (!preset)
+		die("simulate needs --preset");
+	if (optind != argc)
+		die("unexpected argument '%s'", argv[optind]);
+	double hot_w = 0, hot_s = 0;
+	if (strcmp(workload, "uniform") == 0) {
+		hot_w = 0;
+	} else if (sscanf(workload, "hotcold:%lf/%lf", &hot_w, &hot_s) == 2 && hot_w > 0 &&
+		   hot_w < 100 && hot_s > 0 && hot_s < 100) {
+		hot_w /= 100;
+		hot_s /= 100;
+	} else {
+		die("workload must be uniform or hotcold:W/S (W%% of writes to S%% of the sectors)");
+	}
+	if (!seed)
+		seed = 1;
+	uint64_t seed0 = seed;
+
+	char tmp[] = "/tmp/flashctl-sim-XXXXXX";
+	const char *path = NULL;
+	if (!ram) {
+		if (image) {
+			path = image;
+		} else {
+			int fd = mkstemp(tmp);
+			if (fd < 0)
+				die("cannot create a temporary image: %s", strerror(errno));
+			close(fd);
+			path = tmp;
+		}
+	}
+	struct nand_sim_config cfg = { .preset = preset, .path = path, .create = true,
+				       .timing = timing, .seed = seed };
+	struct nand_dev *d;
+	char err[512];
+	if (nand_sim_open(&cfg, &d, err, sizeof err))
+		die("%s", err);
+	if (path && !image)
+		unlink(path);
+	struct ftl_format_params fp = { .sector_size = sector, .op_percent = op };
+	if (ftl_format(d, &fp, err, sizeof err))
+		die("format: %s", err);
+	struct ftl *f;
+	if (ftl_open(d, NULL, &f, err, sizeof err))
+		die("open: %s", err);
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	uint64_t units = info.units;
+
+	/* fill: sequential 256 KiB writes */
+	size_t chunk = 256 * 1024;
+	uint8_t *buf = aligned_alloc(4096, chunk);
+	for (size_t i = 0; i < chunk; i += 8) {
+		uint64_t v = rnd(&seed);
+		memcpy(buf + i, &v, 8);
+	}
+	double t0 = now_s();
+	for (uint64_t off = 0; off < info.capacity; off += chunk) {
+		uint64_t len = info.capacity - off < chunk ? info.capacity - off : chunk;
+		check(ftl_write_sync(f, buf, off, len, 0), "fill write");
+	}
+	check(ftl_flush_sync(f), "flush");
+	double t_fill = now_s() - t0;
+
+	/* overwrite: random 4 KiB writes, passes x capacity */
+	struct ftl_stats s0, s1;
+	ftl_get_stats(f, &s0);
+	uint64_t nwrites = (uint64_t)(passes * (double)units);
+	uint64_t hot_units = (uint64_t)(hot_s * (double)units);
+	if (hot_w > 0 && !hot_units)
+		hot_units = 1;
+	t0 = now_s();
+	for (uint64_t i = 0; i < nwrites; i++) {
+		uint64_t r = rnd(&seed), u;
+		if (hot_w > 0) {
+			bool hot = (double)(r >> 11) / (double)(1ull << 53) < hot_w;
+			uint64_t r2 = rnd(&seed);
+			u = hot ? r2 % hot_units : hot_units + r2 % (units - hot_units);
+		} else {
+			u = r % units;
+		}
+		memcpy(buf, &i, sizeof i);
+		check(ftl_write_sync(f, buf, u * 4096, 4096, 0), "write");
+	}
+	check(ftl_flush_sync(f), "flush");
+	double t_write = now_s() - t0;
+	ftl_get_stats(f, &s1);
+
+	/* reads: random 4 KiB */
+	double t_read = 0;
+	if (reads) {
+		struct ftl_io io = { .type = FTL_IO_READ, .length = 4096, .buf = buf };
+		t0 = now_s();
+		for (uint64_t i = 0; i < reads; i++) {
+			io.offset = (rnd(&seed) % units) * 4096;
+			check(ftl_io_sync(f, &io), "read");
+		}
+		t_read = now_s() - t0;
+	}
+
+	uint64_t host = s1.host_pages_written - s0.host_pages_written;
+	uint64_t nand = s1.nand_pages_programmed - s0.nand_pages_programmed;
+	double wa = host ? (double)nand / (double)host : 0;
+	double a = 100.0 / (100.0 - info.op_percent);
+	/* greedy analytic WA (Hu et al.; Desnoyers): A = a / (a + W0(-a e^-a)) */
+	double x = -a * exp(-a), w = -0.5;
+	for (int it = 0; it < 100; it++) {
+		double ew = exp(w);
+		w -= (w * ew - x) / (ew * (w + 1));
+	}
+	double wa_model = a / (a + w);
+	if (json) {
+		printf("{\n  \"preset\": \"%s\",\n  \"sector_size\": %u,\n  \"op_percent\": %.2f,\n"
+		       "  \"capacity_bytes\": %" PRIu64 ",\n  \"workload\": \"%s\",\n  \"passes\": %g,\n"
+		       "  \"seed\": %" PRIu64 ",\n  \"media\": \"%s\",\n  \"timing\": %s,\n",
+		       preset, sector, info.op_percent, info.capacity, workload, passes, seed0,
+		       ram ? "ram" : "file", timing ? "true" : "false");
+		printf("  \"write_amplification\": %.4f,\n  \"write_amplification_greedy_model\": %.4f,\n",
+		       wa, wa_model);
+		printf("  \"host_pages_written\": %" PRIu64 ",\n  \"nand_pages_programmed\": %" PRIu64 ",\n",
+		       host, nand);
+		printf("  \"gc_pages_relocated\": %" PRIu64 ",\n  \"blocks_erased\": %" PRIu64 ",\n",
+		       s1.gc_pages_relocated - s0.gc_pages_relocated, s1.blocks_erased - s0.blocks_erased);
+		printf("  \"checkpoints\": %" PRIu64 ",\n", s1.checkpoints - s0.checkpoints);
+		printf("  \"fill_seconds\": %.3f,\n  \"write_seconds\": %.3f,\n", t_fill, t_write);
+		printf("  \"ops_per_sec\": %.0f,\n", t_write > 0 ? (double)nwrites / t_write : 0);
+		if (reads)
+			printf("  \"reads\": %" PRIu64 ",\n  \"reads_per_sec\": %.0f,\n", reads,
+			       t_read > 0 ? (double)reads / t_read : 0);
+		printf("  \"erase_count_min\": %u,\n  \"erase_count_avg\": %.2f,\n  \"erase_count_max\": %u,\n",
+		       s1.erase_min, s1.erase_avg, s1.erase_max);
+		printf("  \"l2p_bytes\": %" PRIu64 ",\n  \"l2p_bytes_per_tib\": %.0f,\n  \"ram_bytes\": %" PRIu64 "\n}\n",
+		       s1.l2p_bytes, (double)s1.l2p_bytes * (double)(1ull << 40) / (double)info.capacity,
+		       s1.ram_bytes);
+	} else {
+		printf("%s, %u-byte sectors, %.1f%% OP, %s, %g passes of %.2f GiB\n", preset, sector,
+		       info.op_percent, workload, passes, (double)info.capacity / (1 << 30));
+		printf("  write amplification %.3f (greedy model %.3f)\n", wa, wa_model);
+		printf("  %" PRIu64 " host pages, %" PRIu64 " NAND pages, %" PRIu64 " erases\n", host, nand,
+		       s1.blocks_erased - s0.blocks_erased);
+		printf("  random 4 KiB writes: %.0f/s", t_write > 0 ? (double)nwrites / t_write : 0);
+		if (reads)
+			printf(", reads: %.0f/s", (double)reads / t_read);
+		printf("\n  erase counts min/avg/max %u/%.1f/%u; map %.1f MiB\n", s1.erase_min,
+		       s1.erase_avg, s1.erase_max, (double)s1.l2p_bytes / (1 << 20));
+	}
+	check(ftl_close(f), "close");
+	nand_close(d);
+	free(buf);
+	return 0;
+}
+
+static int cmd_presets(void)
+{
+	for (size_t i = 0; nand_preset_at(i); i++) {
+		const struct nand_preset *p = nand_preset_at(i);
+		printf("%-16s %s\n", p->name, p->description);
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	const char *cmd = argv[1];
+	argv++;
+	argc--;
+	if (strcmp(cmd, "format") == 0)
+		return cmd_format(argc, argv);
+	if (strcmp(cmd, "info") == 0)
+		return cmd_info(argc, argv);
+	if (strcmp(cmd, "simulate") == 0)
+		return cmd_simulate(argc, argv);
+	if (strcmp(cmd, "presets") == 0)
+		return cmd_presets();
+	if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+		usage(stdout);
+		return 0;
+	}
+	fprintf(stderr, "%s: unknown command '%s'\n", prog, cmd);
+	usage(stderr);
+	return 2;
+}

@@ -1,0 +1,592 @@
+/*
+ * t_ftl_model - randomized model-based test of the FTL against a reference
+ * model, with power cuts at random NAND operations.
+ *
+ *   t_ftl_model [--ops N] [--seed S] [--config I] [-v]
+ *
+ * Operations: batches of concurrent, sector-disjoint reads, writes (some
+ * FUA), trims and write-zeroes; flushes; clean reopens; power cuts at a
+ * random NAND operation (also during close and during open), then reopen.
+ * After every reopen each 4 KiB unit must hold exactly one of the states it
+ * may hold under the durability contract of ftl.h: its state at the last
+ * flush (or FUA write, or reopen), or a state it passed through since.
+ * Reads must always return the current state.  Every sector's content
+ * names its sector and version, so a unit's state is decoded from the data.
+ *
+ * Deterministic for a seed; a failure prints seed, config and operation.
+ */
+#include <getopt.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include "ftl/ftl.h"
+#include "tests/unit/t.h"
+
+#define SUB 512 /* model granularity: 512-byte sub-sectors */
+
+struct config {
+	const char *preset;
+	uint32_t sector;
+	bool timing;     /* virtual-time timing model: completions arrive later */
+	bool faults;     /* grown bad blocks and corrected bit errors */
+};
+
+static const struct config configs[] = {
+	{ "test-16m", 4096, false, false },
+	{ "test-16m", 512, true, false },
+	{ "test-64m", 512, false, true },
+	{ "test-64m-bad", 4096, true, true },
+};
+#define NCONFIGS (sizeof configs / sizeof configs[0])
+
+/* per-unit candidate states since the durable baseline */
+struct hist {
+	uint32_t *snap; /* n * spu versions */
+	uint32_t n, cap;
+};
+
+static struct {
+	const struct config *cfg;
+	uint64_t seed0, rng;
+	uint64_t op_no;
+	struct nand_dev *dev;
+	struct ftl *f;
+	uint64_t cap, units, nsub;
+	uint32_t spu;          /* sub-sectors per unit: 8 */
+	uint32_t *ver;         /* current version per sub-sector */
+	uint32_t *base;        /* durable baseline per sub-sector */
+	struct hist *hist;     /* per unit */
+	uint32_t *touched;     /* units with history */
+	uint64_t ntouched;
+	uint32_t next_ver;
+	uint8_t *buf[8], *rbuf[8];
+	int verbose;
+	/* counters */
+	uint64_t ops, cuts, reopens, flushes, failed_ios, open_cuts;
+} M;
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void fail(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "FAIL (seed %" PRIu64 ", config %s/%u%s, op %" PRIu64 "): ", M.seed0,
+		M.cfg->preset, M.cfg->sector, M.cfg->timing ? "/timed" : "", M.op_no);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	exit(1);
+}
+
+static uint64_t rnd(void)
+{
+	return t_rand(&M.rng);
+}
+static uint64_t rnd_below(uint64_t n)
+{
+	return n ? rnd() % n : 0;
+}
+
+/* ---- sector contents ---------------------------------------------------- */
+
+static uint64_t mix(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ull;
+	x ^= x >> 33;
+	return x;
+}
+
+static void sub_fill(uint8_t *p, uint64_t sub, uint32_t ver)
+{
+	if (!ver) {
+		memset(p, 0, SUB);
+		return;
+	}
+	uint64_t h = (sub << 32) | ver;
+	memcpy(p, &h, 8);
+	for (int i = 1; i < SUB / 8; i++) {
+		uint64_t w = mix(h + (uint64_t)i);
+		memcpy(p + 8 * i, &w, 8);
+	}
+}
+
+/* version held by a sub-sector's content, or -1 for garbage */
+static int64_t sub_decode(const uint8_t *p, uint64_t sub)
+{
+	uint64_t h;
+	memcpy(&h, p, 8);
+	if (h == 0) {
+		for (int i = 0; i < SUB; i++)
+			if (p[i])
+				return -1;
+		return 0;
+	}
+	if (h >> 32 != sub)
+		return -1;
+	uint8_t exp[SUB];
+	sub_fill(exp, sub, (uint32_t)h);
+	return memcmp(exp, p, SUB) == 0 ? (int64_t)(uint32_t)h : -1;
+}
+
+/* ---- model bookkeeping -------------------------------------------------- */
+
+static uint32_t *unit_ver(uint32_t *arr, uint64_t u)
+{
+	return &arr[u * M.spu];
+}
+
+/* A unit changed: its new state is a candidate until it becomes durable. */
+static uint32_t hist_push(uint64_t u)
+{
+	struct hist *h = &M.hist[u];
+	if (!h->n)
+		M.touched[M.ntouched++] = (uint32_t)u;
+	if (h->n == h->cap) {
+		h->cap = h->cap ? h->cap * 2 : 4;
+		h->snap = realloc(h->snap, (size_t)h->cap * M.spu * sizeof(uint32_t));
+	}
+	memcpy(&h->snap[(size_t)h->n * M.spu], unit_ver(M.ver, u), M.spu * sizeof(uint32_t));
+	return h->n++;
+}
+
+/* Everything durable: baseline = current. */
+static void all_durable(void)
+{
+	for (uint64_t i = 0; i < M.ntouched; i++) {
+		uint64_t u = M.touched[i];
+		memcpy(unit_ver(M.base, u), unit_ver(M.ver, u), M.spu * sizeof(uint32_t));
+		M.hist[u].n = 0;
+	}
+	M.ntouched = 0;
+}
+
+/* FUA: the unit's state number idx (and later ones) are the only candidates. */
+static void unit_durable_from(uint64_t u, uint32_t idx)
+{
+	struct hist *h = &M.hist[u];
+	if (idx >= h->n)
+		return; /* already made durable by a flush or reopen */
+	memcpy(unit_ver(M.base, u), &h->snap[(size_t)idx * M.spu], M.spu * sizeof(uint32_t));
+	memmove(h->snap, &h->snap[(size_t)(idx + 1) * M.spu],
+		(size_t)(h->n - idx - 1) * M.spu * sizeof(uint32_t));
+	h->n -= idx + 1;
+	/* stays on the touched list even if empty; harmless */
+	if (!h->n)
+		h->n = 0;
+}
+
+/* ---- device ------------------------------------------------------------- */
+
+static void open_ftl(void)
+{
+	char err[256];
+	for (int attempt = 0;; attempt++) {
+		int rc = ftl_open(M.dev, NULL, &M.f, err, sizeof err);
+		if (rc == 0)
+			return;
+		if (rc == -EIO && !nand_sim_powered(M.dev) && attempt < 20) {
+			/* the cut hit the open itself: power on and try again */
+			nand_sim_power_on(M.dev);
+			M.open_cuts++;
+			continue;
+		}
+		fail("ftl_open: %s (%d)", err, rc);
+	}
+}
+
+/* Read the whole device and check every unit against its candidates;
+ * afterwards the observed state is the baseline. */
+static void verify_after_reopen(bool exact)
+{
+	uint64_t chunk_units = 64;
+	uint8_t *buf = aligned_alloc(4096, chunk_units * 4096);
+	uint32_t *obs = malloc(M.spu * sizeof(uint32_t));
+	for (uint64_t u0 = 0; u0 < M.units; u0 += chunk_units) {
+		uint64_t n = M.units - u0 < chunk_units ? M.units - u0 : chunk_units;
+		int rc = ftl_read_sync(M.f, buf, u0 * 4096, n * 4096);
+		if (rc)
+			fail("read after reopen at unit %" PRIu64 ": %d", u0, rc);
+		for (uint64_t k = 0; k < n; k++) {
+			uint64_t u = u0 + k;
+			for (uint32_t s = 0; s < M.spu; s++) {
+				int64_t v = sub_decode(buf + k * 4096 + s * SUB, u * M.spu + s);
+				if (v < 0)
+					fail("unit %" PRIu64 " sub-sector %u holds garbage after reopen", u, s);
+				obs[s] = (uint32_t)v;
+			}
+			bool ok = memcmp(obs, unit_ver(M.base, u), M.spu * 4) == 0;
+			struct hist *h = &M.hist[u];
+			for (uint32_t i = 0; !ok && !exact && i < h->n; i++)
+				ok = memcmp(obs, &h->snap[(size_t)i * M.spu], M.spu * 4) == 0;
+			if (exact)
+				ok = memcmp(obs, unit_ver(M.ver, u), M.spu * 4) == 0;
+			if (!ok) {
+				fprintf(stderr, "unit %" PRIu64 ": observed", u);
+				for (uint32_t s = 0; s < M.spu; s++)
+					fprintf(stderr, " %u", obs[s]);
+				fprintf(stderr, "\n  baseline");
+				for (uint32_t s = 0; s < M.spu; s++)
+					fprintf(stderr, " %u", unit_ver(M.base, u)[s]);
+				fprintf(stderr, "\n  current ");
+				for (uint32_t s = 0; s < M.spu; s++)
+					fprintf(stderr, " %u", unit_ver(M.ver, u)[s]);
+				fprintf(stderr, "\n  %u candidate states since\n", h->n);
+				fail("unit %" PRIu64 " holds a state the durability contract forbids", u);
+			}
+			memcpy(unit_ver(M.ver, u), obs, M.spu * 4);
+		}
+	}
+	all_durable();
+	free(buf);
+	free(obs);
+}
+
+static void reopen_clean(void)
+{
+	int rc = ftl_close(M.f);
+	if (rc)
+		fail("clean close: %d", rc);
+	open_ftl();
+	M.reopens++;
+	if (rnd_below(4) == 0)
+		verify_after_reopen(true);
+	else
+		all_durable();
+}
+
+static void after_power_cut(void)
+{
+	ftl_abandon(M.f);
+	nand_sim_power_on(M.dev);
+	if (rnd_below(8) == 0) {
+		/* cut again early in the next open or right after it */
+		struct nand_sim_faults ft = { .power_cut_after = 1 + rnd_below(20) };
+		if (M.cfg->faults)
+			ft.corrected_ppm = 1000;
+		nand_sim_set_faults(M.dev, &ft);
+	}
+	open_ftl();
+	M.cuts++;
+	if (!nand_sim_powered(M.dev))
+		fail("medium without power after open");
+	verify_after_reopen(false);
+	/* a cut armed for the open that did not fire: disarm */
+	struct nand_sim_faults ft = { 0 };
+	if (M.cfg->faults)
+		ft.corrected_ppm = 1000;
+	nand_sim_set_faults(M.dev, &ft);
+}
+
+/* ---- operations --------------------------------------------------------- */
+
+struct mop {
+	struct ftl_io io;
+	bool done;
+	uint32_t *snap_idx;   /* per unit touched: index of its state in hist */
+	uint64_t first_unit, nunits;
+	int slot;
+};
+
+static void mop_done(struct ftl_io *io)
+{
+	((struct mop *)io->priv)->done = true;
+}
+
+static bool overlaps(uint64_t a0, uint64_t a1, uint64_t b0, uint64_t b1)
+{
+	return a0 < b1 && b0 < a1;
+}
+
+/* Apply a write-type op to the model (at submit time, in submit order). */
+static void model_apply(struct mop *m)
+{
+	struct ftl_io *io = &m->io;
+	uint64_t s0 = io->offset / SUB, s1 = (io->offset + io->length) / SUB;
+	bool zero = io->type != FTL_IO_WRITE;
+	for (uint64_t s = s0; s < s1; s++)
+		M.ver[s] = zero ? 0 : M.ver[s];
+	if (!zero) {
+		for (uint64_t s = s0; s < s1; s++) {
+			M.ver[s] = ++M.next_ver;
+			sub_fill((uint8_t *)io->buf + (s - s0) * SUB, s, M.ver[s]);
+		}
+	}
+	m->first_unit = io->offset / 4096;
+	m->nunits = (io->offset + io->length + 4095) / 4096 - m->first_unit;
+	m->snap_idx = malloc(m->nunits * sizeof(uint32_t));
+	for (uint64_t k = 0; k < m->nunits; k++)
+		m->snap_idx[k] = hist_push(m->first_unit + k);
+}
+
+static void random_range(uint64_t *off, uint64_t *len)
+{
+	uint64_t secs = M.cap / M.cfg->sector;
+	uint64_t maxn = rnd_below(16) == 0 ? 256 : 16;
+	uint64_t n = 1 + rnd_below(maxn);
+	if (n > secs)
+		n = secs;
+	uint64_t s = rnd_below(secs - n + 1);
+	/* sometimes the very end */
+	if (rnd_below(64) == 0)
+		s = secs - n;
+	*off = s * M.cfg->sector;
+	*len = n * M.cfg->sector;
+}
+
+static void run_batch(void)
+{
+	struct mop ops[8];
+	int n = 1 + (int)rnd_below(8);
+	int k = 0;
+	for (int tries = 0; k < n && tries < 32; tries++) {
+		struct mop *m = &ops[k];
+		memset(m, 0, sizeof *m);
+		uint64_t off, len;
+		random_range(&off, &len);
+		bool clash = false;
+		for (int j = 0; j < k; j++)
+			if (overlaps(off, off + len, ops[j].io.offset, ops[j].io.offset + ops[j].io.length))
+				clash = true;
+		if (clash)
+			continue;
+		uint64_t r = rnd_below(100);
+		m->io.offset = off;
+		m->io.length = len;
+		m->io.done = mop_done;
+		m->io.priv = m;
+		m->slot = k;
+		if (r < 40) {
+			m->io.type = FTL_IO_READ;
+			m->io.buf = M.rbuf[k];
+		} else if (r < 85) {
+			m->io.type = FTL_IO_WRITE;
+			m->io.buf = M.buf[k];
+			if (rnd_below(10) == 0)
+				m->io.flags = FTL_IO_FUA;
+		} else if (r < 93) {
+			m->io.type = FTL_IO_TRIM;
+			if (rnd_below(10) == 0)
+				m->io.flags = FTL_IO_FUA;
+		} else {
+			m->io.type = FTL_IO_WRITE_ZEROES;
+			if (rnd_below(3) == 0)
+				m->io.flags |= FTL_IO_NO_HOLE;
+			if (rnd_below(10) == 0)
+				m->io.flags |= FTL_IO_FUA;
+		}
+		k++;
+	}
+	/* expected read contents are taken before the batch: sector-disjoint
+	 * from every write in it, so they cannot change */
+	for (int i = 0; i < k; i++)
+		if (ops[i].io.type != FTL_IO_READ)
+			model_apply(&ops[i]);
+	for (int i = 0; i < k; i++)
+		ftl_submit(M.f, &ops[i].io);
+	for (int i = 0; i < k; i++) {
+		while (!ops[i].done) {
+			ftl_poll(M.f);
+			if (ops[i].done)
+				break;
+			uint64_t due = ftl_next_deadline(M.f);
+			if (due == UINT64_MAX) {
+				M.verbose = 1;
+				ftl_debug_dump_public(M.f);
+				fail("io %d of the batch never completes (type %d status %d)", i, ops[i].io.type, ops[i].io.status);
+			}
+			nand_wait_until(M.dev, due);
+		}
+	}
+	bool cut = false;
+	for (int i = 0; i < k; i++) {
+		struct mop *m = &ops[i];
+		M.ops++;
+		if (m->io.status) {
+			if (m->io.status != -EIO || nand_sim_powered(M.dev))
+				fail("%s at %" PRIu64 "+%" PRIu64 " failed: %d",
+				     m->io.type == FTL_IO_READ ? "read" : "write", m->io.offset,
+				     m->io.length, m->io.status);
+			M.failed_ios++;
+			cut = true;
+			continue;
+		}
+		if (m->io.type == FTL_IO_READ) {
+			uint64_t s0 = m->io.offset / SUB, s1 = (m->io.offset + m->io.length) / SUB;
+			for (uint64_t s = s0; s < s1; s++) {
+				int64_t v = sub_decode((uint8_t *)m->io.buf + (s - s0) * SUB, s);
+				if (v != M.ver[s])
+					fail("read of sub-sector %" PRIu64 " returned version %" PRId64
+					     ", expected %u",
+					     s, v, M.ver[s]);
+			}
+		} else if (m->io.flags & FTL_IO_FUA) {
+			for (uint64_t j = 0; j < m->nunits; j++)
+				unit_durable_from(m->first_unit + j, m->snap_idx[j]);
+		}
+	}
+	for (int i = 0; i < k; i++)
+		free(ops[i].snap_idx);
+	if (cut)
+		after_power_cut();
+}
+
+static void run_config(const struct config *cfg, uint64_t nops, uint64_t seed)
+{
+	memset(&M.ops, 0, sizeof M - offsetof(__typeof__(M), ops));
+	M.cfg = cfg;
+	M.rng = seed ^ 0x5DEECE66Dull;
+	M.seed0 = seed;
+	struct nand_sim_config nc = { .preset = cfg->preset, .timing = cfg->timing,
+				      .virtual_time = cfg->timing, .seed = seed };
+	char err[256];
+	if (nand_sim_open(&nc, &M.dev, err, sizeof err))
+		fail("nand_sim_open: %s", err);
+	struct ftl_format_params fp = { .sector_size = cfg->sector };
+	if (ftl_format(M.dev, &fp, err, sizeof err))
+		fail("format: %s", err);
+	open_ftl();
+	struct ftl_info info;
+	ftl_get_info(M.f, &info);
+	M.cap = info.capacity;
+	M.units = info.units;
+	M.spu = 4096 / SUB;
+	M.nsub = M.units * M.spu;
+	M.ver = calloc(M.nsub, sizeof *M.ver);
+	M.base = calloc(M.nsub, sizeof *M.base);
+	M.hist = calloc(M.units, sizeof *M.hist);
+	M.touched = calloc(M.units * 64, sizeof *M.touched);
+	M.ntouched = 0;
+	M.next_ver = 0;
+	if (cfg->faults) {
+		struct nand_sim_faults ft = { .corrected_ppm = 1000 };
+		nand_sim_set_faults(M.dev, &ft);
+	}
+
+	uint64_t next_event = 50 + rnd_below(500);
+	for (M.op_no = 0; M.ops < nops; M.op_no++) {
+		if (M.ntouched > M.units * 60)
+			all_durable(); /* bookkeeping bound; never reached in practice */
+		if (M.ops < next_event) {
+			run_batch();
+			continue;
+		}
+		next_event = M.ops + 50 + rnd_below(600);
+		uint64_t r = rnd_below(100);
+		if (M.verbose)
+			fprintf(stderr, "event %" PRIu64 " at op %" PRIu64 "\n", r, M.ops);
+		if (r < 30) {
+			int rc = ftl_flush_sync(M.f);
+			if (rc)
+				fail("flush: %d", rc);
+			all_durable();
+			M.flushes++;
+		} else if (r < 38) {
+			reopen_clean();
+		} else if (r < 45) {
+			/* power cut during a clean close */
+			struct nand_sim_faults ft = { .power_cut_after = 1 + rnd_below(60) };
+			nand_sim_set_faults(M.dev, &ft);
+			int rc = ftl_close(M.f);
+			nand_sim_power_on(M.dev);
+			open_ftl();
+			if (rc == 0) {
+				M.reopens++;
+				verify_after_reopen(true);
+			} else {
+				M.cuts++;
+				verify_after_reopen(false);
+			}
+			struct nand_sim_faults off = { .corrected_ppm = cfg->faults ? 1000 : 0 };
+			nand_sim_set_faults(M.dev, &off);
+		} else if (r < 50 && cfg->faults) {
+			/* a block goes bad: programs or erases fail from now on */
+			uint32_t nb = nand_blocks(&M.dev->geo);
+			uint32_t b = (uint32_t)rnd_below(nb);
+			if (b % M.dev->geo.blocks_per_die > 1) /* keep superblock blocks */
+				nand_sim_fail_block(M.dev, b, rnd_below(2), rnd_below(2));
+		} else {
+			/* power cut at a random operation from now */
+			struct nand_sim_faults ft = { .power_cut_after = 1 + rnd_below(400),
+						      .corrected_ppm = cfg->faults ? 1000 : 0 };
+			nand_sim_set_faults(M.dev, &ft);
+			uint64_t cuts0 = M.cuts;
+			for (int i = 0; i < 2000 && M.cuts == cuts0; i++)
+				run_batch();
+			if (nand_sim_powered(M.dev)) {
+				struct nand_sim_faults off = { .corrected_ppm = cfg->faults ? 1000 : 0 };
+				nand_sim_set_faults(M.dev, &off);
+			}
+		}
+	}
+	struct ftl_stats st;
+	ftl_get_stats(M.f, &st);
+	if (ftl_close(M.f))
+		fail("final close");
+	open_ftl();
+	verify_after_reopen(true);
+	ftl_close(M.f);
+	printf("%-13s %4u %-5s ops %8" PRIu64 "  power cuts %5" PRIu64 " (+%" PRIu64
+	       " during open)  clean reopens %4" PRIu64 "  flushes %4" PRIu64 "  failed ios %5" PRIu64
+	       "  WA %.2f  bad %" PRIu64 "\n",
+	       cfg->preset, cfg->sector, cfg->timing ? "timed" : "", M.ops, M.cuts, M.open_cuts,
+	       M.reopens, M.flushes, M.failed_ios, st.write_amplification, st.blocks_bad);
+	fflush(stdout);
+	nand_close(M.dev);
+	for (uint64_t u = 0; u < M.units; u++)
+		free(M.hist[u].snap);
+	free(M.hist);
+	free(M.ver);
+	free(M.base);
+	free(M.touched);
+}
+
+static void quiet_log(void *arg, const char *msg)
+{
+	if (M.verbose)
+		fprintf(stderr, "ftl: %s\n", msg);
+}
+
+int main(int argc, char **argv)
+{
+	uint64_t nops = 1000000, seed = 20261202;
+	int only = -1;
+	int c;
+	while ((c = getopt(argc, argv, "n:s:c:v")) != -1) {
+		switch (c) {
+		case 'n': nops = strtoull(optarg, NULL, 10); break;
+		case 's': seed = strtoull(optarg, NULL, 10); break;
+		case 'c': only = atoi(optarg); break;
+		case 'v': M.verbose = 1; break;
+		default:
+			fprintf(stderr, "usage: %s [-n OPS] [-s SEED] [-c CONFIG] [-v]\n", argv[0]);
+			return 2;
+		}
+	}
+	const char *env = getenv("T_SEED");
+	if (env)
+		seed = strtoull(env, NULL, 10);
+	ftl_set_logger(quiet_log, NULL);
+	for (int i = 0; i < 8; i++) {
+		M.buf[i] = aligned_alloc(4096, 256 * 4096);
+		M.rbuf[i] = aligned_alloc(4096, 256 * 4096);
+	}
+	uint64_t total = 0, cuts = 0;
+	printf("seed %" PRIu64 "\n", seed);
+	for (size_t i = 0; i < NCONFIGS; i++) {
+		if (only >= 0 && (size_t)only != i)
+			continue;
+		uint64_t per = only >= 0 ? nops : nops / NCONFIGS + 1;
+		run_config(&configs[i], per, seed + i);
+		total += M.ops;
+		cuts += M.cuts;
+	}
+	printf("total: %" PRIu64 " operations, %" PRIu64 " power cuts\n", total, cuts);
+	if (only < 0 && (total < nops || (nops >= 1000000 && cuts < 1000))) {
+		fprintf(stderr, "too few operations or power cuts\n");
+		return 1;
+	}
+	return 0;
+}
