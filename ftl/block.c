@@ -131,6 +131,11 @@ void blk_set_bad(struct ftl *f, uint32_t b, bool grown)
 		k->flags |= BLKF_GROWN_BAD;
 		f->nbad_grown++;
 	}
+	if (f->min_usable && f->nusable < f->min_usable && !f->no_space) {
+		f->no_space = true;
+		ftl_log("out of spare blocks (%u usable, %u needed): writes now fail with ENOSPC",
+			f->nusable, f->min_usable);
+	}
 }
 
 void blk_invalidate(struct ftl *f, uint32_t ppa)
@@ -252,4 +257,12 @@ void blk_limits(struct ftl *f)
 	f->gc_min = f->cp_reserve + 2;
 	f->user_min = f->gc_min + f->ndies + 1;
 	f->gc_start = f->user_min + f->ndies + 2;
+	/* every unit mapped, the reserves, both streams' open blocks, superblocks */
+	f->min_usable = (uint32_t)((f->units + f->ppb - 1) / f->ppb) + f->gc_start +
+			2 * f->ndies + 2 + f->cp_reserve;
+	if (f->nusable < f->min_usable && !f->no_space) {
+		f->no_space = true;
+		ftl_log("too few usable blocks (%u, %u needed): writes fail with ENOSPC",
+			f->nusable, f->min_usable);
+	}
 }

@@ -780,6 +780,12 @@ void ftl_get_stats(struct ftl *f, struct ftl_stats *st)
 	st->blocks_bad_grown = f->nbad_grown;
 	st->blocks_meta = f->nmeta;
 	st->blocks_data = f->nusable - f->nfree - f->nmeta;
+	st->blocks_needed = f->min_usable;
+	/* spare blocks: usable beyond what the format needs; grown bad blocks
+	 * eat into them */
+	double spare0 = (double)f->nusable + (double)f->nbad_grown - (double)f->min_usable;
+	double spare = (double)f->nusable - (double)f->min_usable;
+	st->reserve_percent = spare0 > 0 ? 100.0 * (spare > 0 ? spare : 0) / spare0 : 0;
 	uint64_t valid = 0;
 	uint32_t emin = UINT32_MAX, emax = 0;
 	double esum = 0;

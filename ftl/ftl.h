@@ -207,6 +207,8 @@ struct ftl_stats {
 	uint64_t lost_units;            /* units made unreadable by media errors */
 	uint64_t blocks_total, blocks_free, blocks_bad, blocks_bad_grown, blocks_meta;
 	uint64_t blocks_data;
+	uint64_t blocks_needed;         /* fewer usable blocks than this: no space */
+	double reserve_percent;         /* spare blocks left, of those at format */
 	uint64_t valid_pages;           /* mapped units on NAND */
 	uint32_t erase_min, erase_max;
 	double erase_avg;

@@ -264,6 +264,7 @@ struct ftl {
 	uint32_t gc_min;            /* GC stream allocates only above this */
 	uint32_t gc_start;          /* GC runs while nfree is below this */
 	uint32_t cp_reserve;        /* blocks one checkpoint needs */
+	uint32_t min_usable;        /* fewer usable blocks: no space (ENOSPC) */
 
 	/* erases of dirty blocks */
 	struct nand_op *erase_ops;  /* [ndies] */

@@ -368,6 +368,36 @@ static int victim_finish(struct ftl *f, int vi)
 	return 1;
 }
 
+/* Pages the GC stream can still program without going below gc_min. */
+static uint64_t gc_room(struct ftl *f)
+{
+	struct stream *g = &f->stream[STREAM_GC];
+	uint64_t room = 0;
+	for (uint32_t d = 0; d < f->ndies; d++)
+		if (g->die[d].block != FTL_NO_BLOCK)
+			room += f->ppb - f->blk[g->die[d].block].wp;
+	if (f->nfree > f->gc_min)
+		room += (uint64_t)(f->nfree - f->gc_min) * f->ppb;
+	return room;
+}
+
+/* Pages the victims in flight may still need: valid pages not yet
+ * relocated, and relocations waiting for a page. */
+static uint64_t gc_owed(struct ftl *f)
+{
+	struct ring *r = &f->stream[STREAM_GC].ring;
+	uint64_t owed = r->fill - r->submit;
+	for (int i = 0; i < GC_MAX_VICTIMS; i++)
+		if (f->victims[i].block != FTL_NO_BLOCK)
+			owed += f->blk[f->victims[i].block].valid;
+	return owed;
+}
+
+/*
+ * Admission: a victim starts only if the GC stream has room for its valid
+ * pages on top of what the victims in flight still owe, so GC can always
+ * finish what it started without dipping below gc_min.
+ */
 int gc_kick(struct ftl *f)
 {
 	int n = 0;
@@ -408,6 +438,13 @@ int gc_kick(struct ftl *f)
 		}
 		if (b == FTL_NO_BLOCK)
 			return n;
+		if (gc_room(f) < gc_owed(f) + f->blk[b].valid) {
+			/* not enough room to relocate it yet: let the victims in
+			 * flight finish and free their blocks first */
+			if (retire)
+				blist_push(f, &f->retire, b);
+			return n;
+		}
 		victim_start(f, vi, b, retire);
 		f->active_victim = vi;
 		n++;

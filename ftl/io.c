@@ -408,10 +408,11 @@ void io_fail_all(struct ftl *f)
 		io_complete(f, io, f->error);
 	while ((io = ioq_pop(&f->wq_read))) {
 		io->pending--;
+		io->unit = io->end_unit; /* issue nothing more */
+		io->status = f->error;
 		if (!io->pending)
 			io_complete(f, io, f->error);
-		else
-			io->status = f->error; /* completes when its reads drain */
+		/* else: completes when its reads in flight land */
 	}
 }
 

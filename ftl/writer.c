@@ -57,12 +57,16 @@ static void ring_release(struct ftl *f, struct ring *r)
  */
 uint32_t stream_next_page(struct ftl *f, struct stream *s, uint32_t floor)
 {
-	for (uint32_t i = 0; i < f->ndies; i++) {
+	/* short of blocks: fill the blocks already open before opening more */
+	bool frugal = f->nfree <= f->user_min;
+	for (uint32_t i = 0; i < 2 * f->ndies; i++) {
+		if (i == f->ndies)
+			frugal = false;
 		uint32_t die = s->next_die;
 		s->next_die = die + 1 == f->ndies ? 0 : die + 1;
 		struct stream_die *sd = &s->die[die];
 		if (sd->block == FTL_NO_BLOCK) {
-			if (f->nfree <= floor || !f->free_die[die].count)
+			if (frugal || f->nfree <= floor || !f->free_die[die].count)
 				continue;
 			sd->block = blk_alloc(f, die);
 			if (sd->block == FTL_NO_BLOCK)
@@ -182,8 +186,8 @@ int writer_kick(struct ftl *f, struct stream *s)
 	if (f->error)
 		return 0;
 	while (r->nretry) {
-		/* a failed program: any free block will do */
-		uint32_t ppa = stream_next_page(f, s, f->gc_min);
+		/* a failed program: anything but the checkpoint's blocks */
+		uint32_t ppa = stream_next_page(f, s, f->cp_reserve);
 		if (ppa == FTL_NO_BLOCK)
 			return n;
 		slot_submit(f, s, r->retry[--r->nretry], ppa);

@@ -11,7 +11,7 @@
 # to install; prints what is missing and fails otherwise.
 set -eu
 
-build_pkgs="gcc make pkg-config libevent-dev libssl-dev libnbd-dev nbdkit-plugin-dev libsystemd-dev"
+build_pkgs="gcc make pkg-config libevent-dev libssl-dev libnbd-dev nbdkit-plugin-dev libsystemd-dev libinih-dev"
 check_pkgs="nbdkit libnbd-bin python3-libnbd qemu-utils fio iproute2 python3"
 bench_pkgs="nbdkit qemu-utils fio procps"
 vm_pkgs="qemu-system-x86 busybox-static cpio debootstrap kmod gzip"

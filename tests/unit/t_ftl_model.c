@@ -29,13 +29,14 @@ struct config {
 	uint32_t sector;
 	bool timing;     /* virtual-time timing model: completions arrive later */
 	bool faults;     /* grown bad blocks and corrected bit errors */
+	double op;       /* over-provisioning, % of raw (0: stock) */
 };
 
 static const struct config configs[] = {
-	{ "test-16m", 4096, false, false },
-	{ "test-16m", 512, true, false },
-	{ "test-64m", 512, false, true },
-	{ "test-64m-bad", 4096, true, true },
+	{ "test-16m", 4096, false, false, 0 },
+	{ "test-16m", 512, true, false, 0 },
+	{ "test-64m", 512, false, true, 0 },
+	{ "test-64m-bad", 4096, true, true, 25 },
 };
 #define NCONFIGS (sizeof configs / sizeof configs[0])
 
@@ -62,7 +63,7 @@ static struct {
 	uint8_t *buf[8], *rbuf[8];
 	int verbose;
 	/* counters */
-	uint64_t ops, cuts, reopens, flushes, failed_ios, open_cuts;
+	uint64_t ops, cuts, reopens, flushes, failed_ios, open_cuts, grown;
 } M;
 
 static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -444,7 +445,7 @@ static void run_config(const struct config *cfg, uint64_t nops, uint64_t seed)
 	char err[256];
 	if (nand_sim_open(&nc, &M.dev, err, sizeof err))
 		fail("nand_sim_open: %s", err);
-	struct ftl_format_params fp = { .sector_size = cfg->sector };
+	struct ftl_format_params fp = { .sector_size = cfg->sector, .op_percent = cfg->op };
 	if (ftl_format(M.dev, &fp, err, sizeof err))
 		fail("format: %s", err);
 	open_ftl();
@@ -501,12 +502,14 @@ static void run_config(const struct config *cfg, uint64_t nops, uint64_t seed)
 			}
 			struct nand_sim_faults off = { .corrected_ppm = cfg->faults ? 1000 : 0 };
 			nand_sim_set_faults(M.dev, &off);
-		} else if (r < 50 && cfg->faults) {
+		} else if (r < 50 && cfg->faults && M.grown < 6) {
 			/* a block goes bad: programs or erases fail from now on */
 			uint32_t nb = nand_blocks(&M.dev->geo);
 			uint32_t b = (uint32_t)rnd_below(nb);
-			if (b % M.dev->geo.blocks_per_die > 1) /* keep superblock blocks */
+			if (b % M.dev->geo.blocks_per_die > 1) { /* keep superblock blocks */
 				nand_sim_fail_block(M.dev, b, rnd_below(2), rnd_below(2));
+				M.grown++;
+			}
 		} else {
 			/* power cut at a random operation from now */
 			struct nand_sim_faults ft = { .power_cut_after = 1 + rnd_below(400),

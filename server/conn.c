@@ -1,0 +1,861 @@
+/*
+ * server/conn.c - NBD transmission phase, on the ioDimm's thread.
+ *
+ * Requests are parsed many per receive and handed to the FTL at once; the
+ * FTL completes most of them inside ftl_submit (RAM-speed media), so their
+ * replies pile up in the connection's send queue and leave in one sendmsg
+ * per event-loop turn (coalesced replies, up to IOV_MAX iovecs).
+ * Data paths:
+ *   READ   the FTL reads into the request's buffer, which the reply iovec
+ *          points at (one copy: media -> buffer -> socket).  With structured
+ *          replies, runs of unmapped units become OFFSET_HOLE chunks and an
+ *          all-unmapped read is answered without touching the FTL.
+ *   WRITE  a payload that arrived whole in the input buffer goes to the FTL
+ *          from there; only if the write has to wait (buffer full, GC) is it
+ *          copied to the request's own buffer.  Larger payloads are received
+ *          straight into the request's buffer.
+ * Memory: request structs and buffers up to BUF_KEEP bytes are recycled
+ * (no allocation per request in steady state); at most MAX_INFLIGHT requests
+ * and MAX_INFLIGHT_BYTES of buffers per connection, beyond which the
+ * connection stops reading until replies drain.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "server/flashd.h"
+#include "server/nbd_proto.h"
+
+#define INBUF_SIZE (256u << 10)
+#define MAX_INFLIGHT 512
+#define MAX_INFLIGHT_BYTES (96u << 20)
+#define BUF_KEEP (128u << 10)
+#define MAX_CHUNKS 8
+#define MAX_IOV 1024
+#define META_ALLOCATION_ID 1
+#define MAX_EXTENTS 2048
+
+struct chunk {
+	uint64_t off;      /* absolute export offset */
+	uint32_t len;
+	bool data;         /* OFFSET_DATA, else OFFSET_HOLE */
+};
+
+struct req {
+	struct ftl_io io;
+	struct conn *c;
+	uint64_t handle;
+	uint64_t offset;
+	uint32_t length;
+	uint16_t type, flags;
+	int error;                 /* NBD error to send, 0 for success */
+	uint8_t *buf;              /* data, block status payload */
+	size_t buf_cap;
+	bool buf_big;              /* not recycled with the request */
+	bool io_pending;           /* submitted to the FTL, not completed */
+	bool no_reply;             /* NBD_CMD_DISC */
+	struct chunk chunks[MAX_CHUNKS];
+	int nchunks;
+	uint32_t payload_len;      /* block status payload bytes in buf */
+	uint8_t hdr[MAX_CHUNKS * 32];
+	struct iovec iov[2 * MAX_CHUNKS + 1];
+	int niov;
+	size_t reply_bytes;
+	struct req *next;
+};
+
+struct conn {
+	struct dimm *d;
+	int fd;
+	char peer[96];
+	bool structured, meta_allocation;
+	uint16_t tflags;
+	struct event *rev, *wev;
+	bool reading;              /* rev armed */
+
+	uint8_t *in;
+	size_t in_len, in_pos;
+
+	/* a WRITE whose payload is still arriving, or one being discarded */
+	struct req *cur;
+	uint32_t cur_got;
+	uint64_t discard_left;
+	struct req *discard_req;   /* its error reply goes out after the discard */
+
+	struct req *free_reqs;
+	uint32_t inflight;         /* requests parsed and not yet fully answered */
+	uint64_t inflight_bytes;
+
+	struct req *sendq, *sendq_tail;
+	size_t head_sent;          /* bytes of sendq's head already sent */
+
+	bool dirty;                /* on d->dirty */
+	bool closing;              /* DISC, shutdown or a protocol error: no more reads */
+	bool dead;                 /* socket unusable: drop replies */
+	const char *why;
+	uint64_t nrequests;
+	struct conn *next, *prev, *dirty_next;
+};
+
+static void conn_maybe_free(struct conn *c);
+static void conn_flush(struct conn *c);
+static void read_cb(evutil_socket_t fd, short what, void *arg);
+
+/* ---- requests ----------------------------------------------------------- */
+
+static struct req *req_get(struct conn *c)
+{
+	struct req *r = c->free_reqs;
+	if (r) {
+		c->free_reqs = r->next;
+	} else {
+		r = calloc(1, sizeof *r);
+		if (!r)
+			return NULL;
+		r->c = c;
+	}
+	r->next = NULL;
+	r->error = 0;
+	r->io_pending = false;
+	r->no_reply = false;
+	r->nchunks = 0;
+	r->payload_len = 0;
+	c->inflight++;
+	return r;
+}
+
+static int req_buf(struct req *r, size_t need)
+{
+	if (r->buf_cap >= need)
+		return 0;
+	if (r->buf_big || need > BUF_KEEP) {
+		if (r->buf_big || r->buf_cap)
+			free(r->buf);
+		r->buf = aligned_alloc(4096, (need + 4095) & ~(size_t)4095);
+		r->buf_cap = r->buf ? need : 0;
+		r->buf_big = need > BUF_KEEP;
+	} else {
+		free(r->buf);
+		r->buf = aligned_alloc(4096, BUF_KEEP);
+		r->buf_cap = r->buf ? BUF_KEEP : 0;
+		r->buf_big = false;
+	}
+	if (!r->buf)
+		return -ENOMEM;
+	r->c->inflight_bytes += r->buf_cap;
+	return 0;
+}
+
+static void req_put(struct conn *c, struct req *r)
+{
+	if (r->buf_big) {
+		c->inflight_bytes -= r->buf_cap;
+		free(r->buf);
+		r->buf = NULL;
+		r->buf_cap = 0;
+		r->buf_big = false;
+	}
+	c->inflight--;
+	r->next = c->free_reqs;
+	c->free_reqs = r;
+}
+
+static int nbd_errno(int err)
+{
+	switch (-err) {
+	case 0: return 0;
+	case EPERM: case EROFS: return NBD_EPERM;
+	case EIO: return NBD_EIO;
+	case ENOMEM: return NBD_ENOMEM;
+	case EINVAL: return NBD_EINVAL;
+	case ENOSPC: case EDQUOT: case EFBIG: return NBD_ENOSPC;
+	case EOVERFLOW: return NBD_EOVERFLOW;
+	case ENOTSUP: return NBD_ENOTSUP;
+	case ESHUTDOWN: return NBD_ESHUTDOWN;
+	default: return NBD_EIO;
+	}
+}
+
+static const char *nbd_errname(int e)
+{
+	switch (e) {
+	case NBD_EPERM: return "operation not permitted (read-only export)";
+	case NBD_EIO: return "input/output error";
+	case NBD_ENOMEM: return "out of memory";
+	case NBD_EINVAL: return "invalid request";
+	case NBD_ENOSPC: return "no space (beyond the end of the export, or the device is full)";
+	case NBD_EOVERFLOW: return "too large for an unfragmented reply";
+	case NBD_ENOTSUP: return "fast zeroing not possible";
+	case NBD_ESHUTDOWN: return "server shutting down";
+	}
+	return "error";
+}
+
+/* ---- replies ------------------------------------------------------------ */
+
+static void chunk_hdr(uint8_t *p, uint16_t flags, uint16_t type, uint64_t handle, uint32_t len)
+{
+	put32(p, NBD_STRUCTURED_REPLY_MAGIC);
+	put16(p + 4, flags);
+	put16(p + 6, type);
+	put64(p + 8, handle);
+	put32(p + 16, len);
+}
+
+static void iov_add(struct req *r, void *base, size_t len)
+{
+	r->iov[r->niov].iov_base = base;
+	r->iov[r->niov].iov_len = len;
+	r->niov++;
+	r->reply_bytes += len;
+}
+
+/* Lay out the reply of r in r->hdr and r->iov. */
+static void req_build_reply(struct req *r)
+{
+	struct conn *c = r->c;
+	r->niov = 0;
+	r->reply_bytes = 0;
+	uint8_t *h = r->hdr;
+
+	if (r->error && c->structured) {
+		const char *msg = nbd_errname(r->error);
+		size_t ml = strlen(msg);
+		chunk_hdr(h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_ERROR, r->handle, (uint32_t)(6 + ml));
+		put32(h + 20, (uint32_t)r->error);
+		put16(h + 24, (uint16_t)ml);
+		iov_add(r, h, 26);
+		iov_add(r, (void *)msg, ml);
+		return;
+	}
+	if (!c->structured || r->type != NBD_CMD_READ || r->error) {
+		if (r->type == NBD_CMD_BLOCK_STATUS && c->structured && !r->error) {
+			/* handled below */
+		} else {
+			put32(h, NBD_SIMPLE_REPLY_MAGIC);
+			put32(h + 4, (uint32_t)r->error);
+			put64(h + 8, r->handle);
+			iov_add(r, h, 16);
+			if (r->type == NBD_CMD_READ && !r->error && r->length)
+				iov_add(r, r->buf, r->length);
+			return;
+		}
+	}
+	if (r->type == NBD_CMD_BLOCK_STATUS) {
+		chunk_hdr(h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_BLOCK_STATUS, r->handle, r->payload_len);
+		iov_add(r, h, 20);
+		iov_add(r, r->buf, r->payload_len);
+		return;
+	}
+	/* structured READ */
+	if (!r->length) {
+		chunk_hdr(h, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_NONE, r->handle, 0);
+		iov_add(r, h, 20);
+		return;
+	}
+	for (int i = 0; i < r->nchunks; i++) {
+		struct chunk *k = &r->chunks[i];
+		uint16_t fl = i + 1 == r->nchunks ? NBD_REPLY_FLAG_DONE : 0;
+		if (k->data) {
+			chunk_hdr(h, fl, NBD_REPLY_TYPE_OFFSET_DATA, r->handle, k->len + 8);
+			put64(h + 20, k->off);
+			iov_add(r, h, 28);
+			iov_add(r, r->buf + (k->off - r->offset), k->len);
+			h += 28;
+		} else {
+			chunk_hdr(h, fl, NBD_REPLY_TYPE_OFFSET_HOLE, r->handle, 12);
+			put64(h + 20, k->off);
+			put32(h + 28, k->len);
+			iov_add(r, h, 32);
+			h += 32;
+		}
+	}
+}
+
+static void conn_mark_dirty(struct conn *c)
+{
+	if (c->dirty)
+		return;
+	c->dirty = true;
+	c->dirty_next = c->d->dirty;
+	c->d->dirty = c;
+}
+
+/* r is answered: queue its reply (or drop it on a dead socket). */
+static void req_finish(struct req *r)
+{
+	struct conn *c = r->c;
+	if (c->dead || r->no_reply) {
+		req_put(c, r);
+		conn_maybe_free(c);
+		return;
+	}
+	req_build_reply(r);
+	r->next = NULL;
+	if (c->sendq_tail)
+		c->sendq_tail->next = r;
+	else
+		c->sendq = r;
+	c->sendq_tail = r;
+	conn_mark_dirty(c);
+}
+
+static void req_io_done(struct ftl_io *io)
+{
+	struct req *r = (struct req *)io;
+	r->io_pending = false;
+	if (io->status)
+		r->error = nbd_errno(io->status);
+	req_finish(r);
+}
+
+/* ---- request handling --------------------------------------------------- */
+
+/* Plan the chunks of a structured READ from the allocation map. */
+static void read_plan(struct conn *c, struct req *r)
+{
+	struct ftl *f = c->d->ftl;
+	uint64_t off = r->offset, end = r->offset + r->length;
+	bool df = r->flags & NBD_CMD_FLAG_DF;
+	r->nchunks = 0;
+	while (off < end) {
+		bool mapped;
+		uint64_t n = ftl_map_extent(f, off, end - off, &mapped);
+		if (!n)
+			break;
+		if (r->nchunks == MAX_CHUNKS) {
+			r->nchunks = 0;
+			break;
+		}
+		r->chunks[r->nchunks++] = (struct chunk){ off, (uint32_t)n, mapped };
+		off += n;
+	}
+	/* DF: one content chunk; a mix of data and holes goes as data */
+	if (r->nchunks == 0 || (df && r->nchunks > 1)) {
+		r->chunks[0] = (struct chunk){ r->offset, r->length, true };
+		r->nchunks = 1;
+	}
+}
+
+static void do_read(struct conn *c, struct req *r)
+{
+	if (c->structured) {
+		read_plan(c, r);
+		if (r->nchunks == 1 && !r->chunks[0].data) {
+			req_finish(r); /* all holes: nothing to read */
+			return;
+		}
+	}
+	if (req_buf(r, r->length) < 0) {
+		r->error = NBD_ENOMEM;
+		req_finish(r);
+		return;
+	}
+	r->io = (struct ftl_io){ .type = FTL_IO_READ, .offset = r->offset, .length = r->length,
+				 .buf = r->buf, .done = req_io_done };
+	r->io_pending = true;
+	ftl_submit(c->d->ftl, &r->io);
+}
+
+static void do_block_status(struct conn *c, struct req *r)
+{
+	struct ftl *f = c->d->ftl;
+	uint32_t max = (r->flags & NBD_CMD_FLAG_REQ_ONE) ? 1 : MAX_EXTENTS;
+	if (req_buf(r, 4 + 8 * (size_t)max) < 0) {
+		r->error = NBD_ENOMEM;
+		req_finish(r);
+		return;
+	}
+	put32(r->buf, META_ALLOCATION_ID);
+	uint32_t n = 0;
+	uint64_t off = r->offset, end = r->offset + r->length;
+	while (off < end && n < max) {
+		bool mapped;
+		uint64_t len = ftl_map_extent(f, off, end - off, &mapped);
+		if (!len)
+			break;
+		/* descriptors stay multiples of the sector (units are) */
+		put32(r->buf + 4 + 8 * n, (uint32_t)len);
+		put32(r->buf + 8 + 8 * n, mapped ? 0 : NBD_STATE_HOLE | NBD_STATE_ZERO);
+		n++;
+		off += len;
+	}
+	r->payload_len = 4 + 8 * n;
+	req_finish(r);
+}
+
+static void do_ftl(struct conn *c, struct req *r, enum ftl_io_type type, uint32_t fl, void *buf)
+{
+	r->io = (struct ftl_io){ .type = type, .flags = fl, .offset = r->offset, .length = r->length,
+				 .buf = buf, .done = req_io_done };
+	r->io_pending = true;
+	ftl_submit(c->d->ftl, &r->io);
+}
+
+/* Validate a parsed request; returns the NBD error to answer with, or 0. */
+static int req_check(struct conn *c, struct req *r)
+{
+	struct dimm *d = c->d;
+	uint32_t allowed = NBD_CMD_FLAG_FUA;
+	switch (r->type) {
+	case NBD_CMD_READ:
+		if (c->structured)
+			allowed |= NBD_CMD_FLAG_DF;
+		break;
+	case NBD_CMD_WRITE:
+	case NBD_CMD_FLUSH:
+	case NBD_CMD_TRIM:
+	case NBD_CMD_CACHE:
+		break;
+	case NBD_CMD_WRITE_ZEROES:
+		allowed |= NBD_CMD_FLAG_NO_HOLE | NBD_CMD_FLAG_FAST_ZERO;
+		break;
+	case NBD_CMD_BLOCK_STATUS:
+		allowed |= NBD_CMD_FLAG_REQ_ONE;
+		break;
+	default:
+		return NBD_EINVAL;
+	}
+	if (r->flags & ~allowed)
+		return NBD_EINVAL;
+	if (r->type == NBD_CMD_FLUSH)
+		return 0;
+	bool writes = r->type == NBD_CMD_WRITE || r->type == NBD_CMD_WRITE_ZEROES ||
+		      r->type == NBD_CMD_TRIM;
+	if (writes && d->cfg->readonly)
+		return NBD_EPERM;
+	if (r->offset > d->size || r->length > d->size - r->offset)
+		return r->type == NBD_CMD_WRITE || r->type == NBD_CMD_WRITE_ZEROES ? NBD_ENOSPC
+										   : NBD_EINVAL;
+	uint32_t ss = d->info.sector_size;
+	if (r->offset % ss || r->length % ss)
+		return NBD_EINVAL;
+	if (r->length > MAX_PAYLOAD &&
+	    (r->type == NBD_CMD_READ || r->type == NBD_CMD_WRITE || r->type == NBD_CMD_CACHE ||
+	     (r->type == NBD_CMD_WRITE_ZEROES && !(r->flags & NBD_CMD_FLAG_FAST_ZERO))))
+		return NBD_EINVAL;
+	if (r->type == NBD_CMD_BLOCK_STATUS && (!c->structured || !c->meta_allocation || !r->length))
+		return NBD_EINVAL;
+	if (r->type == NBD_CMD_WRITE_ZEROES && (r->flags & NBD_CMD_FLAG_FAST_ZERO) &&
+	    (r->flags & NBD_CMD_FLAG_NO_HOLE))
+		return NBD_ENOTSUP; /* writing zero pages is no faster than a write */
+	return 0;
+}
+
+/* Run a request whose header (and WRITE payload, at data) is complete. */
+static void req_dispatch(struct conn *c, struct req *r, uint8_t *data)
+{
+	c->nrequests++;
+	if (r->error) {
+		req_finish(r);
+		return;
+	}
+	uint32_t fua = (r->flags & NBD_CMD_FLAG_FUA) ? FTL_IO_FUA : 0;
+	switch (r->type) {
+	case NBD_CMD_READ:
+		do_read(c, r);
+		break;
+	case NBD_CMD_WRITE:
+		do_ftl(c, r, FTL_IO_WRITE, fua, data);
+		/* still waiting inside the FTL: give it a copy of its own, the
+		 * input buffer is about to be reused (the FTL reads io.buf only
+		 * inside ftl_submit/ftl_poll) */
+		if (r->io_pending && data != r->buf) {
+			if (req_buf(r, r->length) == 0) {
+				memcpy(r->buf, data, r->length);
+				r->io.buf = r->buf;
+			} else {
+				log_err("%s: out of memory for a waiting write", c->peer);
+				c->closing = true;
+				c->dead = true;
+			}
+		}
+		break;
+	case NBD_CMD_FLUSH:
+		do_ftl(c, r, FTL_IO_FLUSH, 0, NULL);
+		break;
+	case NBD_CMD_TRIM:
+		do_ftl(c, r, FTL_IO_TRIM, fua, NULL);
+		break;
+	case NBD_CMD_WRITE_ZEROES:
+		do_ftl(c, r, FTL_IO_WRITE_ZEROES,
+		       fua | ((r->flags & NBD_CMD_FLAG_NO_HOLE) ? FTL_IO_NO_HOLE : 0), NULL);
+		break;
+	case NBD_CMD_CACHE:
+		req_finish(r); /* the data is on NAND or in RAM already */
+		break;
+	case NBD_CMD_BLOCK_STATUS:
+		do_block_status(c, r);
+		break;
+	}
+}
+
+static void stop_reading(struct conn *c)
+{
+	if (c->reading) {
+		event_del(c->rev);
+		c->reading = false;
+	}
+}
+
+static void proto_error(struct conn *c, const char *why)
+{
+	log_warn("%s: protocol error: %s; disconnecting", c->peer, why);
+	c->why = why;
+	c->closing = true;
+	c->dead = true;
+	stop_reading(c);
+}
+
+/*
+ * Parse what the input buffer holds.  Returns false when no more requests
+ * should be parsed now (closing, or too much in flight).
+ */
+static bool parse_input(struct conn *c)
+{
+	while (!c->closing) {
+		if (c->inflight >= MAX_INFLIGHT || c->inflight_bytes >= MAX_INFLIGHT_BYTES)
+			return false;
+		size_t avail = c->in_len - c->in_pos;
+		if (c->discard_left) {
+			size_t n = avail < c->discard_left ? avail : (size_t)c->discard_left;
+			c->in_pos += n;
+			c->discard_left -= n;
+			if (c->discard_left)
+				return true;
+			struct req *r = c->discard_req;
+			c->discard_req = NULL;
+			req_dispatch(c, r, NULL);
+			continue;
+		}
+		if (avail < NBD_REQUEST_SIZE)
+			return true;
+		const uint8_t *p = c->in + c->in_pos;
+		if (get32(p) != NBD_REQUEST_MAGIC) {
+			proto_error(c, "bad request magic");
+			return false;
+		}
+		uint16_t flags = get16(p + 4), type = get16(p + 6);
+		uint64_t handle = get64(p + 8), offset = get64(p + 16);
+		uint32_t length = get32(p + 24);
+		if (type == NBD_CMD_WRITE && length > MAX_PAYLOAD) {
+			/* reading it would take gigabytes: the spec allows a hard
+			 * disconnect for payloads of 2^25 bytes and more */
+			proto_error(c, "write payload larger than the 32 MiB maximum");
+			return false;
+		}
+		if (type == NBD_CMD_DISC) {
+			c->in_pos += NBD_REQUEST_SIZE;
+			log_debug("%s: NBD_CMD_DISC", c->peer);
+			c->why = "client disconnected (NBD_CMD_DISC)";
+			c->closing = true;
+			stop_reading(c);
+			return false;
+		}
+		struct req *r = req_get(c);
+		if (!r) {
+			proto_error(c, "out of memory");
+			return false;
+		}
+		r->type = type;
+		r->flags = flags;
+		r->handle = handle;
+		r->offset = offset;
+		r->length = length;
+		r->error = req_check(c, r);
+		if (type != NBD_CMD_WRITE) {
+			c->in_pos += NBD_REQUEST_SIZE;
+			req_dispatch(c, r, NULL);
+			continue;
+		}
+		/* WRITE: the payload follows, whatever the verdict */
+		if (r->error) {
+			c->in_pos += NBD_REQUEST_SIZE;
+			c->discard_left = length;
+			c->discard_req = r;
+			continue;
+		}
+		if (avail - NBD_REQUEST_SIZE >= length) {
+			c->in_pos += NBD_REQUEST_SIZE;
+			uint8_t *data = c->in + c->in_pos;
+			c->in_pos += length;
+			req_dispatch(c, r, data);
+			continue;
+		}
+		if (length + NBD_REQUEST_SIZE <= INBUF_SIZE) {
+			/* fits the input buffer: wait for the rest there */
+			req_put(c, r);
+			return true;
+		}
+		/* large payload: receive it into the request's own buffer */
+		if (req_buf(r, length) < 0) {
+			proto_error(c, "out of memory");
+			req_put(c, r);
+			return false;
+		}
+		c->in_pos += NBD_REQUEST_SIZE;
+		size_t have = avail - NBD_REQUEST_SIZE;
+		memcpy(r->buf, c->in + c->in_pos, have);
+		c->in_pos += have;
+		c->cur = r;
+		c->cur_got = (uint32_t)have;
+		return true;
+	}
+	return false;
+}
+
+static void conn_close_now(struct conn *c, const char *why)
+{
+	if (!c->why)
+		c->why = why;
+	c->closing = true;
+	c->dead = true;
+	stop_reading(c);
+}
+
+static void read_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct conn *c = arg;
+	struct dimm *d = c->d;
+
+	for (int rounds = 0; rounds < 8 && !c->closing; rounds++) {
+		ssize_t n;
+		if (c->cur) {
+			struct req *r = c->cur;
+			n = recv(c->fd, r->buf + c->cur_got, r->length - c->cur_got, 0);
+			if (n > 0) {
+				c->cur_got += (uint32_t)n;
+				if (c->cur_got == r->length) {
+					c->cur = NULL;
+					req_dispatch(c, r, r->buf);
+				}
+				continue;
+			}
+		} else {
+			if (c->in_pos == c->in_len) {
+				c->in_pos = c->in_len = 0;
+			} else if (c->in_pos && INBUF_SIZE - c->in_len < 64 << 10) {
+				memmove(c->in, c->in + c->in_pos, c->in_len - c->in_pos);
+				c->in_len -= c->in_pos;
+				c->in_pos = 0;
+			}
+			n = recv(c->fd, c->in + c->in_len, INBUF_SIZE - c->in_len, 0);
+			if (n > 0) {
+				c->in_len += (size_t)n;
+				if (!parse_input(c))
+					break;
+				continue;
+			}
+		}
+		if (n == 0) {
+			conn_close_now(c, c->inflight ? "client disconnected with requests in flight"
+						      : "client disconnected");
+		} else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+			conn_close_now(c, strerror(errno));
+		}
+		break;
+	}
+	/* keep parse position stable for writes that still point into c->in:
+	 * none do (waiting writes were given copies in req_dispatch) */
+	if (!c->closing && (c->inflight >= MAX_INFLIGHT || c->inflight_bytes >= MAX_INFLIGHT_BYTES))
+		stop_reading(c);
+	dimm_kick(d);
+}
+
+/* ---- sending ------------------------------------------------------------ */
+
+static void write_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct conn *c = arg;
+	conn_flush(c);
+	dimm_kick(c->d);
+}
+
+static void conn_flush(struct conn *c)
+{
+	struct iovec iov[MAX_IOV];
+	while (c->sendq && !c->dead) {
+		int n = 0;
+		size_t skip = c->head_sent;
+		for (struct req *r = c->sendq; r && n + r->niov <= MAX_IOV; r = r->next) {
+			for (int i = 0; i < r->niov; i++) {
+				if (skip >= r->iov[i].iov_len) {
+					skip -= r->iov[i].iov_len;
+					continue;
+				}
+				iov[n].iov_base = (uint8_t *)r->iov[i].iov_base + skip;
+				iov[n].iov_len = r->iov[i].iov_len - skip;
+				skip = 0;
+				n++;
+			}
+		}
+		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)n };
+		ssize_t sent = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (sent < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK) {
+				event_add(c->wev, NULL);
+				return;
+			}
+			if (errno == EINTR)
+				continue;
+			conn_close_now(c, strerror(errno));
+			break;
+		}
+		/* retire fully sent replies */
+		size_t left = c->head_sent + (size_t)sent;
+		while (c->sendq && left >= c->sendq->reply_bytes) {
+			struct req *r = c->sendq;
+			left -= r->reply_bytes;
+			c->sendq = r->next;
+			if (!c->sendq)
+				c->sendq_tail = NULL;
+			req_put(c, r);
+		}
+		c->head_sent = left;
+	}
+	if (c->dead) {
+		/* drop whatever is queued */
+		while (c->sendq) {
+			struct req *r = c->sendq;
+			c->sendq = r->next;
+			req_put(c, r);
+		}
+		c->sendq_tail = NULL;
+		c->head_sent = 0;
+	}
+	event_del(c->wev);
+	/* room again: resume reading */
+	if (!c->closing && !c->reading && !c->cur && c->inflight < MAX_INFLIGHT / 2 &&
+	    c->inflight_bytes < MAX_INFLIGHT_BYTES / 2) {
+		event_add(c->rev, NULL);
+		c->reading = true;
+		/* requests may be waiting in the input buffer already */
+		if (c->in_pos < c->in_len)
+			event_active(c->rev, EV_READ, 0);
+	}
+}
+
+void conn_flush_dirty(struct dimm *d)
+{
+	while (d->dirty) {
+		struct conn *c = d->dirty;
+		d->dirty = c->dirty_next;
+		c->dirty = false;
+		conn_flush(c);
+		conn_maybe_free(c);
+	}
+	/* closing connections with nothing left: free them */
+	for (struct conn *c = d->conns, *next; c; c = next) {
+		next = c->next;
+		conn_maybe_free(c);
+	}
+}
+
+/* ---- life cycle --------------------------------------------------------- */
+
+static void conn_maybe_free(struct conn *c)
+{
+	if (!c->closing || c->inflight || c->sendq || c->dirty)
+		return;
+	struct dimm *d = c->d;
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		d->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	event_free(c->rev);
+	event_free(c->wev);
+	close(c->fd);
+	while (c->free_reqs) {
+		struct req *r = c->free_reqs;
+		c->free_reqs = r->next;
+		free(r->buf);
+		free(r);
+	}
+	log_info("%s: closed (%s; %llu requests)", c->peer, c->why ? c->why : "closed",
+		 (unsigned long long)c->nrequests);
+	free(c->in);
+	free(c);
+	pthread_mutex_lock(&d->lock);
+	d->nconns--;
+	pthread_mutex_unlock(&d->lock);
+	server_conn_closed(d->srv);
+}
+
+void conn_adopt(struct dimm *d, struct handoff *h)
+{
+	struct conn *c = calloc(1, sizeof *c);
+	if (c)
+		c->in = malloc(INBUF_SIZE);
+	if (!c || !c->in) {
+		log_err("%s: out of memory", h->peer);
+		close(h->fd);
+		free(c);
+		free(h->leftover);
+		free(h);
+		pthread_mutex_lock(&d->lock);
+		d->nconns--;
+		pthread_mutex_unlock(&d->lock);
+		server_conn_closed(d->srv);
+		return;
+	}
+	c->d = d;
+	c->fd = h->fd;
+	c->structured = h->structured;
+	c->meta_allocation = h->meta_allocation;
+	c->tflags = h->tflags;
+	snprintf(c->peer, sizeof c->peer, "%s", h->peer);
+	if (h->nleftover) {
+		size_t n = h->nleftover < INBUF_SIZE ? h->nleftover : INBUF_SIZE;
+		memcpy(c->in, h->leftover, n);
+		c->in_len = n;
+	}
+	free(h->leftover);
+	free(h);
+	c->rev = event_new(d->base, c->fd, EV_READ | EV_PERSIST, read_cb, c);
+	c->wev = event_new(d->base, c->fd, EV_WRITE, write_cb, c);
+	c->next = d->conns;
+	if (c->next)
+		c->next->prev = c;
+	d->conns = c;
+	event_add(c->rev, NULL);
+	c->reading = true;
+	if (c->in_len)
+		event_active(c->rev, EV_READ, 0);
+	pthread_mutex_lock(&d->lock);
+	bool stop = d->stop;
+	pthread_mutex_unlock(&d->lock);
+	if (stop)
+		conn_close_now(c, "server shutting down");
+}
+
+/* Shutdown: read nothing more; answer what is in flight, then close. */
+void conn_stop_all(struct dimm *d)
+{
+	for (struct conn *c = d->conns; c; c = c->next) {
+		if (!c->closing) {
+			c->why = "server shutting down";
+			c->closing = true;
+			stop_reading(c);
+		}
+		if (c->cur) {
+			/* a half-received write will never complete */
+			req_put(c, c->cur);
+			c->cur = NULL;
+		}
+		if (c->discard_req) {
+			req_put(c, c->discard_req);
+			c->discard_req = NULL;
+		}
+	}
+}
+
+bool conn_all_idle(struct dimm *d)
+{
+	return d->conns == NULL;
+}

@@ -1,0 +1,548 @@
+/*
+ * server/handshake.c - NBD fixed-newstyle option haggling (main thread).
+ *
+ * One struct hs per connection, driven by a bufferevent: greeting, client
+ * flags, then options one at a time until NBD_OPT_GO or
+ * NBD_OPT_EXPORT_NAME picks an export; the socket then goes to that
+ * ioDimm's thread with whatever bytes were read past the handshake.
+ * Limits: an option's data is at most OPT_MAX bytes (larger ones up to
+ * OPT_DISCARD_MAX are read and discarded, then refused with
+ * NBD_REP_ERR_TOO_BIG; anything larger is a hard disconnect); the whole
+ * handshake must finish within handshake_timeout seconds.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+
+#include "server/flashd.h"
+#include "server/nbd_proto.h"
+
+#define OPT_MAX (64u << 10)
+#define OPT_DISCARD_MAX (16u << 20)
+#define META_ALLOCATION_ID 1
+
+enum hs_state {
+	HS_CLIENT_FLAGS,
+	HS_OPT_HEADER,
+	HS_OPT_DATA,
+	HS_DISCARD,       /* reading and dropping an oversized option */
+	HS_CLOSING,       /* close once the output is sent */
+	HS_HANDOFF,       /* hand over once the output is sent */
+};
+
+struct hs {
+	struct server *srv;
+	struct bufferevent *bev;
+	struct event *timeout;
+	int fd;
+	char peer[96];
+	enum hs_state state;
+	bool no_zeroes;
+	bool structured;
+	uint32_t opt, optlen;
+	uint64_t discard_left;
+	char *meta_export;        /* export named by the last SET_META_CONTEXT */
+	bool meta_allocation;
+	struct dimm *target;
+	uint16_t tflags;
+	const char *close_reason;
+	struct hs *next, *prev;
+};
+
+static void hs_free(struct hs *h, bool close_fd)
+{
+	struct server *srv = h->srv;
+	if (h->prev)
+		h->prev->next = h->next;
+	else
+		srv->handshakes = h->next;
+	if (h->next)
+		h->next->prev = h->prev;
+	if (h->timeout)
+		event_free(h->timeout);
+	if (h->bev)
+		bufferevent_free(h->bev);
+	if (close_fd) {
+		close(h->fd);
+		server_conn_closed(srv);
+	}
+	free(h->meta_export);
+	free(h);
+}
+
+static void hs_close(struct hs *h, const char *why)
+{
+	log_info("%s: closed during handshake: %s", h->peer, why);
+	hs_free(h, true);
+}
+
+/* ---- replies ------------------------------------------------------------ */
+
+static void reply(struct hs *h, uint32_t type, const void *data, uint32_t len)
+{
+	uint8_t hdr[20];
+	put64(hdr, NBD_REP_MAGIC);
+	put32(hdr + 8, h->opt);
+	put32(hdr + 12, type);
+	put32(hdr + 16, len);
+	struct evbuffer *out = bufferevent_get_output(h->bev);
+	evbuffer_add(out, hdr, sizeof hdr);
+	if (len)
+		evbuffer_add(out, data, len);
+}
+
+static void reply_err(struct hs *h, uint32_t type, const char *msg)
+{
+	log_debug("%s: option %u refused (0x%08x): %s", h->peer, h->opt, type, msg);
+	reply(h, type, msg, (uint32_t)strlen(msg));
+}
+
+static void reply_info_export(struct hs *h, struct dimm *d, uint16_t tflags)
+{
+	uint8_t b[12];
+	put16(b, NBD_INFO_EXPORT);
+	put64(b + 2, d->size);
+	put16(b + 10, tflags);
+	reply(h, NBD_REP_INFO, b, sizeof b);
+}
+
+static void reply_info_string(struct hs *h, uint16_t type, const char *s)
+{
+	size_t n = strlen(s);
+	uint8_t *b = malloc(2 + n);
+	if (!b)
+		return;
+	put16(b, type);
+	memcpy(b + 2, s, n);
+	reply(h, NBD_REP_INFO, b, (uint32_t)(2 + n));
+	free(b);
+}
+
+static void reply_info_block_size(struct hs *h, struct dimm *d)
+{
+	uint8_t b[14];
+	uint64_t max = d->size < MAX_PAYLOAD ? d->size : MAX_PAYLOAD;
+	max = max / d->info.sector_size * d->info.sector_size;
+	put16(b, NBD_INFO_BLOCK_SIZE);
+	put32(b + 2, d->info.sector_size);  /* minimum: the sector */
+	put32(b + 6, 4096);                 /* preferred: the mapping unit */
+	put32(b + 10, (uint32_t)max);
+	reply(h, NBD_REP_INFO, b, sizeof b);
+}
+
+/* ---- options ------------------------------------------------------------ */
+
+static void opt_list(struct hs *h)
+{
+	if (h->optlen) {
+		reply_err(h, NBD_REP_ERR_INVALID, "NBD_OPT_LIST takes no data");
+		return;
+	}
+	for (int i = 0; i < h->srv->ndimms; i++) {
+		struct dimm *d = &h->srv->dimms[i];
+		if (d->open_error)
+			continue;
+		char desc[256];
+		dimm_describe(d, desc, sizeof desc);
+		size_t nl = strlen(d->cfg->export_name), dl = strlen(desc);
+		uint8_t *b = malloc(4 + nl + dl);
+		if (!b)
+			continue;
+		put32(b, (uint32_t)nl);
+		memcpy(b + 4, d->cfg->export_name, nl);
+		memcpy(b + 4 + nl, desc, dl);
+		reply(h, NBD_REP_SERVER, b, (uint32_t)(4 + nl + dl));
+		free(b);
+	}
+	reply(h, NBD_REP_ACK, NULL, 0);
+}
+
+/* NBD_OPT_INFO and NBD_OPT_GO: returns true when GO succeeded. */
+static bool opt_info_go(struct hs *h, const uint8_t *p, bool go)
+{
+	uint32_t len = h->optlen;
+	if (len < 6) {
+		reply_err(h, NBD_REP_ERR_INVALID, "option data too short");
+		return false;
+	}
+	uint32_t nl = get32(p);
+	if (nl > len - 6) {
+		reply_err(h, NBD_REP_ERR_INVALID, "export name length exceeds the option");
+		return false;
+	}
+	uint16_t nreq = get16(p + 4 + nl);
+	if (len != 4 + nl + 2 + 2u * nreq) {
+		reply_err(h, NBD_REP_ERR_INVALID, "option length does not match its information requests");
+		return false;
+	}
+	struct dimm *d = server_find_export(h->srv, (const char *)p + 4, nl);
+	if (!d) {
+		char msg[128];
+		snprintf(msg, sizeof msg, "no such export (try NBD_OPT_LIST)");
+		reply_err(h, NBD_REP_ERR_UNKNOWN, msg);
+		return false;
+	}
+	if (h->srv->shutting_down) {
+		reply_err(h, NBD_REP_ERR_SHUTDOWN, "the server is shutting down");
+		return false;
+	}
+	bool want_name = false, want_desc = false;
+	for (uint16_t i = 0; i < nreq; i++) {
+		uint16_t t = get16(p + 4 + nl + 2 + 2 * i);
+		want_name |= t == NBD_INFO_NAME;
+		want_desc |= t == NBD_INFO_DESCRIPTION;
+	}
+	uint16_t tflags = dimm_tflags(d, h->structured);
+	reply_info_export(h, d, tflags);
+	if (want_name)
+		reply_info_string(h, NBD_INFO_NAME, d->cfg->export_name);
+	if (want_desc) {
+		char desc[256];
+		dimm_describe(d, desc, sizeof desc);
+		reply_info_string(h, NBD_INFO_DESCRIPTION, desc);
+	}
+	/* always: the limits hold whether or not the client asked */
+	reply_info_block_size(h, d);
+	reply(h, NBD_REP_ACK, NULL, 0);
+	if (go) {
+		h->target = d;
+		h->tflags = tflags;
+	}
+	return go;
+}
+
+/*
+ * LIST/SET_META_CONTEXT: the only context is base:allocation.  SET selects
+ * it for the named export (replacing any earlier selection, even on error).
+ */
+static void opt_meta(struct hs *h, const uint8_t *p, bool set)
+{
+	uint32_t len = h->optlen;
+	if (set) {
+		free(h->meta_export);
+		h->meta_export = NULL;
+		h->meta_allocation = false;
+	}
+	if (!h->structured) {
+		reply_err(h, NBD_REP_ERR_INVALID, "negotiate NBD_OPT_STRUCTURED_REPLY first");
+		return;
+	}
+	if (len < 8) {
+		reply_err(h, NBD_REP_ERR_INVALID, "option data too short");
+		return;
+	}
+	uint32_t nl = get32(p);
+	if (nl > len - 8) {
+		reply_err(h, NBD_REP_ERR_INVALID, "export name length exceeds the option");
+		return;
+	}
+	uint32_t nq = get32(p + 4 + nl);
+	/* validate every query's framing first */
+	uint32_t off = 8 + nl;
+	for (uint32_t i = 0; i < nq; i++) {
+		if (len - off < 4) {
+			reply_err(h, NBD_REP_ERR_INVALID, "query list exceeds the option");
+			return;
+		}
+		uint32_t ql = get32(p + off);
+		if (ql > len - off - 4) {
+			reply_err(h, NBD_REP_ERR_INVALID, "query length exceeds the option");
+			return;
+		}
+		off += 4 + ql;
+	}
+	if (off != len) {
+		reply_err(h, NBD_REP_ERR_INVALID, "trailing bytes after the queries");
+		return;
+	}
+	struct dimm *d = server_find_export(h->srv, (const char *)p + 4, nl);
+	if (!d) {
+		reply_err(h, NBD_REP_ERR_UNKNOWN, "no such export");
+		return;
+	}
+	static const char ctx[] = "base:allocation";
+	bool match = !set && nq == 0;
+	off = 8 + nl;
+	for (uint32_t i = 0; i < nq; i++) {
+		uint32_t ql = get32(p + off);
+		const char *q = (const char *)p + off + 4;
+		off += 4 + ql;
+		if (ql == strlen(ctx) && !memcmp(q, ctx, ql))
+			match = true;
+		else if (!set && ql == 5 && !memcmp(q, "base:", 5))
+			match = true; /* wildcard, LIST only */
+	}
+	if (match) {
+		uint8_t b[4 + sizeof ctx - 1];
+		put32(b, set ? META_ALLOCATION_ID : 0);
+		memcpy(b + 4, ctx, sizeof ctx - 1);
+		reply(h, NBD_REP_META_CONTEXT, b, sizeof b);
+	}
+	if (set && match) {
+		h->meta_export = strndup((const char *)p + 4, nl);
+		h->meta_allocation = true;
+	}
+	reply(h, NBD_REP_ACK, NULL, 0);
+}
+
+static void start_transmission(struct hs *h);
+
+static void handle_option(struct hs *h, const uint8_t *p)
+{
+	log_debug("%s: option %u, %u bytes", h->peer, h->opt, h->optlen);
+	if (h->srv->shutting_down && h->opt != NBD_OPT_ABORT) {
+		reply_err(h, NBD_REP_ERR_SHUTDOWN, "the server is shutting down");
+		return;
+	}
+	switch (h->opt) {
+	case NBD_OPT_EXPORT_NAME: {
+		struct dimm *d = server_find_export(h->srv, (const char *)p, h->optlen);
+		if (!d) {
+			h->state = HS_CLOSING;
+			h->close_reason = "NBD_OPT_EXPORT_NAME names no export";
+			return;
+		}
+		h->target = d;
+		h->tflags = dimm_tflags(d, h->structured);
+		uint8_t b[10 + 124];
+		memset(b, 0, sizeof b);
+		put64(b, d->size);
+		put16(b + 8, h->tflags);
+		evbuffer_add(bufferevent_get_output(h->bev), b, h->no_zeroes ? 10 : sizeof b);
+		start_transmission(h);
+		return;
+	}
+	case NBD_OPT_ABORT:
+		reply(h, NBD_REP_ACK, NULL, 0);
+		h->state = HS_CLOSING;
+		h->close_reason = "client sent NBD_OPT_ABORT";
+		return;
+	case NBD_OPT_LIST:
+		opt_list(h);
+		return;
+	case NBD_OPT_INFO:
+		opt_info_go(h, p, false);
+		return;
+	case NBD_OPT_GO:
+		if (opt_info_go(h, p, true))
+			start_transmission(h);
+		return;
+	case NBD_OPT_STRUCTURED_REPLY:
+		if (h->optlen) {
+			reply_err(h, NBD_REP_ERR_INVALID, "NBD_OPT_STRUCTURED_REPLY takes no data");
+			return;
+		}
+		h->structured = true;
+		reply(h, NBD_REP_ACK, NULL, 0);
+		return;
+	case NBD_OPT_LIST_META_CONTEXT:
+		opt_meta(h, p, false);
+		return;
+	case NBD_OPT_SET_META_CONTEXT:
+		opt_meta(h, p, true);
+		return;
+	case NBD_OPT_STARTTLS:
+		reply_err(h, NBD_REP_ERR_UNSUP, "TLS is not supported by this server");
+		return;
+	default:
+		reply_err(h, NBD_REP_ERR_UNSUP, "option not supported");
+		return;
+	}
+}
+
+/* ---- state machine ------------------------------------------------------ */
+
+static void read_cb(struct bufferevent *bev, void *arg)
+{
+	struct hs *h = arg;
+	struct evbuffer *in = bufferevent_get_input(bev);
+
+	for (;;) {
+		size_t avail = evbuffer_get_length(in);
+		switch (h->state) {
+		case HS_CLIENT_FLAGS: {
+			if (avail < 4)
+				return;
+			uint8_t b[4];
+			evbuffer_remove(in, b, 4);
+			uint32_t fl = get32(b);
+			if (fl & ~(uint32_t)(NBD_FLAG_C_FIXED_NEWSTYLE | NBD_FLAG_C_NO_ZEROES)) {
+				hs_close(h, "unknown client flags");
+				return;
+			}
+			if (!(fl & NBD_FLAG_C_FIXED_NEWSTYLE)) {
+				hs_close(h, "client does not speak fixed newstyle");
+				return;
+			}
+			h->no_zeroes = fl & NBD_FLAG_C_NO_ZEROES;
+			h->state = HS_OPT_HEADER;
+			break;
+		}
+		case HS_OPT_HEADER: {
+			if (avail < 16)
+				return;
+			uint8_t b[16];
+			evbuffer_remove(in, b, 16);
+			if (get64(b) != NBD_IHAVEOPT) {
+				hs_close(h, "bad option magic");
+				return;
+			}
+			h->opt = get32(b + 8);
+			h->optlen = get32(b + 12);
+			if (h->opt == NBD_OPT_EXPORT_NAME && h->optlen > 4096) {
+				hs_close(h, "export name longer than 4096 bytes");
+				return;
+			}
+			if (h->optlen > OPT_DISCARD_MAX) {
+				hs_close(h, "option data too large (denial of service?)");
+				return;
+			}
+			if (h->optlen > OPT_MAX) {
+				h->discard_left = h->optlen;
+				h->state = HS_DISCARD;
+			} else {
+				h->state = HS_OPT_DATA;
+			}
+			break;
+		}
+		case HS_OPT_DATA: {
+			if (avail < h->optlen)
+				return;
+			uint8_t *p = evbuffer_pullup(in, h->optlen);
+			handle_option(h, p);
+			evbuffer_drain(in, h->optlen);
+			if (h->state == HS_OPT_DATA)
+				h->state = HS_OPT_HEADER;
+			if (h->state == HS_CLOSING || h->state == HS_HANDOFF) {
+				bufferevent_disable(bev, EV_READ);
+				return;
+			}
+			break;
+		}
+		case HS_DISCARD: {
+			if (!avail)
+				return;
+			size_t n = avail < h->discard_left ? avail : (size_t)h->discard_left;
+			evbuffer_drain(in, n);
+			h->discard_left -= n;
+			if (h->discard_left)
+				return;
+			reply_err(h, NBD_REP_ERR_TOO_BIG, "option data too large");
+			h->state = HS_OPT_HEADER;
+			break;
+		}
+		case HS_CLOSING:
+		case HS_HANDOFF:
+			return;
+		}
+	}
+}
+
+static void write_cb(struct bufferevent *bev, void *arg)
+{
+	struct hs *h = arg;
+	if (h->state == HS_CLOSING) {
+		hs_close(h, h->close_reason ? h->close_reason : "closing");
+		return;
+	}
+	if (h->state != HS_HANDOFF)
+		return;
+	/* everything sent: the socket goes to the ioDimm's thread */
+	struct handoff *ho = calloc(1, sizeof *ho);
+	struct evbuffer *in = bufferevent_get_input(bev);
+	if (!ho) {
+		hs_close(h, "out of memory");
+		return;
+	}
+	ho->nleftover = evbuffer_get_length(in);
+	if (ho->nleftover) {
+		ho->leftover = malloc(ho->nleftover);
+		if (!ho->leftover) {
+			free(ho);
+			hs_close(h, "out of memory");
+			return;
+		}
+		evbuffer_remove(in, ho->leftover, ho->nleftover);
+	}
+	ho->fd = h->fd;
+	ho->structured = h->structured;
+	ho->meta_allocation = h->meta_allocation && h->meta_export &&
+			      server_find_export(h->srv, h->meta_export, strlen(h->meta_export)) ==
+				      h->target;
+	ho->tflags = h->tflags;
+	snprintf(ho->peer, sizeof ho->peer, "%s", h->peer);
+	struct dimm *d = h->target;
+	log_info("%s: export %s%s%s", h->peer, d->cfg->export_name,
+		 ho->structured ? ", structured replies" : "",
+		 ho->meta_allocation ? ", base:allocation" : "");
+	hs_free(h, false);
+	dimm_adopt(d, ho);
+}
+
+static void event_cb(struct bufferevent *bev, short what, void *arg)
+{
+	struct hs *h = arg;
+	if (what & BEV_EVENT_EOF)
+		hs_close(h, "client disconnected");
+	else if (what & BEV_EVENT_ERROR)
+		hs_close(h, strerror(EVUTIL_SOCKET_ERROR()));
+}
+
+static void timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+	hs_close(arg, "handshake timed out");
+}
+
+static void start_transmission(struct hs *h)
+{
+	h->state = HS_HANDOFF;
+	/* write_cb runs once the output buffer is empty */
+	if (evbuffer_get_length(bufferevent_get_output(h->bev)) == 0)
+		write_cb(h->bev, h);
+}
+
+void handshake_start(struct server *srv, int fd, const char *peer)
+{
+	struct hs *h = calloc(1, sizeof *h);
+	if (!h) {
+		close(fd);
+		server_conn_closed(srv);
+		return;
+	}
+	h->srv = srv;
+	h->fd = fd;
+	snprintf(h->peer, sizeof h->peer, "%s", peer);
+	h->next = srv->handshakes;
+	if (h->next)
+		h->next->prev = h;
+	srv->handshakes = h;
+	h->bev = bufferevent_socket_new(srv->base, fd, 0);
+	h->timeout = evtimer_new(srv->base, timeout_cb, h);
+	if (!h->bev || !h->timeout) {
+		hs_close(h, "out of memory");
+		return;
+	}
+	bufferevent_setcb(h->bev, read_cb, write_cb, event_cb, h);
+	bufferevent_enable(h->bev, EV_READ | EV_WRITE);
+	struct timeval tv = { srv->cfg.handshake_timeout, 0 };
+	evtimer_add(h->timeout, &tv);
+
+	uint8_t greet[18];
+	put64(greet, NBD_MAGIC);
+	put64(greet + 8, NBD_IHAVEOPT);
+	put16(greet + 16, NBD_FLAG_FIXED_NEWSTYLE | NBD_FLAG_NO_ZEROES);
+	bufferevent_write(h->bev, greet, sizeof greet);
+	h->state = HS_CLIENT_FLAGS;
+	log_debug("%s: connected", peer);
+}
+
+/* Shutdown: refuse options from now on; connections still negotiating close. */
+void handshake_shutdown_all(struct server *srv)
+{
+	while (srv->handshakes)
+		hs_close(srv->handshakes, "server shutting down");
+}
