@@ -200,6 +200,9 @@ struct nand_sim_config {
 	bool readonly;             /* open the image read-only */
 	bool timing;               /* timing model on: ops take preset time */
 	bool sync_on_flush;        /* nand_sync() calls fdatasync (file only) */
+	bool discard_on_erase;     /* file: punch a hole when a block is erased
+				    * (saves disk space between erase and reuse,
+				    * costs a filesystem call per erase) */
 	bool virtual_time;         /* timing model on a simulated clock that jumps
 				    * ahead when waited on (fast timed tests) */
 	uint64_t seed;             /* for factory bad blocks and random errors */

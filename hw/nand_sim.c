@@ -92,6 +92,7 @@ struct sim {
 	bool timing;
 	bool sync_on_flush;
 	bool virtual_time;
+	bool discard_on_erase;        /* punch a hole for erased blocks (file) */
 	uint64_t vclock;
 	struct nand_timing tm;
 	struct sim_header *hdr;       /* mapped header (+ table) or malloc'd */
@@ -395,7 +396,7 @@ static enum nand_status media_erase(struct sim *s, struct nand_op *op, bool inte
 	b->erase_count++;
 	if (s->perr_len)
 		page_errors_drop_block(s, op->block);
-	if (had_pages)
+	if (had_pages && s->discard_on_erase)
 		media_discard(s, op->block);
 	return NAND_OK;
 }
@@ -675,6 +676,7 @@ int nand_sim_open(const struct nand_sim_config *cfg, struct nand_dev **out, char
 	s->timing = cfg->timing;
 	s->sync_on_flush = cfg->sync_on_flush;
 	s->virtual_time = cfg->virtual_time;
+	s->discard_on_erase = cfg->discard_on_erase;
 	s->readonly = cfg->readonly;
 	s->rng = cfg->seed ? cfg->seed : 0x853c49e6748fea9bull;
 

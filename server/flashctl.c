@@ -8,6 +8,7 @@
  *   flashctl simulate --preset P [--op PCT] [--sector-size N]
  *                     [--workload uniform|hotcold:H/C] [--passes K]
  *                     [--reads N] [--ram] [--timing] [--seed S] [--json]
+ *   flashctl status [--control SOCKET] [--json]
  *   flashctl presets
  */
 #include <errno.h>
@@ -19,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "ftl/ftl.h"
@@ -39,8 +42,10 @@ static void usage(FILE *out)
 		"           [--passes K] [--reads N] [--ram] [--timing] [--seed S] [--json]\n"
 		"      format a fresh device, fill it, overwrite it K times with random 4 KiB writes,\n"
 		"      report write amplification and speed\n"
+		"  %s status [--control SOCKET] [--json]\n"
+		"      state and live statistics of every ioDimm a running flashd serves\n"
 		"  %s presets\n",
-		prog, prog, prog, prog);
+		prog, prog, prog, prog, prog);
 }
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -493,6 +498,91 @@ static int cmd_simulate(int argc, char **argv)
 	return 0;
 }
 
+/* ---- status (talks to a running flashd) --------------------------------- */
+
+static const char *default_control(void)
+{
+	static char path[4200];
+	const char *env = getenv("FLASHD_CONTROL");
+	if (env)
+		return env;
+	char exe[4096];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	if (n > 0) {
+		exe[n] = 0;
+		char *slash = strrchr(exe, '/');
+		if (slash) {
+			*slash = 0;
+			snprintf(path, sizeof path, "%s/../var/flashd.ctl", exe);
+			if (access(path, F_OK) == 0)
+				return path;
+		}
+	}
+	if (access("/run/flashd/flashd.ctl", F_OK) == 0)
+		return "/run/flashd/flashd.ctl";
+	return "/var/lib/flashd/flashd.ctl";
+}
+
+static int cmd_status(int argc, char **argv)
+{
+	const char *control = NULL;
+	bool json = false;
+	static const struct option opts[] = {
+		{ "control", required_argument, 0, 'c' },
+		{ "json", no_argument, 0, 'j' },
+		{ "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
+	};
+	int c;
+	while ((c = getopt_long(argc, argv, "c:jh", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c': control = optarg; break;
+		case 'j': json = true; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (!control)
+		control = default_control();
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (strlen(control) >= sizeof sa.sun_path)
+		die("control socket path too long: %s", control);
+	strcpy(sa.sun_path, control);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0)
+		die("cannot reach flashd at %s: %s (is it running? --control PATH)", control,
+		    strerror(errno));
+	char req[256];
+	int n = snprintf(req, sizeof req, "GET /v1/status%s HTTP/1.0\r\nHost: flashd\r\n\r\n",
+			 json ? "" : "?format=text");
+	if (write(fd, req, (size_t)n) != n)
+		die("writing to %s: %s", control, strerror(errno));
+	size_t cap = 1 << 16, len = 0;
+	char *buf = malloc(cap);
+	for (;;) {
+		if (len + 4096 > cap)
+			buf = realloc(buf, cap *= 2);
+		ssize_t r = read(fd, buf + len, cap - len - 1);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			die("reading from %s: %s", control, strerror(errno));
+		if (r == 0)
+			break;
+		len += (size_t)r;
+	}
+	close(fd);
+	buf[len] = 0;
+	char *body = strstr(buf, "\r\n\r\n");
+	if (strncmp(buf, "HTTP/1.", 7) != 0 || !body)
+		die("unexpected answer from %s", control);
+	int code = atoi(buf + 9);
+	body += 4;
+	fputs(body, stdout);
+	free(buf);
+	return code == 200 ? 0 : 1;
+}
+
 static int cmd_presets(void)
 {
 	for (size_t i = 0; nand_preset_at(i); i++) {
@@ -519,6 +609,8 @@ int main(int argc, char **argv)
 		return cmd_simulate(argc, argv);
 	if (strcmp(cmd, "presets") == 0)
 		return cmd_presets();
+	if (strcmp(cmd, "status") == 0)
+		return cmd_status(argc, argv);
 	if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
 		usage(stdout);
 		return 0;

@@ -15,7 +15,7 @@ static void fill(uint8_t *buf, size_t len, uint64_t tag)
 
 static struct nand_dev *ram_dev(const char *preset, bool timing)
 {
-	struct nand_sim_config cfg = { .preset = preset, .timing = timing };
+	struct nand_sim_config cfg = { .preset = preset, .timing = timing, .virtual_time = timing };
 	struct nand_dev *d;
 	char err[256];
 	int rc = nand_sim_open(&cfg, &d, err, sizeof err);
