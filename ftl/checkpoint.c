@@ -284,6 +284,8 @@ int cp_kick(struct ftl *f)
 		return 1;
 	case CP_QUIESCE: {
 		struct ring *u = &f->stream[STREAM_USER].ring, *g = &f->stream[STREAM_GC].ring;
+		if (g->done != g->fill && gc_cancel_stalled(f))
+			return 1;
 		if (u->done != u->fill || g->done != g->fill)
 			return 0;
 		if (!cp_alloc_blocks(f))

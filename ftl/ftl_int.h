@@ -97,7 +97,8 @@ struct slot {
 	uint8_t type;        /* FTL_PG_DATA or FTL_PG_TRIM */
 	uint16_t victim;     /* GC: index of the victim it relocates from */
 	uint32_t lba;        /* DATA: unit; TRIM: number of ranges */
-	uint32_t ppa;        /* where it is programmed; GC: where it came from */
+	uint32_t ppa;        /* where it is programmed */
+	uint32_t from;       /* GC: the page it relocates */
 	uint64_t seq;
 };
 
@@ -160,6 +161,7 @@ struct victim {
 	bool retire;              /* retire as bad instead of erasing */
 	bool need_trim_record;    /* re-logged trims must be closed into a record */
 	bool log_closed;          /* finishing: trims closed, wait_user_pos set */
+	bool aborted;             /* relocations given back: return it unerased */
 	uint32_t cursor;          /* next page to examine */
 	uint32_t scans_done;      /* spare reads completed */
 	uint32_t pending;         /* data reads + relocation programs in flight */
@@ -391,6 +393,7 @@ static inline uint32_t ring_free(const struct ring *r)
 }
 int writer_kick(struct ftl *f, struct stream *s);
 uint32_t stream_next_page(struct ftl *f, struct stream *s, uint32_t floor);
+void ring_release(struct ftl *f, struct ring *r); /* advance done over finished slots */
 uint8_t *slot_data(struct ftl *f, uint32_t l2p_entry);
 
 /* io.c */
@@ -415,6 +418,7 @@ void gc_slot_read_done(struct ftl *f, struct slot *s, uint32_t idx);
 void gc_slot_programmed(struct ftl *f, struct slot *s);
 void gc_user_page(struct ftl *f);
 int gc_init(struct ftl *f);
+int gc_cancel_stalled(struct ftl *f);
 bool gc_busy(struct ftl *f);
 
 /* superblock.c */

@@ -94,6 +94,7 @@ static void victim_start(struct ftl *f, int vi, uint32_t b, bool retire)
 	v->retire = retire;
 	v->need_trim_record = false;
 	v->log_closed = false;
+	v->aborted = false;
 	v->cursor = 0;
 	v->scans_done = 0;
 	v->pending = 0;
@@ -134,7 +135,7 @@ static void gc_read_done(struct nand_op *op)
 		sl->state = SLOT_SKIP;
 		return;
 	}
-	if (f->l2p[sl->lba] != sl->ppa) {
+	if (f->l2p[sl->lba] != sl->from) {
 		sl->state = SLOT_SKIP; /* rewritten or trimmed meanwhile */
 		return;
 	}
@@ -143,16 +144,16 @@ static void gc_read_done(struct nand_op *op)
 		f->st.read_errors_uncorrectable++;
 		f->st.lost_units++;
 		f->l2p[sl->lba] = L2P_LOST;
-		blk_invalidate(f, sl->ppa);
+		blk_invalidate(f, sl->from);
 		v->lost[v->nlost++] = sl->lba;
 		sl->state = SLOT_SKIP;
-		ftl_log("unit %u lost: page %u unreadable during GC", sl->lba, sl->ppa);
+		ftl_log("unit %u lost: page %u unreadable during GC", sl->lba, sl->from);
 		return;
 	}
 	if (op->status == NAND_CORRECTED)
 		f->st.read_errors_corrected++;
 	f->l2p[sl->lba] = L2P_SLOT | L2P_SLOT_GC | idx;
-	blk_invalidate(f, sl->ppa);
+	blk_invalidate(f, sl->from);
 	sl->seq = f->next_seq++;
 	sl->state = SLOT_FILLED;
 	v->pending++; /* until the relocation is programmed */
@@ -252,6 +253,7 @@ static int victim_examine(struct ftl *f, int vi)
 			sl->type = FTL_PG_DATA;
 			sl->lba = sp.lba;
 			sl->ppa = ppa;
+			sl->from = ppa;
 			sl->victim = (uint16_t)vi;
 			r->fill++;
 			struct nand_op *op = &sl->op;
@@ -320,6 +322,47 @@ static void victim_sweep_lost(struct ftl *f, struct victim *v)
 	}
 }
 
+/*
+ * Give back relocations that cannot get a page (the GC stream is out of
+ * blocks, e.g. after blocks went bad): their units point at their old pages
+ * again, which are still valid in the victim (it is erased only after its
+ * relocations are programmed).  Their victims go back to CLOSED unerased.
+ * Used when a checkpoint must quiesce the log.  Returns how many.
+ */
+int gc_cancel_stalled(struct ftl *f)
+{
+	struct stream *g = &f->stream[STREAM_GC];
+	struct ring *r = &g->ring;
+	int n = 0;
+	if (!g->stalled && !r->nretry)
+		return 0;
+	for (uint64_t pos = r->done; pos < r->fill; pos++) {
+		struct slot *sl = ring_slot(r, pos);
+		if (sl->state != SLOT_FILLED)
+			continue;
+		uint32_t idx = (uint32_t)(pos & r->mask);
+		uint32_t ref = L2P_SLOT | L2P_SLOT_GC | idx;
+		struct victim *v = &f->victims[sl->victim];
+		if (f->l2p[sl->lba] == ref) {
+			f->l2p[sl->lba] = sl->from;
+			blk_validate(f, sl->from);
+		}
+		sl->state = pos < r->submit ? SLOT_DONE : SLOT_SKIP;
+		v->pending--;
+		v->aborted = true;
+		f->st.gc_pages_relocated--;
+		n++;
+	}
+	r->nretry = 0;
+	g->stalled = false;
+	if (r->submit < r->fill)
+		r->submit = r->fill; /* everything left is SKIP now */
+	ring_release(f, r);
+	if (n)
+		ftl_log("GC out of blocks: %d relocations given back to their victims", n);
+	return n;
+}
+
 /* Try to finish victim vi; returns 1 if it did. */
 static int victim_finish(struct ftl *f, int vi)
 {
@@ -328,6 +371,13 @@ static int victim_finish(struct ftl *f, int vi)
 
 	if (v->cursor < f->ppb || v->pending || v->scans_done < f->ppb)
 		return 0;
+	if (v->aborted) {
+		/* some relocations were given back: the block keeps them */
+		uint32_t b = v->block;
+		v->block = FTL_NO_BLOCK;
+		blk_set_closed(f, b);
+		return 1;
+	}
 	if (f->blk[v->block].valid)
 		victim_sweep_lost(f, v);
 	while (v->nlost) {

@@ -40,7 +40,7 @@ uint8_t *slot_data(struct ftl *f, uint32_t e)
 	return ring_data(r, e & L2P_SLOT_MASK, f->page_size);
 }
 
-static void ring_release(struct ftl *f, struct ring *r)
+void ring_release(struct ftl *f, struct ring *r)
 {
 	while (r->done < r->submit) {
 		struct slot *s = ring_slot(r, r->done);

@@ -1,0 +1,293 @@
+/*
+ * t_ftl_faults - the FTL under media faults: grown bad blocks, bit errors,
+ * a failed die, running out of spare blocks, a damaged checkpoint, an
+ * unformatted or read-only device.  Errors must be errors (EIO, ENOSPC,
+ * EROFS), never wrong data.
+ */
+#include "ftl/ftl.h"
+#include "tests/unit/t.h"
+
+static void fill(uint8_t *b, uint64_t unit, uint32_t ver)
+{
+	for (int i = 0; i < 4096; i += 8) {
+		uint64_t v = (unit << 32 | ver) * 0x9E3779B97F4A7C15ull + (uint64_t)i;
+		memcpy(b + i, &v, 8);
+	}
+}
+
+static struct nand_dev *dev_new(const char *preset)
+{
+	struct nand_sim_config cfg = { .preset = preset };
+	struct nand_dev *d;
+	char err[256];
+	CHECK_RC(nand_sim_open(&cfg, &d, err, sizeof err));
+	return d;
+}
+
+static struct ftl *open_ok(struct nand_dev *d)
+{
+	struct ftl *f;
+	char err[256];
+	int rc = ftl_open(d, NULL, &f, err, sizeof err);
+	if (rc) {
+		fprintf(stderr, "ftl_open: %s\n", err);
+		exit(1);
+	}
+	return f;
+}
+
+static void format(struct nand_dev *d, double op)
+{
+	char err[256];
+	struct ftl_format_params fp = { .sector_size = 4096, .op_percent = op };
+	CHECK_RC(ftl_format(d, &fp, err, sizeof err));
+}
+
+/* write every unit once, then overwrite randomly n times; ver[] tracks */
+static void churn(struct ftl *f, uint32_t *ver, uint64_t units, uint64_t n, uint64_t *seed)
+{
+	uint8_t b[4096];
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t u = i < units ? i : t_rand(seed) % units;
+		ver[u]++;
+		fill(b, u, ver[u]);
+		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
+	}
+}
+
+static uint64_t verify(struct ftl *f, const uint32_t *ver, uint64_t units, bool eio_ok)
+{
+	uint8_t b[4096], e[4096];
+	uint64_t eio = 0;
+	for (uint64_t u = 0; u < units; u++) {
+		int rc = ftl_read_sync(f, b, u * 4096, 4096);
+		if (rc == -EIO && eio_ok) {
+			eio++;
+			continue;
+		}
+		CHECK_RC(rc);
+		if (!ver[u]) {
+			memset(e, 0, sizeof e);
+		} else {
+			fill(e, u, ver[u]);
+		}
+		if (memcmp(b, e, 4096)) {
+			fprintf(stderr, "unit %" PRIu64 " holds wrong data\n", u);
+			exit(1);
+		}
+	}
+	return eio;
+}
+
+static void grown_bad_blocks(void)
+{
+	struct nand_dev *d = dev_new("test-64m");
+	format(d, 20);
+	struct ftl *f = open_ok(d);
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	uint32_t *ver = calloc(info.units, sizeof *ver);
+	uint64_t seed = 7;
+	churn(f, ver, info.units, info.units / 2, &seed);
+	/* blocks fail while in use: programs on some, erases on others */
+	for (uint32_t b = 20; b < 200; b += 37)
+		nand_sim_fail_block(d, b, b % 2, true);
+	churn(f, ver, info.units, info.units * 3, &seed);
+	verify(f, ver, info.units, false);
+	struct ftl_stats st;
+	ftl_get_stats(f, &st);
+	printf("grown bad: %" PRIu64 " blocks retired, %" PRIu64 " program and %" PRIu64
+	       " erase failures\n",
+	       st.blocks_bad_grown, st.program_failures, st.erase_failures);
+	CHECK(st.blocks_bad_grown >= 3);
+	CHECK_RC(ftl_close(f));
+	f = open_ok(d);
+	verify(f, ver, info.units, false);
+	ftl_get_stats(f, &st);
+	CHECK(st.blocks_bad_grown >= 3); /* remembered by the checkpoint */
+	CHECK_RC(ftl_close(f));
+	nand_close(d);
+	free(ver);
+}
+
+static void bit_errors(void)
+{
+	struct nand_dev *d = dev_new("test-64m");
+	format(d, 20);
+	struct ftl *f = open_ok(d);
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	uint32_t *ver = calloc(info.units, sizeof *ver);
+	uint64_t seed = 9;
+	churn(f, ver, info.units, info.units, &seed);
+	CHECK_RC(ftl_flush_sync(f));
+	/* corrected errors everywhere: nothing visible */
+	struct nand_sim_faults ft = { .corrected_ppm = 200000 };
+	nand_sim_set_faults(d, &ft);
+	verify(f, ver, info.units, false);
+	struct ftl_stats st;
+	ftl_get_stats(f, &st);
+	CHECK(st.read_errors_corrected > 0);
+	/* one unreadable page: that unit reads EIO, a rewrite heals it */
+	ft.corrected_ppm = 0;
+	nand_sim_set_faults(d, &ft);
+	uint8_t b[4096];
+	/* find unit 100's page by reading every page of the device? use the
+	 * allocation map instead: make the whole device unreadable for a moment */
+	ft.uncorrectable_ppm = 1000000;
+	nand_sim_set_faults(d, &ft);
+	CHECK_EQ(ftl_read_sync(f, b, 100 * 4096, 4096), -EIO);
+	ft.uncorrectable_ppm = 0;
+	nand_sim_set_faults(d, &ft);
+	verify(f, ver, info.units, false);
+	CHECK_RC(ftl_close(f));
+	nand_close(d);
+	free(ver);
+}
+
+static void die_failure(void)
+{
+	struct nand_dev *d = dev_new("test-64m");
+	format(d, 25);
+	struct ftl *f = open_ok(d);
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	uint32_t *ver = calloc(info.units, sizeof *ver);
+	uint64_t seed = 11;
+	churn(f, ver, info.units, info.units, &seed);
+	CHECK_RC(ftl_flush_sync(f));
+	nand_sim_fail_die(d, 2);
+	/* reads: data on die 2 fails with EIO, the rest is intact */
+	uint64_t eio = verify(f, ver, info.units, true);
+	printf("die failure: %" PRIu64 " of %" PRIu64 " units unreadable\n", eio, info.units);
+	CHECK(eio > 0 && eio < info.units / 2);
+	/* writes go on (to the other dies), and read back */
+	uint8_t b[4096];
+	for (uint64_t u = 0; u < 2000; u++) {
+		ver[u]++;
+		fill(b, u, ver[u]);
+		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
+	}
+	for (uint64_t u = 0; u < 2000; u++) {
+		CHECK_RC(ftl_read_sync(f, b, u * 4096, 4096));
+		uint8_t e[4096];
+		fill(e, u, ver[u]);
+		CHECK(memcmp(b, e, 4096) == 0);
+	}
+	/* never wrong data, before and after a reopen */
+	verify(f, ver, info.units, true);
+	CHECK_RC(ftl_close(f));
+	f = open_ok(d);
+	verify(f, ver, info.units, true);
+	ftl_close(f);
+	nand_close(d);
+	free(ver);
+}
+
+static void no_space(void)
+{
+	struct nand_dev *d = dev_new("test-64m");
+	format(d, 20);
+	struct ftl *f = open_ok(d);
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	uint32_t *ver = calloc(info.units, sizeof *ver);
+	uint64_t seed = 13;
+	churn(f, ver, info.units, info.units, &seed);
+	/* a quarter of the blocks go bad: spare capacity is gone */
+	for (uint32_t b = 0; b < 256; b++)
+		if (b % 4 == 3)
+			nand_sim_fail_block(d, b, true, true);
+	uint8_t b[4096];
+	int rc = 0;
+	for (uint64_t i = 0; i < info.units * 4 && rc == 0; i++) {
+		uint64_t u = t_rand(&seed) % info.units;
+		fill(b, u, ver[u] + 1);
+		rc = ftl_write_sync(f, b, u * 4096, 4096, 0);
+		if (rc == 0)
+			ver[u]++;
+	}
+	CHECK_EQ(rc, -ENOSPC);
+	ftl_get_info(f, &info);
+	CHECK_EQ(info.state, FTL_STATE_NO_SPACE);
+	/* everything written is still readable */
+	verify(f, ver, info.units, false);
+	CHECK_RC(ftl_close(f));
+	nand_close(d);
+	free(ver);
+}
+
+static void t_flag(struct nand_op *op)
+{
+	*(bool *)op->priv = true;
+}
+
+static void damaged_checkpoint(void)
+{
+	struct nand_dev *d = dev_new("test-64m");
+	format(d, 20);
+	struct ftl *f = open_ok(d);
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	uint32_t *ver = calloc(info.units, sizeof *ver);
+	uint64_t seed = 17;
+	churn(f, ver, info.units, info.units / 4, &seed);
+	CHECK_RC(ftl_close(f));
+	/* make every checkpoint page unreadable: pages whose spare says CKPT
+	 * are found by scanning the device */
+	uint8_t spare[128];
+	for (uint32_t blk = 0; blk < nand_blocks(&d->geo); blk++) {
+		struct nand_op op = { .type = NAND_OP_READ, .block = blk, .page = 0, .spare = spare };
+		bool done = false;
+		op.done = t_flag;
+		op.priv = &done;
+		nand_submit(d, &op);
+		while (!done)
+			nand_poll(d, 0);
+		if (op.status == NAND_OK && spare[4] == 3 /* FTL_PG_CKPT */)
+			for (uint32_t p = 0; p < d->geo.pages_per_block; p++)
+				nand_sim_page_error(d, (uint64_t)blk * d->geo.pages_per_block + p,
+						    NAND_UNCORRECTABLE);
+	}
+	f = open_ok(d); /* falls back to replaying the whole log */
+	verify(f, ver, info.units, false);
+	CHECK_RC(ftl_close(f));
+	nand_close(d);
+	free(ver);
+}
+
+static void unformatted_and_readonly(void)
+{
+	struct nand_dev *d = dev_new("test-16m");
+	struct ftl *f;
+	char err[256];
+	CHECK_EQ(ftl_open(d, NULL, &f, err, sizeof err), -ENODATA);
+	CHECK(strstr(err, "not formatted"));
+	struct ftl_format_params bad = { .sector_size = 1024 };
+	CHECK_EQ(ftl_format(d, &bad, err, sizeof err), -EINVAL);
+	struct ftl_format_params big = { .sector_size = 512, .capacity_bytes = 16ull << 20 };
+	CHECK_EQ(ftl_format(d, &big, err, sizeof err), -EINVAL);
+	format(d, 20);
+	struct ftl_open_params ro = { .readonly = true };
+	CHECK_RC(ftl_open(d, &ro, &f, err, sizeof err));
+	uint8_t b[4096] = { 1 };
+	CHECK_EQ(ftl_write_sync(f, b, 0, 4096, 0), -EROFS);
+	CHECK_EQ(ftl_trim_sync(f, 0, 4096, 0), -EROFS);
+	CHECK_RC(ftl_read_sync(f, b, 0, 4096));
+	CHECK(b[0] == 0);
+	CHECK_RC(ftl_close(f));
+	nand_close(d);
+}
+
+int main(void)
+{
+	ftl_set_logger(NULL, NULL);
+	grown_bad_blocks();
+	bit_errors();
+	die_failure();
+	no_space();
+	damaged_checkpoint();
+	unformatted_and_readonly();
+	printf("ok\n");
+	return 0;
+}
