@@ -102,6 +102,7 @@ struct conn {
 };
 
 static void conn_maybe_free(struct conn *c);
+static void drop_partial(struct conn *c);
 static void conn_flush(struct conn *c);
 static void read_cb(evutil_socket_t fd, short what, void *arg);
 
@@ -119,6 +120,7 @@ static struct req *req_get(struct conn *c)
 		r->c = c;
 	}
 	r->next = NULL;
+	c->inflight_bytes += r->buf_cap;
 	r->error = 0;
 	r->io_pending = false;
 	r->no_reply = false;
@@ -132,6 +134,7 @@ static int req_buf(struct req *r, size_t need)
 {
 	if (r->buf_cap >= need)
 		return 0;
+	r->c->inflight_bytes -= r->buf_cap;
 	if (r->buf_big || need > BUF_KEEP) {
 		if (r->buf_big || r->buf_cap)
 			free(r->buf);
@@ -152,8 +155,8 @@ static int req_buf(struct req *r, size_t need)
 
 static void req_put(struct conn *c, struct req *r)
 {
+	c->inflight_bytes -= r->buf_cap;
 	if (r->buf_big) {
-		c->inflight_bytes -= r->buf_cap;
 		free(r->buf);
 		r->buf = NULL;
 		r->buf_cap = 0;
@@ -509,6 +512,7 @@ static void proto_error(struct conn *c, const char *why)
 	c->closing = true;
 	c->dead = true;
 	stop_reading(c);
+	drop_partial(c);
 }
 
 /*
@@ -608,6 +612,20 @@ static bool parse_input(struct conn *c)
 	return false;
 }
 
+/* Requests still being received can never complete: drop them. */
+static void drop_partial(struct conn *c)
+{
+	if (c->cur) {
+		req_put(c, c->cur);
+		c->cur = NULL;
+	}
+	if (c->discard_req) {
+		req_put(c, c->discard_req);
+		c->discard_req = NULL;
+	}
+	c->discard_left = 0;
+}
+
 static void conn_close_now(struct conn *c, const char *why)
 {
 	if (!c->why)
@@ -615,6 +633,7 @@ static void conn_close_now(struct conn *c, const char *why)
 	c->closing = true;
 	c->dead = true;
 	stop_reading(c);
+	drop_partial(c);
 }
 
 static void read_cb(evutil_socket_t fd, short what, void *arg)
@@ -622,7 +641,11 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
 	struct conn *c = arg;
 	struct dimm *d = c->d;
 
-	for (int rounds = 0; rounds < 8 && !c->closing; rounds++) {
+	/* requests left in the buffer when reading paused come first */
+	bool more = true;
+	if (!c->cur && c->in_pos < c->in_len)
+		more = parse_input(c);
+	for (int rounds = 0; more && rounds < 8 && !c->closing; rounds++) {
 		ssize_t n;
 		if (c->cur) {
 			struct req *r = c->cur;
@@ -843,15 +866,7 @@ void conn_stop_all(struct dimm *d)
 			c->closing = true;
 			stop_reading(c);
 		}
-		if (c->cur) {
-			/* a half-received write will never complete */
-			req_put(c, c->cur);
-			c->cur = NULL;
-		}
-		if (c->discard_req) {
-			req_put(c, c->discard_req);
-			c->discard_req = NULL;
-		}
+		drop_partial(c);
 	}
 }
 

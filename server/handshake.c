@@ -419,6 +419,10 @@ static void read_cb(struct bufferevent *bev, void *arg)
 				h->state = HS_OPT_HEADER;
 			if (h->state == HS_CLOSING || h->state == HS_HANDOFF) {
 				bufferevent_disable(bev, EV_READ);
+				/* nothing left to send: act now, write_cb will not run */
+				if (h->state == HS_CLOSING &&
+				    !evbuffer_get_length(bufferevent_get_output(bev)))
+					hs_close(h, h->close_reason);
 				return;
 			}
 			break;

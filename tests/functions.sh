@@ -125,3 +125,125 @@ else:
     sys.exit("no dimm " + sys.argv[1])
 ' "$1" "$2"
 }
+
+# ---- helpers for the NBD tests (tests/test-nbd-*.sh) -------------------------
+
+NBD_CHECKS=$top/tests/nbd
+
+# run a Python check from tests/nbd with the system python (python3-libnbd)
+nbd_py() {
+	local script=$1
+	shift
+	"$PYTHON" "$NBD_CHECKS/$script" "$@"
+}
+
+# nbdsh with the system python: /usr/bin/nbdsh runs whatever python3 is
+# first in PATH, which may lack the nbd module
+nbdsh_sys() {
+	"$PYTHON" -m nbd "$@"
+}
+
+# top-level connection count of the running flashd (negotiating or not)
+flashd_connections() {
+	flashd_status | $PYTHON -c 'import json, sys; print(json.load(sys.stdin)["connections"])'
+}
+
+# wait_connections N [SECONDS]: until flashd counts N connections; fails after
+wait_connections() {
+	local want=$1 secs=${2:-10} n
+	for _ in $(seq 1 $((secs * 10))); do
+		n=$(flashd_connections)
+		[ "$n" = "$want" ] && return 0
+		sleep 0.1
+	done
+	fail "flashd counts $n connection(s) after ${secs}s, want $want"
+}
+
+# make a file of random data: random_file PATH MIB
+random_file() {
+	head -c "$(($2 << 20))" /dev/urandom >"$1"
+}
+
+# fail unless the flashd started last is still running
+flashd_running() {
+	kill -0 "$FLASHD_PID" 2>/dev/null || fail "flashd (pid $FLASHD_PID) is not running any more"
+}
+
+# check_flashd_log [LOG]: the flashd log shows no crash, sanitizer report,
+# assertion or error-level message
+check_flashd_log() {
+	local log=${1:-$T/flashd.log} bad
+	bad=$(grep -E 'flashd\[(error|crit|alert|emerg)\]|Segmentation fault|Aborted|core dumped|AddressSanitizer|LeakSanitizer|runtime error:|Assertion|double free|corrupted|stack smashing' "$log" || true)
+	[ -z "$bad" ] || fail "the flashd log shows trouble:
+$bad"
+}
+
+# nbd_region_is URI OFFSET LENGTH FILE [FILE_OFFSET]: the export's bytes
+# [OFFSET, OFFSET+LENGTH) equal FILE's from FILE_OFFSET (FILE "zero": zeroes)
+nbd_region_is() {
+	"$PYTHON" - "$@" <<'PY'
+import sys, nbd
+uri, off, n, path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+foff = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+h = nbd.NBD()
+h.connect_uri(uri)
+step = 8 << 20
+f = None if path == "zero" else open(path, "rb")
+if f:
+    f.seek(foff)
+pos = 0
+while pos < n:
+    k = min(step, n - pos)
+    got = h.pread(k, off + pos)
+    want = bytes(k) if f is None else f.read(k)
+    if got != want:
+        bad = next(i for i in range(k) if got[i] != want[i])
+        sys.exit("%s: byte %d differs (export offset %d): %#x, want %#x" % (
+            uri, pos + bad, off + pos + bad, got[bad], want[bad]))
+    pos += k
+h.shutdown()
+PY
+}
+
+# summary_add TEXT: remember TEXT and print it at exit if the test fails,
+# after the cleanup output (tests/run.sh shows a failing test's last lines)
+_summary=()
+summary_add() {
+	_summary+=("$*")
+	trap _summary_exit EXIT
+}
+_summary_exit() {
+	local rc=$?
+	(
+		set +e
+		(exit $rc)
+		_cleanup
+	) || true
+	if [ $rc -ne 0 ] && [ ${#_summary[@]} -gt 0 ]; then
+		echo "--- failed checks:"
+		printf '  %s\n' "${_summary[@]}"
+	fi
+	exit $rc
+}
+
+# run_check NAME CMD...: run one check program, print its output and time;
+# a failure (with the program's "FAIL ..." lines) goes to the summary and
+# the test goes on.  checks_passed: true if no check has failed so far.
+run_check() {
+	local name=$1 rc=0 t0=$EPOCHREALTIME line
+	shift
+	echo "=== $name"
+	"$@" 2>&1 | tee "$T/check.out" || rc=$?
+	printf '=== %s: %s (%.1f s)\n' "$name" "$([ $rc -eq 0 ] && echo passed || echo "FAILED, exit $rc")" \
+		"$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { print b - a }')"
+	if [ $rc -ne 0 ]; then
+		summary_add "$name (exit $rc):"
+		while IFS= read -r line; do
+			summary_add "    $line"
+		done < <(grep -E '^(FAIL|     at )' "$T/check.out" || true)
+	fi
+	return 0
+}
+checks_passed() {
+	[ ${#_summary[@]} -eq 0 ]
+}

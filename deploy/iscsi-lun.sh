@@ -1,0 +1,187 @@
+#!/bin/bash
+# iscsi-lun.sh - export flashd ioDimms as iSCSI LUNs: LIO "user:flashd"
+# backstores (served by tcmu-runner + handler_flashd.so) behind one iSCSI
+# target, configured with ONE targetcli batch.
+#
+#   iscsi-lun.sh [options] create CFG SIZE [CFG SIZE ...]
+#   iscsi-lun.sh [options] delete CFG [CFG ...]
+#
+# CFG is the handler's cfgstring: EXPORT (flashd's default unix socket
+# /run/flashd/flashd.sock), EXPORT@/path/to/socket, or EXPORT@host/port for
+# TCP (targetcli's rtslib refuses ':' in a cfgstring, so not host:port; an
+# IPv6 server needs a host name).  SIZE is the LUN size in targetcli syntax (bytes, or
+# 800M, 1G ...); it must not exceed the export's size (the handler refuses
+# to open a larger backstore).  LUN n is the n-th CFG.  Backstore names are
+# the export names (EXPORT-2, EXPORT-3 ... when an export is given again).
+#
+# Options:
+#   --iqn IQN         target name (default iqn.2024-01.org.flashd:<hostname>)
+#   --portal IP:PORT  listen there instead of targetcli's default 0.0.0.0:3260
+#   --acl INITIATOR   allow this initiator IQN (repeatable)
+#   --open-access     any initiator, no authentication (labs and tests only)
+#   --save            targetcli saveconfig afterwards (restored at boot by
+#                     rtslib-fb-targetctl, which needs tcmu-runner running)
+#   --dry-run         print the targetcli batch instead of running it
+# One of --acl / --open-access is required for create.
+#
+# Needs: targetcli (targetcli-fb), a running tcmu-runner that has loaded
+# handler_flashd.so (targetcli only lists user:flashd while tcmu-runner owns
+# org.kernel.TCMUService1 on the system bus), and flashd reachable at CFG.
+# On a failed create everything the batch made is removed again.
+set -euo pipefail
+
+PROG=${0##*/}
+die() {
+	echo "$PROG: $*" >&2
+	exit 1
+}
+usage() {
+	sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//' >&2
+	exit 2
+}
+
+IQN="iqn.2024-01.org.flashd:$(hostname -s 2>/dev/null || echo localhost)"
+PORTAL='' OPEN=0 SAVE=0 DRY=0
+ACLS=()
+while [ $# -gt 0 ]; do
+	case $1 in
+	--iqn) IQN=${2:?--iqn needs a value}; shift 2 ;;
+	--portal) PORTAL=${2:?--portal needs IP:PORT}; shift 2 ;;
+	--acl) ACLS+=("${2:?--acl needs an initiator IQN}"); shift 2 ;;
+	--open-access) OPEN=1; shift ;;
+	--save) SAVE=1; shift ;;
+	--dry-run) DRY=1; shift ;;
+	-h | --help) usage ;;
+	--) shift; break ;;
+	-*) die "unknown option $1 (see --help)" ;;
+	*) break ;;
+	esac
+done
+[ $# -ge 1 ] || usage
+ACTION=$1
+shift
+[[ $IQN =~ ^(iqn\.[0-9]{4}-[0-9]{2}\.[^[:space:]]+|naa\.[0-9a-fA-F]+|eui\.[0-9a-fA-F]{16})$ ]] ||
+	die "bad target name '$IQN' (want iqn.YYYY-MM.reverse.domain:name)"
+
+CFGS=() SIZES=() NAMES=()
+case $ACTION in
+create)
+	[ $# -ge 2 ] && [ $(($# % 2)) = 0 ] || die "create wants CFG SIZE pairs"
+	while [ $# -gt 0 ]; do CFGS+=("$1"); SIZES+=("$2"); shift 2; done
+	[ ${#ACLS[@]} -gt 0 ] || [ $OPEN = 1 ] || die "create: give --acl INITIATOR_IQN (or --open-access for a lab)"
+	;;
+delete)
+	[ $# -ge 1 ] || die "delete wants the CFGs given to create"
+	CFGS=("$@")
+	;;
+*) die "unknown action '$ACTION' (create or delete)" ;;
+esac
+
+declare -A USED=()
+for i in "${!CFGS[@]}"; do
+	c=${CFGS[$i]}
+	[[ $c =~ ^[^[:space:]@,]+(@[^[:space:],]+)?$ ]] || die "bad CFG '$c' (want EXPORT, EXPORT@/unix/socket or EXPORT@host/port)"
+	[[ $c != *:* ]] || die "CFG '$c': targetcli (rtslib) refuses ':' in a cfgstring; write EXPORT@host/port"
+	exp=${c%%@*}
+	[[ $exp =~ ^[A-Za-z0-9_.:-]+$ ]] || die "export name '$exp' cannot be a backstore name"
+	n=$exp k=1
+	while [ -n "${USED[$n]:-}" ]; do k=$((k + 1)); n=$exp-$k; done
+	USED[$n]=1
+	NAMES+=("$n")
+	if [ "$ACTION" = create ]; then
+		[[ ${SIZES[$i]} =~ ^[0-9]+([kKmMgGtT][bB]?)?$ ]] || die "bad SIZE '${SIZES[$i]}'"
+	fi
+done
+
+CFS=/sys/kernel/config/target
+TPG=/iscsi/$IQN/tpg1
+
+batch_create() {
+	echo "set global auto_save_on_exit=false"
+	for i in "${!CFGS[@]}"; do
+		echo "/backstores/user:flashd create name=${NAMES[$i]} size=${SIZES[$i]} cfgstring=${CFGS[$i]}"
+	done
+	echo "/iscsi create $IQN"
+	if [ -n "$PORTAL" ]; then
+		echo "$TPG/portals delete 0.0.0.0 3260"
+		echo "$TPG/portals create ${PORTAL%:*} ${PORTAL##*:}"
+	fi
+	for i in "${!CFGS[@]}"; do
+		echo "$TPG/luns create /backstores/user:flashd/${NAMES[$i]} lun=$i"
+	done
+	if [ $OPEN = 1 ]; then
+		echo "$TPG set attribute authentication=0 demo_mode_write_protect=0 generate_node_acls=1 cache_dynamic_acls=1"
+	fi
+	for a in "${ACLS[@]}"; do
+		echo "$TPG/acls create $a"
+	done
+	[ $SAVE = 1 ] && echo "saveconfig"
+	echo "exit"
+}
+
+batch_delete() {
+	echo "set global auto_save_on_exit=false"
+	echo "/iscsi delete $IQN"
+	for n in "${NAMES[@]}"; do
+		echo "/backstores/user:flashd delete $n"
+	done
+	[ $SAVE = 1 ] && echo "saveconfig"
+	echo "exit"
+}
+
+# the backstore's configfs directory, if it exists (user_<N>/<name>)
+backstore_dir() {
+	local d
+	for d in "$CFS"/core/user_*/"$1"; do
+		[ -d "$d" ] && { echo "$d"; return 0; }
+	done
+	return 1
+}
+
+run_targetcli() { # stdin: the batch.  One targetcli process for all of it:
+	# each start costs seconds.  Its exit status says nothing about the
+	# commands (it carries on after a failed one): callers check configfs.
+	targetcli >"$TMP" 2>&1 || true
+	# colours off; the last prompt has no newline, so terminate it
+	{ cat "$TMP"; echo; } | sed -e 's/\x1b\[[0-9;]*m//g' -e '/^[[:space:]]*$/d' -e 's/^/  targetcli| /'
+}
+
+if [ $DRY = 1 ]; then
+	"batch_$ACTION"
+	exit 0
+fi
+command -v targetcli >/dev/null || die "targetcli not found (apt-get install targetcli-fb)"
+[ -d "$CFS" ] || die "$CFS missing: load target_core_mod / mount configfs"
+TMP=$(mktemp)
+trap 'rm -f "$TMP"' EXIT
+
+if [ "$ACTION" = delete ]; then
+	batch_delete | run_targetcli
+	left=
+	[ -e "$CFS/iscsi/$IQN" ] && left="$left target $IQN"
+	for n in "${NAMES[@]}"; do backstore_dir "$n" >/dev/null && left="$left backstore $n"; done
+	[ -z "$left" ] || die "still configured after delete:$left"
+	echo "$PROG: deleted $IQN and backstore(s) ${NAMES[*]}"
+	exit 0
+fi
+
+for n in "${NAMES[@]}"; do
+	! backstore_dir "$n" >/dev/null || die "backstore user:flashd/$n exists already (delete it first)"
+done
+[ ! -e "$CFS/iscsi/$IQN" ] || die "target $IQN exists already (delete it first)"
+
+batch_create | run_targetcli
+# targetcli carries on after a failed command, so check what exists
+bad=
+for i in "${!CFGS[@]}"; do
+	d=$(backstore_dir "${NAMES[$i]}") || { bad="$bad; backstore ${NAMES[$i]} (${CFGS[$i]}) was not created"; continue; }
+	[ "$(cat "$d/enable" 2>/dev/null)" = 1 ] || bad="$bad; backstore ${NAMES[$i]} is not enabled"
+	[ -e "$CFS/iscsi/$IQN/tpgt_1/lun/lun_$i" ] || bad="$bad; LUN $i missing"
+done
+if [ -n "$bad" ]; then
+	echo "$PROG: create failed${bad}; removing what was created" >&2
+	echo "$PROG: (see tcmu-runner's log for the handler's reason, e.g. /var/log/tcmu-runner.log)" >&2
+	batch_delete | run_targetcli >&2 || true
+	exit 1
+fi
+echo "$PROG: target $IQN: $(for i in "${!CFGS[@]}"; do printf 'LUN %d = %s (%s, %s); ' "$i" "${NAMES[$i]}" "${CFGS[$i]}" "${SIZES[$i]}"; done)"
