@@ -8,8 +8,8 @@
  *                          state: write pointer, erase count, bad marks)
  *   [data_off, ...)        one slot per page: page_size data bytes followed
  *                          by spare_size spare bytes
- * Header and block table are mapped shared; pages are moved with
- * preadv/pwritev.  Erased pages are never read from the file: a page at or
+ * Header, block table and pages are mapped shared (MAP_SHARED): moving a
+ * page is a memory copy.  Erased pages are never read from the file: a page at or
  * past its block's write pointer reads as 0xFF, and erasing punches a hole.
  * With no path everything lives in anonymous memory.
  *
@@ -279,30 +279,11 @@ static enum nand_status media_read(struct sim *s, struct nand_op *op)
 			memset(op->spare, 0xFF, g->spare_size);
 		return NAND_OK;
 	}
-	if (s->ram) {
-		const uint8_t *src = ram_slot(s, ppa);
-		if (op->data)
-			memcpy(op->data, src, g->page_size);
-		if (op->spare)
-			memcpy(op->spare, src + g->page_size, g->spare_size);
-	} else {
-		uint64_t off = s->data_off + ppa * s->slot_size;
-		ssize_t n;
-		if (op->data && op->spare) {
-			struct iovec iov[2] = { { op->data, g->page_size }, { op->spare, g->spare_size } };
-			n = preadv(s->fd, iov, 2, (off_t)off);
-			if (n != (ssize_t)(g->page_size + g->spare_size))
-				return NAND_UNCORRECTABLE;
-		} else if (op->data) {
-			n = pread(s->fd, op->data, g->page_size, (off_t)off);
-			if (n != (ssize_t)g->page_size)
-				return NAND_UNCORRECTABLE;
-		} else if (op->spare) {
-			n = pread(s->fd, op->spare, g->spare_size, (off_t)(off + g->page_size));
-			if (n != (ssize_t)g->spare_size)
-				return NAND_UNCORRECTABLE;
-		}
-	}
+	const uint8_t *src = ram_slot(s, ppa);
+	if (op->data)
+		memcpy(op->data, src, g->page_size);
+	if (op->spare)
+		memcpy(op->spare, src + g->page_size, g->spare_size);
 	enum nand_status st = NAND_OK;
 	if (s->perr_len)
 		st = page_error_lookup(s, ppa);
@@ -335,25 +316,19 @@ static enum nand_status media_program(struct sim *s, struct nand_op *op, bool in
 		b->wp = (uint16_t)(op->page + 1);
 		return interrupted ? NAND_POWER_LOSS : NAND_PROGRAM_FAILED;
 	}
-	if (s->ram) {
-		uint8_t *dst = ram_slot(s, ppa);
-		memcpy(dst, op->data, g->page_size);
-		if (op->spare)
-			memcpy(dst + g->page_size, op->spare, g->spare_size);
-		else
-			memset(dst + g->page_size, 0xFF, g->spare_size);
-	} else {
-		uint8_t ff[256];
-		void *spare = op->spare;
-		if (!spare) {
-			memset(ff, 0xFF, sizeof ff);
-			spare = ff;
-		}
-		struct iovec iov[2] = { { op->data, g->page_size }, { spare, g->spare_size } };
-		ssize_t n = pwritev(s->fd, iov, 2, (off_t)(s->data_off + ppa * s->slot_size));
-		if (n != (ssize_t)(g->page_size + g->spare_size))
-			return NAND_PROGRAM_FAILED; /* host I/O error (ENOSPC...): page stays erased */
+	if (op->page == 0 && s->fd >= 0) {
+		/* back the whole block with disk space now: a store into a mapped
+		 * hole on a full filesystem would be SIGBUS, this is an error */
+		uint64_t len = (uint64_t)g->pages_per_block * s->slot_size;
+		if (fallocate(s->fd, 0, (off_t)(s->data_off + (uint64_t)op->block * len), (off_t)len) < 0)
+			return NAND_PROGRAM_FAILED;
 	}
+	uint8_t *dst = ram_slot(s, ppa);
+	memcpy(dst, op->data, g->page_size);
+	if (op->spare)
+		memcpy(dst + g->page_size, op->spare, g->spare_size);
+	else
+		memset(dst + g->page_size, 0xFF, g->spare_size);
 	b->wp = (uint16_t)(op->page + 1);
 	return NAND_OK;
 }
@@ -369,7 +344,7 @@ static void media_discard(struct sim *s, uint32_t block)
 		return;
 	/* RAM media keeps its pages: giving them back costs a page fault per
 	 * page on the next program */
-	if (s->ram)
+	if (s->fd < 0)
 		return;
 	if (!s->readonly)
 		fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
@@ -829,6 +804,17 @@ int nand_sim_open(const struct nand_sim_config *cfg, struct nand_dev **out, char
 	}
 	s->data_off = s->hdr->data_off;
 	s->slot_size = s->hdr->slot_size;
+	/* the pages are mapped shared: reads and programs are memory copies,
+	 * and land in the page cache at once (a killed process loses nothing) */
+	s->ram_len = (size_t)(nand_pages(&s->dev.geo) * s->slot_size);
+	s->ram = mmap(NULL, s->ram_len, PROT_READ | (cfg->readonly ? 0 : PROT_WRITE), MAP_SHARED,
+		      s->fd, (off_t)s->data_off);
+	if (s->ram == MAP_FAILED) {
+		rc = -errno;
+		s->ram = NULL;
+		seterr(err, errlen, "cannot map NAND image %s: %s", cfg->path, strerror(-rc));
+		goto fail;
+	}
 
 opened:
 	s->dev.ops = &sim_ops;
@@ -846,6 +832,8 @@ opened:
 	return 0;
 
 fail:
+	if (s->ram && s->fd >= 0)
+		munmap(s->ram, s->ram_len);
 	if (s->hdr && s->fd >= 0)
 		munmap(s->hdr, s->map_len);
 	if (s->fd >= 0)

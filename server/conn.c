@@ -38,6 +38,8 @@
 #define MAX_IOV 1024
 #define META_ALLOCATION_ID 1
 #define MAX_EXTENTS 2048
+#define BIG_CACHE 16                  /* big buffers kept per connection */
+#define BIG_CACHE_BYTES (64u << 20)
 
 struct chunk {
 	uint64_t off;      /* absolute export offset */
@@ -87,6 +89,9 @@ struct conn {
 	struct req *discard_req;   /* its error reply goes out after the discard */
 
 	struct req *free_reqs;
+	struct { uint8_t *p; size_t cap; } big[BIG_CACHE];
+	int nbig;
+	size_t big_bytes;
 	uint32_t inflight;         /* requests parsed and not yet fully answered */
 	uint64_t inflight_bytes;
 
@@ -130,17 +135,55 @@ static struct req *req_get(struct conn *c)
 	return r;
 }
 
+/* Big buffers are kept per connection for reuse (first touch of fresh
+ * memory costs a page fault per 4 KiB): take the smallest that fits. */
+static uint8_t *big_get(struct conn *c, size_t need, size_t *cap)
+{
+	int best = -1;
+	for (int i = 0; i < c->nbig; i++)
+		if (c->big[i].cap >= need && (best < 0 || c->big[i].cap < c->big[best].cap))
+			best = i;
+	if (best >= 0) {
+		uint8_t *p = c->big[best].p;
+		*cap = c->big[best].cap;
+		c->big_bytes -= *cap;
+		c->big[best] = c->big[--c->nbig];
+		return p;
+	}
+	size_t n = BUF_KEEP;
+	while (n < need)
+		n <<= 1;
+	*cap = n;
+	return aligned_alloc(4096, n);
+}
+
+static void big_put(struct conn *c, uint8_t *p, size_t cap)
+{
+	if (c->nbig < BIG_CACHE && c->big_bytes + cap <= BIG_CACHE_BYTES) {
+		c->big[c->nbig].p = p;
+		c->big[c->nbig].cap = cap;
+		c->nbig++;
+		c->big_bytes += cap;
+	} else {
+		free(p);
+	}
+}
+
 static int req_buf(struct req *r, size_t need)
 {
 	if (r->buf_cap >= need)
 		return 0;
-	r->c->inflight_bytes -= r->buf_cap;
+	struct conn *c = r->c;
+	c->inflight_bytes -= r->buf_cap;
 	if (r->buf_big || need > BUF_KEEP) {
-		if (r->buf_big || r->buf_cap)
+		if (r->buf_big)
+			big_put(c, r->buf, r->buf_cap);
+		else
 			free(r->buf);
-		r->buf = aligned_alloc(4096, (need + 4095) & ~(size_t)4095);
-		r->buf_cap = r->buf ? need : 0;
-		r->buf_big = need > BUF_KEEP;
+		size_t cap;
+		r->buf = big_get(c, need, &cap);
+		r->buf_cap = r->buf ? cap : 0;
+		r->buf_big = true;
 	} else {
 		free(r->buf);
 		r->buf = aligned_alloc(4096, BUF_KEEP);
@@ -157,7 +200,7 @@ static void req_put(struct conn *c, struct req *r)
 {
 	c->inflight_bytes -= r->buf_cap;
 	if (r->buf_big) {
-		free(r->buf);
+		big_put(c, r->buf, r->buf_cap);
 		r->buf = NULL;
 		r->buf_cap = 0;
 		r->buf_big = false;
@@ -800,6 +843,8 @@ static void conn_maybe_free(struct conn *c)
 		free(r->buf);
 		free(r);
 	}
+	for (int i = 0; i < c->nbig; i++)
+		free(c->big[i].p);
 	log_info("%s: closed (%s; %llu requests)", c->peer, c->why ? c->why : "closed",
 		 (unsigned long long)c->nrequests);
 	free(c->in);

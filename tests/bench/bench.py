@@ -1,0 +1,263 @@
+#!/usr/bin/python3
+"""bench.py - flashd against nbdkit (memory, null) and qemu-nbd, in one run.
+
+  make bench            (or: tests/bench/run.sh [--runtime SECONDS] [--only JOB,...])
+
+Starts, on 127.0.0.1 and with their data on tmpfs (/dev/shm):
+  flashd       the simulated ioDimm (preset test-1g, timing model off)
+  nbdkit-mem   nbdkit memory      (same size)
+  nbdkit-null  nbdkit null        (same size: the cost of the protocol alone)
+  qemu-nbd     a raw file on tmpfs (same size)
+fills every export once (so flashd's writes run with GC active), then runs
+the same fio jobs (ioengine=nbd) against each, the servers interleaved job
+by job, and prints one table: IOPS or MiB/s, mean and p99 latency, and each
+server's ratio to nbdkit-null.  Also: the in-process FTL benchmark
+(flashctl simulate on RAM media) and flashd's resident memory serving the
+default ioDrive Duo.  Everything goes to build/bench.json as well.
+Peers that are not installed are skipped with a message.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.path.join(TOP, "build")
+SIZE = 858992640  # test-1g at stock format
+
+JOBS = [
+    # name, fio parameters, what the table shows
+    ("randread-4k-qd1", dict(rw="randread", bs="4k", iodepth=1), "iops"),
+    ("randread-4k-qd32", dict(rw="randread", bs="4k", iodepth=32), "iops"),
+    ("randwrite-4k-qd1", dict(rw="randwrite", bs="4k", iodepth=1), "iops"),
+    ("randwrite-4k-qd32", dict(rw="randwrite", bs="4k", iodepth=32), "iops"),
+    ("randrw70-8k-qd32", dict(rw="randrw", rwmixread=70, bs="8k", iodepth=32), "iops"),
+    ("read-1m-qd8", dict(rw="read", bs="1m", iodepth=8), "bw"),
+    ("write-1m-qd8", dict(rw="write", bs="1m", iodepth=8), "bw"),
+]
+
+procs = []
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def wait_port(port, proc, secs=60):
+    t = time.time() + secs
+    while time.time() < t:
+        if proc.poll() is not None:
+            raise RuntimeError("server exited with status %s" % proc.returncode)
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("server did not listen on %d" % port)
+
+
+def start(cmd, port, log):
+    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    procs.append(p)
+    wait_port(port, p)
+    return p
+
+
+def stop_all():
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def fio(uri, name, params, runtime, tmp, size=None):
+    out = os.path.join(tmp, "fio-%s.json" % name)
+    args = ["fio", "--name=" + name, "--ioengine=nbd", "--uri=" + uri, "--output-format=json",
+            "--output=" + out, "--group_reporting", "--percentile_list=50:99"]
+    if size:
+        args += ["--size=%d" % size]
+    else:
+        args += ["--time_based", "--runtime=%d" % runtime, "--ramp_time=1", "--size=%d" % SIZE,
+                 "--randrepeat=0", "--norandommap"]
+    for k, v in params.items():
+        args.append("--%s=%s" % (k, v))
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(out) as f:
+        job = json.load(f)["jobs"][0]
+    r = {}
+    iops = bw = 0.0
+    lat_n = 0
+    mean = p99 = 0.0
+    for d in ("read", "write"):
+        x = job[d]
+        if x["total_ios"] == 0:
+            continue
+        iops += x["iops"]
+        bw += x["bw_bytes"] / (1 << 20)
+        cl = x["clat_ns"]
+        lat = x["lat_ns"]
+        n = x["total_ios"]
+        mean += lat["mean"] * n
+        lat_n += n
+        p99 = max(p99, cl.get("percentile", {}).get("99.000000", 0))
+    r["iops"] = iops
+    r["mib_s"] = bw
+    r["lat_mean_us"] = mean / lat_n / 1000 if lat_n else 0
+    r["lat_p99_us"] = p99 / 1000
+    return r
+
+
+def rss_kib(pid, field="VmRSS"):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def machine():
+    model = "?"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {"cores": os.cpu_count(), "cpu": model, "kernel": os.uname().release}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runtime", type=int, default=8, help="seconds per fio run")
+    ap.add_argument("--only", help="comma-separated job names")
+    ap.add_argument("--skip-duo", action="store_true", help="skip the default-Duo memory check")
+    a = ap.parse_args()
+    jobs = [j for j in JOBS if not a.only or j[0] in a.only.split(",")]
+
+    m = machine()
+    print("machine: %d cores, %s, kernel %s" % (m["cores"], m["cpu"], m["kernel"]))
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    tmp = tempfile.mkdtemp(prefix="flashd-bench.", dir=shm)
+    log = open(os.path.join(tmp, "servers.log"), "w")
+    result = {"machine": m, "runtime_s": a.runtime, "jobs": {}, "servers": []}
+    try:
+        servers = []
+        port = free_port()
+        start([os.path.join(BUILD, "flashd"), "--foreground", "--state-dir", os.path.join(tmp, "flashd"),
+               "--listen", "127.0.0.1:%d" % port, "--preset", "test-1g", "--timing", "off"], port, log)
+        servers.append(("flashd", "nbd://127.0.0.1:%d/dimm0" % port, procs[-1]))
+        if shutil.which("nbdkit"):
+            for plugin, label in (("memory", "nbdkit-mem"), ("null", "nbdkit-null")):
+                port = free_port()
+                start(["nbdkit", "-f", "-i", "127.0.0.1", "-p", str(port), plugin, str(SIZE)], port, log)
+                servers.append((label, "nbd://127.0.0.1:%d/" % port, procs[-1]))
+        else:
+            print("nbdkit not found: skipping nbdkit-mem and nbdkit-null")
+        if shutil.which("qemu-nbd"):
+            raw = os.path.join(tmp, "qemu.raw")
+            with open(raw, "wb") as f:
+                f.truncate(SIZE)
+            port = free_port()
+            start(["qemu-nbd", "-f", "raw", "-b", "127.0.0.1", "-p", str(port), "-t", "-x", "",
+                   "--cache=writeback", "--aio=threads", raw], port, log)
+            servers.append(("qemu-nbd", "nbd://127.0.0.1:%d/" % port, procs[-1]))
+        else:
+            print("qemu-nbd not found: skipping it")
+        result["servers"] = [s[0] for s in servers]
+
+        print("filling every export once (1 MiB sequential writes) ...")
+        for name, uri, _ in servers:
+            fio(uri, "fill", dict(rw="write", bs="1m", iodepth=8), 0, tmp, size=SIZE)
+
+        for i, (job, params, kind) in enumerate(jobs):
+            order = servers[i % len(servers):] + servers[:i % len(servers)]
+            res = {}
+            for name, uri, _ in order:
+                res[name] = fio(uri, job, params, a.runtime, tmp)
+                sys.stdout.write(".")
+                sys.stdout.flush()
+            result["jobs"][job] = {"metric": kind, "results": res}
+        print()
+        flashd_pid = servers[0][2].pid
+        result["flashd_rss_kib_test_1g"] = rss_kib(flashd_pid)
+    finally:
+        stop_all()
+        log.close()
+
+    # ---- table --------------------------------------------------------------
+    names = result["servers"]
+    ref = "nbdkit-null" if "nbdkit-null" in names else None
+    print("\n%-19s %-12s %12s %11s %11s %9s" % ("job", "server", "IOPS|MiB/s", "mean us", "p99 us",
+                                                 "x null"))
+    for job, jr in result["jobs"].items():
+        kind = jr["metric"]
+        for name in names:
+            r = jr["results"][name]
+            v = r["iops"] if kind == "iops" else r["mib_s"]
+            ratio = ""
+            if ref:
+                rv = jr["results"][ref]["iops" if kind == "iops" else "mib_s"]
+                r["ratio_to_null"] = v / rv if rv else 0
+                ratio = "%.2f" % r["ratio_to_null"]
+            print("%-19s %-12s %12s %11.1f %11.1f %9s" % (
+                job, name, ("%.0f" % v) if kind == "iops" else ("%.0f MiB/s" % v),
+                r["lat_mean_us"], r["lat_p99_us"], ratio))
+        print()
+
+    # ---- in-process FTL ------------------------------------------------------
+    print("in-process FTL (flashctl simulate, RAM media, test-1g, 20 % OP, steady state with GC):")
+    out = subprocess.run([os.path.join(BUILD, "flashctl"), "simulate", "--preset", "test-1g", "--op", "20",
+                          "--passes", "2", "--reads", "3000000", "--ram", "--json"],
+                         check=True, capture_output=True, text=True).stdout
+    sim = json.loads(out)
+    result["in_process"] = sim
+    print("  random 4 KiB writes: %.0f/s on one core (write amplification %.2f)" % (
+        sim["ops_per_sec"], sim["write_amplification"]))
+    print("  random 4 KiB reads:  %.0f/s on one core" % sim["reads_per_sec"])
+    print("  map: %.0f MiB per TiB of user capacity" % (sim["l2p_bytes_per_tib"] / (1 << 20)))
+
+    # ---- memory serving the default Duo --------------------------------------
+    if not a.skip_duo:
+        tmp2 = tempfile.mkdtemp(prefix="flashd-duo.", dir=shm)
+        try:
+            port = free_port()
+            p = start([os.path.join(BUILD, "flashd"), "--foreground", "--state-dir", tmp2, "--listen",
+                       "127.0.0.1:%d" % port, "--timing", "off"], port, subprocess.DEVNULL)
+            fio("nbd://127.0.0.1:%d/dimm0" % port, "duo", dict(rw="randwrite", bs="4k", iodepth=32), 5, tmp2)
+            rss = rss_kib(p.pid)
+            anon = rss_kib(p.pid, "RssAnon")
+            l2p = 2 * 320 * 1024  # KiB: two 320 GiB ioDimms, 4 bytes per 4 KiB
+            result["duo_rss_kib"] = rss
+            result["duo_rss_anon_kib"] = anon
+            result["duo_l2p_kib"] = l2p
+            print("flashd serving the default Duo (2 x iodimm-mlc-320), after 5 s of 4 KiB random writes:")
+            print("  own memory (RssAnon) %.1f MiB = map %.0f MiB + %.1f MiB (target: map + 64 MiB)" % (
+                anon / 1024, l2p / 1024, (anon - l2p) / 1024))
+            print("  VmRSS %.1f MiB: also counts the pages of the mapped NAND images touched so far "
+                  "(the simulated card's NAND, in the page cache)" % (rss / 1024))
+        finally:
+            stop_all()
+            shutil.rmtree(tmp2, ignore_errors=True)
+
+    os.makedirs(BUILD, exist_ok=True)
+    with open(os.path.join(BUILD, "bench.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    print("\nresults: build/bench.json")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
