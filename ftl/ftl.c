@@ -526,11 +526,46 @@ int ftl_open(struct nand_dev *dev, const struct ftl_open_params *p, struct ftl *
 
 /* ---- progress ----------------------------------------------------------- */
 
+/*
+ * The part of the work a host request waits for: deliver completions, buffer
+ * writes, complete what can complete.  Programming, GC, erases and
+ * checkpoints are left for ftl_poll(), which the caller runs after it has
+ * answered the requests (a write is acknowledged once it is in the write
+ * buffer, so its programming need not delay the reply).
+ */
+void ftl_progress_foreground(struct ftl *f)
+{
+	if (f->in_progress)
+		return;
+	f->in_progress = true;
+	for (;;) {
+		int n = 0;
+		uint64_t due = nand_next_due(f->dev);
+		if (due != UINT64_MAX) {
+			uint64_t now = due ? nand_now(f->dev) : 0;
+			if (due <= now)
+				n += nand_poll(f->dev, now);
+		}
+		if (f->error) {
+			io_fail_all(f);
+			if (!n)
+				break;
+			continue;
+		}
+		n += io_kick(f);
+		if (!n)
+			break;
+	}
+	f->need_poll = true;
+	f->in_progress = false;
+}
+
 void ftl_progress(struct ftl *f)
 {
 	if (f->in_progress)
 		return;
 	f->in_progress = true;
+	f->need_poll = false;
 	for (;;) {
 		int n = 0;
 		uint64_t due = nand_next_due(f->dev);
@@ -566,7 +601,7 @@ int ftl_poll(struct ftl *f)
 
 uint64_t ftl_next_deadline(struct ftl *f)
 {
-	return nand_next_due(f->dev);
+	return f->need_poll ? 0 : nand_next_due(f->dev);
 }
 
 bool ftl_idle(struct ftl *f)

@@ -9,9 +9,13 @@
  *
  * I/O model: the caller fills a struct ftl_io and calls ftl_submit(); the FTL
  * calls io->done exactly once, with io->status set, possibly before
- * ftl_submit() returns (always so when the media has no timing model and the
- * request needs no waiting).  With a timed medium the caller keeps calling
- * ftl_poll() no later than ftl_next_deadline(); the *_sync helpers do that.
+ * ftl_submit() returns.  ftl_submit() does only what the request waits for
+ * (a write is done once its data is in the write buffer); programming, GC,
+ * erases and checkpoints run in ftl_poll().  So the caller calls ftl_poll()
+ * after submitting (ideally after answering what completed) and again no
+ * later than ftl_next_deadline(); the *_sync helpers do that.
+ * A WRITE's io->buf is read only inside ftl_submit()/ftl_poll() calls; while
+ * the io waits, the caller may point io->buf at a copy of the same data.
  *
  * Units: the mapping unit is 4 KiB.  A format has a sector size of 512 or
  * 4096 bytes; offsets and lengths of I/O are multiples of the sector size.

@@ -288,6 +288,7 @@ struct ftl {
 	struct ioq wq_durable;      /* flush/FUA: waiting for user done >= wait_pos */
 	uint32_t ios_in_flight;
 	bool in_progress;
+	bool need_poll;             /* ftl_submit left work for ftl_poll */
 
 	/* trims not yet in a record */
 	struct ftl_trim_range *trim_pend;
@@ -349,6 +350,7 @@ void ftl_fail(struct ftl *f, int err, const char *why);
 void *ftl_alloc(struct ftl *f, size_t size);      /* zeroed, counted in ram_bytes */
 void *ftl_alloc_pages(struct ftl *f, size_t size); /* page-aligned */
 void ftl_progress(struct ftl *f);
+void ftl_progress_foreground(struct ftl *f);
 void ftl_debug_dump(struct ftl *f);
 /* Run the medium until pred(f, arg) holds or the FTL fails (blocking). */
 int ftl_run_until(struct ftl *f, bool (*pred)(struct ftl *, void *), void *arg);

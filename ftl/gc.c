@@ -486,13 +486,19 @@ int gc_kick(struct ftl *f)
 		} else {
 			b = blk_victim_pick(f);
 		}
-		if (b == FTL_NO_BLOCK)
-			return n;
-		if (gc_room(f) < gc_owed(f) + f->blk[b].valid) {
+		bool room = b != FTL_NO_BLOCK && gc_room(f) >= gc_owed(f) + f->blk[b].valid;
+		if (!room) {
 			/* not enough room to relocate it yet: let the victims in
 			 * flight finish and free their blocks first */
-			if (retire)
+			if (retire && b != FTL_NO_BLOCK)
 				blist_push(f, &f->retire, b);
+			if (!gc_busy(f) && f->stream[STREAM_USER].stalled && !f->dirty.count &&
+			    !f->no_space) {
+				/* nothing in flight will ever free a block: the spare
+				 * capacity is gone (bad blocks ate it) */
+				f->no_space = true;
+				ftl_log("no room left to collect garbage: writes now fail with ENOSPC");
+			}
 			return n;
 		}
 		victim_start(f, vi, b, retire);

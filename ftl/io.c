@@ -370,6 +370,13 @@ int io_kick(struct ftl *f)
 			n++;
 			continue;
 		}
+		if (f->no_space && (io->type == FTL_IO_WRITE || (io->flags & FTL_IO_NO_HOLE))) {
+			/* out of space while waiting for it */
+			ioq_pop(&f->wq_write);
+			io_complete(f, io, -ENOSPC);
+			n++;
+			continue;
+		}
 		if (!write_continue(f, io)) {
 			/* an RMW pre-read without a free read op: try again later */
 			break;
@@ -436,7 +443,8 @@ static int io_validate(struct ftl *f, const struct ftl_io *io)
 	if (io->type != FTL_IO_READ) {
 		if (f->readonly)
 			return -EROFS;
-		if (f->no_space)
+		/* out of spare blocks: unmapping still works (it frees space) */
+		if (f->no_space && (io->type == FTL_IO_WRITE || (io->flags & FTL_IO_NO_HOLE)))
 			return -ENOSPC;
 	}
 	return 0;
@@ -496,7 +504,7 @@ void ftl_submit(struct ftl *f, struct ftl_io *io)
 		break;
 	}
 	if (!f->in_progress)
-		ftl_progress(f);
+		ftl_progress_foreground(f);
 }
 
 /* ---- allocation map ----------------------------------------------------- */

@@ -63,6 +63,9 @@ static void dimm_refresh_status(struct dimm *d)
 /* Drive the FTL, send what is ready, re-arm the timer; leave when stopped. */
 void dimm_kick(struct dimm *d)
 {
+	/* answer what completed inside ftl_submit first, then let the FTL
+	 * program and collect; send what that completed */
+	conn_flush_dirty(d);
 	ftl_poll(d->ftl);
 	conn_flush_dirty(d);
 	pthread_mutex_lock(&d->lock);
