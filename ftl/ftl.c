@@ -124,12 +124,19 @@ static void free_all(struct ftl *f)
 void spare_build(struct ftl *f, void *spare, uint8_t type, uint32_t lba, uint64_t seq,
 		 const void *data, bool with_crc)
 {
+	spare_build_crc(f, spare, type, lba, seq,
+			with_crc && data ? crc32c(0, data, f->page_size) : 0);
+}
+
+void spare_build_crc(struct ftl *f, void *spare, uint8_t type, uint32_t lba, uint64_t seq,
+		     uint32_t data_crc)
+{
 	struct ftl_spare sp = {
 		.magic = FTL_SPARE_MAGIC,
 		.type = type,
 		.version = FTL_MEDIA_VERSION,
 		.lba = lba,
-		.data_crc = with_crc && data ? crc32c(0, data, f->page_size) : 0,
+		.data_crc = data_crc,
 		.seq = seq,
 		.format_id = f->format_id,
 	};
@@ -408,7 +415,9 @@ static int step_memory(struct open_ctx *c)
 	f->rops = ftl_alloc(f, f->nrops * sizeof *f->rops);
 	uint8_t *bounce = ftl_alloc_pages(f, (size_t)f->nrops * f->page_size);
 	uint8_t *spares = ftl_alloc(f, (size_t)f->nrops * f->spare_size);
-	if (!f->rops || !bounce || !spares)
+	f->read_now = nand_read_now_fn(f->dev);
+	f->read_now_spare = ftl_alloc(f, f->spare_size);
+	if (!f->rops || !bounce || !spares || !f->read_now_spare)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < f->nrops; i++) {
 		struct rop *ro = &f->rops[i];

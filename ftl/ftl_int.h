@@ -96,6 +96,10 @@ struct slot {
 	uint8_t state;       /* enum slot_state */
 	uint8_t type;        /* FTL_PG_DATA or FTL_PG_TRIM */
 	uint16_t victim;     /* GC: index of the victim it relocates from */
+	bool crc_known;      /* data_crc is the crc32c of the data (GC: taken
+	                      * from the source page's spare, saving a pass
+	                      * over the data) */
+	uint32_t data_crc;
 	uint32_t lba;        /* DATA: unit; TRIM: number of ranges */
 	uint32_t ppa;        /* where it is programmed */
 	uint32_t from;       /* GC: the page it relocates */
@@ -289,6 +293,8 @@ struct ftl {
 	uint32_t ios_in_flight;
 	bool in_progress;
 	bool need_poll;             /* ftl_submit left work for ftl_poll */
+	nand_read_now_t read_now;   /* the medium's synchronous read, or NULL */
+	uint8_t *read_now_spare;
 
 	/* trims not yet in a record */
 	struct ftl_trim_range *trim_pend;
@@ -357,6 +363,8 @@ int ftl_run_until(struct ftl *f, bool (*pred)(struct ftl *, void *), void *arg);
 void ftl_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* spare */
+void spare_build_crc(struct ftl *f, void *spare, uint8_t type, uint32_t lba, uint64_t seq,
+		     uint32_t data_crc);
 void spare_build(struct ftl *f, void *spare, uint8_t type, uint32_t lba, uint64_t seq,
 		 const void *data, bool with_crc);
 /* 0: valid FTL spare of this format; -ENODATA: erased; -EILSEQ: not ours / damaged */

@@ -252,6 +252,8 @@ static int victim_examine(struct ftl *f, int vi)
 			sl->state = SLOT_READING;
 			sl->type = FTL_PG_DATA;
 			sl->lba = sp.lba;
+			sl->crc_known = true;
+			sl->data_crc = sp.data_crc;
 			sl->ppa = ppa;
 			sl->from = ppa;
 			sl->victim = (uint16_t)vi;

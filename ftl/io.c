@@ -93,26 +93,33 @@ static void read_finish_one(struct ftl *f, struct ftl_io *io)
 		io_complete(f, io, io->status);
 }
 
+/* The verdict on a read of unit's page ppa: 0 or -EIO. */
+static int read_verdict(struct ftl *f, enum nand_status st, const void *spare, uint64_t unit,
+			uint32_t ppa)
+{
+	if (st == NAND_POWER_LOSS) {
+		ftl_fail(f, -EIO, "medium lost power");
+		return -EIO;
+	}
+	if (st == NAND_CORRECTED) {
+		f->st.read_errors_corrected++;
+	} else if (st != NAND_OK) {
+		f->st.read_errors_uncorrectable++;
+		return -EIO;
+	} else if (!spare_names_unit(f, spare, unit)) {
+		ftl_log("unit %llu: page %u does not hold it (l2p damaged?)", (unsigned long long)unit,
+			ppa);
+		return -EIO;
+	}
+	return 0;
+}
+
 static void rop_done(struct nand_op *op)
 {
 	struct rop *ro = op->priv;
 	struct ftl *f = ro->f;
 	struct ftl_io *io = ro->io;
-	int err = 0;
-
-	if (op->status == NAND_POWER_LOSS) {
-		ftl_fail(f, -EIO, "medium lost power");
-		err = -EIO;
-	} else if (op->status == NAND_CORRECTED) {
-		f->st.read_errors_corrected++;
-	} else if (op->status != NAND_OK) {
-		f->st.read_errors_uncorrectable++;
-		err = -EIO;
-	} else if (!spare_names_unit(f, ro->spare, ro->unit)) {
-		ftl_log("unit %llu: page %u does not hold it (l2p damaged?)",
-			(unsigned long long)ro->unit, ro->expect);
-		err = -EIO;
-	}
+	int err = read_verdict(f, op->status, ro->spare, ro->unit, ro->expect);
 
 	if (ro->rmw) {
 		/* pre-read of a partially written unit; the write resumes in io_kick */
@@ -167,6 +174,14 @@ static void read_continue(struct ftl *f, struct ftl_io *io)
 				io->status = -EIO;
 		} else if (e & L2P_SLOT) {
 			memcpy(dst, slot_data(f, e) + (lo - ustart), len);
+		} else if (f->read_now && len == FTL_UNIT_SIZE) {
+			/* memory media: read in place, no op, no completion */
+			uint8_t *spare = f->read_now_spare;
+			f->st.nand_pages_read++;
+			enum nand_status st = f->read_now(f->dev, ppa_block(f, e), ppa_page(f, e), dst, spare);
+			int err = read_verdict(f, st, spare, u, e);
+			if (err && !io->status)
+				io->status = err;
 		} else {
 			struct rop *ro = f->rop_free;
 			if (!ro) {
@@ -309,6 +324,7 @@ static bool write_continue(struct ftl *f, struct ftl_io *io)
 		struct slot *sl = &r->slots[idx];
 		sl->state = SLOT_FILLED;
 		sl->type = FTL_PG_DATA;
+		sl->crc_known = false;
 		sl->ppa = ppa;
 		sl->lba = (uint32_t)u;
 		sl->seq = f->next_seq++;

@@ -85,6 +85,7 @@ bool trim_close_record(struct ftl *f)
 	struct slot *sl = &r->slots[idx];
 	sl->state = SLOT_FILLED;
 	sl->type = FTL_PG_TRIM;
+	sl->crc_known = false;
 	sl->ppa = ppa;
 	sl->lba = f->ntrim_pend;
 	sl->seq = f->next_seq++;

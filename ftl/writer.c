@@ -160,7 +160,10 @@ static void slot_submit(struct ftl *f, struct stream *s, uint32_t idx, uint32_t 
 
 	sl->ppa = ppa;
 	sl->state = SLOT_SUBMITTED;
-	spare_build(f, spare, sl->type, sl->lba, sl->seq, data, true);
+	if (sl->crc_known)
+		spare_build_crc(f, spare, sl->type, sl->lba, sl->seq, sl->data_crc);
+	else
+		spare_build(f, spare, sl->type, sl->lba, sl->seq, data, true);
 	struct nand_op *op = &sl->op;
 	op->type = NAND_OP_PROGRAM;
 	op->block = ppa_block(f, ppa);

@@ -124,6 +124,16 @@ struct nand_ops {
 	uint64_t (*now)(struct nand_dev *dev);
 	void (*wait_until)(struct nand_dev *dev, uint64_t t_ns);
 	void (*close)(struct nand_dev *dev);
+	/*
+	 * Optional (NULL: not offered; check with nand_read_now_fn).  Execute
+	 * a read at once and return its status instead of queueing a
+	 * completion: for backends whose media is memory and that model no
+	 * time (the simulator with its timing model off).  Same semantics as a
+	 * submitted NAND_OP_READ, which sees every operation submitted before
+	 * it.  Cost: the page copy; no queueing, no completion callback.
+	 */
+	enum nand_status (*read_now)(struct nand_dev *dev, uint32_t block, uint32_t page,
+				     void *data, void *spare);
 };
 
 struct nand_dev {
@@ -168,6 +178,16 @@ static inline void nand_wait_until(struct nand_dev *d, uint64_t t_ns)
 	d->ops->wait_until(d, t_ns);
 }
 void nand_close(struct nand_dev *d);
+
+typedef enum nand_status (*nand_read_now_t)(struct nand_dev *, uint32_t, uint32_t, void *,
+					     void *);
+/* The backend's read_now, or NULL (not offered, or an older ops table). */
+static inline nand_read_now_t nand_read_now_fn(const struct nand_dev *d)
+{
+	if (d->ops->struct_size < offsetof(struct nand_ops, read_now) + sizeof(nand_read_now_t))
+		return NULL;
+	return d->ops->read_now;
+}
 
 /* Monotonic wall clock in nanoseconds (the simulator's real-time base). */
 uint64_t nand_now_ns(void);

@@ -3,7 +3,7 @@
  * default: a simulated ioDrive Duo, two ioDimms exported as dimm0 and dimm1.
  *
  *   [server]   listen (repeatable), unix, control, state_dir, pidfile,
- *              max_connections, handshake_timeout, timing, log, verbose
+ *              max_connections, handshake_timeout, poll_us, timing, log, verbose
  *   [card NAME]  model, timing (default for its ioDimms)
  *   [dimm NAME]  card, preset, image, export, description, readonly,
  *              sector_size, capacity (BYTES or PCT% of stock), op, timing, sync
@@ -135,6 +135,13 @@ static int handler(void *user, const char *section, const char *key, const char 
 			cfg->handshake_timeout = atoi(value);
 			if (cfg->handshake_timeout < 1)
 				BAD("handshake_timeout must be at least 1 (seconds)");
+		} else if (!strcmp(key, "poll_us")) {
+			char *end;
+			long v = strtol(value, &end, 10);
+			if (*end || v < 0 || v > 10000)
+				BAD("poll_us must be 0 to 10000 (microseconds)");
+			if (cfg->poll_us < 0)
+				cfg->poll_us = (int)v;
 		} else if (!strcmp(key, "timing")) {
 			if (parse_bool(value, &b))
 				BAD("timing must be on or off");
@@ -311,6 +318,8 @@ int config_finish(struct server_cfg *cfg, char *err, size_t errlen)
 		cfg->handshake_timeout = 10;
 	if (cfg->timing < 0)
 		cfg->timing = 1;
+	if (cfg->poll_us < 0)
+		cfg->poll_us = 50;
 	for (int i = 0; i < cfg->ndimms; i++) {
 		struct dimm_cfg *d = &cfg->dimms[i];
 		if (!d->preset)

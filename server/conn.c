@@ -694,6 +694,7 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
 			struct req *r = c->cur;
 			n = recv(c->fd, r->buf + c->cur_got, r->length - c->cur_got, 0);
 			if (n > 0) {
+				d->activity++;
 				c->cur_got += (uint32_t)n;
 				if (c->cur_got == r->length) {
 					c->cur = NULL;
@@ -711,6 +712,7 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
 			}
 			n = recv(c->fd, c->in + c->in_len, INBUF_SIZE - c->in_len, 0);
 			if (n > 0) {
+				d->activity++;
 				c->in_len += (size_t)n;
 				if (!parse_input(c))
 					break;

@@ -73,6 +73,7 @@ struct server_cfg {
 	int verbose;
 	int max_connections;
 	int handshake_timeout;   /* seconds */
+	int poll_us;             /* ioDimm threads poll this long after activity; -1: default */
 	int timing;              /* default timing model for every ioDimm */
 	char *default_preset;
 	struct dimm_cfg *dimms;
@@ -129,6 +130,8 @@ struct dimm {
 	struct event *timer_ev;     /* next FTL deadline (timed media) */
 	struct conn *conns;         /* connections in transmission */
 	struct conn *dirty;         /* connections with replies to send */
+	uint64_t activity;          /* bumped per receive: ends or extends a spin */
+	uint32_t spin_us;           /* poll this long after activity before sleeping */
 
 	pthread_mutex_t lock;       /* protects the fields below */
 	pthread_cond_t cond;

@@ -54,6 +54,8 @@ static void usage(FILE *out)
 		"      --control PATH      control socket (default STATE_DIR/flashd.ctl)\n"
 		"  -p, --preset NAME       preset of the default card's ioDimms (iodimm-mlc-320)\n"
 		"      --timing on|off     NAND timing model of the simulated media (default on)\n"
+		"      --poll-us N         after a request, poll N us before sleeping (default 50;\n"
+		"                          0: always sleep; saves a wake-up per request at low depth)\n"
 		"  -f, --foreground        do not fork; log to stderr\n"
 		"  -P, --pidfile FILE      write the pid there\n"
 		"      --syslog            log to syslog\n"
@@ -325,6 +327,7 @@ int main(int argc, char **argv)
 		{ "control", required_argument, 0, 'C' },
 		{ "preset", required_argument, 0, 'p' },
 		{ "timing", required_argument, 0, 'T' },
+		{ "poll-us", required_argument, 0, 'O' },
 		{ "foreground", no_argument, 0, 'f' },
 		{ "pidfile", required_argument, 0, 'P' },
 		{ "syslog", no_argument, 0, 'S' },
@@ -333,7 +336,7 @@ int main(int argc, char **argv)
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
-	struct server_cfg cli = { .timing = -1 };
+	struct server_cfg cli = { .timing = -1, .poll_us = -1 };
 	const char *config = NULL;
 	char err[1024] = "";
 	int c;
@@ -367,6 +370,16 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'O': {
+			char *end;
+			long v = strtol(optarg, &end, 10);
+			if (*end || v < 0 || v > 10000) {
+				fprintf(stderr, "flashd: --poll-us takes 0 to 10000 (microseconds)\n");
+				return 2;
+			}
+			cli.poll_us = (int)v;
+			break;
+		}
 		case 'f': cli.foreground = true; break;
 		case 'P': cli.pidfile = strdup(optarg); break;
 		case 'S': cli.use_syslog = true; break;
