@@ -334,6 +334,8 @@ struct ftl {
 /* ---- shared helpers ----------------------------------------------------- */
 
 uint32_t crc32c(uint32_t crc, const void *buf, size_t len);
+/* The same, a byte at a time (reference for tests). */
+uint32_t crc32c_bytewise(uint32_t crc, const void *buf, size_t len);
 
 static inline uint32_t ppa_block(const struct ftl *f, uint32_t ppa)
 {
