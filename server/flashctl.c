@@ -418,7 +418,13 @@ static int cmd_simulate(int argc, char **argv)
 	if (hot_w > 0 && !hot_units)
 		hot_units = 1;
 	t0 = now_s();
+	/* the last pass (at most one capacity's worth of writes) alone: the
+	 * steady state, after GC has settled and the media is all touched */
+	uint64_t last_from = nwrites > units ? nwrites - units : 0;
+	double t_last = t0;
 	for (uint64_t i = 0; i < nwrites; i++) {
+		if (i == last_from)
+			t_last = now_s();
 		uint64_t r = rnd(&seed), u;
 		if (hot_w > 0) {
 			bool hot = (double)(r >> 11) / (double)(1ull << 53) < hot_w;
@@ -431,7 +437,8 @@ static int cmd_simulate(int argc, char **argv)
 		check(ftl_write_sync(f, buf, u * 4096, 4096, 0), "write");
 	}
 	check(ftl_flush_sync(f), "flush");
-	double t_write = now_s() - t0;
+	double t_end = now_s(), t_write = t_end - t0;
+	double steady_ops = t_end > t_last ? (double)(nwrites - last_from) / (t_end - t_last) : 0;
 	ftl_get_stats(f, &s1);
 
 	/* reads: random 4 KiB */
@@ -472,6 +479,7 @@ static int cmd_simulate(int argc, char **argv)
 		printf("  \"checkpoints\": %" PRIu64 ",\n", s1.checkpoints - s0.checkpoints);
 		printf("  \"fill_seconds\": %.3f,\n  \"write_seconds\": %.3f,\n", t_fill, t_write);
 		printf("  \"ops_per_sec\": %.0f,\n", t_write > 0 ? (double)nwrites / t_write : 0);
+		printf("  \"last_pass_ops_per_sec\": %.0f,\n", steady_ops);
 		if (reads)
 			printf("  \"reads\": %" PRIu64 ",\n  \"reads_per_sec\": %.0f,\n", reads,
 			       t_read > 0 ? (double)reads / t_read : 0);
@@ -486,7 +494,8 @@ static int cmd_simulate(int argc, char **argv)
 		printf("  write amplification %.3f (greedy model %.3f)\n", wa, wa_model);
 		printf("  %" PRIu64 " host pages, %" PRIu64 " NAND pages, %" PRIu64 " erases\n", host, nand,
 		       s1.blocks_erased - s0.blocks_erased);
-		printf("  random 4 KiB writes: %.0f/s", t_write > 0 ? (double)nwrites / t_write : 0);
+		printf("  random 4 KiB writes: %.0f/s (last pass %.0f/s)",
+		       t_write > 0 ? (double)nwrites / t_write : 0, steady_ops);
 		if (reads)
 			printf(", reads: %.0f/s", (double)reads / t_read);
 		printf("\n  erase counts min/avg/max %u/%.1f/%u; map %.1f MiB\n", s1.erase_min,
