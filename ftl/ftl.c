@@ -536,13 +536,14 @@ int ftl_open(struct nand_dev *dev, const struct ftl_open_params *p, struct ftl *
 /* ---- progress ----------------------------------------------------------- */
 
 /*
- * The part of the work a host request waits for: deliver completions, buffer
- * writes, complete what can complete.  Programming, GC, erases and
- * checkpoints are left for ftl_poll(), which the caller runs after it has
- * answered the requests (a write is acknowledged once it is in the write
- * buffer, so its programming need not delay the reply).
+ * Run the FTL until nothing moves.  Foreground (inside ftl_submit) does only
+ * what a host request waits for: deliver completions, buffer writes,
+ * complete what can complete.  Programming, GC, erases and checkpoints are
+ * left for ftl_poll(), which the caller runs after it has answered the
+ * requests (a write is acknowledged once it is in the write buffer, so its
+ * programming need not delay the reply).
  */
-void ftl_progress_foreground(struct ftl *f)
+static void progress(struct ftl *f, bool foreground)
 {
 	if (f->in_progress)
 		return;
@@ -561,44 +562,29 @@ void ftl_progress_foreground(struct ftl *f)
 				break;
 			continue;
 		}
+		if (!foreground) {
+			n += writer_kick(f, &f->stream[STREAM_USER]);
+			n += writer_kick(f, &f->stream[STREAM_GC]);
+			n += gc_kick(f);
+			n += eraser_kick(f);
+			n += cp_kick(f);
+		}
 		n += io_kick(f);
 		if (!n)
 			break;
 	}
-	f->need_poll = true;
+	f->need_poll = foreground;
 	f->in_progress = false;
+}
+
+void ftl_progress_foreground(struct ftl *f)
+{
+	progress(f, true);
 }
 
 void ftl_progress(struct ftl *f)
 {
-	if (f->in_progress)
-		return;
-	f->in_progress = true;
-	f->need_poll = false;
-	for (;;) {
-		int n = 0;
-		uint64_t due = nand_next_due(f->dev);
-		if (due != UINT64_MAX) {
-			uint64_t now = due ? nand_now(f->dev) : 0;
-			if (due <= now)
-				n += nand_poll(f->dev, now);
-		}
-		if (f->error) {
-			io_fail_all(f);
-			if (!n)
-				break;
-			continue;
-		}
-		n += writer_kick(f, &f->stream[STREAM_USER]);
-		n += writer_kick(f, &f->stream[STREAM_GC]);
-		n += gc_kick(f);
-		n += eraser_kick(f);
-		n += cp_kick(f);
-		n += io_kick(f);
-		if (!n)
-			break;
-	}
-	f->in_progress = false;
+	progress(f, false);
 }
 
 int ftl_poll(struct ftl *f)

@@ -52,6 +52,13 @@ struct ftl_io *ioq_pop(struct ioq *q)
 	return io;
 }
 
+/* Needs free pages (so fails once the FTL is out of space): data writes and
+ * zeroes that must be written as zero pages.  Trims and plain zeroes unmap. */
+static bool io_needs_space(const struct ftl_io *io)
+{
+	return io->type == FTL_IO_WRITE || (io->flags & FTL_IO_NO_HOLE);
+}
+
 static void rop_put(struct ftl *f, struct rop *ro)
 {
 	ro->io = NULL;
@@ -386,7 +393,7 @@ int io_kick(struct ftl *f)
 			n++;
 			continue;
 		}
-		if (f->no_space && (io->type == FTL_IO_WRITE || (io->flags & FTL_IO_NO_HOLE))) {
+		if (f->no_space && io_needs_space(io)) {
 			/* out of space while waiting for it */
 			ioq_pop(&f->wq_write);
 			io_complete(f, io, -ENOSPC);
@@ -460,7 +467,7 @@ static int io_validate(struct ftl *f, const struct ftl_io *io)
 		if (f->readonly)
 			return -EROFS;
 		/* out of spare blocks: unmapping still works (it frees space) */
-		if (f->no_space && (io->type == FTL_IO_WRITE || (io->flags & FTL_IO_NO_HOLE)))
+		if (f->no_space && io_needs_space(io))
 			return -ENOSPC;
 	}
 	return 0;

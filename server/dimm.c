@@ -105,24 +105,25 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg)
 
 /*
  * The event loop.  After activity it keeps polling without sleeping for
- * spin_us: a client that sends its next request within that window (queue
+ * poll_us: a client that sends its next request within that window (queue
  * depth 1: the time to consume a reply) finds this thread awake, instead of
  * paying for a wake-up (a cross-CPU interrupt and a context switch, 20-70 us
- * on a virtual machine).  Cost: up to spin_us of CPU after the last request.
+ * on a virtual machine).  Cost: up to poll_us of CPU after the last request.
  */
 static void dimm_loop(struct dimm *d)
 {
+	const uint64_t spin_ns = (uint64_t)d->srv->cfg.poll_us * 1000u;
 	while (!event_base_got_break(d->base)) {
 		event_base_loop(d->base, EVLOOP_ONCE);
-		if (!d->spin_us)
+		if (!spin_ns)
 			continue;
-		uint64_t seen = d->activity, until = nand_now_ns() + d->spin_us * 1000ull;
+		uint64_t seen = d->activity, until = nand_now_ns() + spin_ns;
 		while (!event_base_got_break(d->base)) {
 			event_base_loop(d->base, EVLOOP_NONBLOCK);
 			uint64_t now = nand_now_ns();
 			if (d->activity != seen) {
 				seen = d->activity;
-				until = now + d->spin_us * 1000ull;
+				until = now + spin_ns;
 			} else if (now >= until) {
 				break;
 			}
@@ -221,7 +222,6 @@ int dimm_start(struct dimm *d)
 {
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_cond_init(&d->cond, NULL);
-	d->spin_us = (uint32_t)d->srv->cfg.poll_us;
 	int rc = pthread_create(&d->thread, NULL, dimm_main, d);
 	return -rc;
 }

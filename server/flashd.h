@@ -131,7 +131,6 @@ struct dimm {
 	struct conn *conns;         /* connections in transmission */
 	struct conn *dirty;         /* connections with replies to send */
 	uint64_t activity;          /* bumped per receive: ends or extends a spin */
-	uint32_t spin_us;           /* poll this long after activity before sleeping */
 
 	pthread_mutex_t lock;       /* protects the fields below */
 	pthread_cond_t cond;
