@@ -17,8 +17,8 @@ LDLIBS_ALL   := -pthread -lm
 
 DEPS_STAMP := $(BUILD)/.deps-build
 
-# Library code: hw/ and ftl/, linked into every program and plugin.
-LIB_SRCS := $(wildcard hw/*.c) $(wildcard ftl/*.c)
+# Library code: common/, hw/ and ftl/, linked into every program and plugin.
+LIB_SRCS := $(wildcard common/*.c) $(wildcard hw/*.c) $(wildcard ftl/*.c)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 LIB      := $(BUILD)/libflashd.a
 

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/crc32c.h"
 #include "ftl/ftl.h"
 #include "ftl/media.h"
 
@@ -333,9 +334,6 @@ struct ftl {
 
 /* ---- shared helpers ----------------------------------------------------- */
 
-uint32_t crc32c(uint32_t crc, const void *buf, size_t len);
-/* The same, a byte at a time (reference for tests). */
-uint32_t crc32c_bytewise(uint32_t crc, const void *buf, size_t len);
 
 static inline uint32_t ppa_block(const struct ftl *f, uint32_t ppa)
 {

@@ -3,7 +3,7 @@
  * byte-at-a-time reference, at every length around the stride boundaries
  * and at random offsets and seeds.
  */
-#include "ftl/ftl_int.h"
+#include "common/crc32c.h"
 #include "tests/unit/t.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;

@@ -1,5 +1,5 @@
 /*
- * ftl/crc32c.c - CRC32C (Castagnoli), the checksum of every on-media
+ * common/crc32c.c - CRC32C (Castagnoli), the checksum of every on-media
  * structure and of every page's data.
  *
  * With SSE4.2 the crc32 instruction does 8 bytes per instruction, but each
@@ -12,11 +12,12 @@
  * tables per stride.  Without SSE4.2: a byte table.
  */
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "ftl/ftl_int.h"
+#include "common/crc32c.h"
 
 #define CRC_POLY 0x82F63B78u   /* reflected Castagnoli polynomial */
 #define CRC_STRIDE 1360u       /* multiple of 8; 3 strides = 4080 bytes */

@@ -1,0 +1,16 @@
+/*
+ * common/crc32c.h - CRC32C (Castagnoli), the checksum of every on-media
+ * structure of the FTL, of every page's data, and of the simulator's block
+ * table entries.  Shared by hw/ and ftl/ (common/ depends on nothing).
+ */
+#ifndef FLASHD_COMMON_CRC32C_H
+#define FLASHD_COMMON_CRC32C_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+uint32_t crc32c(uint32_t crc, const void *buf, size_t len);
+/* The same, a byte at a time (reference for tests). */
+uint32_t crc32c_bytewise(uint32_t crc, const void *buf, size_t len);
+
+#endif
