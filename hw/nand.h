@@ -14,7 +14,10 @@
  * Asynchrony.  nand_submit() queues one operation and returns at once; its
  * completion is delivered later by nand_poll(), which calls op->done.  A
  * backend never calls op->done from inside nand_submit(), so a completion
- * handler may submit more work without recursion.  Operations on one die
+ * handler may submit more work without recursion.  nand_submit() returns 0,
+ * or a negative errno when the backend cannot take the operation at all (its
+ * queue cannot grow, the device is gone): the operation is then not queued,
+ * done() is never called for it, and the caller must treat it as failed.  Operations on one die
  * complete in the order they were submitted (a read submitted before an
  * erase of the same block reads the old data); operations on different dies
  * run in parallel.  With the simulator's timing model off, every operation
@@ -74,6 +77,11 @@ enum nand_status {
 	NAND_BLOCK_BAD,          /* the block is marked bad (factory or grown) */
 	NAND_POWER_LOSS,         /* the device lost power: nothing happened */
 	NAND_INVALID,            /* bad address or argument (a caller bug) */
+	NAND_IO_ERROR,           /* the backend's own storage failed (the image
+				  * file's filesystem is full, the host disk
+				  * returned EIO): not a NAND fault, the block
+				  * is not worn; nothing was written; op->err
+				  * holds the negative errno */
 };
 const char *nand_status_name(enum nand_status st);
 
@@ -94,6 +102,7 @@ struct nand_op {
 	void *data;                /* page_size bytes */
 	void *spare;               /* spare_size bytes */
 	enum nand_status status;   /* set before done() is called */
+	int err;                   /* NAND_IO_ERROR: negative errno, else 0 */
 	void (*done)(struct nand_op *op);
 	void *priv;                /* for the caller */
 	uint64_t priv2;            /* for the caller */
@@ -115,7 +124,8 @@ struct nand_ops {
 	int (*poll)(struct nand_dev *dev, uint64_t now_ns);
 	/* Earliest due time of a queued completion, or UINT64_MAX if none. */
 	uint64_t (*next_due)(struct nand_dev *dev);
-	/* Make every completed program/erase survive a host crash (fdatasync). */
+	/* Make every completed program/erase survive a host crash (fdatasync).
+	 * 0 or a negative errno (-ENOSPC, -EIO from the backend's storage). */
 	int (*sync)(struct nand_dev *dev);
 	uint32_t (*erase_count)(struct nand_dev *dev, uint32_t block);
 	/* Factory bad-block marks (read without erasing anything). */
@@ -213,6 +223,9 @@ const struct nand_preset *nand_preset_at(size_t i); /* NULL past the end */
 
 /* ---- the simulated ioDimm --------------------------------------------- */
 
+/* Where the simulator reports what it noticed and repaired at open. */
+typedef void (*nand_log_fn)(void *arg, const char *msg);
+
 struct nand_sim_config {
 	const char *preset;        /* required when creating an image */
 	const char *path;          /* image file; NULL keeps everything in RAM */
@@ -226,6 +239,8 @@ struct nand_sim_config {
 	bool virtual_time;         /* timing model on a simulated clock that jumps
 				    * ahead when waited on (fast timed tests) */
 	uint64_t seed;             /* for factory bad blocks and random errors */
+	nand_log_fn log;           /* notices (NULL: none) */
+	void *log_arg;
 };
 
 /*
@@ -234,6 +249,15 @@ struct nand_sim_config {
  * each page followed by its spare bytes; it is sparse: erased pages take no
  * space.  The file is locked; a second opener gets -EBUSY.  Returns 0 and
  * *out, or negative errno; *err (if not NULL) gets a message.
+ *
+ * The block table is the simulator's record of the physical state; every
+ * entry carries a CRC32C.  At open, an entry that fails its CRC is not
+ * trusted: it is rebuilt from the pages themselves (write pointer: the last
+ * programmed page slot; erase count: the highest of its die; factory bad
+ * mark: from the image's seed; injected faults are forgotten), and each
+ * rebuild is reported through cfg->log.  A read-only open repairs in memory
+ * only.  Images of table version 1 (no CRCs) are upgraded on a read-write
+ * open.
  */
 int nand_sim_open(const struct nand_sim_config *cfg, struct nand_dev **out,
 		  char *err, size_t errlen);
@@ -251,6 +275,13 @@ struct nand_sim_faults {
 	/* raw bit errors on reads: probabilities per page read, in ppm */
 	uint32_t corrected_ppm;
 	uint32_t uncorrectable_ppm;
+	/* the refuse_submit_after-th nand_submit() from now returns -ENODEV
+	 * and queues nothing (0 = off); once only */
+	uint64_t refuse_submit_after;
+	/* programs fail with NAND_IO_ERROR (-ENOSPC) as if the image file's
+	 * filesystem were full, from the io_error_after-th program on (0 =
+	 * off), until cleared */
+	uint64_t io_error_after;
 };
 int nand_sim_set_faults(struct nand_dev *d, const struct nand_sim_faults *f);
 bool nand_sim_powered(const struct nand_dev *d);
@@ -265,5 +296,7 @@ int nand_sim_page_error(struct nand_dev *d, uint64_t ppa, enum nand_status st);
 int nand_sim_fail_die(struct nand_dev *d, uint32_t die);
 /* Timing model on or off at run time. */
 void nand_sim_set_timing(struct nand_dev *d, bool on);
+/* Block table entries rebuilt at open because they failed their CRC. */
+uint32_t nand_sim_table_repairs(const struct nand_dev *d);
 
 #endif

@@ -21,10 +21,19 @@
  *
  * Ordering of a program against a process kill: page bytes are written
  * before the write pointer moves, so a killed process leaves the page
- * erased, never a half-recorded page.
+ * erased, never a half-recorded page.  A block table entry is replaced by
+ * one 16-byte store (entry and its CRC together), so a kill never leaves an
+ * entry that fails its CRC; an entry that does was damaged from outside and
+ * is rebuilt from the pages at open (see nand_sim_open in hw/nand.h).
+ *
+ * Errors of the image file itself (no space to back a block, EIO) are
+ * NAND_IO_ERROR, never NAND program failures: the NAND is not worn.  The
+ * header and block table are backed with disk space at open, so stores into
+ * them cannot fault on a full filesystem.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,14 +44,19 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/crc32c.h"
 #include "hw/nand.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the image format is little-endian; this host is not"
 #endif
 
 #define SIM_MAGIC "FLASHSIM"
-#define SIM_VERSION 1
+#define SIM_VERSION 2         /* 2: block table entries carry a CRC32C */
 #define SIM_NO_PAGE 0xFFFF
 #define SIM_MAX_DIES 512
 
@@ -59,7 +73,7 @@ struct __attribute__((packed)) sim_block {
 	uint8_t flags;        /* enum sim_block_flags */
 	uint8_t pad[3];
 	uint32_t erase_count;
-	uint32_t reserved;
+	uint32_t crc;         /* crc32c of the 12 bytes before it (version 2) */
 };
 _Static_assert(sizeof(struct sim_block) == 16, "sim_block is on media");
 
@@ -76,7 +90,10 @@ struct sim_header { /* naturally aligned: no padding */
 	uint64_t slot_size;
 	uint8_t die_failed[SIM_MAX_DIES / 8];
 	uint32_t crc;                   /* crc32 of the bytes before it */
-	uint8_t pad[4096 - 8 - 4 - 4 - 28 - 32 - 16 - 4 - 24 - SIM_MAX_DIES / 8 - 4];
+	/* version 2: after crc, so that version 1 headers keep their CRC */
+	uint32_t ext_crc;               /* crc32 of seed */
+	uint64_t seed;                  /* factory bad blocks were drawn with it */
+	uint8_t pad[4096 - 8 - 4 - 4 - 28 - 32 - 16 - 4 - 24 - SIM_MAX_DIES / 8 - 4 - 12];
 };
 _Static_assert(sizeof(struct sim_header) == 4096, "sim_header is on media");
 
@@ -116,6 +133,11 @@ struct sim {
 	uint64_t rng;
 	struct page_err *perr;
 	size_t perr_len, perr_cap;
+	uint64_t submits, refuse_at;  /* refuse the refuse_at-th submit (0: off) */
+	uint64_t programs, io_error_from; /* programs fail NAND_IO_ERROR from here */
+	uint32_t table_repairs;       /* entries rebuilt at open */
+	nand_log_fn log;
+	void *log_arg;
 };
 
 
@@ -161,6 +183,38 @@ static inline uint8_t *ram_slot(struct sim *s, uint64_t ppa)
 static void header_seal(struct sim *s)
 {
 	s->hdr->crc = crc32_plain(s->hdr, offsetof(struct sim_header, crc));
+	s->hdr->ext_crc = crc32_plain(&s->hdr->seed, sizeof s->hdr->seed);
+}
+
+static void sim_log(struct sim *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sim_log(struct sim *s, const char *fmt, ...)
+{
+	if (!s->log)
+		return;
+	char buf[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof buf, fmt, ap);
+	va_end(ap);
+	s->log(s->log_arg, buf);
+}
+
+static uint32_t blk_crc(const struct sim_block *b)
+{
+	return crc32c(0, b, offsetof(struct sim_block, crc));
+}
+
+/* Replace entry b with nb and its CRC in one 16-byte store (see top). */
+static void blk_store(struct sim *s, uint32_t b, struct sim_block nb)
+{
+	nb.crc = blk_crc(&nb);
+#if defined(__SSE2__)
+	__m128i v;
+	memcpy(&v, &nb, sizeof v);
+	_mm_store_si128((__m128i *)(void *)&s->blocks[b], v);
+#else
+	memcpy(&s->blocks[b], &nb, sizeof nb);
+#endif
 }
 
 /* ---- completion queues ------------------------------------------------- */
@@ -301,26 +355,36 @@ static enum nand_status media_read(struct sim *s, struct nand_op *op)
 static enum nand_status media_program(struct sim *s, struct nand_op *op, bool interrupted)
 {
 	const struct nand_geometry *g = &s->dev.geo;
-	struct sim_block *b = &s->blocks[op->block];
+	struct sim_block b = s->blocks[op->block];
 	uint64_t ppa = (uint64_t)op->block * g->pages_per_block + op->page;
 
-	if (b->flags & SB_FACTORY_BAD)
+	if (b.flags & SB_FACTORY_BAD)
 		return NAND_BLOCK_BAD;
-	if (op->page != b->wp || !op->data)
+	if (op->page != b.wp || !op->data)
 		return NAND_PROGRAM_FAILED; /* out of order or twice: nothing written */
-	if (interrupted || die_failed(s, op->block) || (b->flags & (SB_FAIL_PROGRAM | SB_ERASE_TORN))) {
+	s->programs++;
+	if (!interrupted && s->io_error_from && s->programs >= s->io_error_from) {
+		op->err = -ENOSPC; /* injected: as if the filesystem were full */
+		return NAND_IO_ERROR;
+	}
+	if (interrupted || die_failed(s, op->block) || (b.flags & (SB_FAIL_PROGRAM | SB_ERASE_TORN))) {
 		/* the page is consumed and unreadable */
-		if (b->torn_page == SIM_NO_PAGE)
-			b->torn_page = (uint16_t)op->page;
-		b->wp = (uint16_t)(op->page + 1);
+		if (b.torn_page == SIM_NO_PAGE)
+			b.torn_page = (uint16_t)op->page;
+		b.wp = (uint16_t)(op->page + 1);
+		blk_store(s, op->block, b);
 		return interrupted ? NAND_POWER_LOSS : NAND_PROGRAM_FAILED;
 	}
 	if (op->page == 0 && s->fd >= 0) {
 		/* back the whole block with disk space now: a store into a mapped
-		 * hole on a full filesystem would be SIGBUS, this is an error */
+		 * hole on a full filesystem would be SIGBUS, this is an error of
+		 * the image file, not of the NAND (nothing is written) */
 		uint64_t len = (uint64_t)g->pages_per_block * s->slot_size;
-		if (fallocate(s->fd, 0, (off_t)(s->data_off + (uint64_t)op->block * len), (off_t)len) < 0)
-			return NAND_PROGRAM_FAILED;
+		if (fallocate(s->fd, 0, (off_t)(s->data_off + (uint64_t)op->block * len), (off_t)len) < 0 &&
+		    errno != EOPNOTSUPP) {
+			op->err = -errno;
+			return NAND_IO_ERROR;
+		}
 	}
 	uint8_t *dst = ram_slot(s, ppa);
 	memcpy(dst, op->data, g->page_size);
@@ -328,7 +392,8 @@ static enum nand_status media_program(struct sim *s, struct nand_op *op, bool in
 		memcpy(dst + g->page_size, op->spare, g->spare_size);
 	else
 		memset(dst + g->page_size, 0xFF, g->spare_size);
-	b->wp = (uint16_t)(op->page + 1);
+	b.wp = (uint16_t)(op->page + 1);
+	blk_store(s, op->block, b);
 	return NAND_OK;
 }
 
@@ -352,22 +417,24 @@ static void media_discard(struct sim *s, uint32_t block)
 
 static enum nand_status media_erase(struct sim *s, struct nand_op *op, bool interrupted)
 {
-	struct sim_block *b = &s->blocks[op->block];
+	struct sim_block b = s->blocks[op->block];
 
-	if (b->flags & SB_FACTORY_BAD)
+	if (b.flags & SB_FACTORY_BAD)
 		return NAND_BLOCK_BAD;
 	if (interrupted) {
-		b->flags |= SB_ERASE_TORN;
-		b->erase_count++;
+		b.flags |= SB_ERASE_TORN;
+		b.erase_count++;
+		blk_store(s, op->block, b);
 		return NAND_POWER_LOSS;
 	}
-	if (die_failed(s, op->block) || (b->flags & SB_FAIL_ERASE))
+	if (die_failed(s, op->block) || (b.flags & SB_FAIL_ERASE))
 		return NAND_ERASE_FAILED;
-	bool had_pages = b->wp != 0 || (b->flags & SB_ERASE_TORN);
-	b->wp = 0;
-	b->torn_page = SIM_NO_PAGE;
-	b->flags &= (uint8_t)~SB_ERASE_TORN;
-	b->erase_count++;
+	bool had_pages = b.wp != 0 || (b.flags & SB_ERASE_TORN);
+	b.wp = 0;
+	b.torn_page = SIM_NO_PAGE;
+	b.flags &= (uint8_t)~SB_ERASE_TORN;
+	b.erase_count++;
+	blk_store(s, op->block, b);
 	if (s->perr_len)
 		page_errors_drop_block(s, op->block);
 	if (had_pages && s->discard_on_erase)
@@ -455,6 +522,7 @@ static void sim_execute(struct sim *s, struct nand_op *op)
 {
 	const struct nand_geometry *g = &s->dev.geo;
 
+	op->err = 0;
 	if (op->block >= nand_blocks(g) || op->page >= g->pages_per_block) {
 		op->status = NAND_INVALID;
 	} else if (s->dead) {
@@ -489,6 +557,10 @@ static int sim_submit(struct nand_dev *d, struct nand_op *op)
 {
 	struct sim *s = to_sim(d);
 
+	if (s->refuse_at && ++s->submits >= s->refuse_at) {
+		s->refuse_at = 0; /* injected: the backend cannot take it */
+		return -ENODEV;
+	}
 	sim_execute(s, op);
 	op->next = NULL;
 	op->ticket = s->ticket++;
@@ -632,19 +704,121 @@ static void seterr(char *err, size_t len, const char *fmt, const char *a, const 
 		snprintf(err, len, fmt, a, b);
 }
 
-static void init_blocks(struct sim *s, const struct nand_preset *p, uint64_t seed)
+/* Factory bad marks: drawn from the seed, one draw per block that may be
+ * bad (block 0 of every die is guaranteed good, as NAND vendors do).
+ * Calls mark(s, block) for each bad block. */
+static void factory_bad_draw(struct sim *s, const struct nand_preset *p, uint64_t seed,
+			     void (*mark)(struct sim *s, uint32_t b, void *arg), void *arg)
 {
 	uint32_t n = nand_blocks(&s->dev.geo);
 	uint64_t rng = seed ? seed : 0x9E3779B97F4A7C15ull;
-	for (uint32_t i = 0; i < n; i++) {
-		struct sim_block *b = &s->blocks[i];
-		memset(b, 0, sizeof *b);
-		b->torn_page = SIM_NO_PAGE;
-		/* block 0 of every die is guaranteed good, as NAND vendors do */
-		if (p->factory_bad_ppm && i % s->dev.geo.blocks_per_die != 0 &&
-		    rng_next(&rng) % 1000000u < p->factory_bad_ppm)
-			b->flags = SB_FACTORY_BAD;
+	if (!p->factory_bad_ppm)
+		return;
+	for (uint32_t i = 0; i < n; i++)
+		if (i % s->dev.geo.blocks_per_die != 0 && rng_next(&rng) % 1000000u < p->factory_bad_ppm)
+			mark(s, i, arg);
+}
+
+static void mark_factory_bad(struct sim *s, uint32_t b, void *arg)
+{
+	struct sim_block e = s->blocks[b];
+	e.flags |= SB_FACTORY_BAD;
+	blk_store(s, b, e);
+}
+
+static void init_blocks(struct sim *s, const struct nand_preset *p, uint64_t seed)
+{
+	uint32_t n = nand_blocks(&s->dev.geo);
+	struct sim_block e = { .torn_page = SIM_NO_PAGE };
+	for (uint32_t i = 0; i < n; i++)
+		blk_store(s, i, e);
+	factory_bad_draw(s, p, seed, mark_factory_bad, NULL);
+}
+
+/* ---- block table check and repair -------------------------------------- */
+
+static bool slot_blank(const uint8_t *p, size_t len)
+{
+	/* erased: never written (a hole reads 0x00) or written as erased (0xFF) */
+	uint8_t v = p[0];
+	if (v != 0 && v != 0xFF)
+		return false;
+	for (size_t i = 1; i < len; i++)
+		if (p[i] != v)
+			return false;
+	return true;
+}
+
+static void mark_in_bitmap(struct sim *s, uint32_t b, void *arg)
+{
+	uint8_t *bits = arg;
+	bits[b / 8] |= (uint8_t)(1u << (b % 8));
+}
+
+/*
+ * Check every entry's CRC; rebuild the ones that fail from the pages.
+ * Cost: a CRC of the whole table (16 bytes per block) at every open, and a
+ * scan of the page slots of each damaged block.
+ */
+static int table_check(struct sim *s, const struct nand_preset *p, const char *path)
+{
+	const struct nand_geometry *g = &s->dev.geo;
+	uint32_t n = nand_blocks(g), ndies = nand_dies(g), bad = 0;
+	for (uint32_t b = 0; b < n; b++)
+		bad += s->blocks[b].crc != blk_crc(&s->blocks[b]);
+	if (!bad)
+		return 0;
+	uint32_t *die_max = calloc(ndies, sizeof *die_max);
+	uint8_t *factory = calloc((n + 7) / 8, 1);
+	if (!die_max || !factory) {
+		free(die_max);
+		free(factory);
+		return -ENOMEM;
 	}
+	for (uint32_t b = 0; b < n; b++) {
+		const struct sim_block *e = &s->blocks[b];
+		uint32_t die = nand_block_die(g, b);
+		if (e->crc == blk_crc(e) && e->erase_count > die_max[die])
+			die_max[die] = e->erase_count;
+	}
+	if (p)
+		factory_bad_draw(s, p, s->hdr->seed, mark_in_bitmap, factory);
+	else
+		sim_log(s, "%s: preset %s is unknown: factory bad marks of rebuilt entries are lost",
+			path, s->hdr->preset);
+	for (uint32_t b = 0; b < n; b++) {
+		struct sim_block e = s->blocks[b];
+		if (e.crc == blk_crc(&e))
+			continue;
+		struct sim_block r = { .torn_page = SIM_NO_PAGE,
+				       .erase_count = die_max[nand_block_die(g, b)] };
+		if (factory[b / 8] & (1u << (b % 8))) {
+			r.flags = SB_FACTORY_BAD;
+		} else {
+			/* pages are programmed in order: the write pointer is one
+			 * past the last slot that is not blank */
+			uint64_t first = (uint64_t)b * g->pages_per_block;
+			for (uint32_t pg = g->pages_per_block; pg > 0; pg--)
+				if (!slot_blank(ram_slot(s, first + pg - 1), s->slot_size)) {
+					r.wp = (uint16_t)pg;
+					break;
+				}
+		}
+		sim_log(s, "%s: block table entry of block %u fails its checksum (write pointer %u, "
+			   "erase count %u as stored); rebuilt from the pages: write pointer %u, "
+			   "erase count %u%s",
+			path, b, e.wp, e.erase_count, r.wp, r.erase_count,
+			r.flags & SB_FACTORY_BAD ? ", factory bad" : "");
+		blk_store(s, b, r);
+		s->table_repairs++;
+	}
+	if (!s->readonly) {
+		msync(s->hdr, s->map_len, MS_SYNC);
+		fsync(s->fd);
+	}
+	free(die_max);
+	free(factory);
+	return 0;
 }
 
 static int geometry_ok(const struct nand_geometry *g)
@@ -674,6 +848,8 @@ int nand_sim_open(const struct nand_sim_config *cfg, struct nand_dev **out, char
 	s->discard_on_erase = cfg->discard_on_erase;
 	s->readonly = cfg->readonly;
 	s->rng = cfg->seed ? cfg->seed : 0x853c49e6748fea9bull;
+	s->log = cfg->log;
+	s->log_arg = cfg->log_arg;
 
 	if (cfg->preset) {
 		p = nand_preset_find(cfg->preset);
@@ -717,6 +893,7 @@ int nand_sim_open(const struct nand_sim_config *cfg, struct nand_dev **out, char
 		snprintf(s->hdr->preset, sizeof s->hdr->preset, "%s", p->name);
 		s->hdr->timing = p->timing;
 		s->hdr->rated_pe_cycles = p->rated_pe_cycles;
+		s->hdr->seed = cfg->seed;
 		init_blocks(s, p, cfg->seed);
 		goto opened;
 	}
@@ -759,6 +936,12 @@ int nand_sim_open(const struct nand_sim_config *cfg, struct nand_dev **out, char
 			seterr(err, errlen, "cannot size NAND image %s: %s", cfg->path, strerror(-rc));
 			goto fail;
 		}
+		if (fallocate(s->fd, 0, 0, (off_t)data_off) < 0 && errno != EOPNOTSUPP) {
+			rc = -errno;
+			seterr(err, errlen, "cannot reserve space for the block table of %s: %s",
+			       cfg->path, strerror(-rc));
+			goto fail;
+		}
 		s->map_len = data_off;
 		s->hdr = mmap(NULL, s->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
 		if (s->hdr == MAP_FAILED) {
@@ -776,6 +959,7 @@ int nand_sim_open(const struct nand_sim_config *cfg, struct nand_dev **out, char
 		s->hdr->table_off = 4096;
 		s->hdr->data_off = data_off;
 		s->hdr->slot_size = slot;
+		s->hdr->seed = cfg->seed;
 		s->blocks = (struct sim_block *)((uint8_t *)s->hdr + 4096);
 		s->dev.geo = p->geo;
 		init_blocks(s, p, cfg->seed);
@@ -792,8 +976,9 @@ int nand_sim_open(const struct nand_sim_config *cfg, struct nand_dev **out, char
 			rc = -EINVAL;
 			goto fail;
 		}
-		if (h.version != SIM_VERSION || h.header_size != sizeof h ||
-		    h.crc != crc32_plain(&h, offsetof(struct sim_header, crc)) || !geometry_ok(&h.geo)) {
+		if ((h.version != 1 && h.version != SIM_VERSION) || h.header_size != sizeof h ||
+		    h.crc != crc32_plain(&h, offsetof(struct sim_header, crc)) || !geometry_ok(&h.geo) ||
+		    (h.version >= 2 && h.ext_crc != crc32_plain(&h.seed, sizeof h.seed))) {
 			seterr(err, errlen, "%s: NAND image header is damaged or of another version%s",
 			       cfg->path, "");
 			rc = -EINVAL;
@@ -814,9 +999,20 @@ int nand_sim_open(const struct nand_sim_config *cfg, struct nand_dev **out, char
 			rc = -EINVAL;
 			goto fail;
 		}
+		if (!p)
+			p = nand_preset_find(h.preset);
+		if (!cfg->readonly && fallocate(s->fd, 0, 0, (off_t)h.data_off) < 0 &&
+		    errno != EOPNOTSUPP) {
+			rc = -errno;
+			seterr(err, errlen, "cannot reserve space for the block table of %s: %s",
+			       cfg->path, strerror(-rc));
+			goto fail;
+		}
+		/* read-only: a private mapping, so damaged entries can be
+		 * repaired in memory without writing the image */
 		s->map_len = h.data_off;
-		s->hdr = mmap(NULL, s->map_len, PROT_READ | (cfg->readonly ? 0 : PROT_WRITE),
-			      MAP_SHARED, s->fd, 0);
+		s->hdr = mmap(NULL, s->map_len, PROT_READ | PROT_WRITE,
+			      cfg->readonly ? MAP_PRIVATE : MAP_SHARED, s->fd, 0);
 		if (s->hdr == MAP_FAILED) {
 			rc = -errno;
 			s->hdr = NULL;
@@ -824,6 +1020,22 @@ int nand_sim_open(const struct nand_sim_config *cfg, struct nand_dev **out, char
 		}
 		s->blocks = (struct sim_block *)((uint8_t *)s->hdr + 4096);
 		s->dev.geo = h.geo;
+		if (h.version == 1 && !cfg->readonly) {
+			/* upgrade: checksum every entry */
+			uint32_t n = nand_blocks(&h.geo);
+			for (uint32_t b = 0; b < n; b++)
+				blk_store(s, b, s->blocks[b]);
+			s->hdr->version = SIM_VERSION;
+			s->hdr->seed = 0; /* version 1 images were drawn with seed 0 */
+			header_seal(s);
+			if (msync(s->hdr, s->map_len, MS_SYNC) < 0 || fsync(s->fd) < 0) {
+				rc = -errno;
+				seterr(err, errlen, "cannot upgrade %s: %s", cfg->path, strerror(-rc));
+				goto fail;
+			}
+			sim_log(s, "%s: upgraded the image to version %d (checksummed block table)",
+				cfg->path, SIM_VERSION);
+		}
 	}
 	s->data_off = s->hdr->data_off;
 	s->slot_size = s->hdr->slot_size;
@@ -837,6 +1049,13 @@ int nand_sim_open(const struct nand_sim_config *cfg, struct nand_dev **out, char
 		s->ram = NULL;
 		seterr(err, errlen, "cannot map NAND image %s: %s", cfg->path, strerror(-rc));
 		goto fail;
+	}
+	if (s->hdr->version >= 2) {
+		rc = table_check(s, p, cfg->path);
+		if (rc) {
+			seterr(err, errlen, "checking the block table of %s: %s", cfg->path, strerror(-rc));
+			goto fail;
+		}
 	}
 
 opened:
@@ -877,6 +1096,9 @@ int nand_sim_set_faults(struct nand_dev *d, const struct nand_sim_faults *f)
 	s->cut_at = f->power_cut_after ? s->ops_executed + f->power_cut_after : 0;
 	s->corrected_ppm = f->corrected_ppm;
 	s->uncorrectable_ppm = f->uncorrectable_ppm;
+	s->submits = 0;
+	s->refuse_at = f->refuse_submit_after;
+	s->io_error_from = f->io_error_after ? s->programs + f->io_error_after : 0;
 	return 0;
 }
 
@@ -908,10 +1130,12 @@ int nand_sim_fail_block(struct nand_dev *d, uint32_t block, bool fail_program, b
 	if (!nand_is_sim(d) || block >= nand_blocks(&d->geo))
 		return -EINVAL;
 	struct sim *s = to_sim(d);
+	struct sim_block b = s->blocks[block];
 	if (fail_program)
-		s->blocks[block].flags |= SB_FAIL_PROGRAM;
+		b.flags |= SB_FAIL_PROGRAM;
 	if (fail_erase)
-		s->blocks[block].flags |= SB_FAIL_ERASE;
+		b.flags |= SB_FAIL_ERASE;
+	blk_store(s, block, b);
 	return 0;
 }
 
@@ -951,4 +1175,9 @@ int nand_sim_fail_die(struct nand_dev *d, uint32_t die)
 void nand_sim_set_timing(struct nand_dev *d, bool on)
 {
 	to_sim(d)->timing = on;
+}
+
+uint32_t nand_sim_table_repairs(const struct nand_dev *d)
+{
+	return nand_is_sim(d) ? ((const struct sim *)d)->table_repairs : 0;
 }

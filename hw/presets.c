@@ -82,6 +82,16 @@ static const struct nand_preset presets[] = {
 		.rated_pe_cycles = 5000,
 		.factory_bad_ppm = 0,
 	},
+	{
+		.name = "test-128m-512p",
+		.description = "test device: 128 MiB raw, 1 die, 64 blocks of 512 pages (large blocks)",
+		.geo = { .channels = 1, .dies_per_channel = 1, .planes_per_die = 1,
+			 .blocks_per_die = 64, .pages_per_block = 512,
+			 .page_size = 4096, .spare_size = 128 },
+		.timing = { .read_us = 60, .program_us = 800, .erase_us = 3000, .xfer_mbps = 40 },
+		.rated_pe_cycles = 3000,
+		.factory_bad_ppm = 0,
+	},
 };
 
 const struct nand_preset *nand_preset_find(const char *name)
@@ -108,6 +118,7 @@ const char *nand_status_name(enum nand_status st)
 	case NAND_BLOCK_BAD: return "block-bad";
 	case NAND_POWER_LOSS: return "power-loss";
 	case NAND_INVALID: return "invalid";
+	case NAND_IO_ERROR: return "image-io-error";
 	}
 	return "?";
 }

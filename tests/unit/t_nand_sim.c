@@ -3,6 +3,7 @@
  * 0xFF, pages program in order and once, erase counts grow, the image
  * persists and is locked, faults and timing do what they claim.
  */
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "hw/nand.h"
@@ -181,6 +182,131 @@ static void timing(void)
 	nand_close(d);
 }
 
+static int t_nlog;
+static char t_lastlog[512];
+static void t_log(void *arg, const char *msg)
+{
+	t_nlog++;
+	snprintf(t_lastlog, sizeof t_lastlog, "%s", msg);
+}
+
+/* Block table damage: an entry whose bytes were changed from outside fails
+ * its CRC at open and is rebuilt from the pages, not trusted. */
+static void table_damage(void)
+{
+	char path[] = "/tmp/t_nand_sim-tbl-XXXXXX";
+	int fd = mkstemp(path);
+	CHECK(fd >= 0);
+	close(fd);
+	char err[256];
+	struct nand_dev *d;
+	struct nand_sim_config fc = { .preset = "test-64m", .path = path, .create = true,
+				      .log = t_log };
+	CHECK_RC(nand_sim_open(&fc, &d, err, sizeof err));
+	const struct nand_geometry *g = &d->geo;
+	uint8_t *data = malloc(g->page_size), *rd = malloc(g->page_size);
+	memset(data, 0xA5, g->page_size);
+	/* block 9: 3 pages programmed, erased twice before */
+	CHECK_EQ(run(d, NAND_OP_ERASE, 9, 0, NULL, NULL), NAND_OK);
+	CHECK_EQ(run(d, NAND_OP_ERASE, 9, 0, NULL, NULL), NAND_OK);
+	for (uint32_t p = 0; p < 3; p++)
+		CHECK_EQ(run(d, NAND_OP_PROGRAM, 9, p, data, NULL), NAND_OK);
+	CHECK_EQ(nand_erase_count(d, 9), 2);
+	for (int i = 0; i < 3; i++) /* the most worn block of die 0: 3 erases */
+		CHECK_EQ(run(d, NAND_OP_ERASE, 10, 0, NULL, NULL), NAND_OK);
+	nand_close(d);
+	CHECK_EQ(t_nlog, 0);
+
+	/* change the write pointer of block 9 (2 bytes at table offset 4096 + 9 * 16) */
+	fd = open(path, O_RDWR);
+	CHECK(fd >= 0);
+	uint16_t wp = 0;
+	CHECK(pwrite(fd, &wp, 2, 4096 + 9 * 16) == 2);
+	close(fd);
+
+	struct nand_sim_config again = { .path = path, .log = t_log };
+	CHECK_RC(nand_sim_open(&again, &d, err, sizeof err));
+	CHECK_EQ(nand_sim_table_repairs(d), 1);
+	CHECK_EQ(t_nlog, 1);
+	CHECK(strstr(t_lastlog, "block 9"));
+	/* rebuilt from the pages: pages 0-2 still readable, page 3 erased and
+	 * programmable; the erase count is taken as the die's highest (3) */
+	CHECK_EQ(run(d, NAND_OP_READ, 9, 2, rd, NULL), NAND_OK);
+	CHECK(rd[0] == 0xA5);
+	CHECK_EQ(run(d, NAND_OP_READ, 9, 3, rd, NULL), NAND_OK);
+	CHECK(rd[0] == 0xFF);
+	CHECK_EQ(run(d, NAND_OP_PROGRAM, 9, 2, data, NULL), NAND_PROGRAM_FAILED);
+	CHECK_EQ(run(d, NAND_OP_PROGRAM, 9, 3, data, NULL), NAND_OK);
+	CHECK_EQ(nand_erase_count(d, 9), 3);
+	nand_close(d);
+	/* repaired on the image: the next open is quiet */
+	t_nlog = 0;
+	CHECK_RC(nand_sim_open(&again, &d, err, sizeof err));
+	CHECK_EQ(nand_sim_table_repairs(d), 0);
+	CHECK_EQ(t_nlog, 0);
+	nand_close(d);
+
+	/* a read-only open repairs in memory only */
+	fd = open(path, O_RDWR);
+	wp = 77;
+	CHECK(pwrite(fd, &wp, 2, 4096 + 9 * 16) == 2);
+	close(fd);
+	struct nand_sim_config ro = { .path = path, .readonly = true, .log = t_log };
+	CHECK_RC(nand_sim_open(&ro, &d, err, sizeof err));
+	CHECK_EQ(nand_sim_table_repairs(d), 1);
+	CHECK_EQ(run(d, NAND_OP_READ, 9, 5, rd, NULL), NAND_OK);
+	CHECK(rd[0] == 0xFF); /* not the stale bytes of a trusted wp of 77 */
+	nand_close(d);
+	CHECK_RC(nand_sim_open(&ro, &d, err, sizeof err));
+	CHECK_EQ(nand_sim_table_repairs(d), 1);
+	nand_close(d);
+	unlink(path);
+	free(data);
+	free(rd);
+}
+
+/* A refused submit queues nothing and calls nothing; an image I/O error is
+ * not a program failure and writes nothing. */
+static void backend_errors(void)
+{
+	struct nand_sim_config cfg = { .preset = "test-64m" };
+	struct nand_dev *d;
+	char err[256];
+	CHECK_RC(nand_sim_open(&cfg, &d, err, sizeof err));
+	uint8_t *data = calloc(1, d->geo.page_size), *rd = malloc(d->geo.page_size);
+	struct nand_sim_faults f = { .refuse_submit_after = 2 };
+	nand_sim_set_faults(d, &f);
+	CHECK_EQ(run(d, NAND_OP_READ, 3, 0, rd, NULL), NAND_OK);
+	bool done = false;
+	struct nand_op op = { .type = NAND_OP_READ, .block = 3, .data = rd, .done = t_done,
+			      .priv = &done };
+	CHECK_EQ(nand_submit(d, &op), -ENODEV);
+	CHECK_EQ(d->inflight, 0);
+	CHECK_EQ(nand_next_due(d), UINT64_MAX);
+	CHECK_EQ(run(d, NAND_OP_READ, 3, 0, rd, NULL), NAND_OK); /* once only */
+
+	f = (struct nand_sim_faults){ .io_error_after = 2 };
+	nand_sim_set_faults(d, &f);
+	memset(data, 0x3C, d->geo.page_size);
+	CHECK_EQ(run(d, NAND_OP_PROGRAM, 4, 0, data, NULL), NAND_OK);
+	done = false;
+	struct nand_op pg = { .type = NAND_OP_PROGRAM, .block = 4, .page = 1, .data = data,
+			      .done = t_done, .priv = &done };
+	CHECK_EQ(nand_submit(d, &pg), 0);
+	while (!done)
+		nand_poll(d, nand_now(d));
+	CHECK_EQ(pg.status, NAND_IO_ERROR);
+	CHECK_EQ(pg.err, -ENOSPC);
+	CHECK_EQ(run(d, NAND_OP_READ, 4, 1, rd, NULL), NAND_OK);
+	CHECK(rd[0] == 0xFF); /* nothing written, the page not consumed */
+	f = (struct nand_sim_faults){ 0 };
+	nand_sim_set_faults(d, &f);
+	CHECK_EQ(run(d, NAND_OP_PROGRAM, 4, 1, data, NULL), NAND_OK);
+	free(data);
+	free(rd);
+	nand_close(d);
+}
+
 int main(void)
 {
 	char err[256];
@@ -229,6 +355,8 @@ int main(void)
 	unlink(path);
 
 	timing();
+	table_damage();
+	backend_errors();
 	printf("ok\n");
 	return 0;
 }
