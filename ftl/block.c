@@ -208,10 +208,8 @@ static void erase_done(struct nand_op *op)
 	struct ftl *f = op->priv;
 	uint32_t b = op->block;
 	f->erase_free[f->nerase_free++] = (uint32_t)op->priv2;
-	if (op->status == NAND_POWER_LOSS) {
-		ftl_fail(f, -EIO, "medium lost power");
-		return;
-	}
+	if (ftl_op_stops(f, op))
+		return; /* stopped: the block stays ERASING, nothing is retired */
 	f->st.blocks_erased++;
 	if (op->status == NAND_OK) {
 		blk_set_free(f, b);
@@ -238,7 +236,7 @@ int eraser_kick(struct ftl *f)
 		op->done = erase_done;
 		op->priv = f;
 		op->priv2 = i;
-		nand_submit(f->dev, op);
+		ftl_nand_submit(f, op);
 		n++;
 	}
 	return n;

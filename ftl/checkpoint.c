@@ -60,7 +60,16 @@ int cp_init(struct ftl *f)
 	c->nops = CP_OPS;
 	c->ops = ftl_alloc(f, c->nops * sizeof *c->ops);
 	c->free_idx = ftl_alloc(f, c->nops * sizeof *c->free_idx);
-	if (!c->blocks || !c->cur_blocks || !c->ops || !c->free_idx)
+	c->open_list = ftl_alloc(f, 2 * (size_t)f->ndies * sizeof *c->open_list);
+	if (!c->blocks || !c->cur_blocks || !c->ops || !c->free_idx || !c->open_list)
+		return -ENOMEM;
+	/* the header buffer, sized for every open block and some grown bad
+	 * blocks, so a checkpoint normally allocates nothing */
+	c->hdr_cap = cp_hdr_pages(f, nl, 2 * f->ndies, f->nblocks / 64 + 16);
+	if (c->hdr_cap > f->ppb)
+		c->hdr_cap = f->ppb;
+	c->hdr_buf = aligned_alloc(4096, (size_t)c->hdr_cap * f->page_size);
+	if (!c->hdr_buf)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < c->nops; i++)
 		c->free_idx[i] = i;
@@ -104,26 +113,39 @@ static bool cp_alloc_blocks(struct ftl *f)
 	return true;
 }
 
-static void cp_build_header(struct ftl *f)
+/*
+ * Lay out the header block: header, then the l2p blocks, the open log
+ * blocks (recovery must scan them: a checkpoint that leaves one out loses
+ * the writes after it), and the grown bad blocks.  -ENOMEM if the buffer
+ * cannot grow: the checkpoint is then not written at all (never shrunk).
+ */
+static int cp_build_header(struct ftl *f)
 {
 	struct cp_state *c = &f->cp;
 	uint32_t nopen = 0, nbad = 0;
-	uint32_t *open = malloc(sizeof(uint32_t) * 2 * f->ndies);
-	for (int s = 0; s < NSTREAMS && open; s++)
+	uint32_t *open = c->open_list;
+	for (int s = 0; s < NSTREAMS; s++)
 		for (uint32_t d = 0; d < f->ndies; d++)
 			if (f->stream[s].die[d].block != FTL_NO_BLOCK)
 				open[nopen++] = f->stream[s].die[d].block;
 	for (uint32_t b = 0; b < f->nblocks; b++)
 		if (f->blk[b].flags & BLKF_GROWN_BAD)
 			nbad++;
-	/* everything must fit in the header block */
+	/* everything must fit in the header block; grown bad blocks beyond
+	 * that are found again (their programs or erases fail again) */
 	uint32_t room = (uint32_t)((f->ppb * (size_t)f->page_size - sizeof(struct ftl_cp_hdr)) /
 				   sizeof(uint32_t)) - c->nblocks - nopen;
 	if (nbad > room)
 		nbad = room;
 	c->hdr_pages = cp_hdr_pages(f, c->nblocks, nopen, nbad);
-	free(c->hdr_buf);
-	c->hdr_buf = aligned_alloc(4096, (size_t)c->hdr_pages * f->page_size);
+	if (c->hdr_pages > c->hdr_cap) {
+		uint8_t *b = aligned_alloc(4096, (size_t)c->hdr_pages * f->page_size);
+		if (!b)
+			return -ENOMEM;
+		free(c->hdr_buf);
+		c->hdr_buf = b;
+		c->hdr_cap = c->hdr_pages;
+	}
 	memset(c->hdr_buf, 0xFF, (size_t)c->hdr_pages * f->page_size);
 
 	uint32_t *lists = (uint32_t *)(c->hdr_buf + sizeof(struct ftl_cp_hdr));
@@ -138,7 +160,6 @@ static void cp_build_header(struct ftl *f)
 			lists[k++] = b;
 			listed++;
 		}
-	free(open);
 
 	struct ftl_cp_hdr h;
 	memset(&h, 0, sizeof h);
@@ -157,10 +178,13 @@ static void cp_build_header(struct ftl *f)
 	h.stats_host_pages_written = f->st.host_pages_written;
 	h.stats_nand_pages_programmed = f->st.nand_pages_programmed;
 	h.stats_blocks_erased = f->st.blocks_erased;
+	h.sector_size = f->sector_size;
+	h.format_time = f->format_time;
 	h.lists_crc = crc32c(0, lists, (size_t)k * sizeof(uint32_t));
 	h.crc = crc32c(0, &h, offsetof(struct ftl_cp_hdr, crc));
 	memcpy(c->hdr_buf, &h, sizeof h);
 	c->total_pages = c->hdr_pages + c->l2p_pages;
+	return 0;
 }
 
 static void cp_page_done(struct nand_op *op)
@@ -176,10 +200,8 @@ static void cp_page_done(struct nand_op *op)
 		f->st.meta_pages_programmed++;
 		return;
 	}
-	if (op->status == NAND_POWER_LOSS) {
-		ftl_fail(f, -EIO, "medium lost power");
+	if (ftl_op_stops(f, op))
 		return;
-	}
 	f->st.program_failures++;
 	f->blk[op->block].flags |= BLKF_GROWN_BAD; /* retired when the attempt is dropped */
 	c->error = -EIO;
@@ -220,7 +242,7 @@ static void cp_submit_page(struct ftl *f, uint32_t p)
 	op->priv = co;
 	op->priv2 = oi;
 	c->ops_in_flight++;
-	nand_submit(f->dev, op);
+	ftl_nand_submit(f, op);
 }
 
 /* Drop a failed attempt: its blocks go back (or are retired), retry later. */
@@ -230,7 +252,7 @@ static void cp_abort(struct ftl *f)
 	for (uint32_t i = 0; i <= c->nblocks; i++) {
 		uint32_t b = i == 0 ? c->hdr_block : c->blocks[i - 1];
 		if (f->blk[b].flags & BLKF_GROWN_BAD) {
-			f->blk[b].flags &= (uint16_t)~BLKF_GROWN_BAD;
+			f->blk[b].flags &= (uint8_t)~BLKF_GROWN_BAD;
 			blk_set_bad(f, b, true);
 		} else {
 			blk_set_dirty(f, b);
@@ -292,7 +314,18 @@ int cp_kick(struct ftl *f)
 			return 0; /* the eraser is making blocks free */
 		c->cp_seq = f->next_seq - 1;
 		c->l2p_pages = cp_l2p_pages(f);
-		cp_build_header(f);
+		if (cp_build_header(f) < 0) {
+			/* give the blocks back; try again later */
+			for (uint32_t i = 0; i <= c->nblocks; i++)
+				blk_set_dirty(f, i == 0 ? c->hdr_block : c->blocks[i - 1]);
+			c->phase = CP_IDLE;
+			c->requested = true;
+			if (++c->attempts > 3)
+				ftl_fail(f, -ENOMEM, "no memory for a checkpoint header, three times");
+			else
+				ftl_log("no memory for the checkpoint header; retrying later");
+			return 1;
+		}
 		c->next_page = 0;
 		c->pages_done = 0;
 		c->error = 0;
@@ -333,6 +366,7 @@ struct cp_load_ctx {
 	const uint32_t *blocks;
 	int error;
 	uint32_t per_page;
+	bool load;           /* copy into the l2p (else only check) */
 };
 
 static void cp_load_setup(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op)
@@ -356,9 +390,125 @@ static void cp_load_result(struct ftl *f, void *ctx, uint64_t i, struct nand_op 
 		x->error = -EILSEQ;
 		return;
 	}
+	if (!x->load)
+		return;
 	uint64_t first = i * x->per_page;
 	uint64_t n = f->units - first < x->per_page ? f->units - first : x->per_page;
 	memcpy(&f->l2p[first], op->data, n * sizeof(uint32_t));
+}
+
+/*
+ * Read and check the checkpoint whose header is in block: header, block
+ * lists, and every l2p page (spare and data CRC); with load, the l2p pages
+ * go into f->l2p.  want_seq: the cp_seq the superblock names, or NULL for
+ * any (then f->units and f->format_id are taken from the header: scanning).
+ * Returns 0 with *h and *hbuf (header pages; caller frees), -EILSEQ with
+ * *why when something does not check out, -ENOMEM, or -EIO (no power).
+ */
+static int cp_read(struct ftl *f, uint32_t block, const uint64_t *want_seq, bool load,
+		   struct ftl_cp_hdr *hp, uint8_t **hbuf_out, const char **why)
+{
+	uint8_t *hbuf = NULL, *spare = malloc(f->spare_size);
+	struct ftl_cp_hdr h;
+	int rc = -EILSEQ;
+
+	*hbuf_out = NULL;
+	if (!spare)
+		return -ENOMEM;
+	if (block >= f->nblocks) {
+		*why = "bad header block number";
+		goto out;
+	}
+	/* header page 0 first: it says how many pages the header has */
+	hbuf = aligned_alloc(4096, f->page_size);
+	if (!hbuf) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	struct nand_op op = { .type = NAND_OP_READ, .block = block, .page = 0, .data = hbuf,
+			      .spare = spare };
+	enum nand_status st = nand_op_sync(f->dev, &op);
+	if (st == NAND_POWER_LOSS) {
+		rc = -EIO;
+		goto out;
+	}
+	if (st != NAND_OK && st != NAND_CORRECTED) {
+		*why = "header page unreadable";
+		goto out;
+	}
+	memcpy(&h, hbuf, sizeof h);
+	if (memcmp(h.magic, FTL_CP_MAGIC, 8) != 0 || h.version != FTL_MEDIA_VERSION ||
+	    h.size != sizeof h || h.crc != crc32c(0, &h, offsetof(struct ftl_cp_hdr, crc))) {
+		*why = "header magic, version or checksum";
+		goto out;
+	}
+	if (!want_seq && h.units && h.units <= nand_raw_bytes(&f->geo) / FTL_UNIT_SIZE) {
+		f->units = h.units;
+		f->format_id = h.format_id;
+	}
+	if (h.format_id != f->format_id || (want_seq && h.cp_seq != *want_seq) ||
+	    h.units != f->units || h.l2p_pages != cp_l2p_pages(f) ||
+	    h.nblocks != cp_l2p_blocks(f) || h.hdr_pages == 0 || h.hdr_pages > f->ppb ||
+	    h.hdr_pages != cp_hdr_pages(f, h.nblocks, h.nopen, h.nbad)) {
+		*why = "header fields do not match the format";
+		goto out;
+	}
+	free(hbuf);
+	hbuf = aligned_alloc(4096, (size_t)h.hdr_pages * f->page_size);
+	if (!hbuf) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (uint32_t p = 0; p < h.hdr_pages; p++) {
+		struct nand_op hop = { .type = NAND_OP_READ, .block = block, .page = p,
+				       .data = hbuf + (size_t)p * f->page_size, .spare = spare };
+		st = nand_op_sync(f->dev, &hop);
+		if (st == NAND_POWER_LOSS) {
+			rc = -EIO;
+			goto out;
+		}
+		if (st != NAND_OK && st != NAND_CORRECTED) {
+			*why = "header page unreadable";
+			goto out;
+		}
+	}
+	const uint32_t *lists = (const uint32_t *)(hbuf + sizeof h);
+	size_t nlist = (size_t)h.nblocks + h.nopen + h.nbad;
+	if (h.lists_crc != crc32c(0, lists, nlist * sizeof(uint32_t))) {
+		*why = "block lists checksum";
+		goto out;
+	}
+	for (size_t i = 0; i < nlist; i++)
+		if (lists[i] >= f->nblocks) {
+			*why = "block number out of range";
+			goto out;
+		}
+	struct cp_load_ctx x = { .h = &h, .blocks = lists, .per_page = f->page_size / 4,
+				 .load = load };
+	rc = read_batch(f, h.l2p_pages, 64, cp_load_setup, cp_load_result, &x);
+	if (rc)
+		goto out;
+	if (x.error) {
+		rc = -EILSEQ;
+		*why = x.error == -EIO ? "l2p page unreadable" : "l2p page damaged";
+		goto out;
+	}
+	*hp = h;
+	*hbuf_out = hbuf;
+	hbuf = NULL;
+	rc = 0;
+out:
+	free(hbuf);
+	free(spare);
+	return rc;
+}
+
+int cp_verify(struct ftl *f, uint32_t block, struct ftl_cp_hdr *h, const char **why)
+{
+	uint8_t *hbuf;
+	int rc = cp_read(f, block, NULL, false, h, &hbuf, why);
+	free(hbuf);
+	return rc;
 }
 
 /*
@@ -370,65 +520,23 @@ static void cp_load_result(struct ftl *f, void *ctx, uint64_t i, struct nand_op 
 int cp_load(struct ftl *f, const struct ftl_sb *sb, char *err, size_t errlen)
 {
 	struct cp_state *c = &f->cp;
-	uint8_t *hbuf = NULL, *spare = malloc(f->spare_size);
-	int rc = -EILSEQ;
+	uint8_t *hbuf = NULL;
+	struct ftl_cp_hdr h;
 	const char *why = "";
+	int rc;
 
 	c->cur_seq = 0;
 	c->cur_hdr_block = FTL_NO_BLOCK;
 	c->cur_nblocks = 0;
-	if (!spare)
-		return -ENOMEM;
-	if (sb->cp_block == FTL_NO_BLOCK) {
-		free(spare);
+	if (sb->cp_block == FTL_NO_BLOCK)
 		return 0;
-	}
-	if (sb->cp_block >= f->nblocks)
-		{ why = "bad header block number"; goto bad; }
-
-	/* header page 0 first: it says how many pages the header has */
-	hbuf = aligned_alloc(4096, f->page_size);
-	struct nand_op op = { .type = NAND_OP_READ, .block = sb->cp_block, .page = 0,
-			      .data = hbuf, .spare = spare };
-	enum nand_status st = nand_op_sync(f->dev, &op);
-	if (st != NAND_OK && st != NAND_CORRECTED)
-		{ why = "header page unreadable"; goto bad; }
-	struct ftl_cp_hdr h;
-	memcpy(&h, hbuf, sizeof h);
-	if (memcmp(h.magic, FTL_CP_MAGIC, 8) != 0 || h.version != FTL_MEDIA_VERSION ||
-	    h.size != sizeof h || h.crc != crc32c(0, &h, offsetof(struct ftl_cp_hdr, crc)) ||
-	    h.format_id != f->format_id || h.cp_seq != sb->cp_seq || h.units != f->units ||
-	    h.l2p_pages != cp_l2p_pages(f) || h.nblocks != cp_l2p_blocks(f) ||
-	    h.hdr_pages == 0 || h.hdr_pages > f->ppb ||
-	    h.hdr_pages != cp_hdr_pages(f, h.nblocks, h.nopen, h.nbad))
-		{ why = "header fields do not match";
-		goto bad; }
-	free(hbuf);
-	hbuf = aligned_alloc(4096, (size_t)h.hdr_pages * f->page_size);
-	for (uint32_t p = 0; p < h.hdr_pages; p++) {
-		struct nand_op hop = { .type = NAND_OP_READ, .block = sb->cp_block, .page = p,
-				       .data = hbuf + (size_t)p * f->page_size, .spare = spare };
-		st = nand_op_sync(f->dev, &hop);
-		if (st != NAND_OK && st != NAND_CORRECTED)
-			{ why = "header page unreadable"; goto bad; }
-	}
-	const uint32_t *lists = (const uint32_t *)(hbuf + sizeof h);
-	size_t nlist = (size_t)h.nblocks + h.nopen + h.nbad;
-	if (h.lists_crc != crc32c(0, lists, nlist * sizeof(uint32_t)))
-		{ why = "block lists checksum"; goto bad; }
-	for (size_t i = 0; i < nlist; i++)
-		if (lists[i] >= f->nblocks)
-			{ why = "block number out of range"; goto bad; }
-
-	struct cp_load_ctx x = { .h = &h, .blocks = lists, .per_page = f->page_size / 4 };
-	rc = read_batch(f, h.l2p_pages, 64, cp_load_setup, cp_load_result, &x);
+	uint64_t want = sb->cp_seq;
+	rc = cp_read(f, sb->cp_block, &want, true, &h, &hbuf, &why);
+	if (rc == -EILSEQ)
+		goto bad;
 	if (rc)
-		goto out;
-	if (x.error) {
-		rc = x.error;
-		{ why = "l2p page unreadable or damaged"; goto bad; }
-	}
-
+		return rc;
+	const uint32_t *lists = (const uint32_t *)(hbuf + sizeof h);
 	c->cur_hdr_block = sb->cp_block;
 	c->cur_nblocks = h.nblocks;
 	memcpy(c->cur_blocks, lists, h.nblocks * sizeof(uint32_t));
@@ -451,16 +559,11 @@ int cp_load(struct ftl *f, const struct ftl_sb *sb, char *err, size_t errlen)
 	f->st.host_pages_written = h.stats_host_pages_written;
 	f->st.nand_pages_programmed = h.stats_nand_pages_programmed;
 	f->st.blocks_erased = h.stats_blocks_erased;
-	rc = 0;
-	goto out;
+	free(hbuf);
+	return 0;
 bad:
 	snprintf(err, errlen, "checkpoint at block %u is damaged (%s)", sb->cp_block, why);
-	if (rc == 0)
-		rc = -EILSEQ;
 	for (uint64_t u = 0; u < f->units; u++)
 		f->l2p[u] = L2P_UNMAPPED;
-out:
-	free(hbuf);
-	free(spare);
-	return rc;
+	return -EILSEQ;
 }

@@ -40,7 +40,105 @@ void ftl_fail(struct ftl *f, int err, const char *why)
 		return;
 	f->error = err;
 	if (!f->quiet_fail)
-		ftl_log("failed, all further I/O returns errors: %s", why);
+		ftl_log("failed, all further I/O returns errors (%s): %s", strerror(-err), why);
+}
+
+void ftl_failf(struct ftl *f, int err, const char *fmt, ...)
+{
+	char why[384];
+	va_list ap;
+	if (f->error)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof why, fmt, ap);
+	va_end(ap);
+	ftl_fail(f, err, why);
+}
+
+/* ---- operations on the medium ------------------------------------------- */
+
+void ftl_nand_submit(struct ftl *f, struct nand_op *op)
+{
+	int rc = nand_submit(f->dev, op);
+	if (rc == 0)
+		return;
+	ftl_failf(f, -EIO, "the NAND backend refused an operation (%s)", strerror(-rc));
+	op->status = NAND_INVALID;
+	op->err = rc;
+	op->next = f->refused;
+	f->refused = op;
+	f->need_poll = true;
+}
+
+/* Complete refused ops (their owners see NAND_INVALID); returns how many. */
+static int deliver_refused(struct ftl *f)
+{
+	int n = 0;
+	while (f->refused) {
+		struct nand_op *op = f->refused;
+		f->refused = op->next;
+		op->next = NULL;
+		op->done(op);
+		n++;
+	}
+	return n;
+}
+
+bool ftl_op_stops(struct ftl *f, const struct nand_op *op)
+{
+	switch (op->status) {
+	case NAND_POWER_LOSS:
+		ftl_fail(f, -EIO, "medium lost power");
+		return true;
+	case NAND_IO_ERROR:
+		ftl_failf(f, op->err == -ENOSPC ? -ENOSPC : -EIO,
+			  "the backend's own storage failed (%s) at block %u page %u: not a NAND "
+			  "fault, nothing retired; data flushed before is intact; free space or fix "
+			  "the disk, then restart",
+			  strerror(op->err ? -op->err : EIO), op->block, op->page);
+		return true;
+	case NAND_INVALID:
+		ftl_failf(f, -EIO, "the medium refused an operation on block %u page %u as invalid",
+			  op->block, op->page);
+		return true;
+	default:
+		return f->error != 0;
+	}
+}
+
+static bool log_this_one(uint64_t n)
+{
+	/* the first 10, then at powers of two: a bad page read in a loop
+	 * must not flood the log */
+	return n <= 10 || (n & (n - 1)) == 0;
+}
+
+void ftl_crc_error(struct ftl *f, uint32_t ppa, const char *what)
+{
+	f->st.crc_errors++;
+	if (log_this_one(f->st.crc_errors))
+		ftl_log("block %u page %u: %s fails its data CRC (bit rot beyond ECC); treated as "
+			"unreadable (%llu such pages so far)",
+			ppa_block(f, ppa), ppa_page(f, ppa), what,
+			(unsigned long long)f->st.crc_errors);
+}
+
+int ftl_check_data(struct ftl *f, const void *data, const void *spare, uint64_t unit, uint32_t ppa)
+{
+	struct ftl_spare sp;
+	if (spare_parse(f, spare, &sp) != 0 || sp.type != FTL_PG_DATA || sp.lba != unit) {
+		f->st.read_errors_uncorrectable++;
+		if (log_this_one(f->st.read_errors_uncorrectable))
+			ftl_log("unit %llu: page %u does not hold it (map or spare damaged)",
+				(unsigned long long)unit, ppa);
+		return -EIO;
+	}
+	if (crc32c(0, data, f->page_size) != sp.data_crc) {
+		f->st.read_errors_uncorrectable++;
+		ftl_crc_error(f, ppa, "data page");
+		return -EIO;
+	}
+	return 0;
 }
 
 const char *ftl_state_name(enum ftl_state st)
@@ -151,7 +249,8 @@ int spare_parse(struct ftl *f, const void *spare, struct ftl_spare *out)
 	if (out->magic == 0xFFFFFFFFu && out->crc == 0xFFFFFFFFu && out->seq == UINT64_MAX)
 		return -ENODATA;
 	if (out->magic != FTL_SPARE_MAGIC ||
-	    out->crc != crc32c(0, out, offsetof(struct ftl_spare, crc)))
+	    out->crc != crc32c(0, out, offsetof(struct ftl_spare, crc)) ||
+	    out->version != FTL_MEDIA_VERSION)
 		return -EILSEQ;
 	if (out->format_id != f->format_id)
 		return -EILSEQ;
@@ -160,7 +259,7 @@ int spare_parse(struct ftl *f, const void *spare, struct ftl_spare *out)
 
 /* ---- geometry and capacity --------------------------------------------- */
 
-static int geometry_init(struct ftl *f, struct nand_dev *dev, char *err, size_t errlen)
+int ftl_geometry_init(struct ftl *f, struct nand_dev *dev, char *err, size_t errlen)
 {
 	f->dev = dev;
 	f->geo = dev->geo;
@@ -228,7 +327,7 @@ int ftl_format(struct nand_dev *dev, const struct ftl_format_params *p, char *er
 	err[0] = 0;
 	if (!f)
 		return -ENOMEM;
-	rc = geometry_init(f, dev, err, errlen);
+	rc = ftl_geometry_init(f, dev, err, errlen);
 	if (rc)
 		goto out;
 	if (p->sector_size != 512 && p->sector_size != 4096) {
@@ -265,41 +364,104 @@ int ftl_format(struct nand_dev *dev, const struct ftl_format_params *p, char *er
 		if (getrandom(&f->format_id, sizeof f->format_id, 0) != sizeof f->format_id)
 			f->format_id = (uint64_t)nand_now_ns() * 0x9E3779B97F4A7C15ull;
 	}
-	for (int i = 0; i < 2; i++) {
-		struct nand_op op = { .type = NAND_OP_ERASE, .block = f->sb_block[i] };
-		enum nand_status st = nand_op_sync(dev, &op);
-		if (st != NAND_OK) {
-			snprintf(err, errlen, "erasing superblock block %u failed: %s", f->sb_block[i],
-				 nand_status_name(st));
-			rc = -EIO;
-			goto out;
-		}
-	}
-	uint8_t *page = aligned_alloc(4096, f->page_size), *spare = malloc(f->spare_size);
-	if (!page || !spare) {
-		free(page);
-		free(spare);
-		rc = -ENOMEM;
-		goto out;
-	}
-	struct ftl_sb sb;
 	f->sb_seq = 1;
-	sb_fill(f, &sb, true);
-	memset(page, 0xFF, f->page_size);
-	memcpy(page, &sb, sizeof sb);
-	spare_build(f, spare, FTL_PG_SB, 0, f->sb_seq, page, true);
-	struct nand_op op = { .type = NAND_OP_PROGRAM, .block = f->sb_block[0], .page = 0,
-			      .data = page, .spare = spare };
-	enum nand_status st = nand_op_sync(dev, &op);
-	free(page);
-	free(spare);
-	if (st != NAND_OK) {
-		snprintf(err, errlen, "writing the superblock failed: %s", nand_status_name(st));
-		rc = -EIO;
+	f->cp.cur_hdr_block = FTL_NO_BLOCK;
+	rc = sb_write_initial(f, true, err, errlen);
+	if (rc)
 		goto out;
-	}
 	rc = nand_sync(dev);
 out:
+	free(f);
+	return rc;
+}
+
+/* ---- blank or damaged ---------------------------------------------------- */
+
+struct blank_ctx {
+	uint64_t written;          /* blocks whose first page is not erased */
+	uint32_t first;            /* the first of them */
+	char what[128];
+};
+
+/* Blocks in die-interleaved order, so the reads in flight spread over all
+ * dies instead of queueing on one. */
+static uint32_t interleaved_block(const struct ftl *f, uint64_t i)
+{
+	return (uint32_t)(i % f->ndies) * f->blocks_per_die + (uint32_t)(i / f->ndies);
+}
+
+static void blank_setup(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op)
+{
+	op->block = interleaved_block(f, i);
+	op->page = 0;
+	op->data = NULL;
+}
+
+static void blank_result(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op)
+{
+	struct blank_ctx *x = ctx;
+	const uint8_t *sp = op->spare;
+	if (op->status == NAND_BLOCK_BAD)
+		return;
+	bool erased = op->status == NAND_OK || op->status == NAND_CORRECTED;
+	for (uint32_t k = 0; erased && k < f->spare_size; k++)
+		erased = sp[k] == 0xFF;
+	if (erased)
+		return;
+	if (!x->written++) {
+		struct ftl_spare s;
+		x->first = op->block;
+		memcpy(&s, sp, sizeof s);
+		if (op->status != NAND_OK && op->status != NAND_CORRECTED)
+			snprintf(x->what, sizeof x->what, "its first page is unreadable (%s)",
+				 nand_status_name(op->status));
+		else if (s.magic == FTL_SPARE_MAGIC &&
+			 s.crc == crc32c(0, &s, offsetof(struct ftl_spare, crc)))
+			snprintf(x->what, sizeof x->what,
+				 "its first page is an FTL page of type %u, format %016llx, sequence %llu",
+				 s.type, (unsigned long long)s.format_id, (unsigned long long)s.seq);
+		else
+			snprintf(x->what, sizeof x->what, "its first page holds data of unknown origin");
+	}
+}
+
+/* After sb_load found no valid superblock: -ENODATA if blank, else -EUCLEAN. */
+static int blank_or_damaged(struct ftl *f, char *err, size_t errlen)
+{
+	struct blank_ctx x = { 0 };
+	int rc = read_batch(f, f->nblocks, 256, blank_setup, blank_result, &x);
+	if (rc) {
+		snprintf(err, errlen, "reading the media failed: %s", strerror(-rc));
+		return rc;
+	}
+	if (!x.written) {
+		snprintf(err, errlen, "no FTL superblock: the device is blank (not formatted)");
+		return -ENODATA;
+	}
+	snprintf(err, errlen,
+		 "no valid FTL superblock, but the media is not blank: %llu of %u blocks hold "
+		 "something (block %u: %s); refusing to treat it as unformatted",
+		 (unsigned long long)x.written, f->nblocks, x.first, x.what);
+	return -EUCLEAN;
+}
+
+int ftl_probe(struct nand_dev *dev, struct ftl_info *info, char *err, size_t errlen)
+{
+	char dummy[8];
+	if (!err) {
+		err = dummy;
+		errlen = sizeof dummy;
+	}
+	err[0] = 0;
+	int rc = ftl_peek_format(dev, info);
+	if (rc != -ENODATA)
+		return rc;
+	struct ftl *f = calloc(1, sizeof *f);
+	if (!f)
+		return -ENOMEM;
+	rc = ftl_geometry_init(f, dev, err, errlen);
+	if (!rc)
+		rc = blank_or_damaged(f, err, errlen);
 	free(f);
 	return rc;
 }
@@ -311,7 +473,7 @@ int ftl_peek_format(struct nand_dev *dev, struct ftl_info *info)
 	char err[128];
 	if (!f)
 		return -ENOMEM;
-	int rc = geometry_init(f, dev, err, sizeof err);
+	int rc = ftl_geometry_init(f, dev, err, sizeof err);
 	if (!rc) {
 		sb_locate(f);
 		rc = sb_load(f, &sb, err, sizeof err);
@@ -346,6 +508,8 @@ static int step_superblock(struct open_ctx *c)
 	struct ftl *f = c->f;
 	sb_locate(f);
 	int rc = sb_load(f, &c->sb, c->err, c->errlen);
+	if (rc == -ENODATA)
+		return blank_or_damaged(f, c->err, c->errlen);
 	if (rc)
 		return rc;
 	if (memcmp(c->sb.geo, &f->geo, sizeof c->sb.geo) != 0) {
@@ -447,9 +611,21 @@ static int step_checkpoint(struct open_ctx *c)
 	struct ftl *f = c->f;
 	int rc = cp_load(f, &c->sb, c->err, c->errlen);
 	if (rc == -EILSEQ) {
-		ftl_log("%s; replaying the whole log instead (trimmed data may reappear)", c->err);
+		/* the log alone rebuilds every unit's newest write; what it
+		 * cannot restore are trims older than the checkpoint whose
+		 * records GC has since dropped */
+		ftl_log("%s; the map is rebuilt from the whole log instead: every write is "
+			"recovered, but sectors trimmed or zeroed before that checkpoint may read "
+			"their old data again until rewritten; a new checkpoint follows at once",
+			c->err);
+		snprintf(f->info.notes, sizeof f->info.notes,
+			 "%s: map rebuilt from the whole log; sectors trimmed before it may read "
+			 "old data", c->err);
+		f->info.checkpoint_damaged = true;
 		c->err[0] = 0;
 		f->cp.cur_seq = 0;
+		if (!f->readonly)
+			cp_request(f, false);
 		return 0;
 	}
 	return rc;
@@ -516,7 +692,7 @@ int ftl_open(struct nand_dev *dev, const struct ftl_open_params *p, struct ftl *
 		return -ENOMEM;
 	c.f = f;
 	f->readonly = c.p->readonly;
-	int rc = geometry_init(f, dev, c.err, c.errlen);
+	int rc = ftl_geometry_init(f, dev, c.err, c.errlen);
 	for (size_t i = 0; !rc && i < sizeof open_steps / sizeof open_steps[0]; i++) {
 		rc = open_steps[i].run(&c);
 		if (rc && !c.err[0])
@@ -549,7 +725,7 @@ static void progress(struct ftl *f, bool foreground)
 		return;
 	f->in_progress = true;
 	for (;;) {
-		int n = 0;
+		int n = deliver_refused(f);
 		uint64_t due = nand_next_due(f->dev);
 		if (due != UINT64_MAX) {
 			uint64_t now = due ? nand_now(f->dev) : 0;
@@ -658,6 +834,9 @@ int ftl_run_until(struct ftl *f, bool (*pred)(struct ftl *, void *), void *arg)
 /* Deliver every outstanding NAND completion (also after a failure). */
 static void drain_device(struct ftl *f)
 {
+	f->in_progress = true;
+	deliver_refused(f);
+	f->in_progress = false;
 	while (f->dev->inflight) {
 		uint64_t due = nand_next_due(f->dev);
 		if (due == UINT64_MAX)

@@ -35,7 +35,20 @@
  *   4. Once a metadata write fails, or the medium loses power, the FTL goes
  *      into a sticky failed state: every later request fails with -EIO and
  *      nothing more is written; ftl_close() then releases memory only.  The
- *      next ftl_open() recovers from what is on the media.
+ *      next ftl_open() recovers from what is on the media.  An error of the
+ *      backend's own storage (NAND_IO_ERROR: the simulator's image file hit
+ *      ENOSPC or EIO) is the same sticky state with that errno (-ENOSPC or
+ *      -EIO); it is not a NAND fault, so no block is retired for it.
+ *   5. Data is never returned unchecked: every read of a data page (host
+ *      reads, read-modify-write, GC) checks the CRC32C kept in its spare
+ *      area; a page that fails it is treated as uncorrectable: the read
+ *      fails with -EIO (never the wrong bytes), the page is counted in
+ *      crc_errors and logged, and GC records the unit as lost.
+ *   6. Damaged metadata is never silently replaced: ftl_open() of a device
+ *      without a valid superblock fails (-ENODATA if the device is blank,
+ *      -EUCLEAN if anything is written on it; ftl_probe() tells which), and
+ *      only ftl_format() writes a new format.  A damaged checkpoint is
+ *      reported (ftl_info.notes) and the map is rebuilt from the whole log.
  */
 #ifndef FLASHD_FTL_H
 #define FLASHD_FTL_H
@@ -191,6 +204,8 @@ struct ftl_info {
 	uint64_t open_ns;          /* how long open took */
 	enum ftl_state state;
 	int error;                 /* sticky error, 0 if none */
+	bool checkpoint_damaged;   /* open rebuilt the map from the whole log */
+	char notes[256];           /* what open found and repaired, or "" */
 };
 void ftl_get_info(struct ftl *f, struct ftl_info *info);
 
@@ -207,6 +222,7 @@ struct ftl_stats {
 	uint64_t meta_pages_programmed; /* checkpoint and superblock pages */
 	uint64_t checkpoints;
 	uint64_t read_errors_corrected, read_errors_uncorrectable;
+	uint64_t crc_errors;            /* data pages that failed their CRC32C */
 	uint64_t program_failures, erase_failures;
 	uint64_t lost_units;            /* units made unreadable by media errors */
 	uint64_t blocks_total, blocks_free, blocks_bad, blocks_bad_grown, blocks_meta;
@@ -233,7 +249,63 @@ void ftl_debug_dump_public(struct ftl *f);
 struct nand_dev *ftl_device(struct ftl *f);
 
 /* Read the superblock of a device without opening the FTL (for `info` on
- * an image in use elsewhere, or unformatted): 0, -ENODATA if unformatted. */
+ * an image in use elsewhere, or unformatted): 0, or -ENODATA if there is no
+ * valid superblock. */
 int ftl_peek_format(struct nand_dev *dev, struct ftl_info *info);
+
+/*
+ * What a device holds, before deciding to format it:
+ *   0          a valid superblock (*info filled as by ftl_peek_format)
+ *   -ENODATA   blank: every good block's first page is erased; formatting
+ *              loses nothing
+ *   -EUCLEAN   something is written but there is no valid superblock
+ *              (damaged, or another program's data): never format it
+ *              without asking; err says what was found
+ *   other      the medium failed (-EIO)
+ * Cost: the superblock pages, plus (if there is no valid superblock) one
+ * spare read per block, spread over the dies.
+ */
+int ftl_probe(struct nand_dev *dev, struct ftl_info *info, char *err, size_t errlen);
+
+/* ---- offline repair (ftl/repair.c) ------------------------------------- */
+
+struct ftl_scan_report {
+	uint32_t blocks, blocks_bad, blocks_blank, blocks_log, blocks_meta;
+	uint32_t blocks_foreign;     /* page 0 is not an FTL page of the format */
+	uint32_t blocks_unreadable;  /* page 0 unreadable */
+	uint32_t sb_pages_valid, sb_pages_damaged;
+	bool sb_valid;               /* a valid superblock (fields below) */
+	uint64_t sb_format_id, sb_seq, sb_units;
+	uint32_t sb_sector_size;
+	uint64_t format_id;          /* the format the log belongs to (0: none) */
+	uint32_t formats_seen;       /* distinct format ids in page 0 spares */
+	uint64_t max_seq;            /* newest log sequence number seen */
+	/* the newest checkpoint whose header and map pages all check out */
+	bool cp_found;
+	uint32_t cp_block, cp_nblocks;
+	uint64_t cp_seq, cp_units, cp_format_time;
+	uint32_t cp_sector_size;     /* 0: written before the header kept it */
+	uint32_t cp_candidates, cp_damaged;
+};
+
+/* Read the media (never write) and report what is there.  Cost: a spare
+ * read per block, plus every page of each checkpoint candidate. */
+int ftl_scan(struct nand_dev *dev, struct ftl_scan_report *rep, char *err, size_t errlen);
+
+struct ftl_rebuild_params {
+	/* format parameters when no checkpoint records them (0: from it) */
+	uint32_t sector_size;
+	uint64_t capacity_bytes;
+};
+
+/*
+ * Write a new superblock for the log found on the media: format id from the
+ * log, capacity and sector size from the newest intact checkpoint (or p),
+ * pointing at that checkpoint (or none: the next open replays the whole
+ * log).  The superblock blocks are erased first.  The next ftl_open() then
+ * recovers as after a crash.  Returns 0 or -errno with err set.
+ */
+int ftl_rebuild_superblock(struct nand_dev *dev, const struct ftl_rebuild_params *p,
+			   char *err, size_t errlen);
 
 #endif

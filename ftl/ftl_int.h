@@ -68,12 +68,14 @@ enum blk_state {
 
 struct blk {
 	uint8_t state;      /* enum blk_state */
-	uint8_t inflight;   /* programs in flight */
+	uint8_t flags;      /* BLKF_* */
+	uint16_t inflight;  /* pages handed out and not yet programmed: up to
+	                     * pages_per_block (4096), so 16 bits */
 	uint16_t valid;     /* mapped units in this block */
 	uint16_t wp;        /* OPEN: pages handed out */
-	uint16_t flags;
 	uint32_t next, prev;/* links of the one list the block is on */
 };
+_Static_assert(sizeof(struct blk) == 16, "one blk per erase block: keep it small");
 #define BLKF_GROWN_BAD 1   /* retired by the FTL (persisted in checkpoints) */
 #define BLKF_CP_OPEN 2     /* was open at the loaded checkpoint */
 
@@ -212,7 +214,10 @@ struct cp_state {
 	uint32_t hdr_pages, l2p_pages, total_pages;
 	uint32_t next_page, pages_done;
 	int error;
-	uint8_t *hdr_buf;           /* hdr_pages pages */
+	uint8_t *hdr_buf;           /* hdr_cap pages, grown (never shrunk) when
+	                             * the lists outgrow it; allocated at open */
+	uint32_t hdr_cap;
+	uint32_t *open_list;        /* [2 * ndies]: log blocks open at cp_seq */
 	struct cp_op *ops;
 	uint32_t nops;
 	uint32_t *free_idx;         /* stack of unused op indexes */
@@ -294,6 +299,8 @@ struct ftl {
 	uint32_t ios_in_flight;
 	bool in_progress;
 	bool need_poll;             /* ftl_submit left work for ftl_poll */
+	struct nand_op *refused;    /* ops the backend refused: completed with
+	                             * NAND_INVALID by the next progress turn */
 	nand_read_now_t read_now;   /* the medium's synchronous read, or NULL */
 	uint8_t *read_now_spare;
 
@@ -326,6 +333,7 @@ struct ftl {
 
 	struct ftl_stats st;
 	struct ftl_info info;
+	bool cp_damaged;            /* open found the checkpoint damaged */
 	uint64_t ram_bytes;
 	bool quiet_fail;            /* do not log the sticky failure (tests) */
 	struct alloc_rec *allocs;   /* everything to free at close */
@@ -352,7 +360,28 @@ static inline uint32_t block_die(const struct ftl *f, uint32_t block)
 	return block / f->blocks_per_die;
 }
 
+int ftl_geometry_init(struct ftl *f, struct nand_dev *dev, char *err, size_t errlen);
 void ftl_fail(struct ftl *f, int err, const char *why);
+void ftl_failf(struct ftl *f, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/*
+ * Submit an FTL operation to the medium.  A refused submit stops the FTL
+ * (sticky -EIO) and the op completes with NAND_INVALID on the next progress
+ * turn, so its owner's bookkeeping runs as for any failed op.
+ */
+void ftl_nand_submit(struct ftl *f, struct nand_op *op);
+/*
+ * For completion handlers: true when the FTL is stopped (now or by this
+ * op: power loss, an error of the backend's own storage, a refused or
+ * invalid op).  Then the handler only releases what it holds: it never
+ * retires, retries, relocates or marks anything lost.
+ */
+bool ftl_op_stops(struct ftl *f, const struct nand_op *op);
+/* Check a data page read from the medium against its spare: 0, or -EIO
+ * (counted and logged) when the spare does not name unit or the data fails
+ * its CRC32C. */
+int ftl_check_data(struct ftl *f, const void *data, const void *spare, uint64_t unit, uint32_t ppa);
+/* Count and log (rate-limited) a page whose data failed its CRC32C. */
+void ftl_crc_error(struct ftl *f, uint32_t ppa, const char *what);
 void *ftl_alloc(struct ftl *f, size_t size);      /* zeroed, counted in ram_bytes */
 void *ftl_alloc_pages(struct ftl *f, size_t size); /* page-aligned */
 void ftl_progress(struct ftl *f);
@@ -367,7 +396,8 @@ void spare_build_crc(struct ftl *f, void *spare, uint8_t type, uint32_t lba, uin
 		     uint32_t data_crc);
 void spare_build(struct ftl *f, void *spare, uint8_t type, uint32_t lba, uint64_t seq,
 		 const void *data, bool with_crc);
-/* 0: valid FTL spare of this format; -ENODATA: erased; -EILSEQ: not ours / damaged */
+/* 0: valid FTL spare of this format and media version; -ENODATA: erased;
+ * -EILSEQ: not ours, damaged, or of another media version */
 int spare_parse(struct ftl *f, const void *spare, struct ftl_spare *out);
 
 /* block.c */
@@ -436,6 +466,10 @@ void sb_locate(struct ftl *f);
 int sb_load(struct ftl *f, struct ftl_sb *out, char *err, size_t errlen);
 int sb_write_sync(struct ftl *f, bool clean);
 int sb_start_write(struct ftl *f, bool clean, void (*done)(struct nand_op *));
+/* A first superblock (format, repair): erase both superblock blocks, then
+ * program page 0 of the first with sb_seq f->sb_seq.  Nothing else may be
+ * in flight.  0 or -EIO with err set. */
+int sb_write_initial(struct ftl *f, bool clean, char *err, size_t errlen);
 void sb_fill(struct ftl *f, struct ftl_sb *sb, bool clean);
 
 /* checkpoint.c */
@@ -447,6 +481,10 @@ int cp_kick(struct ftl *f);
 void cp_request(struct ftl *f, bool clean);
 bool cp_active(const struct ftl *f);
 int cp_load(struct ftl *f, const struct ftl_sb *sb, char *err, size_t errlen);
+/* Check the checkpoint whose header is in block without loading it (sets
+ * f->units and f->format_id from its header): 0 and *h, or -EILSEQ and
+ * *why. */
+int cp_verify(struct ftl *f, uint32_t block, struct ftl_cp_hdr *h, const char **why);
 
 /* recovery.c */
 int recovery_run(struct ftl *f, char *err, size_t errlen);

@@ -77,8 +77,8 @@ static void scan_done(struct nand_op *op)
 	struct ftl *f = op->priv;
 	struct victim *v = &f->victims[op->priv2 >> 16];
 	uint32_t page = (uint32_t)(op->priv2 & 0xFFFF);
-	if (op->status == NAND_POWER_LOSS)
-		ftl_fail(f, -EIO, "medium lost power");
+	if (op->status != NAND_OK && op->status != NAND_CORRECTED)
+		ftl_op_stops(f, op);
 	v->scan_st[page] = (uint8_t)(op->status + 1);
 	v->scans_done++;
 }
@@ -114,7 +114,7 @@ static void victim_start(struct ftl *f, int vi, uint32_t b, bool retire)
 		op->done = scan_done;
 		op->priv = f;
 		op->priv2 = ((uint64_t)vi << 16) | p;
-		nand_submit(f->dev, op);
+		ftl_nand_submit(f, op);
 	}
 	f->st.nand_spare_reads += f->ppb;
 }
@@ -130,8 +130,7 @@ static void gc_read_done(struct nand_op *op)
 	struct victim *v = &f->victims[sl->victim];
 
 	v->pending--;
-	if (op->status == NAND_POWER_LOSS) {
-		ftl_fail(f, -EIO, "medium lost power");
+	if (ftl_op_stops(f, op)) {
 		sl->state = SLOT_SKIP;
 		return;
 	}
@@ -139,7 +138,13 @@ static void gc_read_done(struct nand_op *op)
 		sl->state = SLOT_SKIP; /* rewritten or trimmed meanwhile */
 		return;
 	}
-	if (op->status != NAND_OK && op->status != NAND_CORRECTED) {
+	bool readable = op->status == NAND_OK || op->status == NAND_CORRECTED;
+	if (readable && crc32c(0, op->data, f->page_size) != sl->data_crc) {
+		/* bit rot beyond ECC: relocating it would make it look good */
+		ftl_crc_error(f, sl->from, "data page being relocated by GC");
+		readable = false;
+	}
+	if (!readable) {
 		/* the unit's only current copy is unreadable */
 		f->st.read_errors_uncorrectable++;
 		f->st.lost_units++;
@@ -170,9 +175,21 @@ static void trim_read_done(struct nand_op *op)
 	struct ftl *f = op->priv;
 	struct victim *v = &f->victims[op->priv2];
 	v->pending--;
-	if (op->status == NAND_POWER_LOSS)
-		ftl_fail(f, -EIO, "medium lost power");
-	v->trim_state = (op->status == NAND_OK || op->status == NAND_CORRECTED) ? 2 : 3;
+	if (ftl_op_stops(f, op)) {
+		v->trim_state = 3;
+		return;
+	}
+	bool readable = op->status == NAND_OK || op->status == NAND_CORRECTED;
+	if (readable) {
+		/* the data CRC is in the spare GC read when it scanned the victim */
+		struct ftl_spare sp;
+		const uint8_t *spare = v->spares + (size_t)op->page * f->spare_size;
+		if (spare_parse(f, spare, &sp) != 0 || crc32c(0, op->data, f->page_size) != sp.data_crc) {
+			ftl_crc_error(f, ppa_make(f, op->block, op->page), "trim record being re-logged by GC");
+			readable = false;
+		}
+	}
+	v->trim_state = readable ? 2 : 3;
 }
 
 /*
@@ -269,7 +286,7 @@ static int victim_examine(struct ftl *f, int vi)
 			op->priv2 = idx;
 			v->pending++;
 			f->st.nand_pages_read++;
-			nand_submit(f->dev, op);
+			ftl_nand_submit(f, op);
 		} else if (rc == 0 && sp.type == FTL_PG_TRIM && sp.seq > f->cp.cur_seq) {
 			if (v->trim_state == 0) {
 				struct nand_op *op = &v->trim_op;
@@ -285,7 +302,7 @@ static int victim_examine(struct ftl *f, int vi)
 				v->trim_range = v->trim_unit = 0;
 				v->pending++;
 				f->st.nand_pages_read++;
-				nand_submit(f->dev, op);
+				ftl_nand_submit(f, op);
 				n++;
 				break;
 			}

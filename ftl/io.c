@@ -85,14 +85,6 @@ void io_complete(struct ftl *f, struct ftl_io *io, int status)
 
 /* ---- reads -------------------------------------------------------------- */
 
-static bool spare_names_unit(struct ftl *f, const void *spare, uint64_t unit)
-{
-	struct ftl_spare sp;
-	if (spare_parse(f, spare, &sp) != 0)
-		return false;
-	return sp.type == FTL_PG_DATA && sp.lba == unit;
-}
-
 static void read_finish_one(struct ftl *f, struct ftl_io *io)
 {
 	io->pending--;
@@ -100,25 +92,23 @@ static void read_finish_one(struct ftl *f, struct ftl_io *io)
 		io_complete(f, io, io->status);
 }
 
-/* The verdict on a read of unit's page ppa: 0 or -EIO. */
-static int read_verdict(struct ftl *f, enum nand_status st, const void *spare, uint64_t unit,
-			uint32_t ppa)
+/*
+ * The verdict on a read of unit's page ppa into data: 0 or an error.  The
+ * spare must name the unit and the data must match the CRC32C in the spare
+ * (a CORRECTED read is checked too: ECC can miscorrect).
+ */
+static int read_verdict(struct ftl *f, const struct nand_op *op, const void *data,
+			const void *spare, uint64_t unit, uint32_t ppa)
 {
-	if (st == NAND_POWER_LOSS) {
-		ftl_fail(f, -EIO, "medium lost power");
-		return -EIO;
-	}
-	if (st == NAND_CORRECTED) {
+	if (op->status != NAND_OK && op->status != NAND_CORRECTED && ftl_op_stops(f, op))
+		return f->error;
+	if (op->status == NAND_CORRECTED) {
 		f->st.read_errors_corrected++;
-	} else if (st != NAND_OK) {
+	} else if (op->status != NAND_OK) {
 		f->st.read_errors_uncorrectable++;
 		return -EIO;
-	} else if (!spare_names_unit(f, spare, unit)) {
-		ftl_log("unit %llu: page %u does not hold it (l2p damaged?)", (unsigned long long)unit,
-			ppa);
-		return -EIO;
 	}
-	return 0;
+	return ftl_check_data(f, data, spare, unit, ppa);
 }
 
 static void rop_done(struct nand_op *op)
@@ -126,7 +116,7 @@ static void rop_done(struct nand_op *op)
 	struct rop *ro = op->priv;
 	struct ftl *f = ro->f;
 	struct ftl_io *io = ro->io;
-	int err = read_verdict(f, op->status, ro->spare, ro->unit, ro->expect);
+	int err = read_verdict(f, op, op->data, ro->spare, ro->unit, ro->expect);
 
 	if (ro->rmw) {
 		/* pre-read of a partially written unit; the write resumes in io_kick */
@@ -158,7 +148,7 @@ static void rop_submit(struct ftl *f, struct rop *ro, uint32_t ppa, void *data)
 	op->done = rop_done;
 	op->priv = ro;
 	f->st.nand_pages_read++;
-	nand_submit(f->dev, op);
+	ftl_nand_submit(f, op);
 }
 
 static void read_continue(struct ftl *f, struct ftl_io *io)
@@ -185,8 +175,9 @@ static void read_continue(struct ftl *f, struct ftl_io *io)
 			/* memory media: read in place, no op, no completion */
 			uint8_t *spare = f->read_now_spare;
 			f->st.nand_pages_read++;
-			enum nand_status st = f->read_now(f->dev, ppa_block(f, e), ppa_page(f, e), dst, spare);
-			int err = read_verdict(f, st, spare, u, e);
+			struct nand_op now = { .block = ppa_block(f, e), .page = ppa_page(f, e) };
+			now.status = f->read_now(f->dev, now.block, now.page, dst, spare);
+			int err = read_verdict(f, &now, dst, spare, u, e);
 			if (err && !io->status)
 				io->status = err;
 		} else {

@@ -98,7 +98,12 @@ struct __attribute__((packed)) ftl_cp_hdr {
 	uint64_t stats_host_pages_written;
 	uint64_t stats_nand_pages_programmed;
 	uint64_t stats_blocks_erased;
-	uint8_t reserved[64];
+	/* the format, so the superblock can be rebuilt from a checkpoint
+	 * (zero in checkpoints written before these fields existed) */
+	uint32_t sector_size;
+	uint32_t reserved1;
+	uint64_t format_time;
+	uint8_t reserved[48];
 	uint32_t lists_crc;      /* crc32c of the u32 lists that follow */
 	uint32_t crc;            /* crc32c of the bytes before it */
 	/* followed by: uint32_t blocks[nblocks], open[nopen], bad[nbad] */

@@ -32,7 +32,13 @@ enum nand_status nand_op_sync(struct nand_dev *dev, struct nand_op *op)
 	bool done = false;
 	op->done = batch_op_done;
 	op->priv = &done;
-	nand_submit(dev, op);
+	int rc = nand_submit(dev, op);
+	if (rc) {
+		/* refused: nothing queued, nothing to wait for */
+		op->status = NAND_INVALID;
+		op->err = rc;
+		return op->status;
+	}
 	while (!done) {
 		uint64_t due = nand_next_due(dev);
 		if (due != UINT64_MAX)
@@ -85,9 +91,16 @@ int read_batch(struct ftl *f, uint64_t count, uint32_t window,
 			op->priv = &s[k];
 			s[k].done = false;
 			s[k].index = next;
-			nand_submit(f->dev, op);
 			next++;
 			inflight++;
+			if (nand_submit(f->dev, op)) {
+				/* refused: collect what is in flight, then fail */
+				op->status = NAND_INVALID;
+				s[k].done = true;
+				rc = -EIO;
+				count = next;
+				break;
+			}
 		}
 		uint64_t due = nand_next_due(f->dev);
 		if (due != UINT64_MAX)
@@ -95,7 +108,8 @@ int read_batch(struct ftl *f, uint64_t count, uint32_t window,
 		nand_poll(f->dev, nand_now(f->dev));
 		while (inflight && s[head].done) {
 			struct nand_op *op = &s[head].op;
-			if (op->status == NAND_POWER_LOSS)
+			if (op->status == NAND_POWER_LOSS || op->status == NAND_INVALID ||
+			    op->status == NAND_IO_ERROR)
 				rc = -EIO;
 			else if (!rc)
 				result(f, ctx, s[head].index, op);
@@ -228,7 +242,7 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 		struct blk *k = &f->blk[b];
 		if (nand_factory_bad(f->dev, b)) {
 			k->state = BLK_BAD;
-			k->flags &= (uint16_t)~BLKF_GROWN_BAD;
+			k->flags &= (uint8_t)~BLKF_GROWN_BAD;
 		}
 		if (b == f->sb_block[0] || b == f->sb_block[1]) {
 			if (k->state != BLK_META)
@@ -256,7 +270,8 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 		goto out;
 
 	/* 3. replay in log order */
-	qsort(x.ent, x.nent, sizeof *x.ent, rentry_cmp);
+	if (x.nent)
+		qsort(x.ent, x.nent, sizeof *x.ent, rentry_cmp);
 	uint8_t *page = aligned_alloc(4096, f->page_size);
 	uint8_t *spare = malloc(f->spare_size);
 	if (!page || !spare) {
@@ -307,6 +322,9 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 		ftl_log("%llu units point at blocks without data; they read as errors",
 			(unsigned long long)lost);
 		f->st.lost_units += lost;
+		size_t n = strlen(f->info.notes);
+		snprintf(f->info.notes + n, sizeof f->info.notes - n, "%s%llu units lost (read as errors)",
+			 n ? "; " : "", (unsigned long long)lost);
 	}
 
 	/* 5. final states */
@@ -341,7 +359,7 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 			blk_set_dirty(f, b);
 			break;
 		}
-		k->flags &= (uint16_t)~BLKF_CP_OPEN;
+		k->flags &= (uint8_t)~BLKF_CP_OPEN;
 	}
 out:
 	if (rc && err && !err[0])

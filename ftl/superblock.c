@@ -128,13 +128,13 @@ static void sb_submit_program(struct ftl *f)
 	op->spare = f->sb_spare;
 	op->done = sb_program_done;
 	op->priv = f;
-	nand_submit(f->dev, op);
+	ftl_nand_submit(f, op);
 }
 
 static void sb_erase_done(struct nand_op *op)
 {
 	struct ftl *f = op->priv;
-	if (op->status != NAND_OK) {
+	if (ftl_op_stops(f, op) || op->status != NAND_OK) {
 		f->sb_busy = false;
 		ftl_fail(f, -EIO, "erasing a superblock block failed");
 		if (f->sb_done)
@@ -158,7 +158,7 @@ static void sb_program_done(struct nand_op *op)
 			f->sb_done(op);
 		return;
 	}
-	if (op->status != NAND_POWER_LOSS && f->sb_next_page < f->ppb) {
+	if (!ftl_op_stops(f, op) && f->sb_next_page < f->ppb) {
 		/* a failed page is skipped; try the next one */
 		sb_submit_program(f);
 		return;
@@ -191,7 +191,7 @@ int sb_start_write(struct ftl *f, bool clean, void (*done)(struct nand_op *))
 		op->block = f->sb_block[f->sb_active];
 		op->done = sb_erase_done;
 		op->priv = f;
-		nand_submit(f->dev, op);
+		ftl_nand_submit(f, op);
 	} else {
 		sb_submit_program(f);
 	}
@@ -213,4 +213,38 @@ int sb_write_sync(struct ftl *f, bool clean)
 	if (rc)
 		return rc;
 	return f->error;
+}
+
+int sb_write_initial(struct ftl *f, bool clean, char *err, size_t errlen)
+{
+	for (int i = 0; i < 2; i++) {
+		struct nand_op op = { .type = NAND_OP_ERASE, .block = f->sb_block[i] };
+		enum nand_status st = nand_op_sync(f->dev, &op);
+		if (st != NAND_OK) {
+			snprintf(err, errlen, "erasing superblock block %u failed: %s", f->sb_block[i],
+				 nand_status_name(st));
+			return -EIO;
+		}
+	}
+	uint8_t *page = aligned_alloc(4096, f->page_size), *spare = malloc(f->spare_size);
+	if (!page || !spare) {
+		free(page);
+		free(spare);
+		return -ENOMEM;
+	}
+	struct ftl_sb sb;
+	sb_fill(f, &sb, clean);
+	memset(page, 0xFF, f->page_size);
+	memcpy(page, &sb, sizeof sb);
+	spare_build(f, spare, FTL_PG_SB, 0, f->sb_seq, page, true);
+	struct nand_op op = { .type = NAND_OP_PROGRAM, .block = f->sb_block[0], .page = 0,
+			      .data = page, .spare = spare };
+	enum nand_status st = nand_op_sync(f->dev, &op);
+	free(page);
+	free(spare);
+	if (st != NAND_OK) {
+		snprintf(err, errlen, "writing the superblock failed: %s", nand_status_name(st));
+		return -EIO;
+	}
+	return 0;
 }

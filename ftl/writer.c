@@ -122,10 +122,8 @@ static void slot_program_done(struct nand_op *op)
 	uint32_t b = op->block;
 
 	f->blk[b].inflight--;
-	if (op->status == NAND_POWER_LOSS) {
-		ftl_fail(f, -EIO, "medium lost power");
-		return;
-	}
+	if (ftl_op_stops(f, op))
+		return; /* stopped: the slot stays unreleased, nothing is retired */
 	if (op->status != NAND_OK) {
 		f->st.program_failures++;
 		blk_program_failed(f, b);
@@ -173,7 +171,7 @@ static void slot_submit(struct ftl *f, struct stream *s, uint32_t idx, uint32_t 
 	op->done = slot_program_done;
 	op->priv = s;
 	op->priv2 = idx;
-	nand_submit(f->dev, op);
+	ftl_nand_submit(f, op);
 }
 
 /*

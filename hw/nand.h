@@ -292,6 +292,11 @@ uint64_t nand_sim_op_count(const struct nand_dev *d);
 int nand_sim_fail_block(struct nand_dev *d, uint32_t block, bool fail_program, bool fail_erase);
 /* One page reads back with this status from now on, until its block is erased. */
 int nand_sim_page_error(struct nand_dev *d, uint64_t ppa, enum nand_status st);
+/* Bit rot beyond what ECC notices: invert nbytes stored bytes of page ppa
+ * from offset (offsets at or past page_size are in the spare area); reads
+ * still return NAND_OK.  Persistent (in the image) until the block is
+ * erased.  -EINVAL if the page is not programmed or the range is outside. */
+int nand_sim_flip_bytes(struct nand_dev *d, uint64_t ppa, uint32_t offset, uint32_t nbytes);
 /* A whole die stops working: reads uncorrectable, programs/erases fail. */
 int nand_sim_fail_die(struct nand_dev *d, uint32_t die);
 /* Timing model on or off at run time. */

@@ -1161,6 +1161,22 @@ int nand_sim_page_error(struct nand_dev *d, uint64_t ppa, enum nand_status st)
 	return 0;
 }
 
+int nand_sim_flip_bytes(struct nand_dev *d, uint64_t ppa, uint32_t offset, uint32_t nbytes)
+{
+	if (!nand_is_sim(d) || ppa >= nand_pages(&d->geo))
+		return -EINVAL;
+	struct sim *s = to_sim(d);
+	const struct nand_geometry *g = &d->geo;
+	uint32_t block = (uint32_t)(ppa / g->pages_per_block);
+	if (s->readonly || ppa % g->pages_per_block >= s->blocks[block].wp ||
+	    offset > s->slot_size || nbytes > s->slot_size - offset)
+		return -EINVAL;
+	uint8_t *p = ram_slot(s, ppa) + offset;
+	for (uint32_t i = 0; i < nbytes; i++)
+		p[i] ^= 0xFF;
+	return 0;
+}
+
 int nand_sim_fail_die(struct nand_dev *d, uint32_t die)
 {
 	if (!nand_is_sim(d) || die >= nand_dies(&d->geo))

@@ -37,6 +37,9 @@ static const struct config configs[] = {
 	{ "test-16m", 512, true, false, 0 },
 	{ "test-64m", 512, false, true, 0 },
 	{ "test-64m-bad", 4096, true, true, 25 },
+	/* large blocks (512 pages) on one die with completions arriving later:
+	 * hundreds of programs in flight per block */
+	{ "test-128m-512p", 4096, true, false, 35 },
 };
 #define NCONFIGS (sizeof configs / sizeof configs[0])
 
