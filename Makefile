@@ -28,6 +28,13 @@ SERVER_OBJS := $(SERVER_SRCS:%.c=$(BUILD)/obj/%.o)
 UNIT_SRCS := $(wildcard tests/unit/t_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
+# The unit tests again, built with AddressSanitizer and UBSan (any report
+# fails the test): t_NAME-san.  The model test runs fewer operations there.
+SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+SAN_LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/san/obj/%.o)
+SAN_LIB  := $(BUILD)/san/libflashd.a
+SAN_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%-san)
+
 PROGS := $(BUILD)/flashctl
 ifneq ($(SERVER_SRCS),)
 PROGS += $(BUILD)/flashd
@@ -40,7 +47,7 @@ PROGS += $(BUILD)/handler_flashd.so
 endif
 
 .PHONY: all run check bench deps clean
-all: $(PROGS) $(UNIT_BINS)
+all: $(PROGS) $(UNIT_BINS) $(SAN_BINS)
 
 # Debian packages: checked once per build directory, re-checked when deps.sh changes.
 $(DEPS_STAMP): scripts/deps.sh
@@ -70,7 +77,22 @@ $(BUILD)/handler_flashd.so: $(wildcard plugins/tcmu/*.c) $(DEPS_STAMP)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
+	$(CC) $(CPPFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL) $(LDLIBS_TEST)
+
+# this test makes allocations fail: malloc and aligned_alloc are wrapped
+$(BUILD)/tests/t_ftl_review $(BUILD)/tests/t_ftl_review-san: LDLIBS_TEST := -Wl,--wrap=malloc,--wrap=aligned_alloc
+
+$(BUILD)/san/obj/%.o: %.c $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS_ALL) $(SAN_FLAGS) -DT_MODEL_DEFAULT_OPS=60000 -MMD -MP -c -o $@ $<
+
+$(SAN_LIB): $(SAN_LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/tests/%-san: $(BUILD)/san/obj/tests/unit/%.o $(SAN_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS_ALL) $(SAN_FLAGS) -o $@ $^ $(LDLIBS_ALL) $(LDLIBS_TEST)
 
 run: all
 	scripts/deps.sh check
@@ -87,4 +109,4 @@ bench: all
 clean:
 	rm -rf $(BUILD)
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/san/obj -name '*.d' 2>/dev/null)

@@ -474,7 +474,9 @@ void ftl_submit(struct ftl *f, struct ftl_io *io)
 	io->wait_next = NULL;
 	io->rmw_op[0] = io->rmw_op[1] = NULL;
 	io->unit = io->offset / FTL_UNIT_SIZE;
-	io->end_unit = (io->offset + io->length + FTL_UNIT_SIZE - 1) / FTL_UNIT_SIZE;
+	/* length 0 touches no unit, even at an offset inside one */
+	io->end_unit = io->length ? (io->offset + io->length + FTL_UNIT_SIZE - 1) / FTL_UNIT_SIZE
+				  : io->unit;
 	f->ios_in_flight++;
 	if (rc) {
 		io_complete(f, io, rc);

@@ -8,27 +8,68 @@
  *   [dimm NAME]  card, preset, image, export, description, readonly,
  *              sector_size, capacity (BYTES or PCT% of stock), op, timing, sync
  * See conf/flashd.conf for the documented example.
+ *
+ * Strictness (every error names the file, line, section, key and value):
+ *   - numbers go through common/parse.h: the whole value, finite, in range,
+ *     units only where the key is a size;
+ *   - a section may appear once, a key once per section (except listen,
+ *     which is repeatable); a [dimm NAME] section defines that ioDimm even
+ *     when it has no keys;
+ *   - every listen address is checked here (config_finish also checks those
+ *     from the command line), before any ioDimm is opened;
+ *   - two ioDimms may not use the same image file, however it is named.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <ini.h>
 #include <limits.h>
+#include <netdb.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <arpa/inet.h>
 
+#include "common/parse.h"
 #include "server/flashd.h"
+
+/* Limits of the [server] numbers. */
+#define MAX_CONNECTIONS_LIMIT 1000000
+#define HANDSHAKE_TIMEOUT_LIMIT 86400   /* seconds */
+#define POLL_US_LIMIT 10000
+/* Smallest capacity ftl_format accepts (ftl/ftl.c). */
+#define MIN_CAPACITY (1ull << 20)
+/* inih keeps at most this many characters of a section name (its
+ * MAX_SECTION - 1) and cuts the rest silently: longer ones are refused. */
+#define INI_SECTION_NAME_MAX 49
 
 struct card_cfg {
 	char *name;
 	int timing;
 };
 
+struct seen {
+	char *name;
+	int line;
+};
+
 struct parse_ctx {
 	struct server_cfg *cfg;
+	const char *path;
+	FILE *fp;
+	int lineno;            /* line inih is parsing: one reader call per line */
 	struct card_cfg cards[16];
 	int ncards;
-	char err[512];
+	struct seen *sections; /* every section header so far */
+	int nsections;
+	struct seen *keys;     /* keys of the current section */
+	int nkeys;
+	char err[1024];        /* the first error; parsing stops there */
 };
 
 static char *xstrdup(const char *s)
@@ -41,27 +82,22 @@ static char *xstrdup(const char *s)
 	return p;
 }
 
+static void *xrealloc(void *p, size_t n)
+{
+	p = realloc(p, n);
+	if (!p) {
+		fprintf(stderr, "flashd: out of memory\n");
+		exit(1);
+	}
+	return p;
+}
+
+/* Kept for callers of the old API: any size parse_byte_size accepts. */
 uint64_t parse_bytes(const char *s, bool *ok)
 {
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	*ok = false;
-	if (end == s || v < 0 || errno)
-		return 0;
-	uint64_t m = 1;
-	switch (*end) {
-	case 0: break;
-	case 'k': case 'K': m = 1ull << 10; end++; break;
-	case 'm': case 'M': m = 1ull << 20; end++; break;
-	case 'g': case 'G': m = 1ull << 30; end++; break;
-	case 't': case 'T': m = 1ull << 40; end++; break;
-	default: return 0;
-	}
-	if (*end && strcmp(end, "iB") != 0 && strcmp(end, "B") != 0)
-		return 0;
-	*ok = true;
-	return (uint64_t)(v * (double)m);
+	uint64_t v = 0;
+	*ok = parse_byte_size(s, 0, UINT64_MAX, &v) == 0;
+	return *ok ? v : 0;
 }
 
 static int parse_bool(const char *v, bool *out)
@@ -77,14 +113,107 @@ static int parse_bool(const char *v, bool *out)
 	return -1;
 }
 
+/* printf into err, if it is still empty (the first error wins). */
+static void __attribute__((format(printf, 2, 3))) set_err(struct parse_ctx *x, const char *fmt, ...)
+{
+	if (x->err[0])
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(x->err, sizeof x->err, fmt, ap);
+	va_end(ap);
+}
+
+/*
+ * Checks a listen address: HOST:PORT or [IPV6]:PORT, PORT 1..65535.  HOST
+ * is a numeric IPv4 address or a host name (resolved later, by getaddrinfo
+ * in server/main.c); inside brackets only a numeric IPv6 address (with an
+ * optional %scope).  0, or -EINVAL with the reason in err.
+ * An empty HOST (":PORT") is refused: server/main.c would bind getaddrinfo's
+ * two passive wildcards, 0.0.0.0 and then ::, and on a dual-stack host (the
+ * Linux default, net.ipv6.bindv6only = 0) the second fails with EADDRINUSE,
+ * after the ioDimms are open.  0.0.0.0:PORT or [::]:PORT say which.
+ */
+static int check_listen(const char *spec, char *err, size_t errlen)
+{
+	char host[256];
+	const char *port;
+	size_t hlen;
+	if (spec[0] == '[') {
+		const char *e = strchr(spec, ']');
+		if (!e || e[1] != ':') {
+			snprintf(err, errlen, "expected [IPV6]:PORT");
+			return -EINVAL;
+		}
+		hlen = (size_t)(e - spec - 1);
+		port = e + 2;
+		if (hlen >= sizeof host) {
+			snprintf(err, errlen, "the address is too long");
+			return -EINVAL;
+		}
+		memcpy(host, spec + 1, hlen);
+		host[hlen] = 0;
+		struct addrinfo hints = { .ai_family = AF_INET6, .ai_flags = AI_NUMERICHOST }, *res;
+		if (getaddrinfo(host, NULL, &hints, &res) != 0) {
+			snprintf(err, errlen, "'%s' is not an IPv6 address (brackets are for IPv6 only)", host);
+			return -EINVAL;
+		}
+		freeaddrinfo(res);
+	} else {
+		const char *c = strrchr(spec, ':');
+		if (!c) {
+			snprintf(err, errlen, "no port: expected HOST:PORT, or [IPV6]:PORT");
+			return -EINVAL;
+		}
+		hlen = (size_t)(c - spec);
+		port = c + 1;
+		if (memchr(spec, ':', hlen)) {
+			snprintf(err, errlen, "an IPv6 address needs brackets: [ADDR]:PORT");
+			return -EINVAL;
+		}
+		if (hlen > 253) {
+			snprintf(err, errlen, "the host name is longer than 253 characters");
+			return -EINVAL;
+		}
+		memcpy(host, spec, hlen);
+		host[hlen] = 0;
+		if (!hlen) {
+			snprintf(err, errlen, "no host: give 0.0.0.0:PORT for every IPv4 address, or "
+				 "[::]:PORT for every address (IPv6, and IPv4 unless net.ipv6.bindv6only)");
+			return -EINVAL;
+		}
+		if (strspn(host, "0123456789.") == hlen) {
+			struct in_addr a;
+			if (inet_pton(AF_INET, host, &a) != 1) {
+				snprintf(err, errlen, "'%s' is not an IPv4 address (dotted quad, e.g. 127.0.0.1)",
+					 host);
+				return -EINVAL;
+			}
+		} else if (strspn(host, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+				  "0123456789.-_") != hlen) {
+			snprintf(err, errlen, "'%s' is not a host name or IPv4 address", host);
+			return -EINVAL;
+		}
+	}
+	uint64_t p;
+	int rc = parse_uint(port, 1, 65535, &p);
+	if (rc == -ERANGE) {
+		snprintf(err, errlen, "port %s is out of range (1 to 65535)", port);
+		return -EINVAL;
+	}
+	if (rc) {
+		snprintf(err, errlen, "port '%s' is not a number (1 to 65535)", port);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 static struct dimm_cfg *dimm_add(struct server_cfg *cfg, const char *name)
 {
 	for (int i = 0; i < cfg->ndimms; i++)
 		if (!strcmp(cfg->dimms[i].name, name))
 			return &cfg->dimms[i];
-	struct dimm_cfg *d = realloc(cfg->dimms, (size_t)(cfg->ndimms + 1) * sizeof *d);
-	if (!d)
-		return NULL;
+	struct dimm_cfg *d = xrealloc(cfg->dimms, (size_t)(cfg->ndimms + 1) * sizeof *d);
 	cfg->dimms = d;
 	d = &cfg->dimms[cfg->ndimms++];
 	memset(d, 0, sizeof *d);
@@ -95,25 +224,177 @@ static struct dimm_cfg *dimm_add(struct server_cfg *cfg, const char *name)
 	return d;
 }
 
+static struct card_cfg *card_find(struct parse_ctx *x, const char *name)
+{
+	for (int i = 0; i < x->ncards; i++)
+		if (!strcmp(x->cards[i].name, name))
+			return &x->cards[i];
+	return NULL;
+}
+
+/* The NAME of a "KIND NAME" section ([card NAME], [dimm NAME]), possibly
+ * empty; NULL if the section is not of that kind. */
+static const char *section_kind(const char *section, const char *kind)
+{
+	size_t n = strlen(kind);
+	return !strncmp(section, kind, n) && section[n] == ' ' ? section + n + 1 : NULL;
+}
+
+/*
+ * A section header goes by (from the reader, before inih sees the line):
+ * refuse a repeated or unknown section and bad names, and create the card
+ * or ioDimm, so that a section without keys still defines it.  0 or -1
+ * with x->err set.
+ */
+static int section_begin(struct parse_ctx *x, const char *name)
+{
+	if (strlen(name) > INI_SECTION_NAME_MAX) {
+		set_err(x, "%s:%d: section name [%s] is longer than %d characters", x->path, x->lineno,
+			name, INI_SECTION_NAME_MAX);
+		return -1;
+	}
+	for (int i = 0; i < x->nsections; i++) {
+		if (!strcmp(x->sections[i].name, name)) {
+			set_err(x, "%s:%d: section [%s] appears a second time (first on line %d); "
+				"put all its keys in one section", x->path, x->lineno, name,
+				x->sections[i].line);
+			return -1;
+		}
+	}
+	x->sections = xrealloc(x->sections, (size_t)(x->nsections + 1) * sizeof *x->sections);
+	x->sections[x->nsections++] = (struct seen){ xstrdup(name), x->lineno };
+	for (int i = 0; i < x->nkeys; i++)
+		free(x->keys[i].name);
+	x->nkeys = 0;
+
+	if (!strcmp(name, "server"))
+		return 0;
+	const char *card = section_kind(name, "card"), *dimm = section_kind(name, "dimm");
+	const char *obj = card ? card : dimm;
+	if (!obj) {
+		set_err(x, "%s:%d: unknown section [%s] (known: [server], [card NAME], [dimm NAME])",
+			x->path, x->lineno, name);
+		return -1;
+	}
+	if (!obj[0] || isspace((unsigned char)obj[0]) || isspace((unsigned char)obj[strlen(obj) - 1]) ||
+	    strchr(obj, '/')) {
+		set_err(x, "%s:%d: bad section name [%s]: one space after '%s', then a name without "
+			"'/' or surrounding spaces", x->path, x->lineno, name, card ? "card" : "dimm");
+		return -1;
+	}
+	if (card) {
+		if (x->ncards == (int)(sizeof x->cards / sizeof x->cards[0])) {
+			set_err(x, "%s:%d: [%s]: too many cards (at most %d)", x->path, x->lineno, name,
+				(int)(sizeof x->cards / sizeof x->cards[0]));
+			return -1;
+		}
+		x->cards[x->ncards++] = (struct card_cfg){ xstrdup(card), -1 };
+	} else {
+		dimm_add(x->cfg, dimm);
+	}
+	return 0;
+}
+
+/*
+ * inih's line reader.  One physical line per call, so x->lineno is inih's
+ * line number; leading whitespace is removed, so that no line continues the
+ * previous value (inih's multi-line values: "image = a.img" followed by an
+ * indented "readonly = yes" would make the image "readonly = yes") and an
+ * indented key or section means what it looks like.  Section headers are
+ * checked here (inih only reports keys).  Returns NULL (inih's end of file)
+ * after an error: x->err says why.
+ */
+static char *read_line(char *buf, int size, void *stream)
+{
+	struct parse_ctx *x = stream;
+	if (x->err[0] || !fgets(buf, size, x->fp))
+		return NULL;
+	x->lineno++;
+	size_t n = strlen(buf);
+	if (n == (size_t)size - 1 && buf[n - 1] != '\n') {
+		int c = fgetc(x->fp);
+		if (c != EOF && c != '\n') {
+			set_err(x, "%s:%d: line is too long (at most %d characters)", x->path, x->lineno,
+				size - 2);
+			return NULL;
+		}
+	}
+	char *s = buf;
+	if (x->lineno == 1 && !strncmp(s, "\xEF\xBB\xBF", 3))
+		s += 3;  /* UTF-8 byte order mark */
+	while (isspace((unsigned char)*s))
+		s++;
+	memmove(buf, s, strlen(s) + 1);
+	if (buf[0] == '[') {
+		/* inih's rule: up to the first ']', unless an inline comment
+		 * (';' after whitespace) comes first (then inih reports an error) */
+		char *e = buf + 1;
+		while (*e && *e != ']' && !(*e == ';' && isspace((unsigned char)e[-1])))
+			e++;
+		if (*e == ']') {
+			char *name = strndup(buf + 1, (size_t)(e - buf - 1));
+			if (!name) {
+				set_err(x, "out of memory");
+				return NULL;
+			}
+			int rc = section_begin(x, name);
+			free(name);
+			if (rc)
+				return NULL;
+		}
+	}
+	return buf;
+}
+
+/* A whole number of UNIT in [min, max]; on error, why says so. */
+static int get_uint(const char *value, uint64_t min, uint64_t max, const char *unit, uint64_t *out,
+		    char *why, size_t len)
+{
+	int rc = parse_uint(value, min, max, out);
+	if (rc)
+		snprintf(why, len, "%s: must be a whole number of %s from %llu to %llu",
+			 rc == -ERANGE ? "out of range" : "not a number", unit, (unsigned long long)min,
+			 (unsigned long long)max);
+	return rc;
+}
+
 static int handler(void *user, const char *section, const char *key, const char *value)
 {
 	struct parse_ctx *x = user;
 	struct server_cfg *cfg = x->cfg;
+	char why[640];
+	uint64_t u;
+	double f;
 	bool b;
 
-#define BAD(...)                                                                 \
-	do {                                                                     \
-		int n_ = snprintf(x->err, sizeof x->err, "[%s] %s: ", section, key); \
-		snprintf(x->err + n_, sizeof x->err - (size_t)n_, __VA_ARGS__); \
-		return 0;                                                        \
+	/* every error names the file, line, section, key and value */
+#define BAD(...)                                                                         \
+	do {                                                                             \
+		char m_[1024];                                                           \
+		snprintf(m_, sizeof m_, __VA_ARGS__);                                    \
+		set_err(x, "%s:%d: [%s] %s = '%s': %s", x->path, x->lineno, section, key, value, \
+			m_);                                                             \
+		return 0;                                                                \
 	} while (0)
+
+	if (!section[0]) {
+		set_err(x, "%s:%d: key '%s' before any [section]", x->path, x->lineno, key);
+		return 0;
+	}
+	if (strcmp(key, "listen") != 0) {
+		for (int i = 0; i < x->nkeys; i++)
+			if (!strcmp(x->keys[i].name, key))
+				BAD("%s is given a second time in [%s] (first on line %d)", key, section,
+				    x->keys[i].line);
+		x->keys = xrealloc(x->keys, (size_t)(x->nkeys + 1) * sizeof *x->keys);
+		x->keys[x->nkeys++] = (struct seen){ xstrdup(key), x->lineno };
+	}
 
 	if (!strcmp(section, "server")) {
 		if (!strcmp(key, "listen")) {
-			char **l = realloc(cfg->listen, (size_t)(cfg->nlisten + 1) * sizeof *l);
-			if (!l)
-				BAD("out of memory");
-			cfg->listen = l;
+			if (check_listen(value, why, sizeof why))
+				BAD("%s", why);
+			cfg->listen = xrealloc(cfg->listen, (size_t)(cfg->nlisten + 1) * sizeof *cfg->listen);
 			cfg->listen[cfg->nlisten++] = xstrdup(value);
 		} else if (!strcmp(key, "unix")) {
 			free(cfg->unix_path);
@@ -128,20 +409,18 @@ static int handler(void *user, const char *section, const char *key, const char 
 			if (!cfg->pidfile)
 				cfg->pidfile = xstrdup(value);
 		} else if (!strcmp(key, "max_connections")) {
-			cfg->max_connections = atoi(value);
-			if (cfg->max_connections < 1)
-				BAD("max_connections must be at least 1");
+			if (get_uint(value, 1, MAX_CONNECTIONS_LIMIT, "connections", &u, why, sizeof why))
+				BAD("%s", why);
+			cfg->max_connections = (int)u;
 		} else if (!strcmp(key, "handshake_timeout")) {
-			cfg->handshake_timeout = atoi(value);
-			if (cfg->handshake_timeout < 1)
-				BAD("handshake_timeout must be at least 1 (seconds)");
+			if (get_uint(value, 1, HANDSHAKE_TIMEOUT_LIMIT, "seconds", &u, why, sizeof why))
+				BAD("%s", why);
+			cfg->handshake_timeout = (int)u;
 		} else if (!strcmp(key, "poll_us")) {
-			char *end;
-			long v = strtol(value, &end, 10);
-			if (*end || v < 0 || v > 10000)
-				BAD("poll_us must be 0 to 10000 (microseconds)");
+			if (get_uint(value, 0, POLL_US_LIMIT, "microseconds", &u, why, sizeof why))
+				BAD("%s", why);
 			if (cfg->poll_us < 0)
-				cfg->poll_us = (int)v;
+				cfg->poll_us = (int)u;
 		} else if (!strcmp(key, "timing")) {
 			if (parse_bool(value, &b))
 				BAD("timing must be on or off");
@@ -158,36 +437,27 @@ static int handler(void *user, const char *section, const char *key, const char 
 			if (b && !cfg->verbose)
 				cfg->verbose = 1;
 		} else {
-			BAD("unknown key '%s' in [server]", key);
+			BAD("unknown key in [server]");
 		}
 		return 1;
 	}
-	if (!strncmp(section, "card ", 5)) {
-		const char *name = section + 5;
-		struct card_cfg *c = NULL;
-		for (int i = 0; i < x->ncards; i++)
-			if (!strcmp(x->cards[i].name, name))
-				c = &x->cards[i];
-		if (!c) {
-			if (x->ncards == 16)
-				BAD("too many cards");
-			c = &x->cards[x->ncards++];
-			c->name = xstrdup(name);
-			c->timing = -1;
-		}
+	const char *card_name = section_kind(section, "card");
+	if (card_name) {
+		struct card_cfg *c = card_find(x, card_name);
+		if (!c)
+			BAD("internal error: card not registered");
 		if (!strcmp(key, "timing")) {
 			if (parse_bool(value, &b))
 				BAD("timing must be on or off");
 			c->timing = b;
 		} else if (strcmp(key, "model") != 0 && strcmp(key, "description") != 0) {
-			BAD("unknown key '%s' in [%s]", key, section);
+			BAD("unknown key in a [card] section");
 		}
 		return 1;
 	}
-	if (!strncmp(section, "dimm ", 5)) {
-		struct dimm_cfg *d = dimm_add(cfg, section + 5);
-		if (!d)
-			BAD("out of memory");
+	const char *dimm_name = section_kind(section, "dimm");
+	if (dimm_name) {
+		struct dimm_cfg *d = dimm_add(cfg, dimm_name);
 		if (!strcmp(key, "card")) {
 			free(d->card);
 			d->card = xstrdup(value);
@@ -195,11 +465,15 @@ static int handler(void *user, const char *section, const char *key, const char 
 			free(d->preset);
 			d->preset = xstrdup(value);
 			if (!nand_preset_find(value))
-				BAD("unknown preset '%s' (see 'flashctl presets')", value);
+				BAD("unknown preset (see 'flashctl presets')");
 		} else if (!strcmp(key, "image")) {
+			if (!value[0])
+				BAD("the image path is empty");
 			free(d->image);
 			d->image = xstrdup(value);
 		} else if (!strcmp(key, "export")) {
+			if (!value[0])
+				BAD("the export name is empty (leave the key out to use the section name)");
 			free(d->export_name);
 			d->export_name = xstrdup(value);
 		} else if (!strcmp(key, "description")) {
@@ -209,26 +483,51 @@ static int handler(void *user, const char *section, const char *key, const char 
 			if (parse_bool(value, &d->readonly))
 				BAD("readonly must be yes or no");
 		} else if (!strcmp(key, "sector_size")) {
-			d->sector_size = (uint32_t)atoi(value);
-			if (d->sector_size != 512 && d->sector_size != 4096)
+			if (parse_byte_size(value, 0, UINT32_MAX, &u) || (u != 512 && u != 4096))
 				BAD("sector_size must be 512 or 4096");
+			d->sector_size = (uint32_t)u;
 		} else if (!strcmp(key, "capacity")) {
+			if (d->op_percent > 0)
+				BAD("give capacity or op, not both");
 			size_t n = strlen(value);
 			if (n && value[n - 1] == '%') {
-				d->capacity_pct = atof(value);
-				if (d->capacity_pct <= 0)
-					BAD("bad capacity '%s'", value);
+				int rc = parse_percent(value, 0, 100, &f);
+				if (rc == -EINVAL)
+					BAD("not a percentage (a number, then %%: e.g. 80%%)");
+				if (rc || f <= 0)
+					BAD("a percentage of the stock capacity must be more than 0%% and at most "
+					    "100%% (for less over-provisioning than stock, use op = %.0f to %.0f)",
+					    FTL_MIN_OP_PERCENT, FTL_STOCK_OP_PERCENT);
+				d->capacity_pct = f;
 			} else {
-				bool ok;
-				d->capacity = parse_bytes(value, &ok);
-				if (!ok || !d->capacity)
-					BAD("bad capacity '%s' (bytes with K/M/G/T, or PCT%%)", value);
+				int rc = parse_byte_size(value, 0, UINT64_MAX, &u);
+				if (rc == -ERANGE)
+					BAD("too large");
+				if (rc)
+					BAD("not a capacity: give a whole number of bytes with an optional K, M, G "
+					    "or T suffix (512M, 1.5G), or a share of the stock capacity (80%%)");
+				if (u < MIN_CAPACITY) {
+					if (strspn(value, "0123456789") == n && u <= 100)
+						BAD("%llu bytes is less than the minimum, 1M; did you mean %s%%?",
+						    (unsigned long long)u, value);
+					BAD("%llu bytes is less than the minimum, 1M", (unsigned long long)u);
+				}
+				d->capacity = u;
 			}
 		} else if (!strcmp(key, "op")) {
-			d->op_percent = atof(value);
-			if (d->op_percent < FTL_MIN_OP_PERCENT || d->op_percent > FTL_MAX_OP_PERCENT)
-				BAD("op must be %.0f to %.0f (percent of raw NAND)", FTL_MIN_OP_PERCENT,
-				    FTL_MAX_OP_PERCENT);
+			if (d->capacity || d->capacity_pct > 0)
+				BAD("give capacity or op, not both");
+			size_t n = strlen(value);
+			int rc = n && value[n - 1] == '%' ?
+					 parse_percent(value, FTL_MIN_OP_PERCENT, FTL_MAX_OP_PERCENT, &f) :
+					 parse_double(value, FTL_MIN_OP_PERCENT, FTL_MAX_OP_PERCENT, &f);
+			if (rc == -ERANGE)
+				BAD("out of range: over-provisioning is %.0f to %.0f (percent of the raw NAND)",
+				    FTL_MIN_OP_PERCENT, FTL_MAX_OP_PERCENT);
+			if (rc)
+				BAD("not a number: over-provisioning in percent of the raw NAND, %.0f to %.0f "
+				    "(e.g. op = 20)", FTL_MIN_OP_PERCENT, FTL_MAX_OP_PERCENT);
+			d->op_percent = f;
 		} else if (!strcmp(key, "timing")) {
 			if (parse_bool(value, &b))
 				BAD("timing must be on or off");
@@ -238,40 +537,52 @@ static int handler(void *user, const char *section, const char *key, const char 
 				BAD("sync must be on or off");
 			d->sync = b;
 		} else {
-			BAD("unknown key '%s' in [%s]", key, section);
+			BAD("unknown key in a [dimm] section");
 		}
 		return 1;
 	}
-	BAD("unknown section [%s]", section);
+	/* section_begin refused every other section */
+	BAD("internal error: unknown section");
 #undef BAD
 }
 
 int config_load(struct server_cfg *cfg, const char *path, char *err, size_t errlen)
 {
-	struct parse_ctx x = { .cfg = cfg };
-	FILE *fp = fopen(path, "r");
-	if (!fp) {
-		snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
-		return -errno;
+	struct parse_ctx x = { .cfg = cfg, .path = path };
+	x.fp = fopen(path, "r");
+	if (!x.fp) {
+		int e = errno;
+		snprintf(err, errlen, "cannot open %s: %s", path, strerror(e));
+		return -e;
 	}
-	int rc = ini_parse_file(fp, handler, &x);
-	fclose(fp);
-	if (rc != 0) {
-		if (x.err[0])
-			snprintf(err, errlen, "%s: %s", path, x.err);
-		else
-			snprintf(err, errlen, "%s: syntax error on line %d", path, rc);
-		return -EINVAL;
-	}
-	/* card defaults flow into their ioDimms */
-	for (int i = 0; i < cfg->ndimms; i++) {
-		struct dimm_cfg *d = &cfg->dimms[i];
-		for (int c = 0; c < x.ncards; c++)
-			if (d->card && !strcmp(d->card, x.cards[c].name) && d->timing < 0)
-				d->timing = x.cards[c].timing;
+	int rc = ini_parse_stream(read_line, &x, handler, &x);
+	fclose(x.fp);
+	if (!x.err[0] && rc > 0)
+		snprintf(x.err, sizeof x.err, "%s:%d: syntax error (expected [SECTION] or KEY = VALUE)",
+			 path, rc);
+	else if (!x.err[0] && rc < 0)
+		snprintf(x.err, sizeof x.err, "%s: out of memory", path);
+	if (!x.err[0]) {
+		/* card defaults flow into their ioDimms */
+		for (int i = 0; i < cfg->ndimms; i++) {
+			struct dimm_cfg *d = &cfg->dimms[i];
+			for (int c = 0; c < x.ncards; c++)
+				if (d->card && !strcmp(d->card, x.cards[c].name) && d->timing < 0)
+					d->timing = x.cards[c].timing;
+		}
 	}
 	for (int c = 0; c < x.ncards; c++)
 		free(x.cards[c].name);
+	for (int i = 0; i < x.nsections; i++)
+		free(x.sections[i].name);
+	free(x.sections);
+	for (int i = 0; i < x.nkeys; i++)
+		free(x.keys[i].name);
+	free(x.keys);
+	if (x.err[0]) {
+		snprintf(err, errlen, "%s", x.err);
+		return -EINVAL;
+	}
 	cfg->config_file = xstrdup(path);
 	return 0;
 }
@@ -300,9 +611,114 @@ static char *join_path(const char *dir, const char *file)
 	return p;
 }
 
+/*
+ * Canonical absolute form of path, which need not exist (yet): symbolic
+ * links followed, dangling ones too, "." and ".." and repeated slashes
+ * resolved.  Two paths get the same result exactly when they name the same
+ * file, existing or to be created (hard links aside: compare st_dev and
+ * st_ino for those).  The part that does not exist is resolved by its
+ * text, which is right because it contains no links.  NULL if that cannot
+ * be worked out (a loop of links, out of memory); caller frees.
+ */
+static char *canon_path(const char *path, int hops)
+{
+	if (hops > 40 || !path[0])
+		return NULL;
+	char *r = realpath(path, NULL);
+	if (r || !strcmp(path, "."))
+		return r;  /* "." fails only if the working directory is gone */
+	/* the last component, and where it lives */
+	size_t len = strlen(path);
+	while (len > 1 && path[len - 1] == '/')
+		len--;
+	size_t b = len;
+	while (b > 0 && path[b - 1] != '/')
+		b--;
+	size_t plen = b;
+	while (plen > 1 && path[plen - 1] == '/')
+		plen--;
+	char *parent = plen ? strndup(path, plen) : xstrdup(".");
+	char *base = strndup(path + b, len - b);
+	struct stat st;
+	if (!parent || !base || !base[0]) {
+		r = NULL;
+	} else if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
+		/* a dangling link: where it points, relative to its directory */
+		char target[PATH_MAX];
+		ssize_t n = readlink(path, target, sizeof target - 1);
+		if (n > 0) {
+			target[n] = 0;
+			char *next = target[0] == '/' ? xstrdup(target) : join_path(parent, target);
+			r = next ? canon_path(next, hops + 1) : NULL;
+			free(next);
+		}
+	} else {
+		char *p = canon_path(parent, hops);
+		if (p && !strcmp(base, ".")) {
+			r = p;
+			p = NULL;
+		} else if (p && !strcmp(base, "..")) {
+			char *slash = strrchr(p, '/');
+			if (slash)
+				slash[slash == p] = 0;  /* "/a/b" -> "/a", "/a" -> "/" */
+			r = p;
+			p = NULL;
+		} else if (p) {
+			r = join_path(strcmp(p, "/") ? p : "", base);
+		}
+		free(p);
+	}
+	free(parent);
+	free(base);
+	return r;
+}
+
+/*
+ * 0 if no two ioDimms use the same image file: by (st_dev, st_ino) when
+ * both exist, else by canonical path (see canon_path).
+ */
+static int check_images(struct server_cfg *cfg, char *err, size_t errlen)
+{
+	struct img {
+		bool exists;
+		struct stat st;
+		char *canon;
+	} *im = calloc((size_t)cfg->ndimms, sizeof *im);
+	if (!im) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	int rc = 0;
+	for (int i = 0; i < cfg->ndimms && !rc; i++) {
+		struct dimm_cfg *d = &cfg->dimms[i];
+		im[i].exists = stat(d->image, &im[i].st) == 0;
+		im[i].canon = canon_path(d->image, 0);
+		if (!im[i].canon)
+			im[i].canon = xstrdup(d->image);
+		for (int j = 0; j < i; j++) {
+			bool same = !strcmp(im[i].canon, im[j].canon) ||
+				    (im[i].exists && im[j].exists && im[i].st.st_dev == im[j].st.st_dev &&
+				     im[i].st.st_ino == im[j].st.st_ino);
+			if (same) {
+				snprintf(err, errlen, "image %s of [dimm %s] and image %s of [dimm %s] are the "
+					 "same file", cfg->dimms[j].image, cfg->dimms[j].name, d->image, d->name);
+				rc = -EINVAL;
+				break;
+			}
+		}
+	}
+	for (int i = 0; i < cfg->ndimms; i++)
+		free(im[i].canon);
+	free(im);
+	return rc;
+}
+
 /* Defaults and cross-checks after the config file and the command line. */
 int config_finish(struct server_cfg *cfg, char *err, size_t errlen)
 {
+	char why[640];
+	struct sockaddr_un sa;
+
 	if (!cfg->ndimms)
 		config_default_duo(cfg);
 	if (!cfg->nlisten && !cfg->unix_path) {
@@ -310,8 +726,25 @@ int config_finish(struct server_cfg *cfg, char *err, size_t errlen)
 		cfg->listen[0] = xstrdup("127.0.0.1:10809");
 		cfg->nlisten = 1;
 	}
+	/* those of the file were checked as they were read: these may come
+	 * from the command line */
+	for (int i = 0; i < cfg->nlisten; i++) {
+		if (check_listen(cfg->listen[i], why, sizeof why)) {
+			snprintf(err, errlen, "listen address '%s': %s", cfg->listen[i], why);
+			return -EINVAL;
+		}
+	}
 	if (!cfg->control_path)
 		cfg->control_path = join_path(cfg->state_dir, "flashd.ctl");
+	const char *socks[2][2] = { { "unix socket", cfg->unix_path },
+				    { "control socket", cfg->control_path } };
+	for (int i = 0; i < 2; i++) {
+		if (socks[i][1] && strlen(socks[i][1]) >= sizeof sa.sun_path) {
+			snprintf(err, errlen, "%s path '%s' is longer than %zu bytes", socks[i][0], socks[i][1],
+				 sizeof sa.sun_path - 1);
+			return -EINVAL;
+		}
+	}
 	if (!cfg->max_connections)
 		cfg->max_connections = 1024;
 	if (!cfg->handshake_timeout)
@@ -345,16 +778,13 @@ int config_finish(struct server_cfg *cfg, char *err, size_t errlen)
 		}
 		for (int j = 0; j < i; j++) {
 			if (!strcmp(cfg->dimms[j].export_name, d->export_name)) {
-				snprintf(err, errlen, "export name '%s' is used twice", d->export_name);
-				return -EINVAL;
-			}
-			if (!strcmp(cfg->dimms[j].image, d->image)) {
-				snprintf(err, errlen, "image %s is used by two ioDimms", d->image);
+				snprintf(err, errlen, "export name '%s' is used by [dimm %s] and [dimm %s]",
+					 d->export_name, cfg->dimms[j].name, d->name);
 				return -EINVAL;
 			}
 		}
 	}
-	return 0;
+	return check_images(cfg, err, errlen);
 }
 
 void config_free(struct server_cfg *cfg)

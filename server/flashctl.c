@@ -5,6 +5,7 @@
  *   flashctl format IMAGE --preset P [--sector-size 512|4096]
  *                         [--capacity BYTES|PCT%] [--op PCT]
  *   flashctl info IMAGE [--json]
+ *   flashctl recover IMAGE [--rebuild-superblock [--sector-size N] [--capacity BYTES]]
  *   flashctl simulate --preset P [--op PCT] [--sector-size N]
  *                     [--workload uniform|hotcold:H/C] [--passes K]
  *                     [--reads N] [--ram] [--timing] [--seed S] [--json]
@@ -24,6 +25,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "common/parse.h"
 #include "ftl/ftl.h"
 
 static const char *prog = "flashctl";
@@ -38,6 +40,11 @@ static void usage(FILE *out)
 		"      --op is the over-provisioning as a share of raw NAND (20 = stock, 36 = high perf)\n"
 		"  %s info IMAGE [--json]\n"
 		"      geometry, format and statistics of an image that is not in use\n"
+		"  %s recover IMAGE [--json]\n"
+		"      scan an image whose FTL does not open: superblock, checkpoints, log\n"
+		"  %s recover IMAGE --rebuild-superblock [--sector-size 512|4096] [--capacity BYTES]\n"
+		"      write a new superblock for the log and newest intact checkpoint found;\n"
+		"      sector size and capacity are needed only if no checkpoint records them\n"
 		"  %s simulate --preset P [--op PCT] [--sector-size N] [--workload uniform|hotcold:80/20]\n"
 		"           [--passes K] [--reads N] [--ram] [--timing] [--seed S] [--json]\n"
 		"      format a fresh device, fill it, overwrite it K times with random 4 KiB writes,\n"
@@ -45,7 +52,7 @@ static void usage(FILE *out)
 		"  %s status [--control SOCKET] [--json]\n"
 		"      state and live statistics of every ioDimm a running flashd serves\n"
 		"  %s presets\n",
-		prog, prog, prog, prog, prog);
+		prog, prog, prog, prog, prog, prog, prog);
 }
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -60,30 +67,46 @@ static void die(const char *fmt, ...)
 	exit(1);
 }
 
-static uint64_t parse_size(const char *s, bool *pct, double *pctval)
+/* --capacity: BYTES (K/M/G/T) or PCT% of the stock capacity (0 < PCT <= 100). */
+static uint64_t opt_capacity(const char *s, bool *pct, double *pctval)
 {
-	char *end;
-	double v = strtod(s, &end);
-	if (end == s || v < 0)
-		die("bad size '%s'", s);
-	if (*end == '%' && !end[1]) {
-		*pct = true;
-		*pctval = v;
+	uint64_t v;
+	*pct = strchr(s, '%') != NULL;
+	if (*pct) {
+		if (parse_percent(s, 0, 100, pctval) || *pctval <= 0)
+			die("bad --capacity '%s': a share of the stock capacity is more than 0%% and at "
+			    "most 100%%", s);
 		return 0;
 	}
-	*pct = false;
-	uint64_t mult = 1;
-	switch (*end) {
-	case 0: break;
-	case 'k': case 'K': mult = 1ull << 10; break;
-	case 'm': case 'M': mult = 1ull << 20; break;
-	case 'g': case 'G': mult = 1ull << 30; break;
-	case 't': case 'T': mult = 1ull << 40; break;
-	default: die("bad size '%s' (use a number with K, M, G, T or %%)", s);
-	}
-	if (*end && end[1] && strcmp(end + 1, "iB") != 0 && strcmp(end + 1, "B") != 0)
-		die("bad size '%s'", s);
-	return (uint64_t)(v * (double)mult);
+	if (parse_byte_size(s, 1, UINT64_MAX, &v))
+		die("bad --capacity '%s': bytes with an optional K, M, G or T, or PCT%%", s);
+	if (v < (1u << 20))
+		die("--capacity %s is below 1 MiB%s", s, v <= 100 ? " (did you mean a percentage?)" : "");
+	return v;
+}
+
+static uint32_t opt_sector_size(const char *s)
+{
+	uint64_t v;
+	if (parse_byte_size(s, 512, 4096, &v) || (v != 512 && v != 4096))
+		die("bad --sector-size '%s': 512 or 4096", s);
+	return (uint32_t)v;
+}
+
+static double opt_double(const char *name, const char *s, double min, double max)
+{
+	double v;
+	if (parse_double(s, min, max, &v))
+		die("bad %s '%s': a number from %g to %g", name, s, min, max);
+	return v;
+}
+
+static uint64_t opt_uint(const char *name, const char *s, uint64_t min, uint64_t max)
+{
+	uint64_t v;
+	if (parse_uint(s, min, max, &v))
+		die("bad %s '%s': a whole number from %" PRIu64 " to %" PRIu64, name, s, min, max);
+	return v;
 }
 
 static double now_s(void)
@@ -93,10 +116,15 @@ static double now_s(void)
 
 /* ---- format / info -------------------------------------------------------- */
 
+static void sim_notice(void *arg, const char *msg)
+{
+	fprintf(stderr, "%s: warning: %s\n", prog, msg);
+}
+
 static struct nand_dev *open_image(const char *path, const char *preset, bool create, bool ro)
 {
 	struct nand_sim_config cfg = { .preset = preset, .path = path, .create = create,
-				       .readonly = ro, .sync_on_flush = true };
+				       .readonly = ro, .sync_on_flush = true, .log = sim_notice };
 	struct nand_dev *d;
 	char err[512];
 	int rc = nand_sim_open(&cfg, &d, err, sizeof err);
@@ -124,9 +152,9 @@ static int cmd_format(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "p:b:s:o:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'p': preset = optarg; break;
-		case 'b': sector = (uint32_t)strtoul(optarg, NULL, 10); break;
+		case 'b': sector = opt_sector_size(optarg); break;
 		case 's': cap = optarg; break;
-		case 'o': op = strtod(optarg, NULL); break;
+		case 'o': op = opt_double("--op", optarg, FTL_MIN_OP_PERCENT, FTL_MAX_OP_PERCENT); break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -145,7 +173,7 @@ static int cmd_format(int argc, char **argv)
 	if (cap) {
 		bool pct;
 		double pv;
-		uint64_t bytes = parse_size(cap, &pct, &pv);
+		uint64_t bytes = opt_capacity(cap, &pct, &pv);
 		if (pct) {
 			uint64_t stock = ftl_capacity_for_op(d, FTL_STOCK_OP_PERCENT);
 			bytes = (uint64_t)((double)stock * pv / 100.0);
@@ -185,7 +213,8 @@ static void print_stats_json(FILE *o, const struct ftl_stats *s, const char *ind
 		"%s\"blocks_bad_grown\": %" PRIu64 ",\n%s\"valid_pages\": %" PRIu64 ",\n"
 		"%s\"erase_count_min\": %u,\n%s\"erase_count_avg\": %.2f,\n%s\"erase_count_max\": %u,\n"
 		"%s\"rated_pe_cycles\": %u,\n%s\"read_errors_corrected\": %" PRIu64 ",\n"
-		"%s\"read_errors_uncorrectable\": %" PRIu64 ",\n%s\"program_failures\": %" PRIu64 ",\n"
+		"%s\"read_errors_uncorrectable\": %" PRIu64 ",\n%s\"crc_errors\": %" PRIu64 ",\n"
+		"%s\"program_failures\": %" PRIu64 ",\n"
 		"%s\"erase_failures\": %" PRIu64 ",\n%s\"lost_units\": %" PRIu64 ",\n"
 		"%s\"l2p_bytes\": %" PRIu64 ",\n%s\"ram_bytes\": %" PRIu64 "\n",
 		indent, s->host_read_bytes, indent, s->host_write_bytes, indent, s->host_trim_bytes,
@@ -195,8 +224,8 @@ static void print_stats_json(FILE *o, const struct ftl_stats *s, const char *ind
 		indent, s->blocks_total, indent, s->blocks_free, indent, s->blocks_data, indent,
 		s->blocks_bad, indent, s->blocks_bad_grown, indent, s->valid_pages, indent, s->erase_min,
 		indent, s->erase_avg, indent, s->erase_max, indent, s->rated_pe_cycles, indent,
-		s->read_errors_corrected, indent, s->read_errors_uncorrectable, indent,
-		s->program_failures, indent, s->erase_failures, indent, s->lost_units, indent,
+		s->read_errors_corrected, indent, s->read_errors_uncorrectable, indent, s->crc_errors,
+		indent, s->program_failures, indent, s->erase_failures, indent, s->lost_units, indent,
 		s->l2p_bytes, indent, s->ram_bytes);
 }
 
@@ -231,6 +260,7 @@ static int cmd_info(int argc, char **argv)
 		ftl_get_info(f, &info);
 		ftl_get_stats(f, &st);
 	}
+	const char *unopened = rc == -ENODATA ? "not formatted" : "does not open";
 	if (json) {
 		printf("{\n  \"image\": \"%s\",\n  \"preset\": \"%s\",\n", path, d->preset);
 		printf("  \"geometry\": {\"channels\": %u, \"dies_per_channel\": %u, \"planes_per_die\": %u, "
@@ -239,7 +269,8 @@ static int cmd_info(int argc, char **argv)
 		       g->channels, g->dies_per_channel, g->planes_per_die, g->blocks_per_die,
 		       g->pages_per_block, g->page_size, g->spare_size, nand_raw_bytes(g));
 		if (rc) {
-			printf("  \"formatted\": false,\n  \"error\": \"%s\"\n}\n", err);
+			printf("  \"formatted\": %s,\n  \"error\": \"%s\"\n}\n",
+			       rc == -ENODATA ? "false" : "null", err);
 		} else {
 			printf("  \"formatted\": true,\n  \"format\": {\"sector_size\": %u, \"sectors\": %" PRIu64
 			       ", \"capacity_bytes\": %" PRIu64 ", \"op_percent\": %.2f, \"format_id\": \"%016" PRIx64
@@ -248,6 +279,8 @@ static int cmd_info(int argc, char **argv)
 			       info.sector_size, info.capacity / info.sector_size, info.capacity,
 			       info.op_percent, info.format_id, info.format_time,
 			       info.was_clean ? "true" : "false", info.recovered_pages);
+			printf("  \"checkpoint_damaged\": %s,\n  \"notes\": \"%s\",\n",
+			       info.checkpoint_damaged ? "true" : "false", info.notes);
 			printf("  \"stats\": {\n");
 			print_stats_json(stdout, &st, "    ");
 			printf("  }\n}\n");
@@ -258,7 +291,10 @@ static int cmd_info(int argc, char **argv)
 		       g->channels, g->dies_per_channel, g->blocks_per_die, g->pages_per_block,
 		       g->page_size, g->spare_size, (double)nand_raw_bytes(g) / (1 << 30));
 		if (rc) {
-			printf("  not formatted: %s\n", err);
+			printf("  %s: %s\n", unopened, err);
+			if (rc == -EUCLEAN)
+				printf("  'flashctl recover %s' reports what is on the media and can rebuild "
+				       "the superblock\n", path);
 		} else {
 			char when[64];
 			time_t t = (time_t)info.format_time;
@@ -268,6 +304,12 @@ static int cmd_info(int argc, char **argv)
 			       (double)info.capacity / (1 << 30), info.op_percent, when);
 			printf("  last shutdown: %s%s\n", info.was_clean ? "clean" : "unclean",
 			       info.was_clean ? "" : " (recovered from the log at this open)");
+			if (info.notes[0])
+				printf("  warning: %s\n", info.notes);
+			if (st.crc_errors || st.read_errors_uncorrectable || st.lost_units)
+				printf("  errors: %" PRIu64 " uncorrectable reads (%" PRIu64 " failed their data CRC), "
+				       "%" PRIu64 " units lost\n",
+				       st.read_errors_uncorrectable, st.crc_errors, st.lost_units);
 			printf("  written: host %.2f GiB, NAND %.2f GiB (write amplification %.2f); read: host %.2f GiB\n",
 			       (double)st.host_pages_written * 4096 / (1 << 30),
 			       (double)st.nand_pages_programmed * g->page_size / (1 << 30),
@@ -286,6 +328,141 @@ static int cmd_info(int argc, char **argv)
 		ftl_close(f);
 	nand_close(d);
 	return rc ? 1 : 0;
+}
+
+/* ---- recover ------------------------------------------------------------ */
+
+static void print_scan(const char *path, const struct ftl_scan_report *r, bool json)
+{
+	if (json) {
+		printf("{\n  \"image\": \"%s\",\n  \"blocks\": %u,\n  \"blocks_bad\": %u,\n"
+		       "  \"blocks_blank\": %u,\n  \"blocks_log\": %u,\n  \"blocks_meta\": %u,\n"
+		       "  \"blocks_foreign\": %u,\n  \"blocks_unreadable\": %u,\n",
+		       path, r->blocks, r->blocks_bad, r->blocks_blank, r->blocks_log, r->blocks_meta,
+		       r->blocks_foreign, r->blocks_unreadable);
+		printf("  \"superblock\": {\"valid\": %s, \"pages_valid\": %u, \"pages_damaged\": %u",
+		       r->sb_valid ? "true" : "false", r->sb_pages_valid, r->sb_pages_damaged);
+		if (r->sb_valid)
+			printf(", \"format_id\": \"%016" PRIx64 "\", \"sector_size\": %u, \"units\": %" PRIu64,
+			       r->sb_format_id, r->sb_sector_size, r->sb_units);
+		printf("},\n  \"log\": {\"format_id\": \"%016" PRIx64 "\", \"formats_seen\": %u, "
+		       "\"max_seq\": %" PRIu64 "},\n",
+		       r->format_id, r->formats_seen, r->max_seq);
+		printf("  \"checkpoint\": {\"found\": %s, \"candidates\": %u, \"damaged\": %u",
+		       r->cp_found ? "true" : "false", r->cp_candidates, r->cp_damaged);
+		if (r->cp_found)
+			printf(", \"block\": %u, \"cp_seq\": %" PRIu64 ", \"capacity_bytes\": %" PRIu64
+			       ", \"sector_size\": %u",
+			       r->cp_block, r->cp_seq, r->cp_units * 4096, r->cp_sector_size);
+		printf("}\n}\n");
+		return;
+	}
+	printf("%s: %u blocks: %u log, %u metadata, %u blank, %u bad, %u unreadable, %u not ours\n",
+	       path, r->blocks, r->blocks_log, r->blocks_meta, r->blocks_blank, r->blocks_bad,
+	       r->blocks_unreadable, r->blocks_foreign);
+	if (r->sb_valid)
+		printf("  superblock: valid (format %016" PRIx64 ", %u-byte sectors, %.2f GiB); "
+		       "%u valid and %u damaged pages\n",
+		       r->sb_format_id, r->sb_sector_size, (double)r->sb_units * 4096 / (1 << 30),
+		       r->sb_pages_valid, r->sb_pages_damaged);
+	else
+		printf("  superblock: NONE VALID (%u damaged pages)\n", r->sb_pages_damaged);
+	if (r->format_id)
+		printf("  log: format %016" PRIx64 ", newest sequence at a block start %" PRIu64
+		       "%s\n", r->format_id, r->max_seq,
+		       r->formats_seen > 1 ? " (older formats' blocks also present)" : "");
+	else
+		printf("  log: none\n");
+	if (r->cp_found)
+		printf("  checkpoint: block %u, sequence %" PRIu64 ", %.2f GiB, %s (%u candidates, "
+		       "%u damaged)\n",
+		       r->cp_block, r->cp_seq, (double)r->cp_units * 4096 / (1 << 30),
+		       r->cp_sector_size ? (r->cp_sector_size == 512 ? "512-byte sectors"
+								      : "4096-byte sectors")
+					 : "sector size not recorded",
+		       r->cp_candidates, r->cp_damaged);
+	else
+		printf("  checkpoint: none intact (%u candidates, %u damaged)\n", r->cp_candidates,
+		       r->cp_damaged);
+}
+
+static int cmd_recover(int argc, char **argv)
+{
+	bool json = false, rebuild = false;
+	struct ftl_rebuild_params rp = { 0 };
+	static const struct option opts[] = {
+		{ "rebuild-superblock", no_argument, 0, 'R' },
+		{ "sector-size", required_argument, 0, 'b' },
+		{ "capacity", required_argument, 0, 's' },
+		{ "json", no_argument, 0, 'j' },
+		{ "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
+	};
+	int c;
+	while ((c = getopt_long(argc, argv, "Rb:s:jh", opts, NULL)) != -1) {
+		switch (c) {
+		case 'R': rebuild = true; break;
+		case 'b': rp.sector_size = opt_sector_size(optarg); break;
+		case 's': {
+			bool pct;
+			double pv;
+			rp.capacity_bytes = opt_capacity(optarg, &pct, &pv);
+			if (pct)
+				die("--capacity for a rebuild is the exact byte count the device was "
+				    "formatted with, not a percentage");
+			break;
+		}
+		case 'j': json = true; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind + 1 != argc)
+		die("recover needs exactly one IMAGE");
+	if ((rp.sector_size || rp.capacity_bytes) && !rebuild)
+		die("--sector-size and --capacity go with --rebuild-superblock");
+	const char *path = argv[optind];
+	struct nand_dev *d = open_image(path, NULL, false, !rebuild);
+	struct ftl_scan_report r;
+	char err[512];
+	int rc = ftl_scan(d, &r, err, sizeof err);
+	if (rc) {
+		nand_close(d);
+		die("scanning %s failed: %s", path, err);
+	}
+	print_scan(path, &r, json && !rebuild);
+	if (!rebuild) {
+		if (r.sb_valid)
+			printf("%s", json ? "" : "  nothing to recover: flashd opens it (after a crash it "
+						   "replays the log itself)\n");
+		else if (r.format_id || r.cp_found)
+			printf("%s", json ? "" : "  to rebuild the superblock from what is above: "
+						   "flashctl recover IMAGE --rebuild-superblock\n");
+		nand_close(d);
+		return r.sb_valid ? 0 : 1;
+	}
+	rc = ftl_rebuild_superblock(d, &rp, err, sizeof err);
+	if (rc) {
+		nand_close(d);
+		die("rebuilding the superblock of %s: %s", path, err);
+	}
+	/* prove it: open read-only, as flashd would (replaying the log) */
+	struct ftl_open_params op = { .readonly = true };
+	struct ftl *f;
+	rc = ftl_open(d, &op, &f, err, sizeof err);
+	if (rc) {
+		nand_close(d);
+		die("the rebuilt superblock does not open: %s", err);
+	}
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	printf("%s: superblock rebuilt: format %016" PRIx64 ", %u-byte sectors, %.2f GiB; the log "
+	       "replays (%" PRIu64 " pages)%s%s\n",
+	       path, info.format_id, info.sector_size, (double)info.capacity / (1 << 30),
+	       info.recovered_pages, info.notes[0] ? "; " : "", info.notes);
+	ftl_close(f);
+	nand_close(d);
+	return 0;
 }
 
 /* ---- simulate ----------------------------------------------------------- */
@@ -332,12 +509,12 @@ static int cmd_simulate(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "p:o:b:w:k:r:s:i:mtjh", opts, NULL)) != -1) {
 		switch (c) {
 		case 'p': preset = optarg; break;
-		case 'o': op = strtod(optarg, NULL); break;
-		case 'b': sector = (uint32_t)strtoul(optarg, NULL, 10); break;
+		case 'o': op = opt_double("--op", optarg, FTL_MIN_OP_PERCENT, FTL_MAX_OP_PERCENT); break;
+		case 'b': sector = opt_sector_size(optarg); break;
 		case 'w': workload = optarg; break;
-		case 'k': passes = strtod(optarg, NULL); break;
-		case 'r': reads = strtoull(optarg, NULL, 10); break;
-		case 's': seed = strtoull(optarg, NULL, 10); break;
+		case 'k': passes = opt_double("--passes", optarg, 0, 1000); break;
+		case 'r': reads = opt_uint("--reads", optarg, 0, UINT64_MAX); break;
+		case 's': seed = opt_uint("--seed", optarg, 0, UINT64_MAX); break;
 		case 'i': image = optarg; break;
 		case 'm': ram = true; break;
 		case 't': timing = true; break;
@@ -614,6 +791,8 @@ int main(int argc, char **argv)
 		return cmd_format(argc, argv);
 	if (strcmp(cmd, "info") == 0)
 		return cmd_info(argc, argv);
+	if (strcmp(cmd, "recover") == 0)
+		return cmd_recover(argc, argv);
 	if (strcmp(cmd, "simulate") == 0)
 		return cmd_simulate(argc, argv);
 	if (strcmp(cmd, "presets") == 0)

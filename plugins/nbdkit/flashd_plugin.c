@@ -29,6 +29,7 @@
 #include <unistd.h>
 #include <nbdkit-plugin.h>
 
+#include "common/parse.h"
 #include "ftl/ftl.h"
 
 #define MAX_REQUEST (32u << 20)
@@ -226,9 +227,9 @@ static int flashd_config(const char *key, const char *value)
 	if (!strcmp(key, "capacity")) {
 		size_t n = strlen(value);
 		if (n && value[n - 1] == '%') {
-			capacity_pct = atof(value);
-			if (capacity_pct <= 0) {
-				nbdkit_error("flashd: bad capacity '%s'", value);
+			if (parse_percent(value, 0, 100, &capacity_pct) || capacity_pct <= 0) {
+				nbdkit_error("flashd: bad capacity '%s' (more than 0%% and at most 100%% "
+					     "of the stock capacity)", value);
 				return -1;
 			}
 			return 0;
@@ -242,8 +243,7 @@ static int flashd_config(const char *key, const char *value)
 		return 0;
 	}
 	if (!strcmp(key, "op")) {
-		op_percent = atof(value);
-		if (op_percent < FTL_MIN_OP_PERCENT || op_percent > FTL_MAX_OP_PERCENT) {
+		if (parse_double(value, FTL_MIN_OP_PERCENT, FTL_MAX_OP_PERCENT, &op_percent)) {
 			nbdkit_error("flashd: op must be %.0f to %.0f", FTL_MIN_OP_PERCENT,
 				     FTL_MAX_OP_PERCENT);
 			return -1;
@@ -267,6 +267,12 @@ static int flashd_config_complete(void)
 	return 0;
 }
 
+/* What the simulator repaired at open: worth seeing without -v. */
+static void sim_log_to_nbdkit(void *arg, const char *msg)
+{
+	nbdkit_error("flashd: warning: %s", msg);
+}
+
 static void ftl_log_to_nbdkit(void *arg, const char *msg)
 {
 	nbdkit_debug("flashd ftl: %s", msg);
@@ -284,14 +290,26 @@ static int flashd_get_ready(void)
 	}
 	ftl_set_logger(ftl_log_to_nbdkit, NULL);
 	struct nand_sim_config nc = { .preset = preset, .path = image, .create = !exists,
-				      .timing = timing, .sync_on_flush = sync_on_flush };
+				      .timing = timing, .sync_on_flush = sync_on_flush,
+				      .log = sim_log_to_nbdkit };
 	int rc = nand_sim_open(&nc, &dev, err, sizeof err);
 	if (rc) {
 		nbdkit_error("flashd: %s", err);
 		return -1;
 	}
 	struct ftl_info fi;
-	if (ftl_peek_format(dev, &fi) == -ENODATA) {
+	rc = ftl_probe(dev, &fi, err, sizeof err);
+	if (rc == -EUCLEAN) {
+		nbdkit_error("flashd: %s: %s; not formatting it: 'flashctl recover %s' reports what "
+			     "is there and can rebuild the superblock, 'flashctl format' erases it",
+			     image, err, image);
+		return -1;
+	}
+	if (rc && rc != -ENODATA) {
+		nbdkit_error("flashd: %s: %s", image, err[0] ? err : strerror(-rc));
+		return -1;
+	}
+	if (rc == -ENODATA) {
 		struct ftl_format_params fp = { .sector_size = sector_size, .capacity_bytes = capacity,
 						.op_percent = op_percent };
 		if (capacity_pct > 0)

@@ -555,9 +555,13 @@ static void quiet_log(void *arg, const char *msg)
 		fprintf(stderr, "ftl: %s\n", msg);
 }
 
+#ifndef T_MODEL_DEFAULT_OPS
+#define T_MODEL_DEFAULT_OPS 1000000 /* the sanitizer build runs fewer */
+#endif
+
 int main(int argc, char **argv)
 {
-	uint64_t nops = 1000000, seed = 20261202;
+	uint64_t nops = T_MODEL_DEFAULT_OPS, seed = 20261202;
 	int only = -1;
 	int c;
 	while ((c = getopt(argc, argv, "n:s:c:v")) != -1) {

@@ -1,0 +1,168 @@
+#!/bin/bash
+# timeout: 300
+# Strict configuration (server/config.c, common/parse.c):
+#   1. every bad configuration below makes flashd exit with status 2 within
+#      10 s, before it opens anything (the state directory is as it was: no
+#      image created, grown or formatted, no socket), with an error that
+#      names the key (or section) and the bad value: loose numbers (nan%,
+#      inf%, 0%, 150%, 20abc, 512x, a capacity of 80 bytes, op nan/inf,
+#      "10 connections", sector_size 4096x), bad listen ports (in the file
+#      and with --listen), a repeated [dimm] section or key, and two ioDimms
+#      on the same image file (./x.img and x.img, a symlink, a hard link, a
+#      dangling symlink to the other's future image);
+#   2. a valid configuration with sizes (512M, 4K), percentages (80%, op
+#      30%), indented keys and a [dimm] section without keys starts, exports
+#      what it says, and stops cleanly.
+source "$(dirname "$0")/functions.sh"
+
+# snapshot of a directory: every path with its size (empty if it is missing)
+snapshot() {
+	[ -d "$1" ] || return 0
+	(cd "$1" && find . -printf '%p %s %y\n' | sort)
+}
+
+# expect_bad WHAT NEEDLE... [-- FLASHD_ARGS...] <CONFIG
+#   flashd --config CONFIG must exit 2 within 10 s, leave $T/bad-state as it
+#   found it, and print every NEEDLE (fixed strings).  The caller may prepare
+#   $T/bad-state before (it is recreated empty if PREPARED is not set).
+expect_bad() {
+	local what=$1 needles=() args=() conf=$T/bad.conf state=$T/bad-state rc=0 t0 before after
+	shift
+	while [ $# -gt 0 ] && [ "$1" != -- ]; do
+		needles+=("$1")
+		shift
+	done
+	[ $# -gt 0 ] && shift
+	args=("$@")
+	if [ -z "${PREPARED:-}" ]; then
+		rm -rf "$state"
+		mkdir -p "$state"
+	fi
+	cat >"$conf"
+	before=$(snapshot "$state")
+	t0=$EPOCHREALTIME
+	timeout 10 "$FLASHD" --foreground --config "$conf" --state-dir "$state" --preset test-1g \
+		--timing off "${args[@]}" >"$T/bad.out" 2>&1 || rc=$?
+	after=$(snapshot "$state")
+	echo "$what: exit $rc after $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }') s: $(cat "$T/bad.out")"
+	[ $rc -eq 2 ] || fail "$what: flashd exited with status $rc, want 2"
+	[ "$before" = "$after" ] || fail "$what: the state directory changed:
+before:
+$before
+after:
+$after"
+	local n
+	for n in "${needles[@]}"; do
+		grep -qF -- "$n" "$T/bad.out" || fail "$what: the error does not mention '$n'"
+	done
+}
+
+# ---- 1. bad configurations ---------------------------------------------------------
+dimm_with() {
+	printf '[dimm a]\npreset = test-1g\n%s\n' "$1"
+}
+
+for v in 'nan%' 'inf%' '0%' '150%' '-5%' '20abc' '512x' '1.3K' '1e9' '0x100000' '80' '512 M' '99999999999T'; do
+	dimm_with "capacity = $v" | expect_bad "capacity = $v" "capacity" "'$v'"
+done
+dimm_with "capacity = 80" | expect_bad "capacity = 80 (bytes)" "capacity" "'80'" "did you mean 80%?"
+for v in nan inf -inf 3 95 20x '20 %'; do
+	dimm_with "op = $v" | expect_bad "op = $v" "op" "'$v'"
+done
+for v in 4096x 4095 1024 0 -512; do
+	dimm_with "sector_size = $v" | expect_bad "sector_size = $v" "sector_size" "'$v'"
+done
+for kv in 'max_connections = 10 connections' 'max_connections = 0' 'max_connections = -1' \
+	'max_connections = 99999999999999999999' 'handshake_timeout = 0' 'handshake_timeout = 1.5' \
+	'poll_us = 10001' 'poll_us = nan'; do
+	key=${kv%% =*}
+	val=${kv#*= }
+	printf '[server]\n%s\n[dimm a]\n' "$kv" | expect_bad "$kv" "$key" "'$val'"
+done
+for v in 127.0.0.1:99999 127.0.0.1:87546 127.0.0.1:port 127.0.0.1:10809x 127.0.0.1:0 \
+	127.0.0.1 '[::1]' '::1:10809' '[127.0.0.1]:10809' '300.0.0.1:10809' 'a host:10809' ':10809'; do
+	printf '[server]\nlisten = %s\n[dimm a]\n' "$v" | expect_bad "listen = $v" "listen" "'$v'"
+done
+# on the command line, with and without a file
+for v in 127.0.0.1:99999 127.0.0.1:87546; do
+	printf '[dimm a]\n' | expect_bad "--listen $v" "listen" "'$v'" -- --listen "$v"
+done
+rc=0
+timeout 10 "$FLASHD" --foreground --state-dir "$T/cli-state" --listen 127.0.0.1:99999 >"$T/bad.out" 2>&1 || rc=$?
+[ $rc -eq 2 ] || fail "--listen 127.0.0.1:99999 without a file: exit $rc, want 2"
+grep -qF "'127.0.0.1:99999'" "$T/bad.out" || fail "--listen 127.0.0.1:99999: no error naming it: $(cat "$T/bad.out")"
+[ ! -e "$T/cli-state" ] || fail "--listen 127.0.0.1:99999: the state directory was created"
+ok "loose numbers and bad listen addresses are refused before anything is opened"
+
+printf '[dimm a]\npreset = test-1g\n[dimm b]\n[dimm a]\nop = 20\n' |
+	expect_bad "duplicate [dimm a]" "[dimm a]" ":4:" "line 1"
+printf '[dimm a]\ncapacity = 80%%\n\n[dimm a]\n' | expect_bad "duplicate empty [dimm a]" "[dimm a]" ":4:"
+printf '[server]\npoll_us = 10\n[server]\n[dimm a]\n' | expect_bad "duplicate [server]" "[server]" ":3:"
+printf '[card c]\n[card c]\n[dimm a]\n' | expect_bad "duplicate [card c]" "[card c]" ":2:"
+printf '[dimm a]\ncapacity = 80%%\ncapacity = 1G\n' | expect_bad "repeated key" "capacity" "'1G'" "line 2"
+printf '[dimm a]\ncapacity = 80%%\nop = 20\n' | expect_bad "capacity and op" "op" "'20'" "not both"
+printf '[dimm]\n' | expect_bad "[dimm] without a name" "[dimm]"
+printf '[dimm ../a]\n' | expect_bad "[dimm ../a]" "[dimm ../a]"
+ok "repeated sections and keys are refused"
+
+printf '[dimm a]\nimage = ./x.img\n[dimm b]\nimage = x.img\n' |
+	expect_bad "./x.img and x.img" "x.img of [dimm a]" "x.img of [dimm b]" "same file"
+printf '[dimm a]\n[dimm b]\nimage = sub/../a.img\n' |
+	expect_bad "a.img and sub/../a.img" "[dimm a]" "[dimm b]" "same file"
+# the image exists, the other is a symlink to it; a hard link; a dangling
+# symlink to the other's image that does not exist yet
+rm -rf "$T/bad-state"
+mkdir -p "$T/bad-state/sub"
+: >"$T/bad-state/x.img"
+ln -s x.img "$T/bad-state/link.img"
+ln -s ../x.img "$T/bad-state/sub/link.img"
+ln "$T/bad-state/x.img" "$T/bad-state/hard.img"
+ln -s later.img "$T/bad-state/dangling.img"
+ln -s "$T/bad-state" "$T/state-link"
+export PREPARED=1
+printf '[dimm a]\nimage = x.img\n[dimm b]\nimage = link.img\n' |
+	expect_bad "symlink" "x.img of [dimm a]" "link.img of [dimm b]" "same file"
+printf '[dimm a]\nimage = sub/link.img\n[dimm b]\nimage = %s/x.img\n' "$T/state-link" |
+	expect_bad "symlink in a directory, absolute path through a symlinked directory" \
+		"sub/link.img of [dimm a]" "state-link/x.img of [dimm b]" "same file"
+printf '[dimm a]\nimage = hard.img\n[dimm b]\nimage = x.img\n' |
+	expect_bad "hard link" "hard.img of [dimm a]" "x.img of [dimm b]" "same file"
+printf '[dimm a]\nimage = later.img\n[dimm b]\nimage = dangling.img\n' |
+	expect_bad "dangling symlink" "later.img of [dimm a]" "dangling.img of [dimm b]" "same file"
+unset PREPARED
+ok "two ioDimms on one image file are refused, however it is named"
+
+# ---- 2. a valid configuration -----------------------------------------------------
+FLASHD_PORT=$(free_port)
+cat >"$T/good.conf" <<EOF
+[server]
+listen = 127.0.0.1:$FLASHD_PORT
+max_connections = 64
+handshake_timeout = 10
+poll_us = 0
+
+[dimm a]
+preset = test-1g
+	capacity = 512M   ; indented, with a comment
+	sector_size = 4K
+[dimm b]
+capacity = 80%
+[dimm c]
+op = 30%
+[dimm d]
+EOF
+start_flashd --config "$T/good.conf" --preset test-1g --timing off
+flashd_status | $PYTHON -c '
+import json, sys
+d = {x["name"]: x for x in json.load(sys.stdin)["dimms"]}
+assert sorted(d) == ["a", "b", "c", "d"], sorted(d)
+f = {n: x["format"] for n, x in d.items()}
+assert f["a"]["capacity_bytes"] == 512 << 20 and f["a"]["sector_size"] == 4096, f["a"]
+assert abs(f["b"]["op_percent"] - 36) < 0.1 and f["b"]["sector_size"] == 512, f["b"]
+assert abs(f["c"]["op_percent"] - 30) < 0.1, f["c"]
+assert abs(f["d"]["op_percent"] - 20) < 0.1, f["d"]
+' || fail "the exports are not formatted as configured"
+[ "$(nbdinfo --size "nbd://127.0.0.1:$FLASHD_PORT/a")" = $((512 << 20)) ] || fail "export a is not 512 MiB"
+stop_flashd
+check_flashd_log
+ok "a valid configuration (512M, 4K, 80%, op 30%, an empty [dimm d]) starts and stops"

@@ -1,0 +1,362 @@
+/*
+ * t_ftl_integrity - the FTL never returns wrong data and never reformats
+ * silently, whatever the media or the disk under it does:
+ *   crc         bytes flipped in stored pages (bit rot ECC did not see):
+ *               host reads, read-modify-write and GC answer EIO, count it,
+ *               never return the flipped bytes; other units are intact
+ *   io_error    the image's filesystem is full: the FTL stops with ENOSPC,
+ *               retires nothing, answers at once, closes; a reopen serves
+ *               everything flushed
+ *   superblock  a damaged superblock with data behind it is -EUCLEAN (a
+ *               blank device -ENODATA), and scan + rebuild restore access
+ *               to every flushed write, with and without a checkpoint
+ *   checkpoint  a damaged checkpoint is reported (info) and the map is
+ *               rebuilt from the log; a fresh checkpoint follows
+ * Each runs on memory media, untimed and with the timing model (completions
+ * later), where it matters.
+ */
+#include <signal.h>
+#include <unistd.h>
+
+#include "ftl/ftl_int.h"
+#include "tests/unit/t.h"
+
+static void fill(uint8_t *b, uint64_t unit, uint32_t ver)
+{
+	for (int i = 0; i < 4096; i += 8) {
+		uint64_t v = (unit << 32 | ver) * 0x9E3779B97F4A7C15ull + (uint64_t)i;
+		memcpy(b + i, &v, 8);
+	}
+}
+
+static struct nand_dev *dev_new(const char *preset, bool timed)
+{
+	struct nand_sim_config cfg = { .preset = preset, .timing = timed, .virtual_time = timed };
+	struct nand_dev *d;
+	char err[256];
+	CHECK_RC(nand_sim_open(&cfg, &d, err, sizeof err));
+	return d;
+}
+
+static void format(struct nand_dev *d, uint32_t sector)
+{
+	char err[256];
+	struct ftl_format_params fp = { .sector_size = sector };
+	if (ftl_format(d, &fp, err, sizeof err)) {
+		fprintf(stderr, "format: %s\n", err);
+		exit(1);
+	}
+}
+
+static struct ftl *open_ok(struct nand_dev *d)
+{
+	struct ftl *f;
+	char err[256];
+	if (ftl_open(d, NULL, &f, err, sizeof err)) {
+		fprintf(stderr, "ftl_open: %s\n", err);
+		exit(1);
+	}
+	return f;
+}
+
+static void write_unit(struct ftl *f, uint64_t u, uint32_t ver)
+{
+	uint8_t b[4096];
+	fill(b, u, ver);
+	CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
+}
+
+static void check_unit(struct ftl *f, uint64_t u, uint32_t ver)
+{
+	uint8_t b[4096], e[4096];
+	int rc = ftl_read_sync(f, b, u * 4096, 4096);
+	if (rc) {
+		fprintf(stderr, "unit %" PRIu64 ": read failed %d\n", u, rc);
+		exit(1);
+	}
+	if (ver)
+		fill(e, u, ver);
+	else
+		memset(e, 0, sizeof e);
+	if (memcmp(b, e, sizeof b)) {
+		fprintf(stderr, "unit %" PRIu64 ": wrong data (expected version %u)\n", u, ver);
+		exit(1);
+	}
+}
+
+/* ---- crc ------------------------------------------------------------------ */
+
+static void t_crc(bool timed)
+{
+	struct nand_dev *d = dev_new("test-64m", timed);
+	format(d, 512);
+	struct ftl *f = open_ok(d);
+	uint64_t units = f->units, seed = 9;
+	uint32_t *ver = calloc(units, sizeof *ver);
+	for (uint64_t u = 0; u < 200; u++)
+		write_unit(f, u, ver[u] = 1);
+	CHECK_RC(ftl_flush_sync(f));
+	uint32_t ppa7 = f->l2p[7], ppa9 = f->l2p[9];
+	CHECK(l2p_is_ppa(ppa7) && l2p_is_ppa(ppa9));
+	CHECK_RC(nand_sim_flip_bytes(d, ppa7, 1000, 2));
+	CHECK_RC(nand_sim_flip_bytes(d, ppa9, 4095, 1));
+
+	uint8_t b[4096];
+	memset(b, 0xEE, sizeof b);
+	CHECK_EQ(ftl_read_sync(f, b, 7 * 4096, 4096), -EIO);
+	CHECK_EQ(f->st.crc_errors, 1);
+	/* a read that covers the bad unit and good ones fails as a whole */
+	static uint8_t big[8 * 4096];
+	CHECK_EQ(ftl_read_sync(f, big, 4 * 4096, sizeof big), -EIO);
+	/* partial reads of the unit (bounce path) fail too */
+	CHECK_EQ(ftl_read_sync(f, b, 9 * 4096 + 512, 1024), -EIO);
+	check_unit(f, 6, 1);
+	check_unit(f, 8, 1);
+	/* read-modify-write of a unit whose old content fails its CRC: EIO,
+	 * and nothing is written over it */
+	uint64_t written = f->st.host_pages_written;
+	memset(b, 0x11, 512);
+	CHECK_EQ(ftl_write_sync(f, b, 7 * 4096 + 512, 512, 0), -EIO);
+	CHECK_EQ(f->st.host_pages_written, written);
+	CHECK_EQ(ftl_read_sync(f, b, 7 * 4096, 4096), -EIO);
+	/* a whole-unit write replaces it: the unit is good again */
+	write_unit(f, 7, ver[7] = 2);
+	check_unit(f, 7, 2);
+
+	/* GC meets unit 9's page (its neighbours are rewritten, so its block
+	 * empties and becomes a victim): the unit is recorded lost, never
+	 * relocated as if it were good */
+	for (uint64_t u = 0; u < units; u++)
+		if (u != 9)
+			write_unit(f, u, ++ver[u]);
+	for (uint64_t i = 0; f->st.lost_units == 0; i++) {
+		CHECK(i < 20 * units);
+		uint64_t u = t_rand(&seed) % units;
+		if (u != 9)
+			write_unit(f, u, ++ver[u]);
+	}
+	CHECK_EQ(ftl_read_sync(f, b, 9 * 4096, 4096), -EIO);
+	CHECK(f->st.crc_errors >= 3);
+	/* lost survives a reopen (it was recorded), the rest is intact */
+	CHECK_RC(ftl_close(f));
+	f = open_ok(d);
+	CHECK_EQ(ftl_read_sync(f, b, 9 * 4096, 4096), -EIO);
+	for (uint64_t u = 0; u < units; u++)
+		if (u != 9)
+			check_unit(f, u, ver[u]);
+	CHECK_RC(ftl_close(f));
+	nand_close(d);
+	free(ver);
+	printf("ok: crc (%s): flipped bytes read as EIO, counted, lost by GC, never returned\n",
+	       timed ? "timed" : "untimed");
+}
+
+/* ---- io_error --------------------------------------------------------------- */
+
+static void t_io_error(bool timed)
+{
+	struct nand_dev *d = dev_new("test-64m", timed);
+	format(d, 4096);
+	struct ftl *f = open_ok(d);
+	uint64_t units = f->units, seed = 3;
+	uint32_t *ver = calloc(units, sizeof *ver), *durable = calloc(units, sizeof *durable);
+	for (uint64_t u = 0; u < units; u++)
+		write_unit(f, u, ver[u] = 1);
+	CHECK_RC(ftl_flush_sync(f));
+	memcpy(durable, ver, units * sizeof *ver);
+	struct nand_sim_faults ft = { .io_error_after = 300 };
+	nand_sim_set_faults(d, &ft);
+	int rc = 0;
+	uint64_t i;
+	for (i = 0; i < 100000 && !rc; i++) {
+		uint64_t u = t_rand(&seed) % units;
+		uint8_t b[4096];
+		fill(b, u, ver[u] + 1);
+		rc = ftl_write_sync(f, b, u * 4096, 4096, 0);
+		if (!rc)
+			ver[u]++;
+	}
+	CHECK_EQ(rc, -ENOSPC);
+	struct ftl_info info;
+	struct ftl_stats st;
+	ftl_get_info(f, &info);
+	ftl_get_stats(f, &st);
+	CHECK_EQ(info.state, FTL_STATE_FAILED);
+	CHECK_EQ(info.error, -ENOSPC);
+	CHECK_EQ(st.blocks_bad_grown, 0);
+	CHECK_EQ(st.program_failures, 0);
+	CHECK_EQ(ftl_flush_sync(f), -ENOSPC);
+	uint8_t b[4096];
+	CHECK_EQ(ftl_read_sync(f, b, 0, 4096), -ENOSPC);
+	CHECK_EQ(ftl_close(f), -ENOSPC);
+	/* space freed: a restart serves everything flushed */
+	struct nand_sim_faults off = { 0 };
+	nand_sim_set_faults(d, &off);
+	f = open_ok(d);
+	for (uint64_t u = 0; u < units; u++) {
+		uint8_t e[4096];
+		CHECK_RC(ftl_read_sync(f, b, u * 4096, 4096));
+		bool ok = false;
+		for (uint32_t v = durable[u]; v <= ver[u] && !ok; v++) {
+			fill(e, u, v);
+			ok = memcmp(b, e, sizeof b) == 0;
+		}
+		CHECK(ok);
+	}
+	ftl_get_stats(f, &st);
+	CHECK_EQ(st.blocks_bad_grown, 0);
+	write_unit(f, 0, ver[0] + 1);
+	CHECK_RC(ftl_flush_sync(f));
+	CHECK_RC(ftl_close(f));
+	nand_close(d);
+	free(ver);
+	free(durable);
+	printf("ok: io_error (%s): ENOSPC of the image stops the FTL, nothing retired, flushed data "
+	       "intact\n", timed ? "timed" : "untimed");
+}
+
+/* ---- superblock --------------------------------------------------------------- */
+
+/* Make every programmed page of both superblock blocks invalid. */
+static void damage_superblocks(struct nand_dev *d)
+{
+	uint32_t blocks[2] = { 0, d->geo.blocks_per_die };
+	uint32_t ppb = d->geo.pages_per_block;
+	int damaged = 0;
+	for (int i = 0; i < 2; i++)
+		for (uint32_t p = 0; p < ppb; p++)
+			if (nand_sim_flip_bytes(d, (uint64_t)blocks[i] * ppb + p, 0, 8) == 0)
+				damaged++;
+	CHECK(damaged > 0);
+}
+
+static void t_superblock(bool with_checkpoint)
+{
+	char err[512];
+	struct nand_dev *d = dev_new("test-64m", false);
+	struct ftl_info info;
+	/* a blank device is blank */
+	CHECK_EQ(ftl_probe(d, &info, err, sizeof err), -ENODATA);
+	struct ftl *f = NULL;
+	CHECK_EQ(ftl_open(d, NULL, &f, err, sizeof err), -ENODATA);
+
+	format(d, 512);
+	f = open_ok(d);
+	uint64_t units = f->units, format_id = f->format_id;
+	for (uint64_t u = 0; u < 300; u++)
+		write_unit(f, u, 1);
+	if (with_checkpoint) {
+		CHECK_RC(ftl_close(f)); /* clean: a checkpoint */
+		f = open_ok(d);
+	}
+	for (uint64_t u = 100; u < 200; u++)
+		write_unit(f, u, 2);
+	CHECK_RC(ftl_trim_sync(f, 250 * 4096, 10 * 4096, 0));
+	CHECK_RC(ftl_flush_sync(f));
+	ftl_abandon(f); /* crash */
+
+	damage_superblocks(d);
+	CHECK_EQ(ftl_probe(d, &info, err, sizeof err), -EUCLEAN);
+	CHECK(strstr(err, "not blank"));
+	CHECK_EQ(ftl_open(d, NULL, &f, err, sizeof err), -EUCLEAN);
+
+	struct ftl_scan_report r;
+	CHECK_RC(ftl_scan(d, &r, err, sizeof err));
+	CHECK(!r.sb_valid);
+	CHECK(r.sb_pages_damaged > 0);
+	CHECK_EQ(r.format_id, format_id);
+	CHECK_EQ(r.cp_found, with_checkpoint);
+	if (with_checkpoint) {
+		CHECK_EQ(r.cp_units, units);
+		CHECK_EQ(r.cp_sector_size, 512);
+		CHECK_RC(ftl_rebuild_superblock(d, NULL, err, sizeof err));
+	} else {
+		/* nothing records the format: the caller must say it */
+		CHECK_EQ(ftl_rebuild_superblock(d, NULL, err, sizeof err), -EINVAL);
+		CHECK(strstr(err, "capacity") && strstr(err, "sector size"));
+		struct ftl_rebuild_params wrong = { .sector_size = 512, .capacity_bytes = 0 };
+		CHECK_EQ(ftl_rebuild_superblock(d, &wrong, err, sizeof err), -EINVAL);
+		struct ftl_rebuild_params p = { .sector_size = 512, .capacity_bytes = units * 4096 };
+		CHECK_RC(ftl_rebuild_superblock(d, &p, err, sizeof err));
+	}
+	/* a valid superblock is never rebuilt */
+	CHECK_EQ(ftl_rebuild_superblock(d, NULL, err, sizeof err), -EEXIST);
+	f = open_ok(d);
+	ftl_get_info(f, &info);
+	CHECK_EQ(info.format_id, format_id);
+	CHECK_EQ(info.sector_size, 512);
+	CHECK_EQ(info.units, units);
+	for (uint64_t u = 0; u < 300; u++)
+		check_unit(f, u, u >= 250 && u < 260 ? 0 : (u >= 100 && u < 200) ? 2 : 1);
+	CHECK_RC(ftl_close(f));
+	nand_close(d);
+	printf("ok: superblock (%s checkpoint): damaged is -EUCLEAN, never blank; rebuilt, all "
+	       "flushed data back\n", with_checkpoint ? "with" : "without");
+}
+
+/* ---- checkpoint ----------------------------------------------------------------- */
+
+static void t_checkpoint(void)
+{
+	struct nand_dev *d = dev_new("test-64m", false);
+	format(d, 4096);
+	struct ftl *f = open_ok(d);
+	for (uint64_t u = 0; u < 500; u++)
+		write_unit(f, u, 1);
+	CHECK_RC(ftl_close(f)); /* checkpoint */
+	f = open_ok(d);
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	CHECK(!info.checkpoint_damaged);
+	uint32_t l2p_block = f->cp.cur_blocks[0];
+	for (uint64_t u = 0; u < 50; u++)
+		write_unit(f, u, 2);
+	CHECK_RC(ftl_flush_sync(f));
+	ftl_abandon(f);
+	CHECK_RC(nand_sim_flip_bytes(d, (uint64_t)l2p_block * d->geo.pages_per_block, 8, 4));
+	f = open_ok(d);
+	ftl_get_info(f, &info);
+	CHECK(info.checkpoint_damaged);
+	CHECK(strstr(info.notes, "damaged"));
+	for (uint64_t u = 0; u < 500; u++)
+		check_unit(f, u, u < 50 ? 2 : 1);
+	/* a new checkpoint was taken: the next open is clean of it */
+	CHECK_RC(ftl_close(f));
+	f = open_ok(d);
+	ftl_get_info(f, &info);
+	CHECK(!info.checkpoint_damaged);
+	CHECK_EQ(info.notes[0], 0);
+	CHECK_RC(ftl_close(f));
+	nand_close(d);
+	printf("ok: checkpoint: damage reported, map rebuilt from the log, a new one written\n");
+}
+
+static void on_alarm(int sig)
+{
+	static const char msg[] = "t_ftl_integrity: timed out (a hang)\n";
+	ssize_t n = write(2, msg, sizeof msg - 1);
+	(void)n;
+	_exit(1);
+}
+
+static void quiet(void *arg, const char *msg)
+{
+	if (getenv("T_VERBOSE"))
+		fprintf(stderr, "ftl: %s\n", msg);
+}
+
+int main(void)
+{
+	signal(SIGALRM, on_alarm);
+	alarm(300);
+	ftl_set_logger(quiet, NULL);
+	t_crc(false);
+	t_crc(true);
+	t_io_error(false);
+	t_io_error(true);
+	t_superblock(true);
+	t_superblock(false);
+	t_checkpoint();
+	printf("ok\n");
+	return 0;
+}
