@@ -3,7 +3,8 @@
  * default: a simulated ioDrive Duo, two ioDimms exported as dimm0 and dimm1.
  *
  *   [server]   listen (repeatable), unix, control, state_dir, pidfile,
- *              max_connections, handshake_timeout, poll_us, timing, log, verbose
+ *              max_connections, handshake_timeout, shutdown_timeout, poll_us,
+ *              timing, log, verbose
  *   [card NAME]  model, timing (default for its ioDimms)
  *   [dimm NAME]  card, preset, image, export, description, readonly,
  *              sector_size, capacity (BYTES or PCT% of stock), op, timing, sync
@@ -421,6 +422,11 @@ static int handler(void *user, const char *section, const char *key, const char 
 				BAD("%s", why);
 			if (cfg->poll_us < 0)
 				cfg->poll_us = (int)u;
+		} else if (!strcmp(key, "shutdown_timeout")) {
+			if (get_uint(value, 1, 3600, "seconds", &u, why, sizeof why))
+				BAD("%s", why);
+			if (!cfg->shutdown_timeout) /* the command line wins */
+				cfg->shutdown_timeout = (int)u;
 		} else if (!strcmp(key, "timing")) {
 			if (parse_bool(value, &b))
 				BAD("timing must be on or off");
@@ -563,12 +569,19 @@ int config_load(struct server_cfg *cfg, const char *path, char *err, size_t errl
 	else if (!x.err[0] && rc < 0)
 		snprintf(x.err, sizeof x.err, "%s: out of memory", path);
 	if (!x.err[0]) {
-		/* card defaults flow into their ioDimms */
-		for (int i = 0; i < cfg->ndimms; i++) {
+		/* card defaults flow into their ioDimms; a card named must exist */
+		for (int i = 0; i < cfg->ndimms && !x.err[0]; i++) {
 			struct dimm_cfg *d = &cfg->dimms[i];
+			bool found = !d->card;
 			for (int c = 0; c < x.ncards; c++)
-				if (d->card && !strcmp(d->card, x.cards[c].name) && d->timing < 0)
-					d->timing = x.cards[c].timing;
+				if (d->card && !strcmp(d->card, x.cards[c].name)) {
+					found = true;
+					if (d->timing < 0)
+						d->timing = x.cards[c].timing;
+				}
+			if (!found)
+				snprintf(x.err, sizeof x.err, "%s: [dimm %s] card = '%s': there is no [card %s] section",
+					 path, d->name, d->card, d->card);
 		}
 	}
 	for (int c = 0; c < x.ncards; c++)

@@ -16,8 +16,17 @@
  *          straight into the request's buffer.
  * Memory: request structs and buffers up to BUF_KEEP bytes are recycled
  * (no allocation per request in steady state); at most MAX_INFLIGHT requests
- * and MAX_INFLIGHT_BYTES of buffers per connection, beyond which the
- * connection stops reading until replies drain.
+ * and MAX_INFLIGHT_BYTES of buffers per connection, beyond which no new
+ * request header is parsed until replies drain (below half of either).  The
+ * limits gate new requests only: a WRITE payload already announced keeps
+ * being received (its buffer exists) or discarded, so one request past the
+ * limit can be in flight (peak MAX_INFLIGHT_BYTES + MAX_PAYLOAD) and a client
+ * that reads its replies never deadlocks, whatever the mix of requests up to
+ * MAX_PAYLOAD.
+ * Every request whose header was parsed is answered (or dropped with its
+ * connection); a connection is freed once it is closing and nothing of it
+ * is in flight, queued or on d->dirty (conn_maybe_free), and that is the
+ * only place that gives back its slot (d->nconns, server nconns).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -101,6 +110,7 @@ struct conn {
 	bool dirty;                /* on d->dirty */
 	bool closing;              /* DISC, shutdown or a protocol error: no more reads */
 	bool dead;                 /* socket unusable: drop replies */
+	bool reset;                /* close with a TCP reset (replies were dropped) */
 	const char *why;
 	uint64_t nrequests;
 	struct conn *next, *prev, *dirty_next;
@@ -540,6 +550,12 @@ static void req_dispatch(struct conn *c, struct req *r, uint8_t *data)
 	}
 }
 
+/* Too much in flight to parse another request header. */
+static bool over_limits(const struct conn *c)
+{
+	return c->inflight >= MAX_INFLIGHT || c->inflight_bytes >= MAX_INFLIGHT_BYTES;
+}
+
 static void stop_reading(struct conn *c)
 {
 	if (c->reading) {
@@ -560,13 +576,12 @@ static void proto_error(struct conn *c, const char *why)
 
 /*
  * Parse what the input buffer holds.  Returns false when no more requests
- * should be parsed now (closing, or too much in flight).
+ * should be parsed now (closing, or too much in flight); a payload being
+ * discarded is consumed first, whatever is in flight.
  */
 static bool parse_input(struct conn *c)
 {
 	while (!c->closing) {
-		if (c->inflight >= MAX_INFLIGHT || c->inflight_bytes >= MAX_INFLIGHT_BYTES)
-			return false;
 		size_t avail = c->in_len - c->in_pos;
 		if (c->discard_left) {
 			size_t n = avail < c->discard_left ? avail : (size_t)c->discard_left;
@@ -579,6 +594,8 @@ static bool parse_input(struct conn *c)
 			req_dispatch(c, r, NULL);
 			continue;
 		}
+		if (over_limits(c))
+			return false;
 		if (avail < NBD_REQUEST_SIZE)
 			return true;
 		const uint8_t *p = c->in + c->in_pos;
@@ -619,9 +636,14 @@ static bool parse_input(struct conn *c)
 			req_dispatch(c, r, NULL);
 			continue;
 		}
-		/* WRITE: the payload follows, whatever the verdict */
+		/* WRITE: the payload follows, whatever the verdict; the error
+		 * reply goes out once it is consumed (at once if empty) */
 		if (r->error) {
 			c->in_pos += NBD_REQUEST_SIZE;
+			if (!length) {
+				req_dispatch(c, r, NULL);
+				continue;
+			}
 			c->discard_left = length;
 			c->discard_req = r;
 			continue;
@@ -728,8 +750,11 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
 		break;
 	}
 	/* keep parse position stable for writes that still point into c->in:
-	 * none do (waiting writes were given copies in req_dispatch) */
-	if (!c->closing && (c->inflight >= MAX_INFLIGHT || c->inflight_bytes >= MAX_INFLIGHT_BYTES))
+	 * none do (waiting writes were given copies in req_dispatch).
+	 * Pause only between requests: a payload being received or discarded
+	 * is read on, or its sender (blocked on it) could never read the
+	 * replies that would let us resume. */
+	if (!c->closing && !c->cur && !c->discard_left && over_limits(c))
 		stop_reading(c);
 	dimm_kick(d);
 }
@@ -797,7 +822,7 @@ static void conn_flush(struct conn *c)
 	}
 	event_del(c->wev);
 	/* room again: resume reading */
-	if (!c->closing && !c->reading && !c->cur && c->inflight < MAX_INFLIGHT / 2 &&
+	if (!c->closing && !c->reading && c->inflight < MAX_INFLIGHT / 2 &&
 	    c->inflight_bytes < MAX_INFLIGHT_BYTES / 2) {
 		event_add(c->rev, NULL);
 		c->reading = true;
@@ -838,6 +863,12 @@ static void conn_maybe_free(struct conn *c)
 		c->next->prev = c->prev;
 	event_free(c->rev);
 	event_free(c->wev);
+	if (c->reset) {
+		/* RST, not FIN: a FIN queued behind replies the client does not
+		 * read never reaches it, and the kernel would keep the socket */
+		struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+		setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+	}
 	close(c->fd);
 	while (c->free_reqs) {
 		struct req *r = c->free_reqs;
@@ -860,12 +891,22 @@ static void conn_maybe_free(struct conn *c)
 void conn_adopt(struct dimm *d, struct handoff *h)
 {
 	struct conn *c = calloc(1, sizeof *c);
-	if (c)
+	if (c) {
 		c->in = malloc(INBUF_SIZE);
-	if (!c || !c->in) {
+		c->rev = event_new(d->base, h->fd, EV_READ | EV_PERSIST, read_cb, c);
+		c->wev = event_new(d->base, h->fd, EV_WRITE, write_cb, c);
+	}
+	if (!c || !c->in || !c->rev || !c->wev) {
 		log_err("%s: out of memory", h->peer);
 		close(h->fd);
-		free(c);
+		if (c) {
+			if (c->rev)
+				event_free(c->rev);
+			if (c->wev)
+				event_free(c->wev);
+			free(c->in);
+			free(c);
+		}
 		free(h->leftover);
 		free(h);
 		pthread_mutex_lock(&d->lock);
@@ -880,15 +921,15 @@ void conn_adopt(struct dimm *d, struct handoff *h)
 	c->meta_allocation = h->meta_allocation;
 	c->tflags = h->tflags;
 	snprintf(c->peer, sizeof c->peer, "%s", h->peer);
-	if (h->nleftover) {
-		size_t n = h->nleftover < INBUF_SIZE ? h->nleftover : INBUF_SIZE;
-		memcpy(c->in, h->leftover, n);
-		c->in_len = n;
+	/* the handshake reads in small steps and stops at GO, so this is far
+	 * below INBUF_SIZE; were it not, cutting requests off would desync */
+	size_t nleft = h->nleftover;
+	if (nleft && nleft <= INBUF_SIZE) {
+		memcpy(c->in, h->leftover, nleft);
+		c->in_len = nleft;
 	}
 	free(h->leftover);
 	free(h);
-	c->rev = event_new(d->base, c->fd, EV_READ | EV_PERSIST, read_cb, c);
-	c->wev = event_new(d->base, c->fd, EV_WRITE, write_cb, c);
 	c->next = d->conns;
 	if (c->next)
 		c->next->prev = c;
@@ -900,8 +941,12 @@ void conn_adopt(struct dimm *d, struct handoff *h)
 	pthread_mutex_lock(&d->lock);
 	bool stop = d->stop;
 	pthread_mutex_unlock(&d->lock);
-	if (stop)
+	if (nleft > INBUF_SIZE) {
+		log_err("%s: %zu bytes read past the handshake, more than the input buffer", c->peer, nleft);
+		conn_close_now(c, "handshake leftover too large");
+	} else if (stop) {
 		conn_close_now(c, "server shutting down");
+	}
 }
 
 /* Shutdown: read nothing more; answer what is in flight, then close. */
@@ -917,7 +962,30 @@ void conn_stop_all(struct dimm *d)
 	}
 }
 
-bool conn_all_idle(struct dimm *d)
+/*
+ * The shutdown deadline passed: close every connection still open now,
+ * dropping the replies it has not taken (a client that stopped reading must
+ * not keep flashd from exiting), with a reset.  Requests still inside the
+ * FTL complete unanswered; their connections go once they have.  Returns
+ * how many connections it closed.
+ */
+int conn_abort_all(struct dimm *d)
 {
-	return d->conns == NULL;
+	int n = 0;
+	for (struct conn *c = d->conns; c; c = c->next) {
+		if (c->dead)
+			continue; /* already closed: waits for the FTL only */
+		n++;
+		size_t unsent = 0;
+		for (struct req *r = c->sendq; r; r = r->next)
+			unsent += r->reply_bytes;
+		unsent -= c->head_sent;
+		log_warn("%s: force-closed at the shutdown deadline: %u request(s) unanswered, "
+			 "%zu reply bytes unsent", c->peer, c->inflight, unsent);
+		c->why = "force-closed at the shutdown deadline";
+		c->reset = true;
+		conn_close_now(c, c->why);
+		conn_mark_dirty(c); /* conn_flush drops the queued replies */
+	}
+	return n;
 }

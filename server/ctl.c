@@ -67,6 +67,7 @@ static void json_stats(struct evbuffer *b, const struct ftl_stats *s)
 	D("write_amplification", s->write_amplification);
 	U("read_errors_corrected", s->read_errors_corrected);
 	U("read_errors_uncorrectable", s->read_errors_uncorrectable);
+	U("crc_errors", s->crc_errors);
 	U("program_failures", s->program_failures);
 	U("erase_failures", s->erase_failures);
 	U("lost_units", s->lost_units);
@@ -126,6 +127,9 @@ static void status_json(struct server *srv, struct evbuffer *b)
 		if (d->open_error) {
 			evbuffer_add_printf(b, ", \"error\": ");
 			json_str(b, d->open_errmsg);
+		} else if (st.attached && st.info.error) {
+			evbuffer_add_printf(b, ", \"error\": ");
+			json_str(b, strerror(-st.info.error));
 		}
 		evbuffer_add_printf(b, ", \"attached\": %s, \"readonly\": %s, \"timing\": %s, "
 				       "\"connections\": %u, \"total_connections\": %llu",
@@ -148,6 +152,9 @@ static void status_json(struct server *srv, struct evbuffer *b)
 					    fi->was_clean ? "true" : "false",
 					    (unsigned long long)fi->recovered_pages,
 					    (double)fi->open_ns / 1e9);
+			evbuffer_add_printf(b, ", \"checkpoint_damaged\": %s, \"notes\": ",
+					    fi->checkpoint_damaged ? "true" : "false");
+			json_str(b, fi->notes);
 			evbuffer_add_printf(b, ", \"stats\": ");
 			json_stats(b, &st.stats);
 		}
@@ -190,9 +197,12 @@ static void status_text(struct server *srv, struct evbuffer *b)
 		const struct ftl_stats *s = &st.stats;
 		char cap[32], w[32], r[32], pw[32];
 		gib(cap, sizeof cap, (double)fi->capacity);
-		evbuffer_add_printf(b, "    State: %s, %s%s, %u connection(s)\n", st.state,
+		evbuffer_add_printf(b, "    State: %s%s%s, %s%s, %u connection(s)\n", st.state,
+				    fi->error ? ": " : "", fi->error ? strerror(-fi->error) : "",
 				    st.readonly ? "read-only" : "attached",
 				    st.timing ? ", NAND timing model on" : "", st.connections);
+		if (fi->notes[0])
+			evbuffer_add_printf(b, "    Warning: %s\n", fi->notes);
 		evbuffer_add_printf(b, "    Format: %llu sectors of %u bytes (%s), %.1f%% over-provisioning\n",
 				    (unsigned long long)(fi->capacity / fi->sector_size), fi->sector_size,
 				    cap, fi->op_percent);
@@ -214,9 +224,11 @@ static void status_text(struct server *srv, struct evbuffer *b)
 				    (unsigned long long)s->blocks_total, (unsigned long long)s->blocks_free,
 				    (unsigned long long)s->blocks_data, (unsigned long long)s->blocks_bad,
 				    (unsigned long long)s->blocks_bad_grown);
-		evbuffer_add_printf(b, "    Media errors: %llu corrected, %llu uncorrectable, %llu program and %llu erase failures\n",
+		evbuffer_add_printf(b, "    Media errors: %llu corrected, %llu uncorrectable (%llu failed the data CRC), %llu units lost, %llu program and %llu erase failures\n",
 				    (unsigned long long)s->read_errors_corrected,
 				    (unsigned long long)s->read_errors_uncorrectable,
+				    (unsigned long long)s->crc_errors,
+				    (unsigned long long)s->lost_units,
 				    (unsigned long long)s->program_failures,
 				    (unsigned long long)s->erase_failures);
 		evbuffer_add_printf(b, "    RAM usage: %.1f MiB (map %.1f MiB)\n",
@@ -281,9 +293,19 @@ int ctl_start(struct server *srv, char *err, size_t errlen)
 	}
 	chmod(path, 0660);
 	srv->ctl = evhttp_new(srv->base);
-	if (!srv->ctl || evhttp_accept_socket(srv->ctl, fd) < 0) {
+	struct evhttp_bound_socket *bs = srv->ctl ? evhttp_accept_socket_with_handle(srv->ctl, fd) : NULL;
+	if (!bs) {
 		snprintf(err, errlen, "control socket: evhttp failed");
 		close(fd);
+		return -ENOMEM;
+	}
+	/* out of descriptors, evhttp's listener would retry accept at once,
+	 * forever: give it the NBD listeners' back-off */
+	char name[300];
+	snprintf(name, sizeof name, "control socket %s", path);
+	srv->ctl_listener = listener_watch(srv, evhttp_bound_socket_get_listener(bs), name, false);
+	if (!srv->ctl_listener) {
+		snprintf(err, errlen, "control socket: out of memory");
 		return -ENOMEM;
 	}
 	evhttp_set_cb(srv->ctl, "/v1/status", status_cb, srv);
@@ -294,6 +316,10 @@ int ctl_start(struct server *srv, char *err, size_t errlen)
 
 void ctl_stop(struct server *srv)
 {
+	if (srv->ctl_listener) {
+		listener_close(srv->ctl_listener);
+		srv->ctl_listener = NULL;
+	}
 	if (srv->ctl) {
 		evhttp_free(srv->ctl);
 		srv->ctl = NULL;

@@ -7,7 +7,9 @@
  * by the main thread, drive the FTL, and arm a timer for the medium's next
  * completion when its timing model is on.  Stop: stop reading requests,
  * finish and answer those in flight, close the connections, close the FTL
- * (checkpoint), close the image.
+ * (checkpoint), close the image.  A client that stops taking its replies
+ * cannot hold the stop up: shutdown_timeout seconds after it began, the
+ * connections still open are force-closed (replies dropped).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -83,6 +85,16 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
 	dimm_kick(arg);
 }
 
+static void deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct dimm *d = arg;
+	int n = conn_abort_all(d);
+	if (n)
+		log_warn("%s: shutdown deadline (%d s) passed with %d connection(s) open: closed them, "
+			 "unsent replies dropped", d->cfg->name, d->srv->cfg.shutdown_timeout, n);
+	dimm_kick(d);
+}
+
 static void wake_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct dimm *d = arg;
@@ -95,6 +107,11 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg)
 		struct handoff *next = in->next;
 		conn_adopt(d, in);
 		in = next;
+	}
+	if (stop && !d->stopping) {
+		d->stopping = true;
+		struct timeval tv = { d->srv->cfg.shutdown_timeout, 0 };
+		evtimer_add(d->deadline_ev, &tv);
 	}
 	if (stop)
 		conn_stop_all(d);
@@ -131,7 +148,18 @@ static void dimm_loop(struct dimm *d)
 	}
 }
 
-/* Open the image (creating and formatting it the first time) and the FTL. */
+/* What the simulator noticed and repaired while opening the image. */
+static void sim_notice(void *arg, const char *msg)
+{
+	struct dimm *d = arg;
+	log_warn("%s: %s", d->cfg->name, msg);
+}
+
+/*
+ * Open the image (creating it the first time) and the FTL.  Only a blank
+ * image is formatted: one that holds anything without a valid superblock is
+ * refused with the way out (flashctl recover), never reformatted.
+ */
 static int dimm_open_media(struct dimm *d, char *err, size_t errlen)
 {
 	struct dimm_cfg *c = d->cfg;
@@ -139,12 +167,24 @@ static int dimm_open_media(struct dimm *d, char *err, size_t errlen)
 	bool exists = stat(c->image, &st) == 0;
 	struct nand_sim_config nc = { .preset = c->preset, .path = c->image, .create = !exists,
 				      .readonly = c->readonly && exists, .timing = c->timing,
-				      .sync_on_flush = c->sync };
+				      .sync_on_flush = c->sync, .log = sim_notice, .log_arg = d };
 	int rc = nand_sim_open(&nc, &d->dev, err, errlen);
 	if (rc)
 		return rc;
 	struct ftl_info fi;
-	if (ftl_peek_format(d->dev, &fi) == -ENODATA) {
+	char why[384];
+	rc = ftl_probe(d->dev, &fi, why, sizeof why);
+	if (rc == -EUCLEAN) {
+		snprintf(err, errlen, "%s: %s; not formatting it: 'flashctl recover %s' reports what is "
+				      "there and can rebuild the superblock ('flashctl format' erases it)",
+			 c->image, why, c->image);
+		return rc;
+	}
+	if (rc && rc != -ENODATA) {
+		snprintf(err, errlen, "%s: %s", c->image, why[0] ? why : strerror(-rc));
+		return rc;
+	}
+	if (rc == -ENODATA) {
 		if (c->readonly) {
 			snprintf(err, errlen, "%s is not formatted and the ioDimm is read-only", c->image);
 			return -EINVAL;
@@ -187,7 +227,8 @@ static void *dimm_main(void *arg)
 	if (!rc) {
 		d->wake_ev = event_new(d->base, -1, EV_PERSIST | EV_READ, wake_cb, d);
 		d->timer_ev = evtimer_new(d->base, timer_cb, d);
-		if (!d->wake_ev || !d->timer_ev)
+		d->deadline_ev = evtimer_new(d->base, deadline_cb, d);
+		if (!d->wake_ev || !d->timer_ev || !d->deadline_ev)
 			rc = -ENOMEM;
 		else
 			event_add(d->wake_ev, NULL);
@@ -267,11 +308,13 @@ void dimm_join(struct dimm *d)
 		event_free(d->wake_ev);
 	if (d->timer_ev)
 		event_free(d->timer_ev);
+	if (d->deadline_ev)
+		event_free(d->deadline_ev);
 	if (d->base)
 		event_base_free(d->base);
 	if (d->dev)
 		nand_close(d->dev);
-	d->wake_ev = d->timer_ev = NULL;
+	d->wake_ev = d->timer_ev = d->deadline_ev = NULL;
 	d->base = NULL;
 }
 

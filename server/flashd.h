@@ -14,6 +14,13 @@
  * already read past the handshake.
  * Lock order: server.lock (connection counts) before dimm.lock (hand-off
  * queue, stats snapshot); neither is held while calling into the FTL.
+ * Connection slots: server.nconns counts every accepted socket until it is
+ * closed (handshake or transmission), dimm.nconns those handed to that
+ * ioDimm; each close path gives back exactly the slots it holds.
+ * Shutdown: SIGTERM stops accepting and drops handshakes; each ioDimm stops
+ * reading, answers what is in flight and closes its connections, or after
+ * shutdown_timeout seconds force-closes what is left (replies dropped);
+ * then it closes its FTL with a checkpoint.
  */
 #ifndef FLASHD_SERVER_H
 #define FLASHD_SERVER_H
@@ -73,6 +80,7 @@ struct server_cfg {
 	int verbose;
 	int max_connections;
 	int handshake_timeout;   /* seconds */
+	int shutdown_timeout;    /* seconds after SIGTERM before connections are force-closed; 0: default */
 	int poll_us;             /* ioDimm threads poll this long after activity; -1: default */
 	int timing;              /* default timing model for every ioDimm */
 	char *default_preset;
@@ -91,6 +99,8 @@ uint64_t parse_bytes(const char *s, bool *ok);
 
 struct conn;
 struct server;
+struct listener;
+struct evconnlistener;
 
 /* What the handshake negotiated, handed to the ioDimm thread. */
 struct handoff {
@@ -128,6 +138,8 @@ struct dimm {
 	struct event_base *base;
 	struct event *wake_ev;      /* hand-offs, status requests, stop */
 	struct event *timer_ev;     /* next FTL deadline (timed media) */
+	struct event *deadline_ev;  /* shutdown: force-close what is still open */
+	bool stopping;              /* stop seen by the thread, deadline armed */
 	struct conn *conns;         /* connections in transmission */
 	struct conn *dirty;         /* connections with replies to send */
 	uint64_t activity;          /* bumped per receive: ends or extends a spin */
@@ -164,9 +176,9 @@ struct server {
 	struct event_base *base;
 	struct dimm *dimms;
 	int ndimms;
-	struct evconnlistener **listeners;
-	int nlisteners;
+	struct listener *listeners; /* every listening socket, control socket included */
 	struct evhttp *ctl;
+	struct listener *ctl_listener;  /* the control socket's accept back-off */
 	struct event *sig_term, *sig_int, *sig_hup;
 	bool shutting_down;
 	time_t started;
@@ -177,6 +189,11 @@ struct server {
 
 struct dimm *server_find_export(struct server *srv, const char *name, size_t len);
 void server_conn_closed(struct server *srv);
+/* Back off and retry when accept fails (out of descriptors or memory)
+ * instead of spinning; owned: closing the watch frees the listener too. */
+struct listener *listener_watch(struct server *srv, struct evconnlistener *evl, const char *name,
+				bool owned);
+void listener_close(struct listener *l);
 
 /* handshake.c */
 void handshake_start(struct server *srv, int fd, const char *peer);
@@ -186,7 +203,7 @@ void handshake_shutdown_all(struct server *srv);
 void conn_adopt(struct dimm *d, struct handoff *h);
 void conn_flush_dirty(struct dimm *d);
 void conn_stop_all(struct dimm *d);
-bool conn_all_idle(struct dimm *d);
+int conn_abort_all(struct dimm *d);
 
 /* ctl.c (main thread) */
 int ctl_start(struct server *srv, char *err, size_t errlen);

@@ -10,7 +10,8 @@
  * directory, ioDimms (each opens its image and FTL on its own thread),
  * listeners, control socket, pidfile, READY.  Shutdown on SIGTERM/SIGINT:
  * stop accepting, drop connections still negotiating, let every ioDimm
- * answer what is in flight and close its FTL with a checkpoint.
+ * answer what is in flight (for at most shutdown_timeout seconds, then the
+ * connections left are force-closed) and close its FTL with a checkpoint.
  */
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -24,7 +25,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -35,6 +38,7 @@
 #include <event2/listener.h>
 #include <event2/thread.h>
 
+#include "common/parse.h"
 #include "server/flashd.h"
 
 static struct server srv;
@@ -56,6 +60,9 @@ static void usage(FILE *out)
 		"      --timing on|off     NAND timing model of the simulated media (default on)\n"
 		"      --poll-us N         after a request, poll N us before sleeping (default 50;\n"
 		"                          0: always sleep; saves a wake-up per request at low depth)\n"
+		"      --shutdown-timeout N\n"
+		"                          on SIGTERM, close the connections still open after\n"
+		"                          N s, dropping their replies (default 10)\n"
 		"  -f, --foreground        do not fork; log to stderr\n"
 		"  -P, --pidfile FILE      write the pid there\n"
 		"      --syslog            log to syslog\n"
@@ -134,7 +141,103 @@ static int mkdir_p(const char *path)
 
 /* ---- listeners ---------------------------------------------------------- */
 
-static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
+/*
+ * Accept back-off.  When accept fails (out of descriptors: EMFILE, ENFILE;
+ * out of memory: ENOBUFS, ENOMEM; or anything else) the listening socket
+ * stays readable, so retrying at once would spin: the listener is disabled
+ * and its timer enables it again after BACKOFF_FIRST_MS, doubling up to
+ * BACKOFF_MAX_MS while accept keeps failing.  Clients meanwhile wait in the
+ * kernel's backlog.  An episode ends once accepting has gone BACKOFF_MAX_MS
+ * without a failure (the same timer checks): one warning when it begins
+ * (and a reminder every BACKOFF_REMIND_S), one line when it ends, nothing
+ * per attempt.
+ */
+#define BACKOFF_FIRST_MS 50
+#define BACKOFF_MAX_MS 1000
+#define BACKOFF_REMIND_S 60
+
+struct listener {
+	struct server *srv;
+	struct evconnlistener *evl;
+	struct event *retry;        /* re-enables evl, then ends the episode */
+	bool owned;                 /* listener_close frees evl too */
+	char name[128];
+	unsigned backoff_ms;        /* 0: accepting normally */
+	bool probing;               /* enabled again, no failure since */
+	unsigned long retries;      /* failed attempts in this episode */
+	uint64_t since_ns, last_log_ns;
+	struct listener *next;
+};
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct listener *l = arg;
+	if (l->probing) {
+		/* BACKOFF_MAX_MS accepting without a failure: over */
+		log_info("%s: accepting again after %.1f s (%lu retries)", l->name,
+			 (double)(mono_ns() - l->since_ns) / 1e9, l->retries);
+		l->backoff_ms = 0;
+		l->probing = false;
+		return;
+	}
+	l->probing = true;
+	evconnlistener_enable(l->evl);
+	struct timeval tv = { BACKOFF_MAX_MS / 1000, BACKOFF_MAX_MS % 1000 * 1000 };
+	evtimer_add(l->retry, &tv);
+}
+
+static void accept_error_cb(struct evconnlistener *evl, void *arg)
+{
+	int e = EVUTIL_SOCKET_ERROR();
+	struct listener *l = srv.listeners;
+	while (l && l->evl != evl)
+		l = l->next;
+	if (!l) {
+		log_err("accept: %s", evutil_socket_error_to_string(e));
+		return;
+	}
+	uint64_t now = mono_ns();
+	if (!l->backoff_ms) {
+		char extra[160] = "";
+		if (e == EMFILE || e == ENFILE) {
+			struct rlimit rl;
+			getrlimit(RLIMIT_NOFILE, &rl);
+			pthread_mutex_lock(&srv.lock);
+			int n = srv.nconns;
+			pthread_mutex_unlock(&srv.lock);
+			snprintf(extra, sizeof extra, " (%d connections open, descriptor limit %llu)", n,
+				 (unsigned long long)rl.rlim_cur);
+		}
+		log_warn("%s: accept failed: %s%s; pausing accepts, retrying every %d ms to %d ms "
+			 "while it lasts", l->name, evutil_socket_error_to_string(e), extra,
+			 BACKOFF_FIRST_MS, BACKOFF_MAX_MS);
+		l->backoff_ms = BACKOFF_FIRST_MS;
+		l->retries = 0;
+		l->since_ns = l->last_log_ns = now;
+	} else {
+		l->retries++;
+		l->backoff_ms = l->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : l->backoff_ms * 2;
+		if (now - l->last_log_ns >= BACKOFF_REMIND_S * 1000000000ull) {
+			log_warn("%s: accept still failing after %.0f s (%lu retries): %s", l->name,
+				 (double)(now - l->since_ns) / 1e9, l->retries,
+				 evutil_socket_error_to_string(e));
+			l->last_log_ns = now;
+		}
+	}
+	l->probing = false;
+	evconnlistener_disable(evl);
+	struct timeval tv = { 0, (suseconds_t)l->backoff_ms * 1000 };
+	evtimer_add(l->retry, &tv);
+}
+
+static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct sockaddr *sa, int salen,
 		      void *arg)
 {
 	char peer[96] = "unix";
@@ -156,12 +259,14 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
 		int one = 1;
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 	}
+	/* a slot is taken only for a connection that goes on to the handshake */
 	pthread_mutex_lock(&srv.lock);
 	bool full = srv.nconns >= srv.cfg.max_connections;
-	if (!full)
+	bool refuse = full || srv.shutting_down;
+	if (!refuse)
 		srv.nconns++;
 	pthread_mutex_unlock(&srv.lock);
-	if (full || srv.shutting_down) {
+	if (refuse) {
 		log_warn("%s: refused: %s", peer,
 			 full ? "connection limit reached (max_connections)" : "shutting down");
 		close(fd);
@@ -170,29 +275,46 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
 	handshake_start(&srv, fd, peer);
 }
 
-static void accept_error_cb(struct evconnlistener *l, void *arg)
+struct listener *listener_watch(struct server *s, struct evconnlistener *evl, const char *name,
+				bool owned)
 {
-	int e = EVUTIL_SOCKET_ERROR();
-	log_err("accept: %s", evutil_socket_error_to_string(e));
-	if (e == EMFILE || e == ENFILE) {
-		/* out of descriptors: pause accepting for a moment */
-		evconnlistener_disable(l);
-		struct timeval tv = { 0, 200000 };
-		event_base_once(srv.base, -1, EV_TIMEOUT,
-				(event_callback_fn)(void (*)(void))evconnlistener_enable, l, &tv);
+	struct listener *l = calloc(1, sizeof *l);
+	if (l)
+		l->retry = evtimer_new(s->base, retry_cb, l);
+	if (!l || !l->retry) {
+		free(l);
+		return NULL;
 	}
+	l->srv = s;
+	l->evl = evl;
+	l->owned = owned;
+	snprintf(l->name, sizeof l->name, "%s", name);
+	evconnlistener_set_error_cb(evl, accept_error_cb);
+	l->next = s->listeners;
+	s->listeners = l;
+	return l;
 }
 
-static int add_listener(struct evconnlistener *l)
+void listener_close(struct listener *l)
 {
-	if (!l)
+	struct listener **pp = &l->srv->listeners;
+	while (*pp != l)
+		pp = &(*pp)->next;
+	*pp = l->next;
+	event_free(l->retry);
+	if (l->owned)
+		evconnlistener_free(l->evl);
+	free(l);
+}
+
+static int add_listener(struct evconnlistener *evl, const char *name)
+{
+	if (!evl)
 		return -1;
-	evconnlistener_set_error_cb(l, accept_error_cb);
-	struct evconnlistener **a = realloc(srv.listeners, (size_t)(srv.nlisteners + 1) * sizeof *a);
-	if (!a)
+	if (!listener_watch(&srv, evl, name, true)) {
+		evconnlistener_free(evl);
 		return -1;
-	srv.listeners = a;
-	srv.listeners[srv.nlisteners++] = l;
+	}
 	return 0;
 }
 
@@ -232,11 +354,16 @@ static int listen_tcp(const char *spec, char *err, size_t errlen)
 			LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC, 128,
 			ai->ai_addr, (int)ai->ai_addrlen);
 		if (!l) {
-			snprintf(err, errlen, "cannot listen on %s: %s", spec, strerror(errno));
+			int e = errno ? errno : EADDRINUSE;
+			snprintf(err, errlen, "cannot listen on %s: %s", spec, strerror(e));
 			freeaddrinfo(res);
-			return -errno ? -errno : -EADDRINUSE;
+			return -e;
 		}
-		add_listener(l);
+		if (add_listener(l, spec) < 0) {
+			snprintf(err, errlen, "cannot listen on %s: out of memory", spec);
+			freeaddrinfo(res);
+			return -ENOMEM;
+		}
 		made++;
 	}
 	freeaddrinfo(res);
@@ -269,12 +396,61 @@ static int listen_unix(const char *path, char *err, size_t errlen)
 		return -e;
 	}
 	chmod(path, 0660);
-	if (add_listener(evconnlistener_new(srv.base, accept_cb, NULL, LEV_OPT_CLOSE_ON_FREE, -1, fd)) < 0) {
+	struct evconnlistener *l = evconnlistener_new(srv.base, accept_cb, NULL, LEV_OPT_CLOSE_ON_FREE, -1, fd);
+	if (!l)
+		close(fd);
+	if (add_listener(l, path) < 0) {
 		snprintf(err, errlen, "cannot listen on %s", path);
 		return -ENOMEM;
 	}
 	log_info("listening on %s", path);
 	return 0;
+}
+
+/* ---- descriptor limit --------------------------------------------------- */
+
+/* Every connection holds a descriptor: lift the soft limit to the hard one
+ * (flashd uses no select(), so any number is fine). */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			log_warn("cannot raise the descriptor limit to %llu: %s",
+				 (unsigned long long)rl.rlim_max, strerror(errno));
+	}
+}
+
+static int open_fds(void)
+{
+	DIR *dir = opendir("/proc/self/fd");
+	if (!dir)
+		return 64; /* a guess on the safe side */
+	int n = 0;
+	for (struct dirent *e; (e = readdir(dir));)
+		n += e->d_name[0] != '.';
+	closedir(dir);
+	return n - 1; /* the directory's own */
+}
+
+/* Once everything is open: can max_connections be met?  If not, accepting
+ * will fail with EMFILE at some point (and back off: accept_error_cb). */
+static void check_fd_limit(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+		return;
+	/* a descriptor per connection, a few for control clients */
+	uint64_t used = (uint64_t)open_fds(), need = used + (uint64_t)srv.cfg.max_connections + 8;
+	if (rl.rlim_cur >= need)
+		return;
+	log_warn("the descriptor limit (%llu, hard %llu) is below what max_connections = %d needs "
+		 "(about %llu): beyond about %llu connections, new clients wait until others leave; "
+		 "raise the limit (ulimit -n, LimitNOFILE=) or lower max_connections",
+		 (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max,
+		 srv.cfg.max_connections, (unsigned long long)need,
+		 (unsigned long long)(rl.rlim_cur > used ? rl.rlim_cur - used : 0));
 }
 
 /* ---- shutdown ----------------------------------------------------------- */
@@ -284,16 +460,22 @@ static void shutdown_server(void)
 	if (srv.shutting_down)
 		return;
 	srv.shutting_down = true;
-	log_info("shutting down: finishing requests in flight, writing checkpoints");
+	log_info("shutting down: finishing requests in flight (for at most %d s), writing checkpoints",
+		 srv.cfg.shutdown_timeout);
 	sd_notify(0, "STOPPING=1");
-	for (int i = 0; i < srv.nlisteners; i++)
-		evconnlistener_free(srv.listeners[i]);
-	srv.nlisteners = 0;
+	/* the NBD listeners; the control socket's goes with ctl_stop */
+	for (struct listener *l = srv.listeners, *next; l; l = next) {
+		next = l->next;
+		if (l->owned)
+			listener_close(l);
+	}
 	if (srv.cfg.unix_path)
 		unlink(srv.cfg.unix_path);
 	handshake_shutdown_all(&srv);
 	for (int i = 0; i < srv.ndimms; i++)
 		dimm_stop(&srv.dimms[i]);
+	/* bounded: each ioDimm force-closes its connections after
+	 * shutdown_timeout, then closes its FTL (checkpoint) */
 	for (int i = 0; i < srv.ndimms; i++)
 		dimm_join(&srv.dimms[i]);
 	ctl_stop(&srv);
@@ -328,6 +510,7 @@ int main(int argc, char **argv)
 		{ "preset", required_argument, 0, 'p' },
 		{ "timing", required_argument, 0, 'T' },
 		{ "poll-us", required_argument, 0, 'O' },
+		{ "shutdown-timeout", required_argument, 0, 'D' },
 		{ "foreground", no_argument, 0, 'f' },
 		{ "pidfile", required_argument, 0, 'P' },
 		{ "syslog", no_argument, 0, 'S' },
@@ -371,13 +554,23 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'O': {
-			char *end;
-			long v = strtol(optarg, &end, 10);
-			if (*end || v < 0 || v > 10000) {
-				fprintf(stderr, "flashd: --poll-us takes 0 to 10000 (microseconds)\n");
+			uint64_t v;
+			if (parse_uint(optarg, 0, 10000, &v)) {
+				fprintf(stderr, "flashd: --poll-us takes 0 to 10000 (microseconds), not '%s'\n",
+					optarg);
 				return 2;
 			}
 			cli.poll_us = (int)v;
+			break;
+		}
+		case 'D': {
+			uint64_t v;
+			if (parse_uint(optarg, 1, 3600, &v)) {
+				fprintf(stderr, "flashd: --shutdown-timeout takes 1 to 3600 (seconds), not '%s'\n",
+					optarg);
+				return 2;
+			}
+			cli.shutdown_timeout = (int)v;
 			break;
 		}
 		case 'f': cli.foreground = true; break;
@@ -418,6 +611,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "flashd: %s\n", err);
 		return 2;
 	}
+	if (srv.cfg.shutdown_timeout <= 0)
+		srv.cfg.shutdown_timeout = 10;
 	log_init(srv.cfg.use_syslog, srv.cfg.verbose);
 	ftl_set_logger(ftl_logger, NULL);
 
@@ -447,6 +642,7 @@ int main(int argc, char **argv)
 		}
 	}
 	signal(SIGPIPE, SIG_IGN);
+	raise_fd_limit();
 	evthread_use_pthreads();
 	pthread_mutex_init(&srv.lock, NULL);
 	srv.base = event_base_new();
@@ -521,6 +717,7 @@ int main(int argc, char **argv)
 		if (ftruncate(pidfile_fd, 0) < 0 || pwrite(pidfile_fd, buf, (size_t)n, 0) != n)
 			log_warn("cannot write pidfile %s", srv.cfg.pidfile);
 	}
+	check_fd_limit();
 	log_info("flashd %s ready: %d ioDimm(s), control socket %s", FLASHD_VERSION, up,
 		 srv.cfg.control_path);
 	sd_notifyf(0, "READY=1\nSTATUS=serving %d ioDimm(s)\nMAINPID=%d", up, (int)getpid());
@@ -535,7 +732,6 @@ int main(int argc, char **argv)
 	event_free(srv.sig_int);
 	event_free(srv.sig_hup);
 	event_base_free(srv.base);
-	free(srv.listeners);
 	free(srv.dimms);
 	config_free(&srv.cfg);
 	log_info("stopped");

@@ -102,6 +102,7 @@ printf '[card c]\n[card c]\n[dimm a]\n' | expect_bad "duplicate [card c]" "[card
 printf '[dimm a]\ncapacity = 80%%\ncapacity = 1G\n' | expect_bad "repeated key" "capacity" "'1G'" "line 2"
 printf '[dimm a]\ncapacity = 80%%\nop = 20\n' | expect_bad "capacity and op" "op" "'20'" "not both"
 printf '[dimm]\n' | expect_bad "[dimm] without a name" "[dimm]"
+printf '[card duo0]\n[dimm a]\ncard = duo1\n' | expect_bad "card without a section" "card" "'duo1'" "no [card duo1]"
 printf '[dimm ../a]\n' | expect_bad "[dimm ../a]" "[dimm ../a]"
 ok "repeated sections and keys are refused"
 

@@ -3,7 +3,8 @@
 # flashd's FTL inside nbdkit (build/nbdkit-flashd-plugin.so), driven by the
 # same real clients as flashd itself: nbdinfo, qemu-img, nbdcopy and the
 # libnbd protocol checks; the image lock against a second opener; data kept
-# across a clean stop and across SIGKILL after a flush.
+# across a clean stop and across SIGKILL after a flush; a damaged
+# superblock refused (never formatted) and recovered with flashctl.
 source "$(dirname "$0")/functions.sh"
 
 PLUGIN=$top/build/nbdkit-flashd-plugin.so
@@ -91,4 +92,19 @@ start_nbdkit
 nbd_region_is "$URI" $((100 << 20)) $((8 << 20)) "$T/rnd2.img" || fail "flushed data lost after SIGKILL"
 nbd_region_is "$URI" 0 $((64 << 20)) "$T/rnd.img" || fail "older data lost after SIGKILL"
 ok "flushed data survives SIGKILL of nbdkit"
+stop_nbdkit TERM
+
+# a damaged superblock: the plugin refuses the image, never formats it,
+# and after flashctl recover it serves the data again
+"$PYTHON" "$NBD_CHECKS/image_tool.py" "$IMG" damage-superblocks >/dev/null || fail "damaging the superblocks"
+before=$("$PYTHON" "$NBD_CHECKS/image_tool.py" "$IMG" sha256)
+if nbdkit -U "$T/damaged.sock" "$PLUGIN" image="$IMG" </dev/null >"$T/damaged.log" 2>&1; then
+	fail "nbdkit started on an image with a damaged superblock"
+fi
+grep -q "flashctl recover" "$T/damaged.log" || { cat "$T/damaged.log"; fail "no recovery hint from the plugin"; }
+[ "$("$PYTHON" "$NBD_CHECKS/image_tool.py" "$IMG" sha256)" = "$before" ] || fail "the plugin wrote to the damaged image"
+"$FLASHCTL" recover "$IMG" --rebuild-superblock >/dev/null || fail "flashctl recover --rebuild-superblock"
+start_nbdkit
+nbd_region_is "$URI" 0 $((64 << 20)) "$T/rnd.img" || fail "data after rebuilding the superblock"
+ok "damaged superblock: refused with the recovery path, rebuilt, data back"
 stop_nbdkit TERM

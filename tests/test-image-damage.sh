@@ -1,0 +1,139 @@
+#!/bin/bash
+# timeout: 300
+# Damaged images never come back as a blank disk or as wrong data
+# (tests/nbd/image_tool.py does the damage, on a stopped flashd):
+#   1. every superblock page of dimm0 damaged: flashd refuses dimm0 with an
+#      error naming `flashctl recover` (dimm1 is still served), writes
+#      nothing to the image, and after `flashctl recover --rebuild-superblock`
+#      serves all the data again
+#   1b. two bytes of the block table changed (the write pointer of the
+#      superblock's block): detected, rebuilt from the pages, reported, data
+#      intact, no format
+#   2. bytes flipped in three data pages: reads of those units fail with
+#      EIO, every other unit reads right, crc_errors counts them, the log
+#      says so
+#   8. a checkpoint map page damaged: flashd warns, status shows it, every
+#      write is there
+source "$(dirname "$0")/functions.sh"
+
+TOOL="$PYTHON $NBD_CHECKS/image_tool.py"
+cat >"$T/flashd.conf" <<EOF
+[dimm dimm0]
+preset = test-1g
+sector_size = 4096
+[dimm dimm1]
+preset = test-1g
+EOF
+IMG=$T/state/dimm0.img
+DATA=$T/data
+random_file "$DATA" 24
+
+start_flashd --config "$T/flashd.conf" --timing off
+qemu-img convert -n -f raw -O raw "$DATA" "$FLASHD_URI0" || fail "writing dimm0"
+qemu-img convert -n -f raw -O raw "$DATA" "$FLASHD_URI1" || fail "writing dimm1"
+stop_flashd
+
+status_field() { # status_field DIMM KEY...: a field of flashctl status --json
+	flashd_status | $PYTHON -c '
+import json, sys
+st = json.load(sys.stdin)
+d = next(x for x in st["dimms"] if x["name"] == sys.argv[1])
+for k in sys.argv[2:]:
+    d = d[k]
+print(json.dumps(d))' "$@"
+}
+
+# ---- 1: damaged superblock ---------------------------------------------------
+n=$($TOOL "$IMG" damage-superblocks) || fail "damaging the superblocks"
+ok "damaged $n superblock pages of dimm0"
+before=$($TOOL "$IMG" sha256)
+log_lines=$(wc -l <"$T/flashd.log")
+start_flashd --config "$T/flashd.conf" --timing off
+tail -n +$((log_lines + 1)) "$T/flashd.log" >"$T/start1.log"
+grep -q "dimm0: formatting" "$T/start1.log" && fail "flashd formatted an image that holds data"
+grep -q "flashctl recover" "$T/start1.log" || fail "the refusal does not name flashctl recover:
+$(cat "$T/start1.log")"
+grep -q "not blank" "$T/start1.log" || fail "the refusal does not say the media holds data"
+nbd_region_is "$FLASHD_URI1" 0 $((24 << 20)) "$DATA" || fail "dimm1 is not served"
+nbdinfo "$FLASHD_URI0" >/dev/null 2>&1 && fail "dimm0 is exported although it did not open"
+[ "$(status_field dimm0 state)" = '"failed"' ] || fail "status of dimm0: $(status_field dimm0 state), want failed"
+stop_flashd
+[ "$($TOOL "$IMG" sha256)" = "$before" ] || fail "flashd wrote to the damaged image"
+ok "damaged superblock: refused with the recovery path, image untouched, dimm1 served"
+
+rc=0
+"$FLASHCTL" recover "$IMG" >"$T/recover.out" 2>&1 || rc=$?
+cat "$T/recover.out"
+[ $rc -eq 1 ] || fail "flashctl recover of a damaged image exits $rc, want 1"
+grep -q "NONE VALID" "$T/recover.out" || fail "recover does not report the damaged superblock"
+grep -q -- "--rebuild-superblock" "$T/recover.out" || fail "recover does not name the rebuild"
+"$FLASHCTL" recover "$IMG" --rebuild-superblock || fail "rebuilding the superblock"
+"$FLASHCTL" recover "$IMG" --rebuild-superblock >/dev/null 2>&1 &&
+	fail "a second rebuild over a valid superblock was accepted"
+start_flashd --config "$T/flashd.conf" --timing off
+nbd_region_is "$FLASHD_URI0" 0 $((24 << 20)) "$DATA" || fail "dimm0 data after the rebuild"
+stop_flashd
+ok "superblock rebuilt by flashctl recover: all data back"
+
+# ---- 1b: block table entry changed ----------------------------------------------
+$TOOL "$IMG" set-wp 0 0 || fail "changing the block table"
+log_lines=$(wc -l <"$T/flashd.log")
+start_flashd --config "$T/flashd.conf" --timing off
+tail -n +$((log_lines + 1)) "$T/flashd.log" >"$T/start2.log"
+grep -q "dimm0: formatting" "$T/start2.log" && fail "flashd formatted after a block table change"
+grep -q "block table entry of block 0 fails its checksum" "$T/start2.log" ||
+	fail "the damaged block table entry is not reported:
+$(cat "$T/start2.log")"
+nbd_region_is "$FLASHD_URI0" 0 $((24 << 20)) "$DATA" || fail "dimm0 data after the table damage"
+stop_flashd
+ok "block table damage detected, rebuilt from the pages, reported; data intact"
+
+# ---- 2: flipped data bits ------------------------------------------------------------
+# units 10, 500 and 3000 (4 KiB each) of dimm0
+$TOOL "$IMG" flip-units 10 500 3000 || fail "flipping data pages"
+start_flashd --config "$T/flashd.conf" --timing off
+"$PYTHON" - "$FLASHD_URI0" "$DATA" <<'PY' || fail "reads of flipped units"
+import sys, nbd
+h = nbd.NBD()
+h.connect_uri(sys.argv[1])
+data = open(sys.argv[2], "rb").read()
+bad = {10, 500, 3000}
+for u in range(len(data) // 4096):
+    try:
+        got = h.pread(4096, u * 4096)
+    except nbd.Error as e:
+        if u in bad and e.errno == "EIO":
+            continue
+        sys.exit("unit %d: %s" % (u, e))
+    if u in bad:
+        sys.exit("unit %d: flipped page returned data instead of EIO" % u)
+    if got != data[u * 4096:(u + 1) * 4096]:
+        sys.exit("unit %d: wrong data" % u)
+print("ok: 3 flipped units read as EIO, %d others intact" % (len(data) // 4096 - 3))
+PY
+crc=$(dimm_stat dimm0 crc_errors)
+[ "$crc" -ge 3 ] || fail "crc_errors is $crc after reading 3 flipped units"
+grep -q "fails its data CRC" "$T/flashd.log" || fail "no log line for the CRC failures"
+# rewriting the units heals them
+qemu-img convert -n -f raw -O raw "$DATA" "$FLASHD_URI0" || fail "rewriting dimm0"
+nbd_region_is "$FLASHD_URI0" 0 $((24 << 20)) "$DATA" || fail "dimm0 after rewriting"
+stop_flashd
+ok "flipped data: EIO, counted ($crc), logged, never returned"
+
+# ---- 8: damaged checkpoint --------------------------------------------------------------
+$TOOL "$IMG" damage-checkpoint || fail "damaging the checkpoint"
+log_lines=$(wc -l <"$T/flashd.log")
+start_flashd --config "$T/flashd.conf" --timing off
+tail -n +$((log_lines + 1)) "$T/flashd.log" >"$T/start3.log"
+grep -q "checkpoint at block .* is damaged" "$T/start3.log" || fail "no warning for the damaged checkpoint:
+$(cat "$T/start3.log")"
+grep -q "warning" "$T/start3.log" || fail "the damaged checkpoint is not logged as a warning"
+[ "$(status_field dimm0 checkpoint_damaged)" = true ] || fail "status does not show the damaged checkpoint"
+status_field dimm0 notes | grep -q "damaged" || fail "status notes do not explain the damage"
+nbd_region_is "$FLASHD_URI0" 0 $((24 << 20)) "$DATA" || fail "dimm0 data after the checkpoint damage"
+stop_flashd
+start_flashd --config "$T/flashd.conf" --timing off
+[ "$(status_field dimm0 checkpoint_damaged)" = false ] || fail "a fresh checkpoint was not written"
+stop_flashd
+check_flashd_log "$T/start3.log"
+ok "damaged checkpoint: warned, shown in status, map rebuilt from the log, data intact"
