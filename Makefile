@@ -22,7 +22,9 @@ LIB_SRCS := $(wildcard common/*.c) $(wildcard hw/*.c) $(wildcard ftl/*.c)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 LIB      := $(BUILD)/libflashd.a
 
-SERVER_SRCS := $(filter-out server/flashctl.c,$(wildcard server/*.c))
+FLASHCTL_SRCS := $(wildcard server/flashctl*.c)
+FLASHCTL_OBJS := $(FLASHCTL_SRCS:%.c=$(BUILD)/obj/%.o)
+SERVER_SRCS := $(filter-out $(FLASHCTL_SRCS),$(wildcard server/*.c))
 SERVER_OBJS := $(SERVER_SRCS:%.c=$(BUILD)/obj/%.o)
 
 UNIT_SRCS := $(wildcard tests/unit/t_*.c)
@@ -63,7 +65,7 @@ $(LIB): $(LIB_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/flashctl: $(BUILD)/obj/server/flashctl.o $(LIB)
+$(BUILD)/flashctl: $(FLASHCTL_OBJS) $(LIB)
 	$(CC) $(CPPFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
 $(BUILD)/flashd: $(SERVER_OBJS) $(LIB)

@@ -12,5 +12,9 @@
 uint32_t crc32c(uint32_t crc, const void *buf, size_t len);
 /* The same, a byte at a time (reference for tests). */
 uint32_t crc32c_bytewise(uint32_t crc, const void *buf, size_t len);
+/* Set the last 4 bytes of buf (len >= 4) so that crc32c(0, buf, len) ==
+ * target: CRC32C is linear and the last 4 bytes' step is invertible.  For
+ * media that keep a page's checksum but not its bytes (benchmarks). */
+void crc32c_forge_tail(void *buf, size_t len, uint32_t target);
 
 #endif

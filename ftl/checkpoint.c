@@ -236,6 +236,7 @@ static void cp_submit_page(struct ftl *f, uint32_t p)
 	}
 	spare_build(f, co->spare, FTL_PG_CKPT, p, c->cp_seq, data, true);
 	op->type = NAND_OP_PROGRAM;
+	op->flags = NAND_OPF_META;
 	op->data = data;
 	op->spare = co->spare;
 	op->done = cp_page_done;

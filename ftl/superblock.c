@@ -122,6 +122,7 @@ static void sb_submit_program(struct ftl *f)
 	struct nand_op *op = &f->sb_op;
 	memset(op, 0, sizeof *op);
 	op->type = NAND_OP_PROGRAM;
+	op->flags = NAND_OPF_META;
 	op->block = f->sb_block[f->sb_active];
 	op->page = f->sb_next_page;
 	op->data = f->sb_buf;
@@ -238,7 +239,7 @@ int sb_write_initial(struct ftl *f, bool clean, char *err, size_t errlen)
 	memcpy(page, &sb, sizeof sb);
 	spare_build(f, spare, FTL_PG_SB, 0, f->sb_seq, page, true);
 	struct nand_op op = { .type = NAND_OP_PROGRAM, .block = f->sb_block[0], .page = 0,
-			      .data = page, .spare = spare };
+			      .flags = NAND_OPF_META, .data = page, .spare = spare };
 	enum nand_status st = nand_op_sync(f->dev, &op);
 	free(page);
 	free(spare);

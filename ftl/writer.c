@@ -164,6 +164,7 @@ static void slot_submit(struct ftl *f, struct stream *s, uint32_t idx, uint32_t 
 		spare_build(f, spare, sl->type, sl->lba, sl->seq, data, true);
 	struct nand_op *op = &sl->op;
 	op->type = NAND_OP_PROGRAM;
+	op->flags = sl->type == FTL_PG_TRIM ? NAND_OPF_META : 0;
 	op->block = ppa_block(f, ppa);
 	op->page = ppa_page(f, ppa);
 	op->data = data;

@@ -101,6 +101,7 @@ struct nand_op {
 	uint32_t page;             /* page in block */
 	void *data;                /* page_size bytes */
 	void *spare;               /* spare_size bytes */
+	uint32_t flags;            /* NAND_OPF_* */
 	enum nand_status status;   /* set before done() is called */
 	int err;                   /* NAND_IO_ERROR: negative errno, else 0 */
 	void (*done)(struct nand_op *op);
@@ -110,6 +111,15 @@ struct nand_op {
 	struct nand_op *next;
 	uint64_t due_ns;
 	uint64_t ticket;
+};
+
+/* Program flags. */
+enum nand_op_flags {
+	/* the page holds metadata whose bytes matter beyond their checksum
+	 * (superblock, checkpoint, trim record): backends that keep only
+	 * metadata (the simulator's metadata_only mode) keep these pages whole;
+	 * others ignore the flag */
+	NAND_OPF_META = 1 << 0,
 };
 
 struct nand_dev;
@@ -239,6 +249,17 @@ struct nand_sim_config {
 	bool virtual_time;         /* timing model on a simulated clock that jumps
 				    * ahead when waited on (fast timed tests) */
 	uint64_t seed;             /* for factory bad blocks and random errors */
+	/* RAM only: keep each page's first meta_spare_bytes spare bytes and
+	 * the CRC32C of its data, not the data (the rest of the spare reads
+	 * 0xFF; data reads return zeros whose last 4 bytes make that CRC):
+	 * for timing studies of full-size devices, 56 bytes per page instead
+	 * of 4 KiB.  What is read back is not what was written, except for
+	 * pages programmed with NAND_OPF_META, which are kept whole. */
+	bool metadata_only;
+	uint32_t meta_spare_bytes;
+	/* RAM only: blocks per die instead of the preset's (0: the preset's),
+	 * for scaled-down studies with the preset's dies, pages and timing */
+	uint32_t blocks_per_die;
 	nand_log_fn log;           /* notices (NULL: none) */
 	void *log_arg;
 };
@@ -303,5 +324,8 @@ int nand_sim_fail_die(struct nand_dev *d, uint32_t die);
 void nand_sim_set_timing(struct nand_dev *d, bool on);
 /* Block table entries rebuilt at open because they failed their CRC. */
 uint32_t nand_sim_table_repairs(const struct nand_dev *d);
+/* Timing model: die time spent so far, summed over all dies (ns).  Die
+ * utilisation over an interval = delta / (dies * interval). */
+uint64_t nand_sim_die_busy_ns(const struct nand_dev *d);
 
 #endif

@@ -115,8 +115,15 @@ struct sim {
 	struct sim_header *hdr;       /* mapped header (+ table) or malloc'd */
 	size_t map_len;
 	struct sim_block *blocks;
-	uint8_t *ram;                 /* RAM media: page slots */
+	uint8_t *ram;                 /* RAM media: page slots (metadata only:
+	                               * meta_slot bytes per page: kept spare
+	                               * bytes, then the data CRC32C) */
 	size_t ram_len;
+	bool metadata_only;
+	uint32_t meta_keep, meta_slot;
+	uint8_t ***kept;              /* metadata only: [block][page] data of
+	                               * NAND_OPF_META pages, NULL if none */
+	uint64_t busy_ns;             /* die time of every scheduled op */
 	uint64_t data_off, slot_size;
 	/* timing model: busy-until per die and per channel */
 	uint64_t *die_busy, *chan_busy;
@@ -332,11 +339,28 @@ static enum nand_status media_read(struct sim *s, struct nand_op *op)
 			memset(op->spare, 0xFF, g->spare_size);
 		return NAND_OK;
 	}
-	const uint8_t *src = ram_slot(s, ppa);
-	if (op->data)
-		memcpy(op->data, src, g->page_size);
-	if (op->spare)
-		memcpy(op->spare, src + g->page_size, g->spare_size);
+	if (s->metadata_only) {
+		const uint8_t *m = s->ram + ppa * s->meta_slot;
+		const uint8_t *whole = s->kept[op->block] ? s->kept[op->block][op->page] : NULL;
+		if (op->data && whole) {
+			memcpy(op->data, whole, g->page_size);
+		} else if (op->data) {
+			uint32_t crc;
+			memcpy(&crc, m + s->meta_keep, 4);
+			memset(op->data, 0, g->page_size);
+			crc32c_forge_tail(op->data, g->page_size, crc);
+		}
+		if (op->spare) {
+			memcpy(op->spare, m, s->meta_keep);
+			memset((uint8_t *)op->spare + s->meta_keep, 0xFF, g->spare_size - s->meta_keep);
+		}
+	} else {
+		const uint8_t *src = ram_slot(s, ppa);
+		if (op->data)
+			memcpy(op->data, src, g->page_size);
+		if (op->spare)
+			memcpy(op->spare, src + g->page_size, g->spare_size);
+	}
 	enum nand_status st = NAND_OK;
 	if (s->perr_len)
 		st = page_error_lookup(s, ppa);
@@ -386,12 +410,31 @@ static enum nand_status media_program(struct sim *s, struct nand_op *op, bool in
 			return NAND_IO_ERROR;
 		}
 	}
-	uint8_t *dst = ram_slot(s, ppa);
-	memcpy(dst, op->data, g->page_size);
-	if (op->spare)
-		memcpy(dst + g->page_size, op->spare, g->spare_size);
-	else
-		memset(dst + g->page_size, 0xFF, g->spare_size);
+	if (s->metadata_only) {
+		uint8_t *m = s->ram + ppa * s->meta_slot;
+		uint32_t crc = crc32c(0, op->data, g->page_size);
+		if (op->flags & NAND_OPF_META) {
+			if (!s->kept[op->block])
+				s->kept[op->block] = calloc(g->pages_per_block, sizeof(uint8_t *));
+			uint8_t *copy = s->kept[op->block] ? malloc(g->page_size) : NULL;
+			if (!copy)
+				return NAND_PROGRAM_FAILED; /* out of memory: nothing kept */
+			memcpy(copy, op->data, g->page_size);
+			s->kept[op->block][op->page] = copy;
+		}
+		if (op->spare)
+			memcpy(m, op->spare, s->meta_keep);
+		else
+			memset(m, 0xFF, s->meta_keep);
+		memcpy(m + s->meta_keep, &crc, 4);
+	} else {
+		uint8_t *dst = ram_slot(s, ppa);
+		memcpy(dst, op->data, g->page_size);
+		if (op->spare)
+			memcpy(dst + g->page_size, op->spare, g->spare_size);
+		else
+			memset(dst + g->page_size, 0xFF, g->spare_size);
+	}
 	b.wp = (uint16_t)(op->page + 1);
 	blk_store(s, op->block, b);
 	return NAND_OK;
@@ -430,6 +473,12 @@ static enum nand_status media_erase(struct sim *s, struct nand_op *op, bool inte
 	if (die_failed(s, op->block) || (b.flags & SB_FAIL_ERASE))
 		return NAND_ERASE_FAILED;
 	bool had_pages = b.wp != 0 || (b.flags & SB_ERASE_TORN);
+	if (s->metadata_only && s->kept[op->block]) {
+		for (uint32_t p = 0; p < s->dev.geo.pages_per_block; p++)
+			free(s->kept[op->block][p]);
+		free(s->kept[op->block]);
+		s->kept[op->block] = NULL;
+	}
 	b.wp = 0;
 	b.torn_page = SIM_NO_PAGE;
 	b.flags &= (uint8_t)~SB_ERASE_TORN;
@@ -493,6 +542,7 @@ static uint64_t schedule(struct sim *s, const struct nand_op *op)
 		uint64_t sensed = (now > *dbusy ? now : *dbusy) + s->tm.read_us * 1000ull;
 		uint64_t start = sensed > *cbusy ? sensed : *cbusy;
 		due = start + xfer_ns(s, bytes);
+		s->busy_ns += due - (sensed - s->tm.read_us * 1000ull);
 		*cbusy = due;
 		*dbusy = due;
 		break;
@@ -502,12 +552,14 @@ static uint64_t schedule(struct sim *s, const struct nand_op *op)
 		uint64_t loaded = start + xfer_ns(s, g->page_size + g->spare_size);
 		*cbusy = loaded;
 		due = loaded + s->tm.program_us * 1000ull;
+		s->busy_ns += due - start;
 		*dbusy = due;
 		break;
 	}
 	default: {
 		uint64_t start = now > *dbusy ? now : *dbusy;
 		due = start + s->tm.erase_us * 1000ull;
+		s->busy_ns += due - start;
 		*dbusy = due;
 		break;
 	}
@@ -649,6 +701,16 @@ static void sim_close(struct nand_dev *d)
 	}
 	if (s->ram)
 		munmap(s->ram, s->ram_len);
+	if (s->kept) {
+		for (uint32_t b = 0; b < nand_blocks(&d->geo); b++) {
+			if (!s->kept[b])
+				continue;
+			for (uint32_t p = 0; p < d->geo.pages_per_block; p++)
+				free(s->kept[b][p]);
+			free(s->kept[b]);
+		}
+		free(s->kept);
+	}
 	free(s->die_busy);
 	free(s->chan_busy);
 	free(s->heap);
@@ -860,6 +922,11 @@ int nand_sim_open(const struct nand_sim_config *cfg, struct nand_dev **out, char
 		}
 	}
 
+	if (cfg->metadata_only && cfg->path) {
+		seterr(err, errlen, "metadata-only media live in RAM (no image file)%s%s", "", "");
+		free(s);
+		return -EINVAL;
+	}
 	if (!cfg->path) {
 		if (!p) {
 			seterr(err, errlen, "a RAM device needs a preset%s%s", "", "");
@@ -867,15 +934,34 @@ int nand_sim_open(const struct nand_sim_config *cfg, struct nand_dev **out, char
 			return -EINVAL;
 		}
 		s->dev.geo = p->geo;
+		if (cfg->blocks_per_die)
+			s->dev.geo.blocks_per_die = cfg->blocks_per_die;
 		s->slot_size = p->geo.page_size + p->geo.spare_size;
+		if (cfg->metadata_only) {
+			if (!cfg->meta_spare_bytes || cfg->meta_spare_bytes > p->geo.spare_size) {
+				seterr(err, errlen, "metadata-only media keep 1 to spare_size spare bytes%s%s",
+				       "", "");
+				free(s);
+				return -EINVAL;
+			}
+			s->metadata_only = true;
+			s->meta_keep = cfg->meta_spare_bytes;
+			s->meta_slot = (s->meta_keep + 4 + 7) & ~7u;
+			s->slot_size = s->meta_slot;
+			s->kept = calloc(nand_blocks(&s->dev.geo), sizeof *s->kept);
+			if (!s->kept) {
+				free(s);
+				return -ENOMEM;
+			}
+		}
 		s->hdr = calloc(1, sizeof(struct sim_header) +
-				      (size_t)nand_blocks(&p->geo) * sizeof(struct sim_block));
+				      (size_t)nand_blocks(&s->dev.geo) * sizeof(struct sim_block));
 		if (!s->hdr) {
 			free(s);
 			return -ENOMEM;
 		}
 		s->blocks = (struct sim_block *)(s->hdr + 1);
-		s->ram_len = (size_t)(nand_pages(&p->geo) * s->slot_size);
+		s->ram_len = (size_t)(nand_pages(&s->dev.geo) * s->slot_size);
 		s->ram = mmap(NULL, s->ram_len, PROT_READ | PROT_WRITE,
 			      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 		if (s->ram == MAP_FAILED) {
@@ -889,7 +975,7 @@ int nand_sim_open(const struct nand_sim_config *cfg, struct nand_dev **out, char
 		 * then miss the TLB far less (measured: ~25 % more 4 KiB reads/s) */
 		madvise(s->ram, s->ram_len, MADV_HUGEPAGE);
 		memcpy(s->hdr->magic, SIM_MAGIC, 8);
-		s->hdr->geo = p->geo;
+		s->hdr->geo = s->dev.geo;
 		snprintf(s->hdr->preset, sizeof s->hdr->preset, "%s", p->name);
 		s->hdr->timing = p->timing;
 		s->hdr->rated_pe_cycles = p->rated_pe_cycles;
@@ -1168,7 +1254,7 @@ int nand_sim_flip_bytes(struct nand_dev *d, uint64_t ppa, uint32_t offset, uint3
 	struct sim *s = to_sim(d);
 	const struct nand_geometry *g = &d->geo;
 	uint32_t block = (uint32_t)(ppa / g->pages_per_block);
-	if (s->readonly || ppa % g->pages_per_block >= s->blocks[block].wp ||
+	if (s->readonly || s->metadata_only || ppa % g->pages_per_block >= s->blocks[block].wp ||
 	    offset > s->slot_size || nbytes > s->slot_size - offset)
 		return -EINVAL;
 	uint8_t *p = ram_slot(s, ppa) + offset;
@@ -1191,6 +1277,11 @@ int nand_sim_fail_die(struct nand_dev *d, uint32_t die)
 void nand_sim_set_timing(struct nand_dev *d, bool on)
 {
 	to_sim(d)->timing = on;
+}
+
+uint64_t nand_sim_die_busy_ns(const struct nand_dev *d)
+{
+	return nand_is_sim(d) ? ((const struct sim *)d)->busy_ns : 0;
 }
 
 uint32_t nand_sim_table_repairs(const struct nand_dev *d)

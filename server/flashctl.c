@@ -30,6 +30,8 @@
 
 static const char *prog = "flashctl";
 
+int cmd_bench(int argc, char **argv); /* flashctl_bench.c */
+
 static void usage(FILE *out)
 {
 	fprintf(out,
@@ -49,10 +51,14 @@ static void usage(FILE *out)
 		"           [--passes K] [--reads N] [--ram] [--timing] [--seed S] [--json]\n"
 		"      format a fresh device, fill it, overwrite it K times with random 4 KiB writes,\n"
 		"      report write amplification and speed\n"
+		"  %s bench --preset P [--op PCT] [--workload randwrite|randread|rw70|seqwrite|seqread]\n"
+		"           [--qd N] [--precondition PASSES] [--duration S] [--csv FILE] [--json] ...\n"
+		"      the reviewers' protocol on the simulator's virtual clock (full-size devices\n"
+		"      fit: only page metadata is kept); prints IOPS, latency, WA and the physical bound\n"
 		"  %s status [--control SOCKET] [--json]\n"
 		"      state and live statistics of every ioDimm a running flashd serves\n"
 		"  %s presets\n",
-		prog, prog, prog, prog, prog, prog, prog);
+		prog, prog, prog, prog, prog, prog, prog, prog);
 }
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -793,6 +799,8 @@ int main(int argc, char **argv)
 		return cmd_info(argc, argv);
 	if (strcmp(cmd, "recover") == 0)
 		return cmd_recover(argc, argv);
+	if (strcmp(cmd, "bench") == 0)
+		return cmd_bench(argc, argv);
 	if (strcmp(cmd, "simulate") == 0)
 		return cmd_simulate(argc, argv);
 	if (strcmp(cmd, "presets") == 0)

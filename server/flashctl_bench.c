@@ -1,0 +1,499 @@
+/*
+ * flashctl bench - the reviewers' protocol against the FTL and the
+ * simulator on the simulator's virtual clock.
+ *
+ *   flashctl bench --preset P [--op PCT] [--sector-size N] [--blocks-per-die N]
+ *                  [--workload randwrite|randread|rw70|seqwrite|seqread]
+ *                  [--qd N] [--precondition PASSES] [--duration SECONDS]
+ *                  [--interval SECONDS] [--seed S] [--csv FILE] [--json]
+ *
+ * The medium keeps only page metadata (hw/nand.h: metadata_only), so a
+ * full-size ioDimm fits in memory (56 bytes per page), and its timing model
+ * runs on a virtual clock that jumps to the next completion whenever
+ * nothing can proceed: simulated seconds cost CPU only for the work the FTL
+ * does, not for waiting.  The FTL has unlimited CPU in this model: what is
+ * measured is how well it keeps the dies and channels busy.
+ *
+ * Protocol (brief.md section 3): a sequential fill of the whole capacity
+ * (128 KiB writes), then PASSES x capacity of the workload's writes (4 KiB
+ * random writes for read workloads) to reach steady state, then DURATION
+ * virtual seconds of the workload at queue depth QD, reported per INTERVAL
+ * (CSV) and in total: IOPS, latency mean, std-dev, p99 and max, write
+ * amplification, die utilisation, and the physical bound of the run:
+ *   dies / (WA tPROG + (WA - 1) tR + WA / ppb tBERS)    (die time)
+ *   channels / (WA + WA - 1) / page transfer time        (channel time)
+ * with the WA measured in the window, and the measured IOPS as a share.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/parse.h"
+#include "ftl/ftl.h"
+
+int cmd_bench(int argc, char **argv);
+
+static void bdie(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void bdie(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "flashctl bench: ");
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	exit(1);
+}
+
+static uint64_t rnd(uint64_t *s)
+{
+	uint64_t x = *s;
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	*s = x;
+	return x * 0x2545F4914F6CDD1Dull;
+}
+
+/* ---- latency statistics --------------------------------------------------- */
+
+/* log-linear histogram: 64 sub-buckets per power of two, in ns */
+#define HIST_SUB 64
+#define HIST_N (64 * HIST_SUB)
+
+struct lat {
+	uint64_t n;
+	double sum, sumsq;
+	uint64_t max;
+	uint64_t hist[HIST_N];
+};
+
+static unsigned hist_bucket(uint64_t v)
+{
+	if (v < HIST_SUB)
+		return (unsigned)v;
+	unsigned e = 63 - (unsigned)__builtin_clzll(v); /* >= 6 */
+	unsigned sub = (unsigned)((v >> (e - 6)) & (HIST_SUB - 1));
+	return (e - 5) * HIST_SUB + sub;
+}
+
+static uint64_t hist_value(unsigned b)
+{
+	if (b < HIST_SUB)
+		return b;
+	unsigned e = b / HIST_SUB + 5, sub = b % HIST_SUB;
+	return ((uint64_t)(HIST_SUB + sub)) << (e - 6);
+}
+
+static void lat_add(struct lat *l, uint64_t ns)
+{
+	l->n++;
+	l->sum += (double)ns;
+	l->sumsq += (double)ns * (double)ns;
+	if (ns > l->max)
+		l->max = ns;
+	unsigned b = hist_bucket(ns);
+	l->hist[b < HIST_N ? b : HIST_N - 1]++;
+}
+
+static double lat_mean(const struct lat *l)
+{
+	return l->n ? l->sum / (double)l->n : 0;
+}
+
+static double lat_sd(const struct lat *l)
+{
+	if (l->n < 2)
+		return 0;
+	double m = lat_mean(l), v = l->sumsq / (double)l->n - m * m;
+	return v > 0 ? sqrt(v) : 0;
+}
+
+static uint64_t lat_pct(const struct lat *l, double p)
+{
+	uint64_t want = (uint64_t)ceil(p * (double)l->n), seen = 0;
+	for (unsigned b = 0; b < HIST_N; b++) {
+		seen += l->hist[b];
+		if (seen >= want && l->hist[b])
+			return hist_value(b);
+	}
+	return l->max;
+}
+
+/* ---- the load generator ------------------------------------------------------ */
+
+enum wl { WL_RANDWRITE, WL_RANDREAD, WL_RW70, WL_SEQWRITE, WL_SEQREAD };
+
+struct breq {
+	struct ftl_io io;
+	uint64_t t0;
+	int idx;
+};
+
+struct bench {
+	struct nand_dev *dev;
+	struct ftl *f;
+	struct ftl_info info;
+	uint64_t units;
+	uint64_t seed;
+	enum wl wl;
+	uint32_t bs;             /* bytes per request */
+	uint32_t qd;
+	struct breq *reqs;
+	int *free_idx, nfree;
+	uint8_t *wbuf, *rbuf;    /* shared: contents do not matter here */
+	uint64_t seq_pos;
+	bool measuring;
+	struct lat lat_all, lat_iv;
+	uint64_t done_ops, done_iv;
+	uint64_t failed;
+};
+
+static void breq_done(struct ftl_io *io)
+{
+	struct breq *r = (struct breq *)io;
+	struct bench *b = io->priv;
+	uint64_t ns = nand_now(b->dev) - r->t0;
+	if (io->status)
+		b->failed++;
+	if (b->measuring) {
+		lat_add(&b->lat_all, ns);
+		lat_add(&b->lat_iv, ns);
+	}
+	b->done_ops++;
+	b->done_iv++;
+	b->free_idx[b->nfree++] = r->idx;
+}
+
+static void submit_one(struct bench *b, enum wl wl)
+{
+	struct breq *r = &b->reqs[b->free_idx[--b->nfree]];
+	uint64_t nunits = b->bs / 4096, off;
+	bool write;
+	switch (wl) {
+	case WL_SEQWRITE:
+	case WL_SEQREAD:
+		if (b->seq_pos + nunits > b->units)
+			b->seq_pos = 0;
+		off = b->seq_pos * 4096;
+		b->seq_pos += nunits;
+		write = wl == WL_SEQWRITE;
+		break;
+	default:
+		off = (rnd(&b->seed) % (b->units - nunits + 1)) * 4096;
+		write = wl == WL_RANDWRITE || (wl == WL_RW70 && rnd(&b->seed) % 100 >= 70);
+		break;
+	}
+	r->io = (struct ftl_io){ .type = write ? FTL_IO_WRITE : FTL_IO_READ, .offset = off,
+				 .length = b->bs, .buf = write ? b->wbuf : b->rbuf,
+				 .done = breq_done, .priv = b };
+	r->t0 = nand_now(b->dev);
+	ftl_submit(b->f, &r->io);
+}
+
+/* Keep qd requests in flight until ops more have completed or the virtual
+ * clock passes until_ns; calls tick at each interval boundary. */
+static void run(struct bench *b, enum wl wl, uint64_t ops, uint64_t until_ns, uint64_t iv_ns,
+		void (*tick)(struct bench *b, uint64_t now), uint64_t *next_tick)
+{
+	uint64_t target = b->done_ops + ops;
+	for (;;) {
+		bool stop = (ops && b->done_ops >= target) ||
+			    (until_ns && nand_now(b->dev) >= until_ns);
+		while (!stop && b->nfree)
+			submit_one(b, wl);
+		ftl_poll(b->f);
+		if (tick && iv_ns) {
+			uint64_t now = nand_now(b->dev);
+			while (now >= *next_tick) {
+				tick(b, *next_tick);
+				*next_tick += iv_ns;
+			}
+		}
+		if (stop && b->nfree == (int)b->qd)
+			return;
+		if (b->nfree && !stop)
+			continue; /* requests completed: refill at this instant */
+		uint64_t due = ftl_next_deadline(b->f);
+		if (due == UINT64_MAX) {
+			ftl_debug_dump_public(b->f);
+			bdie("stuck: %d requests in flight, nothing due", (int)b->qd - b->nfree);
+		}
+		if (due > nand_now(b->dev))
+			nand_wait_until(b->dev, due);
+	}
+}
+
+/* ---- reporting ------------------------------------------------------------------ */
+
+struct snap {
+	uint64_t t, ops, host_pages, nand_pages, busy;
+};
+
+static struct snap take(struct bench *b, uint64_t now)
+{
+	struct ftl_stats st;
+	ftl_get_stats(b->f, &st);
+	return (struct snap){ now, b->done_ops, st.host_pages_written, st.nand_pages_programmed,
+			      nand_sim_die_busy_ns(b->dev) };
+}
+
+static FILE *csv;
+static struct snap iv_prev;
+static double iv_sd_max, iv_iops_min = 1e300, iv_iops_max;
+
+static void tick(struct bench *b, uint64_t now)
+{
+	struct snap s = take(b, now);
+	double secs = (double)(s.t - iv_prev.t) / 1e9;
+	double iops = secs > 0 ? (double)(s.ops - iv_prev.ops) / secs : 0;
+	uint64_t hp = s.host_pages - iv_prev.host_pages, np = s.nand_pages - iv_prev.nand_pages;
+	double wa = hp ? (double)np / (double)hp : 0;
+	double util = secs > 0 ? (double)(s.busy - iv_prev.busy) / 1e9 /
+					 ((double)nand_dies(&b->dev->geo) * secs) : 0;
+	if (csv)
+		fprintf(csv, "%.3f,%.0f,%.3f,%.3f,%.3f,%.3f,%.3f,%.1f\n", (double)now / 1e9, iops,
+			lat_mean(&b->lat_iv) / 1e6, lat_sd(&b->lat_iv) / 1e6,
+			(double)lat_pct(&b->lat_iv, 0.99) / 1e6, (double)b->lat_iv.max / 1e6, wa,
+			100 * util);
+	if (b->measuring) {
+		if (lat_sd(&b->lat_iv) > iv_sd_max)
+			iv_sd_max = lat_sd(&b->lat_iv);
+		if (iops < iv_iops_min)
+			iv_iops_min = iops;
+		if (iops > iv_iops_max)
+			iv_iops_max = iops;
+	}
+	memset(&b->lat_iv, 0, sizeof b->lat_iv);
+	iv_prev = s;
+}
+
+static const char *wl_name(enum wl w)
+{
+	switch (w) {
+	case WL_RANDWRITE: return "randwrite";
+	case WL_RANDREAD: return "randread";
+	case WL_RW70: return "rw70";
+	case WL_SEQWRITE: return "seqwrite";
+	case WL_SEQREAD: return "seqread";
+	}
+	return "?";
+}
+
+int cmd_bench(int argc, char **argv)
+{
+	const char *preset = NULL, *csv_path = NULL;
+	double op = FTL_STOCK_OP_PERCENT, passes = 2, duration = 30, interval = 1;
+	uint64_t v, seed = 1, qd = 128, bpd = 0, bs = 0;
+	uint32_t sector = 4096;
+	enum wl wl = WL_RANDWRITE;
+	bool json = false;
+	static const struct option opts[] = {
+		{ "preset", required_argument, 0, 'p' },
+		{ "op", required_argument, 0, 'o' },
+		{ "sector-size", required_argument, 0, 'b' },
+		{ "blocks-per-die", required_argument, 0, 'B' },
+		{ "workload", required_argument, 0, 'w' },
+		{ "bs", required_argument, 0, 'S' },
+		{ "qd", required_argument, 0, 'q' },
+		{ "precondition", required_argument, 0, 'k' },
+		{ "duration", required_argument, 0, 'd' },
+		{ "interval", required_argument, 0, 'i' },
+		{ "seed", required_argument, 0, 's' },
+		{ "csv", required_argument, 0, 'c' },
+		{ "json", no_argument, 0, 'j' },
+		{ "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
+	};
+	int c;
+	while ((c = getopt_long(argc, argv, "p:o:b:B:w:S:q:k:d:i:s:c:jh", opts, NULL)) != -1) {
+		switch (c) {
+		case 'p': preset = optarg; break;
+		case 'o':
+			if (parse_double(optarg, FTL_MIN_OP_PERCENT, FTL_MAX_OP_PERCENT, &op))
+				bdie("bad --op '%s'", optarg);
+			break;
+		case 'b':
+			if (parse_uint(optarg, 512, 4096, &v) || (v != 512 && v != 4096))
+				bdie("bad --sector-size '%s': 512 or 4096", optarg);
+			sector = (uint32_t)v;
+			break;
+		case 'B':
+			if (parse_uint(optarg, 16, 1u << 20, &bpd))
+				bdie("bad --blocks-per-die '%s'", optarg);
+			break;
+		case 'w':
+			if (!strcmp(optarg, "randwrite")) wl = WL_RANDWRITE;
+			else if (!strcmp(optarg, "randread")) wl = WL_RANDREAD;
+			else if (!strcmp(optarg, "rw70")) wl = WL_RW70;
+			else if (!strcmp(optarg, "seqwrite")) wl = WL_SEQWRITE;
+			else if (!strcmp(optarg, "seqread")) wl = WL_SEQREAD;
+			else bdie("unknown --workload '%s'", optarg);
+			break;
+		case 'S':
+			if (parse_byte_size(optarg, 4096, 32u << 20, &bs) || bs % 4096)
+				bdie("bad --bs '%s': a multiple of 4K up to 32M", optarg);
+			break;
+		case 'q':
+			if (parse_uint(optarg, 1, 4096, &qd))
+				bdie("bad --qd '%s': 1 to 4096", optarg);
+			break;
+		case 'k':
+			if (parse_double(optarg, 0, 100, &passes))
+				bdie("bad --precondition '%s'", optarg);
+			break;
+		case 'd':
+			if (parse_double(optarg, 0.001, 1e6, &duration))
+				bdie("bad --duration '%s'", optarg);
+			break;
+		case 'i':
+			if (parse_double(optarg, 0.001, 1e6, &interval))
+				bdie("bad --interval '%s'", optarg);
+			break;
+		case 's':
+			if (parse_uint(optarg, 1, UINT64_MAX, &seed))
+				bdie("bad --seed '%s'", optarg);
+			break;
+		case 'c': csv_path = optarg; break;
+		case 'j': json = true; break;
+		case 'h':
+			printf("usage: flashctl bench --preset P [--op PCT] [--sector-size 512|4096]\n"
+			       "         [--blocks-per-die N] [--workload randwrite|randread|rw70|seqwrite|seqread]\n"
+			       "         [--bs SIZE] [--qd N] [--precondition PASSES] [--duration SECONDS]\n"
+			       "         [--interval SECONDS] [--seed S] [--csv FILE] [--json]\n");
+			return 0;
+		default: return 2;
+		}
+	}
+	if (!preset)
+		bdie("--preset is needed");
+	if (optind != argc)
+		bdie("unexpected argument '%s'", argv[optind]);
+	if (!bs)
+		bs = (wl == WL_SEQWRITE || wl == WL_SEQREAD) ? 2u << 20 : 4096;
+
+	struct bench b = { .seed = seed, .wl = wl, .bs = (uint32_t)bs, .qd = (uint32_t)qd };
+	struct nand_sim_config nc = { .preset = preset, .timing = true, .virtual_time = true,
+				      .metadata_only = true, .meta_spare_bytes = 40,
+				      .blocks_per_die = (uint32_t)bpd, .seed = seed };
+	char err[512];
+	if (nand_sim_open(&nc, &b.dev, err, sizeof err))
+		bdie("%s", err);
+	struct ftl_format_params fp = { .sector_size = sector, .op_percent = op };
+	if (ftl_format(b.dev, &fp, err, sizeof err))
+		bdie("format: %s", err);
+	if (ftl_open(b.dev, NULL, &b.f, err, sizeof err))
+		bdie("open: %s", err);
+	ftl_get_info(b.f, &b.info);
+	b.units = b.info.units;
+	b.reqs = calloc(qd, sizeof *b.reqs);
+	b.free_idx = calloc(qd, sizeof *b.free_idx);
+	b.wbuf = aligned_alloc(4096, 32u << 20);
+	b.rbuf = aligned_alloc(4096, 32u << 20);
+	if (!b.reqs || !b.free_idx || !b.wbuf || !b.rbuf)
+		bdie("out of memory");
+	memset(b.wbuf, 0x5A, 32u << 20);
+	for (uint32_t i = 0; i < qd; i++) {
+		b.reqs[i].idx = (int)i;
+		b.free_idx[b.nfree++] = (int)i;
+	}
+	const struct nand_geometry *g = &b.dev->geo;
+	const struct nand_preset *pr = nand_preset_find(preset);
+	fprintf(stderr, "bench: %s, %u dies, %u blocks/die, %.1f GiB user, %u-byte sectors, %.1f%% OP, "
+			"%s %" PRIu64 " B QD%" PRIu64 "\n",
+		preset, nand_dies(g), g->blocks_per_die, (double)b.info.capacity / (1 << 30), sector,
+		b.info.op_percent, wl_name(wl), bs, qd);
+
+	/* precondition: fill sequentially, then random writes to steady state */
+	double t0 = (double)nand_now_ns();
+	uint32_t save_bs = b.bs;
+	b.bs = 128 << 10;
+	run(&b, WL_SEQWRITE, b.units * 4096 / b.bs, 0, 0, NULL, NULL);
+	b.bs = save_bs;
+	enum wl pre = (wl == WL_SEQWRITE || wl == WL_SEQREAD) ? WL_SEQWRITE : WL_RANDWRITE;
+	if (pre == WL_RANDWRITE) {
+		b.bs = 4096;
+		run(&b, WL_RANDWRITE, (uint64_t)(passes * (double)b.units), 0, 0, NULL, NULL);
+		b.bs = save_bs;
+	}
+	fprintf(stderr, "bench: preconditioned in %.0f s of CPU, %.1f s virtual\n",
+		((double)nand_now_ns() - t0) / 1e9, (double)nand_now(b.dev) / 1e9);
+
+	/* measure */
+	if (csv_path) {
+		csv = fopen(csv_path, "w");
+		if (!csv)
+			bdie("cannot write %s", csv_path);
+		fprintf(csv, "t_s,iops,lat_mean_ms,lat_sd_ms,lat_p99_ms,lat_max_ms,wa,die_util_pct\n");
+	}
+	uint64_t start = nand_now(b.dev), iv_ns = (uint64_t)(interval * 1e9);
+	struct snap s0 = take(&b, start);
+	iv_prev = s0;
+	memset(&b.lat_iv, 0, sizeof b.lat_iv);
+	b.measuring = true;
+	uint64_t next_tick = start + iv_ns;
+	run(&b, wl, 0, start + (uint64_t)(duration * 1e9), iv_ns, tick, &next_tick);
+	b.measuring = false;
+	struct snap s1 = take(&b, nand_now(b.dev));
+	if (csv)
+		fclose(csv);
+
+	double secs = (double)(s1.t - s0.t) / 1e9;
+	double iops = (double)(s1.ops - s0.ops) / secs;
+	uint64_t hp = s1.host_pages - s0.host_pages, np = s1.nand_pages - s0.nand_pages;
+	double wa = hp ? (double)np / (double)hp : 0;
+	double util = (double)(s1.busy - s0.busy) / 1e9 / ((double)nand_dies(g) * secs);
+	/* physical bounds for this WA (per host request of bs bytes) */
+	double units_per_req = (double)b.bs / 4096;
+	double rd = wl == WL_RANDREAD || wl == WL_SEQREAD ? 1 : wl == WL_RW70 ? 0.7 : 0;
+	double wr = 1 - rd;
+	double tr = pr->timing.read_us * 1e-6, tp = pr->timing.program_us * 1e-6,
+	       te = pr->timing.erase_us * 1e-6;
+	double xfer = pr->timing.xfer_mbps ? (double)(g->page_size + g->spare_size) /
+						     (pr->timing.xfer_mbps * 1e6) : 0;
+	double wwa = wr > 0 ? (wa > 1 ? wa : 1) : 0;
+	double die_time = units_per_req * (wr * (wwa * tp + (wwa - 1) * tr + wwa / g->pages_per_block * te) +
+					   rd * tr);
+	double chan_time = units_per_req * (wr * (wwa + (wwa - 1)) + rd) * xfer;
+	double die_bound = die_time > 0 ? nand_dies(g) / die_time : 0;
+	double chan_bound = chan_time > 0 ? g->channels / chan_time : INFINITY;
+	double bound = die_bound < chan_bound ? die_bound : chan_bound;
+	double mb_s = iops * (double)b.bs / 1e6;
+	if (json) {
+		printf("{\"preset\": \"%s\", \"dies\": %u, \"blocks_per_die\": %u, \"capacity_bytes\": %" PRIu64
+		       ", \"sector_size\": %u, \"op_percent\": %.2f, \"workload\": \"%s\", \"bs\": %u, "
+		       "\"qd\": %" PRIu64 ", \"precondition_passes\": %g, \"duration_s\": %.3f, "
+		       "\"iops\": %.0f, \"mb_per_s\": %.1f, \"lat_mean_ms\": %.3f, \"lat_sd_ms\": %.3f, "
+		       "\"lat_p99_ms\": %.3f, \"lat_max_ms\": %.3f, \"interval_lat_sd_max_ms\": %.3f, "
+		       "\"interval_iops_min\": %.0f, \"interval_iops_max\": %.0f, "
+		       "\"write_amplification\": %.3f, \"die_util_pct\": %.1f, "
+		       "\"bound_die_iops\": %.0f, \"bound_channel_iops\": %.0f, \"bound_iops\": %.0f, "
+		       "\"share_of_bound\": %.3f, \"failed\": %" PRIu64 "}\n",
+		       preset, nand_dies(g), g->blocks_per_die, b.info.capacity, sector,
+		       b.info.op_percent, wl_name(wl), b.bs, qd, passes, secs, iops, mb_s,
+		       lat_mean(&b.lat_all) / 1e6, lat_sd(&b.lat_all) / 1e6,
+		       (double)lat_pct(&b.lat_all, 0.99) / 1e6, (double)b.lat_all.max / 1e6,
+		       iv_sd_max / 1e6, iv_iops_min, iv_iops_max, wa, 100 * util, die_bound,
+		       isinf(chan_bound) ? -1.0 : chan_bound, bound, bound > 0 ? iops / bound : 0,
+		       b.failed);
+	} else {
+		printf("%s, %.1f%% OP, %u-byte sectors, %s %u B at QD%" PRIu64 ", %.1f s virtual:\n",
+		       preset, b.info.op_percent, sector, wl_name(wl), b.bs, qd, secs);
+		printf("  %.0f IOPS (%.1f MB/s); latency mean %.3f ms, sd %.3f ms, p99 %.3f ms, max %.3f ms\n",
+		       iops, mb_s, lat_mean(&b.lat_all) / 1e6, lat_sd(&b.lat_all) / 1e6,
+		       (double)lat_pct(&b.lat_all, 0.99) / 1e6, (double)b.lat_all.max / 1e6);
+		printf("  WA %.3f, dies %.1f%% busy; bound %.0f IOPS (dies %.0f, channels %.0f): "
+		       "%.0f%% of it\n",
+		       wa, 100 * util, bound, die_bound, chan_bound, bound > 0 ? 100 * iops / bound : 0);
+		if (b.failed)
+			printf("  %" PRIu64 " requests failed\n", b.failed);
+	}
+	ftl_close(b.f);
+	nand_close(b.dev);
+	return 0;
+}
