@@ -188,17 +188,39 @@ uint32_t blk_alloc(struct ftl *f, uint32_t die)
 	return best;
 }
 
-/* Greedy: the CLOSED block with the fewest valid pages, if it frees space. */
-uint32_t blk_victim_pick(struct ftl *f)
+/*
+ * Greedy: the CLOSED block with the fewest valid pages (if it frees
+ * space), preferring a die no victim is examining on (die_busy[die] == 0),
+ * so victims' reads run on different dies.  The preference costs little
+ * write amplification: it looks only at blocks within ppb/32 valid pages of
+ * the minimum, and at most VICTIM_LOOK of them.
+ */
+#define VICTIM_LOOK 256
+uint32_t blk_victim_pick(struct ftl *f, const uint8_t *die_busy)
 {
+	uint32_t first = FTL_NO_BLOCK, looked = 0, slack = f->ppb / 32 ? f->ppb / 32 : 1;
 	for (uint32_t v = f->min_bucket; v < f->ppb; v++) {
-		if (f->bucket[v].count) {
+		if (!f->bucket[v].count)
+			continue;
+		if (first == FTL_NO_BLOCK) {
 			f->min_bucket = v;
-			return f->bucket[v].head;
+			first = f->bucket[v].head;
+			if (!die_busy)
+				return first;
+			slack += v;
+		}
+		if (v > slack)
+			break;
+		for (uint32_t b = f->bucket[v].head; b != FTL_NO_BLOCK; b = f->blk[b].next) {
+			if (!die_busy[block_die(f, b)])
+				return b;
+			if (++looked >= VICTIM_LOOK)
+				return first;
 		}
 	}
-	f->min_bucket = f->ppb;
-	return FTL_NO_BLOCK;
+	if (first == FTL_NO_BLOCK)
+		f->min_bucket = f->ppb;
+	return first;
 }
 
 /* ---- eraser: dirty -> free --------------------------------------------- */
@@ -256,7 +278,7 @@ void blk_limits(struct ftl *f)
 	f->user_min = f->gc_min + f->ndies + 1;
 	f->gc_start = f->user_min + f->ndies + 2;
 	/* every unit mapped, the reserves, both streams' open blocks, superblocks */
-	f->min_usable = (uint32_t)((f->units + f->ppb - 1) / f->ppb) + f->gc_start +
+	f->min_usable = (uint32_t)((f->units + f->data_pages - 1) / f->data_pages) + f->gc_start +
 			2 * f->ndies + 2 + f->cp_reserve;
 	if (f->nusable < f->min_usable && !f->no_space) {
 		f->no_space = true;

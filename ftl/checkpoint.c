@@ -309,7 +309,7 @@ int cp_kick(struct ftl *f)
 		struct ring *u = &f->stream[STREAM_USER].ring, *g = &f->stream[STREAM_GC].ring;
 		if (g->done != g->fill && gc_cancel_stalled(f))
 			return 1;
-		if (u->done != u->fill || g->done != g->fill)
+		if (u->done != u->fill || g->done != g->fill || f->gc_reads_out)
 			return 0;
 		if (!cp_alloc_blocks(f))
 			return 0; /* the eraser is making blocks free */

@@ -280,6 +280,11 @@ int ftl_geometry_init(struct ftl *f, struct nand_dev *dev, char *err, size_t err
 		snprintf(err, errlen, "unsupported NAND geometry");
 		return -EINVAL;
 	}
+	/* a footer entry per page, whole pages of them */
+	f->footer_pages = (uint32_t)((sizeof(struct ftl_footer_hdr) +
+				      (size_t)f->ppb * sizeof(struct ftl_footer_entry) + f->page_size - 1) /
+				     f->page_size);
+	f->data_pages = f->ppb - f->footer_pages;
 	return 0;
 }
 
@@ -493,6 +498,8 @@ int ftl_peek_format(struct nand_dev *dev, struct ftl_info *info)
 	return rc;
 }
 
+static void drain_device(struct ftl *f);
+
 /* ---- open: a table of steps, undone in reverse on failure -------------- */
 
 struct open_ctx {
@@ -570,7 +577,10 @@ static int step_memory(struct open_ctx *c)
 			return -ENOMEM;
 		for (uint32_t d = 0; d < f->ndies; d++)
 			s->die[d].block = FTL_NO_BLOCK;
-		int rc = ring_init(f, &s->ring, i == STREAM_USER ? uslots : 256);
+		/* GC: relocations of all the victims in flight, a few dozen
+		 * per die (their programs complete out of ring order) */
+		uint32_t gslots = f->ndies * 32 < 256 ? 256 : f->ndies * 32 > 4096 ? 4096 : f->ndies * 32;
+		int rc = ring_init(f, &s->ring, i == STREAM_USER ? uslots : gslots);
 		if (rc)
 			return rc;
 	}
@@ -601,6 +611,8 @@ static int step_memory(struct open_ctx *c)
 	f->nerase_free = f->ndies;
 
 	int rc = gc_init(f);
+	if (!rc)
+		rc = footer_init(f);
 	if (!rc)
 		rc = cp_init(f);
 	return rc;
@@ -700,7 +712,10 @@ int ftl_open(struct nand_dev *dev, const struct ftl_open_params *p, struct ftl *
 				 strerror(-rc));
 	}
 	if (rc) {
-		/* the steps only allocate memory and read; undoing is freeing */
+		/* the steps allocate memory and read (and the progress loop of
+		 * the last step may have started erases): undoing is taking
+		 * every completion, then freeing */
+		drain_device(f);
 		free_all(f);
 		return rc;
 	}
@@ -790,15 +805,16 @@ void ftl_debug_dump(struct ftl *f)
 		(unsigned long long)u->fill, (unsigned long long)u->submit, (unsigned long long)u->done,
 		u->nretry, f->stream[0].stalled, (unsigned long long)g->fill,
 		(unsigned long long)g->submit, (unsigned long long)g->done, f->stream[1].stalled);
-	ftl_log("gc: active %d credit %lld ratio %lld min_bucket %u cp phase %d req %d; trims pending %u",
-		f->active_victim, (long long)f->gc_credit, (long long)f->gc_ratio, f->min_bucket,
-		f->cp.phase, f->cp.requested, f->ntrim_pend);
-	for (int i = 0; i < GC_MAX_VICTIMS; i++) {
+	ftl_log("gc: examining %u of %u, credit %lld ratio %lld min_bucket %u cp phase %d req %d; trims pending %u",
+		f->gc_examining, f->gc_examining_max, (long long)f->gc_credit, (long long)f->gc_ratio,
+		f->min_bucket, f->cp.phase, f->cp.requested, f->ntrim_pend);
+	for (uint32_t i = 0; i < f->nvictims; i++) {
 		struct victim *v = &f->victims[i];
-		if (v->block != FTL_NO_BLOCK)
-			ftl_log("victim %d: block %u cursor %u scans %u pending %u lost %u trim %d wait %llu",
-				i, v->block, v->cursor, v->scans_done, v->pending, v->nlost,
-				v->trim_state, (unsigned long long)v->wait_user_pos);
+		if (v->phase != VIC_FREE)
+			ftl_log("victim %u (%s): block %u cursor %u scans %u pending %u lost %u trim %d wait %llu",
+				i, v->phase == VIC_EXAMINING ? "examining" : "finishing", v->block,
+				v->cursor, v->scans_done, v->pending, v->nlost, v->trim_state,
+				(unsigned long long)v->wait_user_pos);
 	}
 	for (uint32_t d = 0; d < f->ndies; d++)
 		ftl_log("die %u: free %u user blk %u gc blk %u", d, f->free_die[d].count,
@@ -819,9 +835,14 @@ int ftl_run_until(struct ftl *f, bool (*pred)(struct ftl *, void *), void *arg)
 		ftl_progress(f);
 		if (pred(f, arg))
 			return 0;
-		if (f->error)
+		/* failed: wait only for what is in flight (a read waited on
+		 * completes when its page lands; its caller's memory must not
+		 * be let go before) */
+		if (f->error && !f->dev->inflight && !f->refused)
 			return f->error;
 		uint64_t due = nand_next_due(f->dev);
+		if (due == UINT64_MAX && f->error)
+			return f->error;
 		if (due == UINT64_MAX) {
 			ftl_log("stuck: nothing in flight and the awaited condition does not hold");
 			ftl_debug_dump(f);

@@ -18,9 +18,10 @@
  * the io waits, the caller may point io->buf at a copy of the same data.
  *
  * Units: the mapping unit is 4 KiB.  A format has a sector size of 512 or
- * 4096 bytes; offsets and lengths of I/O are multiples of the sector size.
- * With 512-byte sectors a write that covers part of a 4 KiB unit is a
- * read-modify-write of that unit (512e).
+ * 4096 bytes; offsets and lengths of I/O are multiples of the sector size,
+ * unless the io carries FTL_IO_ANY_ALIGN (then any byte offset and length).
+ * A write that covers part of a 4 KiB unit is a read-modify-write of that
+ * unit (512e, and any byte range with FTL_IO_ANY_ALIGN).
  *
  * DURABILITY CONTRACT
  *   1. Once a FLUSH completes, every write, trim and write-zeroes that
@@ -129,6 +130,23 @@ enum ftl_io_type {
 enum ftl_io_flags {
 	FTL_IO_FUA = 1 << 0,      /* write/zeroes/trim: durable on completion */
 	FTL_IO_NO_HOLE = 1 << 1,  /* write-zeroes: store zero pages, keep mapped */
+	/*
+	 * Any type: offset and length may be any byte values, not only
+	 * multiples of the sector size (bounds are checked as always).  The
+	 * FTL works in 4 KiB units anyway: a read copies the bytes asked for
+	 * out of each unit; a write, and the part of a trim or write-zeroes
+	 * that covers only part of a unit, is a read-modify-write of that unit
+	 * (the unit's other bytes are kept; the covered bytes get the data, or
+	 * zeros: a trim zeroes partial units rather than leaving them, so
+	 * trimmed bytes read as zeros at any alignment, rule 3).  Whole units
+	 * of a trim or plain write-zeroes are unmapped as always.  Cost: one
+	 * page read (unless the unit is unmapped or buffered) and one page
+	 * program per partial unit; at most two per io (its first and last
+	 * unit).  Writes are serialised in the FTL, so concurrent byte-range
+	 * writes to the same unit never lose each other's bytes.  Durability
+	 * is per 4 KiB unit as for any write (rule 2).
+	 */
+	FTL_IO_ANY_ALIGN = 1 << 2,
 };
 
 struct ftl_io {

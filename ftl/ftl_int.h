@@ -87,7 +87,6 @@ struct blist {
 
 enum slot_state {
 	SLOT_EMPTY,      /* free */
-	SLOT_READING,    /* GC: data read from the victim in flight */
 	SLOT_FILLED,     /* holds a page waiting to be programmed */
 	SLOT_SUBMITTED,  /* program in flight */
 	SLOT_DONE,       /* programmed; released when the done cursor passes */
@@ -142,6 +141,23 @@ struct stream {
 	bool stalled;             /* waiting for a free block (GC runs unpaced) */
 };
 
+/*
+ * The footer (P2L) of a block a stream is writing: one entry per data page,
+ * noted when the page's program is submitted; programmed into the block's
+ * last footer_pages pages right after its last data page is submitted.
+ * From a pool, attached when the block is opened, released when the footer
+ * is programmed (or the block is given up).
+ */
+struct footer {
+	struct ftl *f;
+	uint32_t block;
+	uint32_t pending;          /* footer programs in flight */
+	uint8_t *buf;              /* footer_pages pages: header, entries */
+	uint8_t *spares;           /* footer_pages spare areas */
+	struct nand_op *ops;       /* [footer_pages] */
+	struct footer *next_free;
+};
+
 /* ---- reads -------------------------------------------------------------- */
 
 struct rop {
@@ -161,10 +177,38 @@ struct rop {
 
 /* ---- garbage collection ------------------------------------------------ */
 
-#define GC_MAX_VICTIMS 4
+/*
+ * Victims in flight.  Up to gc_examining_max examine pages at once, each
+ * on a die no other examining victim is on when the choice allows, so their
+ * spare scans and relocation reads queue on different dies and run in
+ * parallel; as many more may be finishing (relocations being programmed,
+ * re-logged trims becoming durable) before they are erased.
+ */
+enum victim_phase {
+	VIC_FREE,
+	VIC_EXAMINING,            /* scanning spares, reading valid pages */
+	VIC_FINISHING,            /* every page examined; waits, then erased */
+};
+
+/*
+ * A GC relocation read.  The page is read into a buffer of its own and
+ * enters the GC ring only once it has landed and is still current, so the
+ * ring holds only pages ready to program, in the order they became ready:
+ * a read queued behind a busy die holds up nothing but itself.  A ring slot
+ * is reserved for every read in flight (gc_reads_out).
+ */
+struct gc_read {
+	struct nand_op op;
+	struct ftl *f;
+	uint8_t *buf;             /* one page */
+	uint32_t lba, from, data_crc;
+	uint16_t victim;
+	struct gc_read *next_free;
+};
 
 struct victim {
 	uint32_t block;           /* FTL_NO_BLOCK: unused */
+	uint8_t phase;            /* enum victim_phase */
 	bool retire;              /* retire as bad instead of erasing */
 	bool need_trim_record;    /* re-logged trims must be closed into a record */
 	bool log_closed;          /* finishing: trims closed, wait_user_pos set */
@@ -183,6 +227,15 @@ struct victim {
 	uint8_t *trim_buf;
 	uint8_t trim_state;       /* 0 none, 1 reading, 2 read, 3 unreadable */
 	uint32_t trim_range, trim_unit; /* resume point */
+	uint32_t trim_crc;        /* data CRC of the record being read */
+	/* the block's footer, read first: with it, no spare is scanned */
+	uint8_t foot_state;       /* 0 reading, 1 valid, 2 not there: scan */
+	uint32_t foot_done;       /* footer page reads completed */
+	bool foot_failed;
+	struct nand_op *foot_ops; /* [footer_pages] */
+	uint8_t *foot_buf;        /* footer_pages pages */
+	uint8_t *foot_spares;
+	const struct ftl_footer_entry *foot_entries; /* valid: into foot_buf */
 };
 
 /* ---- checkpoint --------------------------------------------------------- */
@@ -244,6 +297,8 @@ struct ftl {
 	struct nand_dev *dev;
 	struct nand_geometry geo;
 	uint32_t ndies, nblocks, ppb, page_size, spare_size;
+	uint32_t footer_pages;      /* the last pages of a log block: its footer */
+	uint32_t data_pages;        /* ppb - footer_pages: pages for data */
 	uint32_t blocks_per_die;
 	bool readonly;
 	bool timed;                 /* the medium may complete later */
@@ -285,6 +340,9 @@ struct ftl {
 
 	/* streams */
 	struct stream stream[NSTREAMS];
+	struct footer *footers;     /* pool */
+	struct footer *footer_free;
+	uint32_t *footer_of;        /* [nblocks]: pool index + 1, 0: none */
 	uint64_t next_seq;
 
 	/* host reads */
@@ -310,8 +368,15 @@ struct ftl {
 	uint32_t trim_lo, trim_hi;  /* bounds of pending units, for a quick test */
 
 	/* GC */
-	struct victim victims[GC_MAX_VICTIMS];
-	int active_victim;          /* examining pages, -1 if none */
+	struct victim *victims;     /* [nvictims] */
+	uint32_t nvictims;
+	uint32_t gc_examining;      /* victims in VIC_EXAMINING */
+	uint32_t gc_examining_max;
+	uint8_t *die_victims;       /* [ndies]: examining victims on each die */
+	uint32_t gc_rr;             /* where the next examination round starts */
+	struct gc_read *gc_reads;   /* [gc ring slots] */
+	struct gc_read *gc_read_free;
+	uint32_t gc_reads_out;      /* reads in flight = ring slots reserved */
 	int64_t gc_credit;          /* victim pages GC may examine (x16) */
 	int64_t gc_ratio;           /* credit per user page (x16) */
 
@@ -413,7 +478,8 @@ void blk_leave(struct ftl *f, uint32_t b);         /* off whatever list it is on
 void blk_invalidate(struct ftl *f, uint32_t ppa);  /* valid-- */
 void blk_validate(struct ftl *f, uint32_t ppa);    /* valid++ */
 uint32_t blk_alloc(struct ftl *f, uint32_t die);   /* min-wear erased block, or NO_BLOCK */
-uint32_t blk_victim_pick(struct ftl *f);           /* min-valid CLOSED block */
+/* min-valid CLOSED block, preferring dies with die_busy[die] == 0 */
+uint32_t blk_victim_pick(struct ftl *f, const uint8_t *die_busy);
 int eraser_kick(struct ftl *f);
 void blk_limits(struct ftl *f);
 
@@ -435,6 +501,11 @@ int writer_kick(struct ftl *f, struct stream *s);
 uint32_t stream_next_page(struct ftl *f, struct stream *s, uint32_t floor);
 void ring_release(struct ftl *f, struct ring *r); /* advance done over finished slots */
 uint8_t *slot_data(struct ftl *f, uint32_t l2p_entry);
+int footer_init(struct ftl *f);
+/* a footer read back: 0 and the entries, or -EILSEQ if it is not valid
+ * (buf: footer_pages pages, spares: their spare areas) */
+int footer_parse(struct ftl *f, uint32_t block, const uint8_t *buf, const uint8_t *spares,
+		 const struct ftl_footer_entry **entries);
 
 /* io.c */
 void ioq_push(struct ioq *q, struct ftl_io *io);

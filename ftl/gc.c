@@ -3,17 +3,25 @@
  * stream, trim re-logging, erase or retirement of the victim.
  *
  * A victim goes through:
- *   1. scan     - the spare area of every page is read (cheap, no data)
+ *   1. scan     - its footer (P2L) is read: unit, sequence number and data
+ *                 CRC of every page; without a valid footer, the spare area
+ *                 of every page is read instead (cheap, no data, but ppb
+ *                 reads on one die)
  *   2. examine  - page by page, in order: a data page the l2p still points
- *                 at is read into a GC ring slot; when it lands and is still
- *                 current, the l2p moves to the slot and the slot gets a new
- *                 sequence number (the unit's current version, re-logged).
+ *                 at is read (struct gc_read); when it lands and is still
+ *                 current, it takes the next GC ring slot, the l2p moves to
+ *                 the slot and the slot gets a new sequence number (the
+ *                 unit's current version, re-logged).
  *                 A trim record newer than the checkpoint is re-logged: its
  *                 ranges that are still unmapped go into the pending trim
  *                 record, which is closed before the victim may be erased.
  *   3. finish   - once every relocation is programmed and re-logged trims
  *                 are durable, the block is erased (or retired, if a program
  *                 on it failed).
+ * Parallelism: up to gc_examining_max victims examine pages at once, each
+ * on a die of its own when the greedy choice allows (blk_victim_pick), so
+ * scans and relocation reads keep many dies busy instead of queueing on
+ * one; examination goes round-robin over them.
  * Pacing: while the free pool is below gc_start, each page the user stream
  * programs earns the examination of ppb / (ppb - valid) victim pages, so GC
  * frees space as fast as writes consume it, a little at a time.  When host
@@ -27,18 +35,45 @@
 
 int gc_init(struct ftl *f)
 {
-	for (int i = 0; i < GC_MAX_VICTIMS; i++) {
+	/* enough victims examining to keep the dies busy: about one per two
+	 * dies (each holds ppb spare reads and its relocation reads) */
+	f->gc_examining_max = f->ndies;
+	if (f->gc_examining_max > 128)
+		f->gc_examining_max = 128;
+	f->nvictims = 2 * f->gc_examining_max + 2;
+	f->victims = ftl_alloc(f, f->nvictims * sizeof *f->victims);
+	f->die_victims = ftl_alloc(f, f->ndies);
+	if (!f->victims || !f->die_victims)
+		return -ENOMEM;
+	struct ring *r = &f->stream[STREAM_GC].ring;
+	f->gc_reads = ftl_alloc(f, r->nslots * sizeof *f->gc_reads);
+	uint8_t *bufs = ftl_alloc_pages(f, (size_t)r->nslots * f->page_size);
+	if (!f->gc_reads || !bufs)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < r->nslots; i++) {
+		struct gc_read *rd = &f->gc_reads[i];
+		rd->f = f;
+		rd->buf = bufs + (size_t)i * f->page_size;
+		rd->next_free = f->gc_read_free;
+		f->gc_read_free = rd;
+	}
+	for (uint32_t i = 0; i < f->nvictims; i++) {
 		struct victim *v = &f->victims[i];
 		v->block = FTL_NO_BLOCK;
+		v->phase = VIC_FREE;
 		v->ops = ftl_alloc(f, (size_t)f->ppb * sizeof *v->ops);
 		v->spares = ftl_alloc(f, (size_t)f->ppb * f->spare_size);
 		v->scan_st = ftl_alloc(f, f->ppb);
 		v->lost = ftl_alloc(f, (size_t)f->ppb * sizeof *v->lost);
 		v->trim_buf = ftl_alloc_pages(f, f->page_size);
+		v->foot_ops = ftl_alloc(f, f->footer_pages * sizeof *v->foot_ops);
+		v->foot_buf = ftl_alloc_pages(f, (size_t)f->footer_pages * f->page_size);
+		v->foot_spares = ftl_alloc(f, (size_t)f->footer_pages * f->spare_size);
+		if (!v->foot_ops || !v->foot_buf || !v->foot_spares)
+			return -ENOMEM;
 		if (!v->ops || !v->spares || !v->scan_st || !v->lost || !v->trim_buf)
 			return -ENOMEM;
 	}
-	f->active_victim = -1;
 	return 0;
 }
 
@@ -50,12 +85,15 @@ static bool gc_needed(struct ftl *f)
 /* GC runs without pacing when writes are stuck or blocks must be retired. */
 static bool gc_unpaced(struct ftl *f)
 {
-	return f->stream[STREAM_USER].stalled || f->nfree <= f->user_min || f->retire.count;
+	/* below user_min + ndies / 2 the user stream can no longer keep an
+	 * open block on every die: its writes would pile onto a few */
+	return f->stream[STREAM_USER].stalled || f->nfree <= f->user_min + f->ndies / 2 ||
+	       f->retire.count;
 }
 
 void gc_user_page(struct ftl *f)
 {
-	if (f->active_victim >= 0 || gc_needed(f)) {
+	if (f->gc_examining || gc_needed(f)) {
 		f->gc_credit += f->gc_ratio;
 		/* credit left unused (GC waiting for reads or slots) must not
 		 * turn into a long burst later */
@@ -66,8 +104,8 @@ void gc_user_page(struct ftl *f)
 
 bool gc_busy(struct ftl *f)
 {
-	for (int i = 0; i < GC_MAX_VICTIMS; i++)
-		if (f->victims[i].block != FTL_NO_BLOCK)
+	for (uint32_t i = 0; i < f->nvictims; i++)
+		if (f->victims[i].phase != VIC_FREE)
 			return true;
 	return false;
 }
@@ -83,31 +121,14 @@ static void scan_done(struct nand_op *op)
 	v->scans_done++;
 }
 
-static void victim_start(struct ftl *f, int vi, uint32_t b, bool retire)
+/* No valid footer: read the spare area of every page. */
+static void victim_scan(struct ftl *f, int vi)
 {
 	struct victim *v = &f->victims[vi];
-	struct blk *k = &f->blk[b];
-
-	blk_leave(f, b);
-	k->state = BLK_VICTIM;
-	v->block = b;
-	v->retire = retire;
-	v->need_trim_record = false;
-	v->log_closed = false;
-	v->aborted = false;
-	v->cursor = 0;
-	v->scans_done = 0;
-	v->pending = 0;
-	v->nlost = 0;
-	v->wait_user_pos = 0;
-	v->trim_state = 0;
-	memset(v->scan_st, 0, f->ppb);
-	uint32_t valid = k->valid < f->ppb ? k->valid : f->ppb - 1;
-	f->gc_ratio = (int64_t)CREDIT_ONE * f->ppb / (f->ppb - valid);
 	for (uint32_t p = 0; p < f->ppb; p++) {
 		struct nand_op *op = &v->ops[p];
 		op->type = NAND_OP_READ;
-		op->block = b;
+		op->block = v->block;
 		op->page = p;
 		op->data = NULL;
 		op->spare = v->spares + (size_t)p * f->spare_size;
@@ -119,50 +140,138 @@ static void victim_start(struct ftl *f, int vi, uint32_t b, bool retire)
 	f->st.nand_spare_reads += f->ppb;
 }
 
-/* Relocation read landed (GC ring slot in READING). */
-static void gc_read_done(struct nand_op *op)
+static void foot_read_done(struct nand_op *op)
 {
-	struct stream *s = op->priv;
-	struct ftl *f = s->f;
-	struct ring *r = &s->ring;
-	uint32_t idx = (uint32_t)op->priv2;
-	struct slot *sl = &r->slots[idx];
-	struct victim *v = &f->victims[sl->victim];
-
-	v->pending--;
+	struct ftl *f = op->priv;
+	int vi = (int)op->priv2;
+	struct victim *v = &f->victims[vi];
 	if (ftl_op_stops(f, op)) {
-		sl->state = SLOT_SKIP;
+		v->foot_failed = true;
+	} else if (op->status != NAND_OK && op->status != NAND_CORRECTED) {
+		v->foot_failed = true;
+	}
+	if (++v->foot_done < f->footer_pages)
+		return;
+	if (!v->foot_failed && !f->error &&
+	    footer_parse(f, v->block, v->foot_buf, v->foot_spares, &v->foot_entries) == 0) {
+		v->foot_state = 1;
+		v->scans_done = f->ppb; /* nothing to scan */
 		return;
 	}
-	if (f->l2p[sl->lba] != sl->from) {
-		sl->state = SLOT_SKIP; /* rewritten or trimmed meanwhile */
+	v->foot_state = 2;
+	if (!f->error)
+		victim_scan(f, vi);
+	else
+		v->scans_done = f->ppb;
+}
+
+static void victim_start(struct ftl *f, int vi, uint32_t b, bool retire)
+{
+	struct victim *v = &f->victims[vi];
+	struct blk *k = &f->blk[b];
+
+	blk_leave(f, b);
+	k->state = BLK_VICTIM;
+	v->block = b;
+	v->phase = VIC_EXAMINING;
+	f->gc_examining++;
+	f->die_victims[block_die(f, b)]++;
+	v->retire = retire;
+	v->need_trim_record = false;
+	v->log_closed = false;
+	v->aborted = false;
+	v->cursor = 0;
+	v->scans_done = 0;
+	v->pending = 0;
+	v->nlost = 0;
+	v->wait_user_pos = 0;
+	v->trim_state = 0;
+	memset(v->scan_st, 0, f->ppb);
+	/* credit per user page: for the fullest victim examining */
+	uint32_t valid = k->valid < f->data_pages ? k->valid : f->data_pages - 1;
+	int64_t ratio = (int64_t)CREDIT_ONE * f->ppb / (f->data_pages - valid);
+	if (f->gc_examining == 1 || ratio > f->gc_ratio)
+		f->gc_ratio = ratio;
+	/* the footer first: one or two pages instead of ppb spare reads */
+	v->foot_state = 0;
+	v->foot_done = 0;
+	v->foot_failed = false;
+	v->foot_entries = NULL;
+	for (uint32_t i = 0; i < f->footer_pages; i++) {
+		struct nand_op *op = &v->foot_ops[i];
+		memset(op, 0, sizeof *op);
+		op->type = NAND_OP_READ;
+		op->block = b;
+		op->page = f->data_pages + i;
+		op->data = v->foot_buf + (size_t)i * f->page_size;
+		op->spare = v->foot_spares + (size_t)i * f->spare_size;
+		op->done = foot_read_done;
+		op->priv = f;
+		op->priv2 = (uint64_t)vi;
+		f->st.nand_pages_read++;
+		ftl_nand_submit(f, op);
+	}
+}
+
+/* Relocation read landed (GC ring slot in READING). */
+static void gc_read_put(struct ftl *f, struct gc_read *rd)
+{
+	f->gc_reads_out--;
+	rd->next_free = f->gc_read_free;
+	f->gc_read_free = rd;
+}
+
+/* A relocation read landed: if the unit still lives there, its data takes
+ * the next GC ring slot (reserved when the read was issued). */
+static void gc_read_done(struct nand_op *op)
+{
+	struct gc_read *rd = op->priv;
+	struct ftl *f = rd->f;
+	struct victim *v = &f->victims[rd->victim];
+
+	v->pending--;
+	if (ftl_op_stops(f, op) || f->l2p[rd->lba] != rd->from) {
+		gc_read_put(f, rd); /* stopped, or rewritten or trimmed meanwhile */
 		return;
 	}
 	bool readable = op->status == NAND_OK || op->status == NAND_CORRECTED;
-	if (readable && crc32c(0, op->data, f->page_size) != sl->data_crc) {
+	if (readable && crc32c(0, rd->buf, f->page_size) != rd->data_crc) {
 		/* bit rot beyond ECC: relocating it would make it look good */
-		ftl_crc_error(f, sl->from, "data page being relocated by GC");
+		ftl_crc_error(f, rd->from, "data page being relocated by GC");
 		readable = false;
 	}
 	if (!readable) {
 		/* the unit's only current copy is unreadable */
 		f->st.read_errors_uncorrectable++;
 		f->st.lost_units++;
-		f->l2p[sl->lba] = L2P_LOST;
-		blk_invalidate(f, sl->from);
-		v->lost[v->nlost++] = sl->lba;
-		sl->state = SLOT_SKIP;
-		ftl_log("unit %u lost: page %u unreadable during GC", sl->lba, sl->from);
+		f->l2p[rd->lba] = L2P_LOST;
+		blk_invalidate(f, rd->from);
+		v->lost[v->nlost++] = rd->lba;
+		ftl_log("unit %u lost: page %u unreadable during GC", rd->lba, rd->from);
+		gc_read_put(f, rd);
 		return;
 	}
 	if (op->status == NAND_CORRECTED)
 		f->st.read_errors_corrected++;
-	f->l2p[sl->lba] = L2P_SLOT | L2P_SLOT_GC | idx;
-	blk_invalidate(f, sl->from);
-	sl->seq = f->next_seq++;
+	struct ring *r = &f->stream[STREAM_GC].ring;
+	uint32_t idx = (uint32_t)(r->fill & r->mask);
+	struct slot *sl = &r->slots[idx];
+	memcpy(ring_data(r, idx, f->page_size), rd->buf, f->page_size);
 	sl->state = SLOT_FILLED;
+	sl->type = FTL_PG_DATA;
+	sl->lba = rd->lba;
+	sl->crc_known = true;
+	sl->data_crc = rd->data_crc;
+	sl->ppa = rd->from;
+	sl->from = rd->from;
+	sl->victim = rd->victim;
+	sl->seq = f->next_seq++;
+	r->fill++;
+	f->l2p[rd->lba] = L2P_SLOT | L2P_SLOT_GC | idx;
+	blk_invalidate(f, rd->from);
 	v->pending++; /* until the relocation is programmed */
 	f->st.gc_pages_relocated++;
+	gc_read_put(f, rd);
 }
 
 void gc_slot_programmed(struct ftl *f, struct slot *sl)
@@ -181,10 +290,8 @@ static void trim_read_done(struct nand_op *op)
 	}
 	bool readable = op->status == NAND_OK || op->status == NAND_CORRECTED;
 	if (readable) {
-		/* the data CRC is in the spare GC read when it scanned the victim */
-		struct ftl_spare sp;
-		const uint8_t *spare = v->spares + (size_t)op->page * f->spare_size;
-		if (spare_parse(f, spare, &sp) != 0 || crc32c(0, op->data, f->page_size) != sp.data_crc) {
+		/* the data CRC came from the footer or the page's spare */
+		if (crc32c(0, op->data, f->page_size) != v->trim_crc) {
 			ftl_crc_error(f, ppa_make(f, op->block, op->page), "trim record being re-logged by GC");
 			readable = false;
 		}
@@ -248,42 +355,56 @@ static int victim_examine(struct ftl *f, int vi)
 		if (!unpaced && f->gc_credit < CREDIT_ONE)
 			break;
 		uint32_t p = v->cursor;
-		if (!v->scan_st[p])
-			break; /* spare read not back yet */
 		uint32_t ppa = ppa_make(f, v->block, p);
-		enum nand_status st = (enum nand_status)(v->scan_st[p] - 1);
 		struct ftl_spare sp;
-		int rc = (st == NAND_OK || st == NAND_CORRECTED) ?
-				 spare_parse(f, v->spares + (size_t)p * f->spare_size, &sp) :
-				 -EILSEQ;
+		int rc;
+		if (v->foot_state == 0) {
+			break; /* footer not back yet */
+		} else if (v->foot_state == 1) {
+			/* the footer says what the page holds */
+			if (p >= f->data_pages) {
+				v->cursor = f->ppb; /* the footer itself */
+				n++;
+				break;
+			}
+			const struct ftl_footer_entry *e = &v->foot_entries[p];
+			rc = e->lba == FTL_FOOTER_NONE ? -EILSEQ : 0;
+			sp.type = e->lba == FTL_FOOTER_TRIM ? FTL_PG_TRIM : FTL_PG_DATA;
+			sp.lba = e->lba;
+			sp.seq = e->seq;
+			sp.data_crc = e->data_crc;
+		} else {
+			if (!v->scan_st[p])
+				break; /* spare read not back yet */
+			enum nand_status st = (enum nand_status)(v->scan_st[p] - 1);
+			rc = (st == NAND_OK || st == NAND_CORRECTED) ?
+				     spare_parse(f, v->spares + (size_t)p * f->spare_size, &sp) :
+				     -EILSEQ;
+		}
 		if (rc == -ENODATA) {
 			v->cursor = f->ppb; /* pages are programmed in order: the rest is erased */
 			n++;
 			break;
 		}
 		if (rc == 0 && sp.type == FTL_PG_DATA && sp.lba < f->units && f->l2p[sp.lba] == ppa) {
-			if (ring_free(r) < 1)
+			/* a ring slot for every read in flight */
+			if (ring_free(r) <= f->gc_reads_out || !f->gc_read_free)
 				break;
-			uint32_t idx = (uint32_t)(r->fill & r->mask);
-			struct slot *sl = &r->slots[idx];
-			sl->state = SLOT_READING;
-			sl->type = FTL_PG_DATA;
-			sl->lba = sp.lba;
-			sl->crc_known = true;
-			sl->data_crc = sp.data_crc;
-			sl->ppa = ppa;
-			sl->from = ppa;
-			sl->victim = (uint16_t)vi;
-			r->fill++;
-			struct nand_op *op = &sl->op;
+			struct gc_read *rd = f->gc_read_free;
+			f->gc_read_free = rd->next_free;
+			f->gc_reads_out++;
+			rd->lba = sp.lba;
+			rd->from = ppa;
+			rd->data_crc = sp.data_crc;
+			rd->victim = (uint16_t)vi;
+			struct nand_op *op = &rd->op;
 			op->type = NAND_OP_READ;
 			op->block = v->block;
 			op->page = p;
-			op->data = ring_data(r, idx, f->page_size);
+			op->data = rd->buf;
 			op->spare = NULL;
 			op->done = gc_read_done;
-			op->priv = gs;
-			op->priv2 = idx;
+			op->priv = rd;
 			v->pending++;
 			f->st.nand_pages_read++;
 			ftl_nand_submit(f, op);
@@ -298,6 +419,7 @@ static int victim_examine(struct ftl *f, int vi)
 				op->done = trim_read_done;
 				op->priv = f;
 				op->priv2 = (uint64_t)vi;
+				v->trim_crc = sp.data_crc;
 				v->trim_state = 1;
 				v->trim_range = v->trim_unit = 0;
 				v->pending++;
@@ -394,6 +516,7 @@ static int victim_finish(struct ftl *f, int vi)
 		/* some relocations were given back: the block keeps them */
 		uint32_t b = v->block;
 		v->block = FTL_NO_BLOCK;
+		v->phase = VIC_FREE;
 		blk_set_closed(f, b);
 		return 1;
 	}
@@ -427,6 +550,7 @@ static int victim_finish(struct ftl *f, int vi)
 
 	uint32_t b = v->block;
 	v->block = FTL_NO_BLOCK;
+	v->phase = VIC_FREE;
 	f->st.gc_blocks_collected++;
 	if (v->retire) {
 		ftl_log("block %u retired after relocating its data", b);
@@ -444,9 +568,9 @@ static uint64_t gc_room(struct ftl *f)
 	uint64_t room = 0;
 	for (uint32_t d = 0; d < f->ndies; d++)
 		if (g->die[d].block != FTL_NO_BLOCK)
-			room += f->ppb - f->blk[g->die[d].block].wp;
+			room += f->data_pages - f->blk[g->die[d].block].wp;
 	if (f->nfree > f->gc_min)
-		room += (uint64_t)(f->nfree - f->gc_min) * f->ppb;
+		room += (uint64_t)(f->nfree - f->gc_min) * f->data_pages;
 	return room;
 }
 
@@ -456,10 +580,77 @@ static uint64_t gc_owed(struct ftl *f)
 {
 	struct ring *r = &f->stream[STREAM_GC].ring;
 	uint64_t owed = r->fill - r->submit;
-	for (int i = 0; i < GC_MAX_VICTIMS; i++)
-		if (f->victims[i].block != FTL_NO_BLOCK)
+	for (uint32_t i = 0; i < f->nvictims; i++)
+		if (f->victims[i].phase != VIC_FREE)
 			owed += f->blk[f->victims[i].block].valid;
 	return owed;
+}
+
+/*
+ * Nothing moved this round (n == 0) and nothing will: relocations wait for
+ * GC pages that no erase will free (bad blocks ate the spare room), host
+ * writes wait for blocks, nothing is in flight.  Give the relocations back:
+ * their victims return unerased, and the next admission finds no room and
+ * declares no space, so writes fail with ENOSPC instead of hanging.
+ */
+static int gc_unstick(struct ftl *f, int n)
+{
+	if (n || !f->stream[STREAM_GC].stalled || !f->stream[STREAM_USER].stalled ||
+	    f->dirty.count || f->nerase_free != f->ndies || f->gc_reads_out)
+		return 0;
+	return gc_cancel_stalled(f);
+}
+
+/* Every page of an examining victim examined: it moves on to finishing. */
+static void victim_examined(struct ftl *f, struct victim *v)
+{
+	v->phase = VIC_FINISHING;
+	f->gc_examining--;
+	f->die_victims[block_die(f, v->block)]--;
+}
+
+/*
+ * Start a victim if GC is needed, a victim slot is free and the GC stream
+ * has room for its valid pages.  Returns 1 if one started, 0 if not, -1 if
+ * none can start now (stop trying this round).
+ */
+static int victim_admit(struct ftl *f)
+{
+	if (!gc_needed(f))
+		return -1;
+	int vi = -1;
+	for (uint32_t i = 0; i < f->nvictims; i++)
+		if (f->victims[i].phase == VIC_FREE) {
+			vi = (int)i;
+			break;
+		}
+	if (vi < 0)
+		return -1;
+	uint32_t b = FTL_NO_BLOCK;
+	bool retire = false;
+	if (f->retire.count) {
+		b = blist_pop(f, &f->retire);
+		retire = true;
+	} else {
+		b = blk_victim_pick(f, f->die_victims);
+	}
+	bool room = b != FTL_NO_BLOCK && gc_room(f) >= gc_owed(f) + f->blk[b].valid;
+	if (!room) {
+		/* not enough room to relocate it yet: let the victims in
+		 * flight finish and free their blocks first */
+		if (retire && b != FTL_NO_BLOCK)
+			blist_push(f, &f->retire, b);
+		if (!gc_busy(f) && f->stream[STREAM_USER].stalled && !f->dirty.count &&
+		    !f->no_space) {
+			/* nothing in flight will ever free a block: the spare
+			 * capacity is gone (bad blocks ate it) */
+			f->no_space = true;
+			ftl_log("no room left to collect garbage: writes now fail with ENOSPC");
+		}
+		return -1;
+	}
+	victim_start(f, vi, b, retire);
+	return 1;
 }
 
 /*
@@ -478,57 +669,36 @@ int gc_kick(struct ftl *f)
 	if (f->cp.phase == CP_WRITE || f->cp.phase == CP_COMMIT)
 		return 0;
 	bool quiescing = f->cp.phase == CP_QUIESCE;
-	for (int i = 0; i < GC_MAX_VICTIMS; i++)
-		if (f->victims[i].block != FTL_NO_BLOCK && i != f->active_victim)
-			n += victim_finish(f, i);
-
+	for (uint32_t i = 0; i < f->nvictims; i++)
+		if (f->victims[i].phase == VIC_FINISHING)
+			n += victim_finish(f, (int)i);
 	if (quiescing && !f->stream[STREAM_USER].stalled)
 		return n;
-	if (f->active_victim < 0) {
-		if (!gc_needed(f)) {
+
+	while (f->gc_examining < f->gc_examining_max) {
+		int r = victim_admit(f);
+		if (r < 0)
+			break;
+		n += r;
+	}
+	if (!f->gc_examining) {
+		if (!gc_needed(f))
 			f->gc_credit = 0;
-			return n;
-		}
-		int vi = -1;
-		for (int i = 0; i < GC_MAX_VICTIMS; i++)
-			if (f->victims[i].block == FTL_NO_BLOCK) {
-				vi = i;
-				break;
-			}
-		if (vi < 0)
-			return n;
-		uint32_t b = FTL_NO_BLOCK;
-		bool retire = false;
-		if (f->retire.count) {
-			b = blist_pop(f, &f->retire);
-			retire = true;
-		} else {
-			b = blk_victim_pick(f);
-		}
-		bool room = b != FTL_NO_BLOCK && gc_room(f) >= gc_owed(f) + f->blk[b].valid;
-		if (!room) {
-			/* not enough room to relocate it yet: let the victims in
-			 * flight finish and free their blocks first */
-			if (retire && b != FTL_NO_BLOCK)
-				blist_push(f, &f->retire, b);
-			if (!gc_busy(f) && f->stream[STREAM_USER].stalled && !f->dirty.count &&
-			    !f->no_space) {
-				/* nothing in flight will ever free a block: the spare
-				 * capacity is gone (bad blocks ate it) */
-				f->no_space = true;
-				ftl_log("no room left to collect garbage: writes now fail with ENOSPC");
-			}
-			return n;
-		}
-		victim_start(f, vi, b, retire);
-		f->active_victim = vi;
-		n++;
+		return n + gc_unstick(f, n);
 	}
-	int vi = f->active_victim;
-	n += victim_examine(f, vi);
-	if (f->victims[vi].cursor >= f->ppb) {
-		f->active_victim = -1;
-		n += victim_finish(f, vi);
+	/* examine round-robin, starting one further each time, so credit is
+	 * shared fairly */
+	uint32_t start = f->gc_rr++ % f->nvictims;
+	for (uint32_t k = 0; k < f->nvictims; k++) {
+		uint32_t vi = (start + k) % f->nvictims;
+		struct victim *v = &f->victims[vi];
+		if (v->phase != VIC_EXAMINING)
+			continue;
+		n += victim_examine(f, (int)vi);
+		if (v->cursor >= f->ppb) {
+			victim_examined(f, v);
+			n += victim_finish(f, (int)vi);
+		}
 	}
-	return n;
+	return n + gc_unstick(f, n);
 }

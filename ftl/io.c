@@ -448,7 +448,10 @@ static int io_validate(struct ftl *f, const struct ftl_io *io)
 	if (io->type > FTL_IO_WRITE_ZEROES)
 		return -EINVAL;
 	uint64_t cap = f->units * FTL_UNIT_SIZE;
-	if (io->offset % f->sector_size || io->length % f->sector_size)
+	/* FTL_IO_ANY_ALIGN: byte ranges; read_continue copies partial units
+	 * (copy_off/copy_len) and write_continue read-modify-writes them */
+	if (!(io->flags & FTL_IO_ANY_ALIGN) &&
+	    (io->offset % f->sector_size || io->length % f->sector_size))
 		return -EINVAL;
 	if (io->offset > cap || io->length > cap - io->offset)
 		return io->type == FTL_IO_READ ? -EINVAL : -ENOSPC;

@@ -18,6 +18,13 @@
  *               page i / n).  The superblock points at the header block.
  *   log         every other page: host data, GC relocations and trim
  *               records, each with struct ftl_spare in its spare area.
+ *   footer      the last footer_pages pages of every log block a stream
+ *               fills: struct ftl_footer_hdr, then one ftl_footer_entry per
+ *               data page of the block (its P2L: unit, sequence number and
+ *               data CRC), so GC and recovery read a page or two instead
+ *               of every spare area.  A block without a valid footer
+ *               (written before footers existed, cut short by a crash or
+ *               a failure) is read spare by spare as before.
  */
 #ifndef FLASHD_FTL_MEDIA_H
 #define FLASHD_FTL_MEDIA_H
@@ -40,6 +47,7 @@ enum ftl_page_type {
 	FTL_PG_TRIM = 2,    /* lba = number of ranges in the record */
 	FTL_PG_CKPT = 3,    /* lba = page index within the checkpoint */
 	FTL_PG_SB = 4,      /* lba = 0 */
+	FTL_PG_FOOTER = 5,  /* lba = page index within the footer */
 };
 
 /* Spare area of every page the FTL programs. */
@@ -124,5 +132,29 @@ struct __attribute__((packed)) ftl_trim_hdr {
 };
 _Static_assert(sizeof(struct ftl_trim_range) == 8, "on media");
 _Static_assert(sizeof(struct ftl_trim_hdr) == 8, "on media");
+
+/* Block footer: header, then entries for pages 0 .. data_pages - 1. */
+#define FTL_FOOTER_MAGIC "FLASHFTR"
+#define FTL_FOOTER_TRIM 0xFFFFFFFEu   /* entry lba: a trim record page */
+#define FTL_FOOTER_NONE 0xFFFFFFFFu   /* entry lba: page not written */
+
+struct __attribute__((packed)) ftl_footer_hdr {
+	char magic[8];
+	uint32_t version;
+	uint32_t block;
+	uint64_t format_id;
+	uint32_t data_pages;     /* entries that follow */
+	uint32_t entries_crc;    /* crc32c of the entries */
+	uint32_t reserved;
+	uint32_t crc;            /* crc32c of the bytes before it */
+};
+_Static_assert(sizeof(struct ftl_footer_hdr) == 40, "ftl_footer_hdr is on media");
+
+struct __attribute__((packed)) ftl_footer_entry {
+	uint64_t seq;
+	uint32_t lba;            /* unit, FTL_FOOTER_TRIM or FTL_FOOTER_NONE */
+	uint32_t data_crc;
+};
+_Static_assert(sizeof(struct ftl_footer_entry) == 16, "ftl_footer_entry is on media");
 
 #endif

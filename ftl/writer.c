@@ -11,6 +11,12 @@
  * the slot: a newer write or a trim may have replaced it), and releases
  * slots in ring order, which moves the ring's done cursor: everything before
  * it is on the media.
+ *
+ * Footers: each block a stream opens gets a footer from the pool; every
+ * program submitted into it notes its page's unit, sequence number and data
+ * CRC there; submitting the last data page (the pages of a block are
+ * submitted in page order) also submits the footer into the block's last
+ * footer_pages pages.  The block closes when all of them are programmed.
  */
 #include <errno.h>
 
@@ -31,6 +37,148 @@ int ring_init(struct ftl *f, struct ring *r, uint32_t nslots)
 		return -ENOMEM;
 	r->fill = r->submit = r->done = 0;
 	r->nretry = 0;
+	return 0;
+}
+
+/* ---- footers -------------------------------------------------------------- */
+
+int footer_init(struct ftl *f)
+{
+	/* blocks open on every die for both streams, plus the user ring's
+	 * worth of blocks whose pages are handed out but not yet submitted */
+	uint32_t n = 2 * f->ndies + f->stream[STREAM_USER].ring.nslots / f->data_pages + 4;
+	f->footers = ftl_alloc(f, n * sizeof *f->footers);
+	f->footer_of = ftl_alloc(f, (size_t)f->nblocks * sizeof *f->footer_of);
+	uint8_t *bufs = ftl_alloc_pages(f, (size_t)n * f->footer_pages * f->page_size);
+	uint8_t *spares = ftl_alloc(f, (size_t)n * f->footer_pages * f->spare_size);
+	struct nand_op *ops = ftl_alloc(f, (size_t)n * f->footer_pages * sizeof *ops);
+	if (!f->footers || !f->footer_of || !bufs || !spares || !ops)
+		return -ENOMEM;
+	for (uint32_t i = n; i-- > 0;) {
+		struct footer *fo = &f->footers[i];
+		fo->f = f;
+		fo->block = FTL_NO_BLOCK;
+		fo->buf = bufs + (size_t)i * f->footer_pages * f->page_size;
+		fo->spares = spares + (size_t)i * f->footer_pages * f->spare_size;
+		fo->ops = ops + (size_t)i * f->footer_pages;
+		fo->next_free = f->footer_free;
+		f->footer_free = fo;
+	}
+	return 0;
+}
+
+static void footer_attach(struct ftl *f, uint32_t b)
+{
+	struct footer *fo = f->footer_free;
+	f->footer_free = fo->next_free;
+	fo->block = b;
+	fo->pending = 0;
+	memset(fo->buf, 0xFF, (size_t)f->footer_pages * f->page_size);
+	f->footer_of[b] = (uint32_t)(fo - f->footers) + 1;
+}
+
+static struct footer *footer_get(struct ftl *f, uint32_t b)
+{
+	uint32_t i = f->footer_of[b];
+	return i ? &f->footers[i - 1] : NULL;
+}
+
+static void footer_release(struct ftl *f, struct footer *fo)
+{
+	f->footer_of[fo->block] = 0;
+	fo->block = FTL_NO_BLOCK;
+	fo->next_free = f->footer_free;
+	f->footer_free = fo;
+}
+
+static void blk_programs_settled(struct ftl *f, uint32_t b);
+static void blk_program_failed(struct ftl *f, uint32_t b);
+
+static void footer_done(struct nand_op *op)
+{
+	struct footer *fo = op->priv;
+	struct ftl *f = fo->f;
+	uint32_t b = op->block;
+	f->blk[b].inflight--;
+	if (ftl_op_stops(f, op))
+		return;
+	if (op->status == NAND_OK) {
+		f->st.nand_pages_programmed++;
+		f->st.meta_pages_programmed++;
+	} else {
+		/* only an accelerator: GC and recovery read the spares instead */
+		f->st.program_failures++;
+		blk_program_failed(f, b);
+	}
+	if (!--fo->pending)
+		footer_release(f, fo);
+	blk_programs_settled(f, b);
+}
+
+/* The last data page of b was submitted: program its footer behind it. */
+static void footer_write(struct ftl *f, struct footer *fo)
+{
+	struct ftl_footer_hdr h = { .version = FTL_MEDIA_VERSION, .block = fo->block,
+				    .format_id = f->format_id, .data_pages = f->data_pages };
+	memcpy(h.magic, FTL_FOOTER_MAGIC, 8);
+	struct ftl_footer_entry *e = (struct ftl_footer_entry *)(fo->buf + sizeof h);
+	uint64_t max_seq = 0;
+	for (uint32_t p = 0; p < f->data_pages; p++)
+		if (e[p].lba != FTL_FOOTER_NONE && e[p].seq > max_seq)
+			max_seq = e[p].seq;
+	h.entries_crc = crc32c(0, e, (size_t)f->data_pages * sizeof *e);
+	h.crc = crc32c(0, &h, offsetof(struct ftl_footer_hdr, crc));
+	memcpy(fo->buf, &h, sizeof h);
+	fo->pending = f->footer_pages;
+	for (uint32_t i = 0; i < f->footer_pages; i++) {
+		struct nand_op *op = &fo->ops[i];
+		uint8_t *data = fo->buf + (size_t)i * f->page_size;
+		uint8_t *spare = fo->spares + (size_t)i * f->spare_size;
+		spare_build(f, spare, FTL_PG_FOOTER, i, max_seq, data, true);
+		memset(op, 0, sizeof *op);
+		op->type = NAND_OP_PROGRAM;
+		op->flags = NAND_OPF_META;
+		op->block = fo->block;
+		op->page = f->data_pages + i;
+		op->data = data;
+		op->spare = spare;
+		op->done = footer_done;
+		op->priv = fo;
+		ftl_nand_submit(f, op);
+	}
+}
+
+/* A program of page ppa was submitted: note it in its block's footer. */
+static void footer_note(struct ftl *f, uint32_t ppa, uint32_t lba, uint64_t seq, uint32_t crc)
+{
+	uint32_t b = ppa_block(f, ppa), p = ppa_page(f, ppa);
+	struct footer *fo = footer_get(f, b);
+	if (!fo || p >= f->data_pages)
+		return;
+	struct ftl_footer_entry *e = (struct ftl_footer_entry *)(fo->buf + sizeof(struct ftl_footer_hdr));
+	e[p] = (struct ftl_footer_entry){ .seq = seq, .lba = lba, .data_crc = crc };
+	if (p == f->data_pages - 1)
+		footer_write(f, fo);
+}
+
+int footer_parse(struct ftl *f, uint32_t block, const uint8_t *buf, const uint8_t *spares,
+		 const struct ftl_footer_entry **entries)
+{
+	struct ftl_footer_hdr h;
+	for (uint32_t i = 0; i < f->footer_pages; i++) {
+		struct ftl_spare sp;
+		if (spare_parse(f, spares + (size_t)i * f->spare_size, &sp) != 0 ||
+		    sp.type != FTL_PG_FOOTER || sp.lba != i ||
+		    sp.data_crc != crc32c(0, buf + (size_t)i * f->page_size, f->page_size))
+			return -EILSEQ;
+	}
+	memcpy(&h, buf, sizeof h);
+	if (memcmp(h.magic, FTL_FOOTER_MAGIC, 8) != 0 || h.version != FTL_MEDIA_VERSION ||
+	    h.crc != crc32c(0, &h, offsetof(struct ftl_footer_hdr, crc)) || h.block != block ||
+	    h.format_id != f->format_id || h.data_pages != f->data_pages ||
+	    h.entries_crc != crc32c(0, buf + sizeof h, (size_t)f->data_pages * sizeof **entries))
+		return -EILSEQ;
+	*entries = (const struct ftl_footer_entry *)(buf + sizeof h);
 	return 0;
 }
 
@@ -57,8 +205,11 @@ void ring_release(struct ftl *f, struct ring *r)
  */
 uint32_t stream_next_page(struct ftl *f, struct stream *s, uint32_t floor)
 {
-	/* short of blocks: fill the blocks already open before opening more */
-	bool frugal = f->nfree <= f->user_min;
+	/* nearly out of blocks: fill the blocks already open before opening
+	 * more.  Not sooner: above the GC floor every die keeps an open block,
+	 * so pages stay spread over all dies (filling only the open ones
+	 * piles the writes onto a few dies) */
+	bool frugal = f->nfree <= f->gc_min + 1;
 	for (uint32_t i = 0; i < 2 * f->ndies; i++) {
 		if (i == f->ndies)
 			frugal = false;
@@ -66,19 +217,24 @@ uint32_t stream_next_page(struct ftl *f, struct stream *s, uint32_t floor)
 		s->next_die = die + 1 == f->ndies ? 0 : die + 1;
 		struct stream_die *sd = &s->die[die];
 		if (sd->block == FTL_NO_BLOCK) {
-			if (frugal || f->nfree <= floor || !f->free_die[die].count)
+			if (frugal || f->nfree <= floor || !f->free_die[die].count || !f->footer_free)
 				continue;
 			sd->block = blk_alloc(f, die);
 			if (sd->block == FTL_NO_BLOCK)
 				continue;
+			footer_attach(f, sd->block);
 		}
 		uint32_t b = sd->block;
 		struct blk *k = &f->blk[b];
 		uint32_t ppa = ppa_make(f, b, k->wp);
 		k->wp++;
 		k->inflight++;
-		if (k->wp == f->ppb)
-			sd->block = FTL_NO_BLOCK; /* full: closes when its programs finish */
+		if (k->wp == f->data_pages) {
+			/* the footer pages follow: full, closes when all are programmed */
+			k->wp = (uint16_t)f->ppb;
+			k->inflight = (uint16_t)(k->inflight + f->footer_pages);
+			sd->block = FTL_NO_BLOCK;
+		}
 		return ppa;
 	}
 	return FTL_NO_BLOCK;
@@ -102,6 +258,11 @@ static void blk_program_failed(struct ftl *f, uint32_t b)
 	struct blk *k = &f->blk[b];
 	if (k->state != BLK_OPEN)
 		return;
+	struct footer *fo = footer_get(f, b);
+	if (fo && k->wp < f->ppb) {
+		/* its footer pages were never handed out: no footer */
+		footer_release(f, fo);
+	}
 	for (int i = 0; i < NSTREAMS; i++) {
 		struct stream_die *sd = &f->stream[i].die[block_die(f, b)];
 		if (sd->block == b)
@@ -158,10 +319,8 @@ static void slot_submit(struct ftl *f, struct stream *s, uint32_t idx, uint32_t 
 
 	sl->ppa = ppa;
 	sl->state = SLOT_SUBMITTED;
-	if (sl->crc_known)
-		spare_build_crc(f, spare, sl->type, sl->lba, sl->seq, sl->data_crc);
-	else
-		spare_build(f, spare, sl->type, sl->lba, sl->seq, data, true);
+	uint32_t crc = sl->crc_known ? sl->data_crc : crc32c(0, data, f->page_size);
+	spare_build_crc(f, spare, sl->type, sl->lba, sl->seq, crc);
 	struct nand_op *op = &sl->op;
 	op->type = NAND_OP_PROGRAM;
 	op->flags = sl->type == FTL_PG_TRIM ? NAND_OPF_META : 0;
@@ -173,6 +332,7 @@ static void slot_submit(struct ftl *f, struct stream *s, uint32_t idx, uint32_t 
 	op->priv = s;
 	op->priv2 = idx;
 	ftl_nand_submit(f, op);
+	footer_note(f, ppa, sl->type == FTL_PG_TRIM ? FTL_FOOTER_TRIM : sl->lba, sl->seq, crc);
 }
 
 /*

@@ -14,10 +14,16 @@
  * With no path everything lives in anonymous memory.
  *
  * An operation executes (changes the media) when it is submitted; its
- * completion is queued and delivered by poll.  With the timing model on, the
- * completion is due when the die (and its channel bus) would have finished:
- * each die and each channel is busy until a time that only moves forward, so
- * per-die order is submission order.
+ * completion is queued and delivered by poll.  With the timing model on,
+ * time is simulated event by event, as the card's controller would run it:
+ * each die serves its queue in submission order (a read senses for tR,
+ * then moves the page out over its channel; a program moves the page in,
+ * then programs for tPROG; an erase takes tBERS), and each channel moves one
+ * page at a time, granted to the dies waiting for it in the order they
+ * asked.  The channel is held only while a page moves, so a die busy
+ * sensing or programming never holds up the other dies on its channel.
+ * Events are processed up to "now" whenever the device is submitted to or
+ * polled; a completion is due when its last phase ends.
  *
  * Ordering of a program against a process kill: page bytes are written
  * before the write pointer moves, so a killed process leaves the page
@@ -97,6 +103,31 @@ struct sim_header { /* naturally aligned: no padding */
 };
 _Static_assert(sizeof(struct sim_header) == 4096, "sim_header is on media");
 
+/* A die in the timing model. */
+enum die_phase {
+	DP_IDLE,
+	DP_WORK,                      /* sensing, programming or erasing */
+	DP_WAIT_CHAN,                 /* waiting for its channel */
+	DP_XFER,                      /* moving a page over the channel */
+};
+
+#define NO_DIE UINT32_MAX
+
+struct sdie {
+	struct nand_op *qhead, *qtail; /* submitted, not started (FIFO) */
+	struct nand_op *cur;          /* in service */
+	uint8_t phase;                /* enum die_phase */
+	uint64_t until;               /* DP_WORK, DP_XFER: when the phase ends */
+	uint64_t started;             /* when cur started (die time accounting) */
+	uint32_t hpos;                /* index in the event heap, NO_DIE if none */
+	uint32_t next_wait;           /* next die waiting for the channel */
+};
+
+struct schan {
+	bool busy;
+	uint32_t whead, wtail;        /* dies waiting for it (FIFO), NO_DIE */
+};
+
 struct page_err {
 	uint64_t ppa;
 	enum nand_status st;
@@ -125,12 +156,15 @@ struct sim {
 	                               * NAND_OPF_META pages, NULL if none */
 	uint64_t busy_ns;             /* die time of every scheduled op */
 	uint64_t data_off, slot_size;
-	/* timing model: busy-until per die and per channel */
-	uint64_t *die_busy, *chan_busy;
-	/* completion queues: FIFO for untimed ops, min-heap for timed ones */
+	/* timing model: dies, channels, and the dies whose phase ends next */
+	struct sdie *dies;
+	struct schan *chans;
+	uint32_t *events;             /* min-heap of dies by dies[].until */
+	uint32_t nevents;
+	/* completions: untimed ops at once; timed ones as their phases end,
+	 * in time order; both delivered by poll */
 	struct nand_op *fifo_head, *fifo_tail;
-	struct nand_op **heap;
-	size_t heap_len, heap_cap;
+	struct nand_op *done_head, *done_tail;
 	uint64_t ticket;
 	/* faults */
 	uint64_t ops_executed;
@@ -222,56 +256,6 @@ static void blk_store(struct sim *s, uint32_t b, struct sim_block nb)
 #else
 	memcpy(&s->blocks[b], &nb, sizeof nb);
 #endif
-}
-
-/* ---- completion queues ------------------------------------------------- */
-
-static bool heap_less(const struct nand_op *a, const struct nand_op *b)
-{
-	return a->due_ns < b->due_ns || (a->due_ns == b->due_ns && a->ticket < b->ticket);
-}
-
-static int heap_push(struct sim *s, struct nand_op *op)
-{
-	if (s->heap_len == s->heap_cap) {
-		size_t cap = s->heap_cap ? s->heap_cap * 2 : 1024;
-		struct nand_op **h = realloc(s->heap, cap * sizeof *h);
-		if (!h)
-			return -ENOMEM;
-		s->heap = h;
-		s->heap_cap = cap;
-	}
-	size_t i = s->heap_len++;
-	while (i > 0) {
-		size_t parent = (i - 1) / 2;
-		if (!heap_less(op, s->heap[parent]))
-			break;
-		s->heap[i] = s->heap[parent];
-		i = parent;
-	}
-	s->heap[i] = op;
-	return 0;
-}
-
-static struct nand_op *heap_pop(struct sim *s)
-{
-	struct nand_op *top = s->heap[0];
-	struct nand_op *last = s->heap[--s->heap_len];
-	size_t i = 0, n = s->heap_len;
-	for (;;) {
-		size_t c = 2 * i + 1;
-		if (c >= n)
-			break;
-		if (c + 1 < n && heap_less(s->heap[c + 1], s->heap[c]))
-			c++;
-		if (!heap_less(s->heap[c], last))
-			break;
-		s->heap[i] = s->heap[c];
-		i = c;
-	}
-	if (n)
-		s->heap[i] = last;
-	return top;
 }
 
 /* ---- media access ------------------------------------------------------ */
@@ -521,50 +505,194 @@ static uint64_t xfer_ns(struct sim *s, uint32_t bytes)
 	return (uint64_t)bytes * 1000ull / s->tm.xfer_mbps; /* MB/s = bytes/us */
 }
 
-static uint64_t max3(uint64_t a, uint64_t b, uint64_t c)
+/* ---- the event loop of the timing model ---------------------------------- */
+
+static bool ev_less(const struct sim *s, uint32_t a, uint32_t b)
 {
-	uint64_t m = a > b ? a : b;
-	return m > c ? m : c;
+	return s->dies[a].until < s->dies[b].until || (s->dies[a].until == s->dies[b].until && a < b);
 }
 
-static uint64_t schedule(struct sim *s, const struct nand_op *op)
+static void ev_set(struct sim *s, uint32_t i, uint32_t d)
+{
+	s->events[i] = d;
+	s->dies[d].hpos = i;
+}
+
+/* Die d's phase ends at dies[d].until: add it to the heap (it is in it at
+ * most once: a die has one phase at a time). */
+static void ev_push(struct sim *s, uint32_t d)
+{
+	uint32_t i = s->nevents++;
+	while (i > 0) {
+		uint32_t parent = (i - 1) / 2;
+		if (!ev_less(s, d, s->events[parent]))
+			break;
+		ev_set(s, i, s->events[parent]);
+		i = parent;
+	}
+	ev_set(s, i, d);
+}
+
+static uint32_t ev_pop(struct sim *s)
+{
+	uint32_t top = s->events[0], last = s->events[--s->nevents], i = 0, n = s->nevents;
+	for (;;) {
+		uint32_t c = 2 * i + 1;
+		if (c >= n)
+			break;
+		if (c + 1 < n && ev_less(s, s->events[c + 1], s->events[c]))
+			c++;
+		if (!ev_less(s, s->events[c], last))
+			break;
+		ev_set(s, i, s->events[c]);
+		i = c;
+	}
+	if (n)
+		ev_set(s, i, last);
+	s->dies[top].hpos = NO_DIE;
+	return top;
+}
+
+static uint32_t xfer_bytes(struct sim *s, const struct nand_op *op)
 {
 	const struct nand_geometry *g = &s->dev.geo;
-	uint32_t die = nand_block_die(g, op->block);
-	uint32_t chan = die / g->dies_per_channel;
-	uint64_t now = sim_now(&s->dev);
-	uint64_t *dbusy = &s->die_busy[die], *cbusy = &s->chan_busy[chan];
-	uint64_t due;
+	if (op->type == NAND_OP_PROGRAM)
+		return g->page_size + g->spare_size;
+	return (op->data ? g->page_size : 0) + (op->spare ? g->spare_size : 0);
+}
 
+static void phase(struct sim *s, uint32_t d, enum die_phase ph, uint64_t until)
+{
+	s->dies[d].phase = (uint8_t)ph;
+	s->dies[d].until = until;
+	ev_push(s, d);
+}
+
+static void xfer_start(struct sim *s, uint32_t d, uint64_t t)
+{
+	s->chans[d / s->dev.geo.dies_per_channel].busy = true;
+	phase(s, d, DP_XFER, t + xfer_ns(s, xfer_bytes(s, s->dies[d].cur)));
+}
+
+/* Die d needs its channel at t: now if free, else after those waiting. */
+static void chan_request(struct sim *s, uint32_t d, uint64_t t)
+{
+	struct schan *c = &s->chans[d / s->dev.geo.dies_per_channel];
+	if (!c->busy) {
+		xfer_start(s, d, t);
+		return;
+	}
+	s->dies[d].phase = DP_WAIT_CHAN;
+	s->dies[d].next_wait = NO_DIE;
+	if (c->wtail == NO_DIE)
+		c->whead = d;
+	else
+		s->dies[c->wtail].next_wait = d;
+	c->wtail = d;
+}
+
+static void chan_release(struct sim *s, uint32_t d, uint64_t t)
+{
+	struct schan *c = &s->chans[d / s->dev.geo.dies_per_channel];
+	c->busy = false;
+	uint32_t w = c->whead;
+	if (w == NO_DIE)
+		return;
+	c->whead = s->dies[w].next_wait;
+	if (c->whead == NO_DIE)
+		c->wtail = NO_DIE;
+	xfer_start(s, w, t);
+}
+
+static void die_start(struct sim *s, uint32_t d, uint64_t t)
+{
+	struct sdie *e = &s->dies[d];
+	struct nand_op *op = e->qhead;
+	e->phase = DP_IDLE;
+	if (!op)
+		return;
+	e->qhead = op->next;
+	if (!e->qhead)
+		e->qtail = NULL;
+	op->next = NULL;
+	e->cur = op;
+	e->started = t;
 	switch (op->type) {
-	case NAND_OP_READ: {
-		uint32_t bytes = (op->data ? g->page_size : 0) + (op->spare ? g->spare_size : 0);
-		uint64_t sensed = (now > *dbusy ? now : *dbusy) + s->tm.read_us * 1000ull;
-		uint64_t start = sensed > *cbusy ? sensed : *cbusy;
-		due = start + xfer_ns(s, bytes);
-		s->busy_ns += due - (sensed - s->tm.read_us * 1000ull);
-		*cbusy = due;
-		*dbusy = due;
+	case NAND_OP_READ:
+		phase(s, d, DP_WORK, t + s->tm.read_us * 1000ull); /* sense */
+		break;
+	case NAND_OP_PROGRAM:
+		chan_request(s, d, t); /* the page goes in first */
+		break;
+	default:
+		phase(s, d, DP_WORK, t + s->tm.erase_us * 1000ull);
 		break;
 	}
-	case NAND_OP_PROGRAM: {
-		uint64_t start = max3(now, *dbusy, *cbusy);
-		uint64_t loaded = start + xfer_ns(s, g->page_size + g->spare_size);
-		*cbusy = loaded;
-		due = loaded + s->tm.program_us * 1000ull;
-		s->busy_ns += due - start;
-		*dbusy = due;
-		break;
+}
+
+static void die_complete(struct sim *s, uint32_t d, uint64_t t)
+{
+	struct sdie *e = &s->dies[d];
+	struct nand_op *op = e->cur;
+	e->cur = NULL;
+	s->busy_ns += t - e->started;
+	op->due_ns = t;
+	op->next = NULL;
+	if (s->done_tail)
+		s->done_tail->next = op;
+	else
+		s->done_head = op;
+	s->done_tail = op;
+	die_start(s, d, t);
+}
+
+/* Run the model up to now: every phase that ends by then, in time order. */
+static void advance(struct sim *s, uint64_t now)
+{
+	while (s->nevents && s->dies[s->events[0]].until <= now) {
+		uint32_t d = ev_pop(s);
+		struct sdie *e = &s->dies[d];
+		uint64_t t = e->until;
+		enum nand_op_type type = e->cur->type;
+		if (e->phase == DP_WORK) {
+			if (type == NAND_OP_READ)
+				chan_request(s, d, t); /* sensed: the page goes out */
+			else
+				die_complete(s, d, t); /* programmed or erased */
+		} else { /* DP_XFER */
+			chan_release(s, d, t);
+			if (type == NAND_OP_READ)
+				die_complete(s, d, t);
+			else
+				phase(s, d, DP_WORK, t + s->tm.program_us * 1000ull);
+		}
 	}
-	default: {
-		uint64_t start = now > *dbusy ? now : *dbusy;
-		due = start + s->tm.erase_us * 1000ull;
-		s->busy_ns += due - start;
-		*dbusy = due;
-		break;
-	}
-	}
-	return due;
+}
+
+/* Queue a timed op on its die (the model has run up to now). */
+static void timed_submit(struct sim *s, struct nand_op *op, uint64_t now)
+{
+	uint32_t d = nand_block_die(&s->dev.geo, op->block);
+	struct sdie *e = &s->dies[d];
+	op->next = NULL;
+	if (e->qtail)
+		e->qtail->next = op;
+	else
+		e->qhead = op;
+	e->qtail = op;
+	if (!e->cur)
+		die_start(s, d, now);
+}
+
+static void timing_reset(struct sim *s)
+{
+	uint32_t ndies = nand_dies(&s->dev.geo);
+	for (uint32_t d = 0; d < ndies; d++)
+		s->dies[d] = (struct sdie){ .hpos = NO_DIE, .next_wait = NO_DIE };
+	for (uint32_t c = 0; c < s->dev.geo.channels; c++)
+		s->chans[c] = (struct schan){ .whead = NO_DIE, .wtail = NO_DIE };
+	s->nevents = 0;
+	s->done_head = s->done_tail = NULL;
 }
 
 /* ---- ops --------------------------------------------------------------- */
@@ -618,9 +746,10 @@ static int sim_submit(struct nand_dev *d, struct nand_op *op)
 	op->ticket = s->ticket++;
 	d->inflight++;
 	if (s->timing && op->status != NAND_INVALID && op->status != NAND_POWER_LOSS) {
-		op->due_ns = schedule(s, op);
-		if (heap_push(s, op) == 0)
-			return 0;
+		uint64_t now = sim_now(d);
+		advance(s, now);
+		timed_submit(s, op, now);
+		return 0;
 	}
 	op->due_ns = 0;
 	if (s->fifo_tail)
@@ -646,14 +775,16 @@ static int sim_poll(struct nand_dev *d, uint64_t now_ns)
 		op->done(op);
 		op = next;
 	}
-	if (s->heap_len && s->heap[0]->due_ns <= now_ns) {
-		size_t budget = s->heap_len;
-		while (budget-- && s->heap_len && s->heap[0]->due_ns <= now_ns) {
-			op = heap_pop(s);
-			d->inflight--;
-			n++;
-			op->done(op);
-		}
+	advance(s, now_ns);
+	/* only what is done now: handlers may submit (and complete) more */
+	op = s->done_head;
+	s->done_head = s->done_tail = NULL;
+	while (op) {
+		struct nand_op *next = op->next;
+		d->inflight--;
+		n++;
+		op->done(op);
+		op = next;
 	}
 	return n;
 }
@@ -661,9 +792,9 @@ static int sim_poll(struct nand_dev *d, uint64_t now_ns)
 static uint64_t sim_next_due(struct nand_dev *d)
 {
 	struct sim *s = to_sim(d);
-	if (s->fifo_head)
+	if (s->fifo_head || s->done_head)
 		return 0;
-	return s->heap_len ? s->heap[0]->due_ns : UINT64_MAX;
+	return s->nevents ? s->dies[s->events[0]].until : UINT64_MAX;
 }
 
 static int sim_sync(struct nand_dev *d)
@@ -711,9 +842,9 @@ static void sim_close(struct nand_dev *d)
 		}
 		free(s->kept);
 	}
-	free(s->die_busy);
-	free(s->chan_busy);
-	free(s->heap);
+	free(s->dies);
+	free(s->chans);
+	free(s->events);
 	free(s->perr);
 	free(s);
 }
@@ -1150,12 +1281,14 @@ opened:
 	snprintf(s->dev.preset, sizeof s->dev.preset, "%s", s->hdr->preset);
 	s->dev.rated_pe_cycles = s->hdr->rated_pe_cycles;
 	s->tm = s->hdr->timing;
-	s->die_busy = calloc(nand_dies(&s->dev.geo), sizeof *s->die_busy);
-	s->chan_busy = calloc(s->dev.geo.channels, sizeof *s->chan_busy);
-	if (!s->die_busy || !s->chan_busy) {
+	s->dies = calloc(nand_dies(&s->dev.geo), sizeof *s->dies);
+	s->chans = calloc(s->dev.geo.channels, sizeof *s->chans);
+	s->events = calloc(nand_dies(&s->dev.geo), sizeof *s->events);
+	if (!s->dies || !s->chans || !s->events) {
 		rc = -ENOMEM;
 		goto fail;
 	}
+	timing_reset(s);
 	*out = &s->dev;
 	return 0;
 
@@ -1166,8 +1299,9 @@ fail:
 		munmap(s->hdr, s->map_len);
 	if (s->fd >= 0)
 		close(s->fd);
-	free(s->die_busy);
-	free(s->chan_busy);
+	free(s->dies);
+	free(s->chans);
+	free(s->events);
 	free(s);
 	return rc;
 }
@@ -1198,12 +1332,10 @@ void nand_sim_power_on(struct nand_dev *d)
 	struct sim *s = to_sim(d);
 	/* the queued completions belong to the world before the cut */
 	s->fifo_head = s->fifo_tail = NULL;
-	s->heap_len = 0;
 	d->inflight = 0;
 	s->dead = false;
 	s->cut_at = 0;
-	memset(s->die_busy, 0, nand_dies(&d->geo) * sizeof *s->die_busy);
-	memset(s->chan_busy, 0, d->geo.channels * sizeof *s->chan_busy);
+	timing_reset(s);
 }
 
 uint64_t nand_sim_op_count(const struct nand_dev *d)

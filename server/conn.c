@@ -14,15 +14,26 @@
  *          from there; only if the write has to wait (buffer full, GC) is it
  *          copied to the request's own buffer.  Larger payloads are received
  *          straight into the request's buffer.
+ * Request limits (flashd.h, "Request sizes"): a client bound by
+ *   NBD_INFO_BLOCK_SIZE (c->strict) keeps to the sector and MAX_PAYLOAD;
+ *   any other gets any byte alignment (the FTL read-modify-writes partial
+ *   units: FTL_IO_ANY_ALIGN) and READ/WRITE up to MAX_PAYLOAD_ANY.
+ *   Payload-less commands take any length inside the export.
  * Memory: request structs and buffers up to BUF_KEEP bytes are recycled
  * (no allocation per request in steady state); at most MAX_INFLIGHT requests
  * and MAX_INFLIGHT_BYTES of buffers per connection, beyond which no new
- * request header is parsed until replies drain (below half of either).  The
- * limits gate new requests only: a WRITE payload already announced keeps
- * being received (its buffer exists) or discarded, so one request past the
- * limit can be in flight (peak MAX_INFLIGHT_BYTES + MAX_PAYLOAD) and a client
- * that reads its replies never deadlocks, whatever the mix of requests up to
- * MAX_PAYLOAD.
+ * request header is parsed until replies drain (below half of either).  A
+ * request that needs a big buffer (a READ over BUF_KEEP, a WRITE payload
+ * over the input buffer; up to MAX_PAYLOAD_ANY) is parsed only once that
+ * buffer fits under MAX_INFLIGHT_BYTES, or when nothing else is in flight
+ * (c->want_bytes).  So a connection's buffers in flight stay under
+ * MAX_INFLIGHT_BYTES + INBUF_SIZE (small requests parsed just under the
+ * limit), whatever the request sizes; on top of that it keeps at most
+ * BIG_CACHE_BYTES of big buffers and its recycled BUF_KEEP buffers for
+ * reuse, and the input buffer.  The limits gate new requests only: a WRITE
+ * payload already announced keeps being received (its buffer exists) or
+ * discarded, so a client that reads its replies never deadlocks, whatever
+ * the mix of requests up to its limit.
  * Every request whose header was parsed is answered (or dropped with its
  * connection); a connection is freed once it is closing and nothing of it
  * is in flight, queued or on d->dirty (conn_maybe_free), and that is the
@@ -48,7 +59,10 @@
 #define META_ALLOCATION_ID 1
 #define MAX_EXTENTS 2048
 #define BIG_CACHE 16                  /* big buffers kept per connection */
-#define BIG_CACHE_BYTES (64u << 20)
+#define BIG_CACHE_BYTES (64u << 20)   /* keeps one MAX_PAYLOAD_ANY buffer */
+_Static_assert(MAX_PAYLOAD_ANY < MAX_INFLIGHT_BYTES, "a lone request must always fit");
+_Static_assert(MAX_PAYLOAD_ANY <= BIG_CACHE_BYTES, "the largest buffer can be kept");
+_Static_assert(MAX_PAYLOAD <= MAX_PAYLOAD_ANY && MAX_PAYLOAD_ANY <= MAX_WRITE_DISCARD, "limits");
 
 struct chunk {
 	uint64_t off;      /* absolute export offset */
@@ -84,6 +98,8 @@ struct conn {
 	int fd;
 	char peer[96];
 	bool structured, meta_allocation;
+	bool strict;               /* bound by NBD_INFO_BLOCK_SIZE (its GO asked) */
+	uint32_t max_payload;      /* READ/WRITE limit: MAX_PAYLOAD or MAX_PAYLOAD_ANY */
 	uint16_t tflags;
 	struct event *rev, *wev;
 	bool reading;              /* rev armed */
@@ -103,6 +119,7 @@ struct conn {
 	size_t big_bytes;
 	uint32_t inflight;         /* requests parsed and not yet fully answered */
 	uint64_t inflight_bytes;
+	size_t want_bytes;         /* big buffer of the request waiting at in_pos, 0: none */
 
 	struct req *sendq, *sendq_tail;
 	size_t head_sent;          /* bytes of sendq's head already sent */
@@ -145,6 +162,15 @@ static struct req *req_get(struct conn *c)
 	return r;
 }
 
+/* The capacity big_get gives for need bytes: a power of two >= BUF_KEEP. */
+static size_t big_cap(size_t need)
+{
+	size_t n = BUF_KEEP;
+	while (n < need)
+		n <<= 1;
+	return n;
+}
+
 /* Big buffers are kept per connection for reuse (first touch of fresh
  * memory costs a page fault per 4 KiB): take the smallest that fits. */
 static uint8_t *big_get(struct conn *c, size_t need, size_t *cap)
@@ -160,9 +186,7 @@ static uint8_t *big_get(struct conn *c, size_t need, size_t *cap)
 		c->big[best] = c->big[--c->nbig];
 		return p;
 	}
-	size_t n = BUF_KEEP;
-	while (n < need)
-		n <<= 1;
+	size_t n = big_cap(need);
 	*cap = n;
 	return aligned_alloc(4096, n);
 }
@@ -411,8 +435,9 @@ static void do_read(struct conn *c, struct req *r)
 		req_finish(r);
 		return;
 	}
-	r->io = (struct ftl_io){ .type = FTL_IO_READ, .offset = r->offset, .length = r->length,
-				 .buf = r->buf, .done = req_io_done };
+	r->io = (struct ftl_io){ .type = FTL_IO_READ, .flags = c->strict ? 0 : FTL_IO_ANY_ALIGN,
+				 .offset = r->offset, .length = r->length, .buf = r->buf,
+				 .done = req_io_done };
 	r->io_pending = true;
 	ftl_submit(c->d->ftl, &r->io);
 }
@@ -434,7 +459,10 @@ static void do_block_status(struct conn *c, struct req *r)
 		uint64_t len = ftl_map_extent(f, off, end - off, &mapped);
 		if (!len)
 			break;
-		/* descriptors stay multiples of the sector (units are) */
+		/* descriptors end on unit boundaries (or the request's end), so
+		 * for an aligned request they are multiples of the sector; an
+		 * unaligned one (no constraints negotiated) may begin with a
+		 * shorter descriptor */
 		put32(r->buf + 4 + 8 * n, (uint32_t)len);
 		put32(r->buf + 8 + 8 * n, mapped ? 0 : NBD_STATE_HOLE | NBD_STATE_ZERO);
 		n++;
@@ -446,6 +474,12 @@ static void do_block_status(struct conn *c, struct req *r)
 
 static void do_ftl(struct conn *c, struct req *r, enum ftl_io_type type, uint32_t fl, void *buf)
 {
+	/* without negotiated constraints any byte range goes to the FTL, which
+	 * read-modify-writes partial units (trims zero them) in its serialised
+	 * write queue: concurrent writes to bytes of one unit never lose each
+	 * other's bytes */
+	if (!c->strict)
+		fl |= FTL_IO_ANY_ALIGN;
 	r->io = (struct ftl_io){ .type = type, .flags = fl, .offset = r->offset, .length = r->length,
 				 .buf = buf, .done = req_io_done };
 	r->io_pending = true;
@@ -487,12 +521,15 @@ static int req_check(struct conn *c, struct req *r)
 	if (r->offset > d->size || r->length > d->size - r->offset)
 		return r->type == NBD_CMD_WRITE || r->type == NBD_CMD_WRITE_ZEROES ? NBD_ENOSPC
 										   : NBD_EINVAL;
+	/* a client bound by NBD_INFO_BLOCK_SIZE keeps to the sector; any
+	 * other may use any byte (the spec's default minimum block of 1) */
 	uint32_t ss = d->info.sector_size;
-	if (r->offset % ss || r->length % ss)
+	if (c->strict && (r->offset % ss || r->length % ss))
 		return NBD_EINVAL;
-	if (r->length > MAX_PAYLOAD &&
-	    (r->type == NBD_CMD_READ || r->type == NBD_CMD_WRITE || r->type == NBD_CMD_CACHE ||
-	     (r->type == NBD_CMD_WRITE_ZEROES && !(r->flags & NBD_CMD_FLAG_FAST_ZERO))))
+	/* only READ and WRITE carry their length as payload and are limited;
+	 * TRIM, WRITE_ZEROES, CACHE and BLOCK_STATUS take any length in range
+	 * (the FTL unmaps or zeroes unit by unit through its write buffer) */
+	if ((r->type == NBD_CMD_READ || r->type == NBD_CMD_WRITE) && r->length > c->max_payload)
 		return NBD_EINVAL;
 	if (r->type == NBD_CMD_BLOCK_STATUS && (!c->structured || !c->meta_allocation || !r->length))
 		return NBD_EINVAL;
@@ -550,10 +587,35 @@ static void req_dispatch(struct conn *c, struct req *r, uint8_t *data)
 	}
 }
 
-/* Too much in flight to parse another request header. */
+/*
+ * Too much in flight to parse another request header, or the header
+ * waiting at in_pos needs a big buffer (c->want_bytes) that does not fit
+ * under MAX_INFLIGHT_BYTES beside what is in flight (alone it always
+ * may: want_bytes <= MAX_PAYLOAD_ANY < MAX_INFLIGHT_BYTES).
+ */
 static bool over_limits(const struct conn *c)
 {
-	return c->inflight >= MAX_INFLIGHT || c->inflight_bytes >= MAX_INFLIGHT_BYTES;
+	if (c->inflight >= MAX_INFLIGHT || c->inflight_bytes >= MAX_INFLIGHT_BYTES)
+		return true;
+	return c->want_bytes && c->inflight && c->inflight_bytes + c->want_bytes > MAX_INFLIGHT_BYTES;
+}
+
+/*
+ * The big buffer a request parsed now will take (see over_limits), as
+ * big_get rounds it: a READ's data over BUF_KEEP (an all-hole structured
+ * READ takes none, but that is known only later), a WRITE payload too large
+ * to wait for in the input buffer.  0 for everything else, and for requests
+ * refused for their length (no buffer: an error reply, a payload discarded).
+ */
+static size_t big_need(const struct conn *c, uint16_t type, uint32_t length)
+{
+	if (length > c->max_payload)
+		return 0;
+	if (type == NBD_CMD_READ && length > BUF_KEEP)
+		return big_cap(length);
+	if (type == NBD_CMD_WRITE && (size_t)length + NBD_REQUEST_SIZE > INBUF_SIZE)
+		return big_cap(length);
+	return 0;
 }
 
 static void stop_reading(struct conn *c)
@@ -606,10 +668,12 @@ static bool parse_input(struct conn *c)
 		uint16_t flags = get16(p + 4), type = get16(p + 6);
 		uint64_t handle = get64(p + 8), offset = get64(p + 16);
 		uint32_t length = get32(p + 24);
-		if (type == NBD_CMD_WRITE && length > MAX_PAYLOAD) {
-			/* reading it would take gigabytes: the spec allows a hard
-			 * disconnect for payloads of 2^25 bytes and more */
-			proto_error(c, "write payload larger than the 32 MiB maximum");
+		if (type == NBD_CMD_WRITE && length > MAX_WRITE_DISCARD) {
+			/* reading it could take gigabytes: the spec allows a hard
+			 * disconnect for payloads of 2^25 bytes and more.  Up to
+			 * MAX_WRITE_DISCARD the payload is read, dropped and the
+			 * WRITE answered EINVAL (req_check). */
+			proto_error(c, "write payload larger than 128 MiB");
 			return false;
 		}
 		if (type == NBD_CMD_DISC) {
@@ -620,6 +684,11 @@ static bool parse_input(struct conn *c)
 			stop_reading(c);
 			return false;
 		}
+		/* a big buffer waits until it fits beside what is in flight */
+		c->want_bytes = big_need(c, type, length);
+		if (over_limits(c))
+			return false;
+		c->want_bytes = 0;
 		struct req *r = req_get(c);
 		if (!r) {
 			proto_error(c, "out of memory");
@@ -821,9 +890,9 @@ static void conn_flush(struct conn *c)
 		c->head_sent = 0;
 	}
 	event_del(c->wev);
-	/* room again: resume reading */
+	/* room again (the waiting request's buffer fits, too): resume reading */
 	if (!c->closing && !c->reading && c->inflight < MAX_INFLIGHT / 2 &&
-	    c->inflight_bytes < MAX_INFLIGHT_BYTES / 2) {
+	    c->inflight_bytes < MAX_INFLIGHT_BYTES / 2 && !over_limits(c)) {
 		event_add(c->rev, NULL);
 		c->reading = true;
 		/* requests may be waiting in the input buffer already */
@@ -919,6 +988,8 @@ void conn_adopt(struct dimm *d, struct handoff *h)
 	c->fd = h->fd;
 	c->structured = h->structured;
 	c->meta_allocation = h->meta_allocation;
+	c->strict = h->block_size;
+	c->max_payload = c->strict ? MAX_PAYLOAD : MAX_PAYLOAD_ANY;
 	c->tflags = h->tflags;
 	snprintf(c->peer, sizeof c->peer, "%s", h->peer);
 	/* the handshake reads in small steps and stops at GO, so this is far

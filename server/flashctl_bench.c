@@ -19,10 +19,13 @@
  * random writes for read workloads) to reach steady state, then DURATION
  * virtual seconds of the workload at queue depth QD, reported per INTERVAL
  * (CSV) and in total: IOPS, latency mean, std-dev, p99 and max, write
- * amplification, die utilisation, and the physical bound of the run:
- *   dies / (WA tPROG + (WA - 1) tR + WA / ppb tBERS)    (die time)
- *   channels / (WA + WA - 1) / page transfer time        (channel time)
- * with the WA measured in the window, and the measured IOPS as a share.
+ * amplification, die utilisation, and the physical bound of the run, with
+ * the WA measured in the window (x: a page's transfer over its channel,
+ * during which the die is held too):
+ *   dies / (WA (x + tPROG) + (WA - 1) (tR + x) + WA / ppb tBERS)  (die time)
+ *   channels / ((2 WA - 1) x)                                      (channel time)
+ * and the measured IOPS as a share of the lower.  The brief's formula,
+ * which leaves the transfers out, is printed too.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -233,6 +236,7 @@ static void run(struct bench *b, enum wl wl, uint64_t ops, uint64_t until_ns, ui
 
 struct snap {
 	uint64_t t, ops, host_pages, nand_pages, busy;
+	uint64_t reads, spare_reads, erases;
 };
 
 static struct snap take(struct bench *b, uint64_t now)
@@ -240,7 +244,8 @@ static struct snap take(struct bench *b, uint64_t now)
 	struct ftl_stats st;
 	ftl_get_stats(b->f, &st);
 	return (struct snap){ now, b->done_ops, st.host_pages_written, st.nand_pages_programmed,
-			      nand_sim_die_busy_ns(b->dev) };
+			      nand_sim_die_busy_ns(b->dev), st.nand_pages_read, st.nand_spare_reads,
+			      st.blocks_erased };
 }
 
 static FILE *csv;
@@ -271,6 +276,8 @@ static void tick(struct bench *b, uint64_t now)
 	}
 	memset(&b->lat_iv, 0, sizeof b->lat_iv);
 	iv_prev = s;
+	if (getenv("FLASHCTL_BENCH_DUMP"))
+		ftl_debug_dump_public(b->f);
 }
 
 static const char *wl_name(enum wl w)
@@ -457,8 +464,12 @@ int cmd_bench(int argc, char **argv)
 	double xfer = pr->timing.xfer_mbps ? (double)(g->page_size + g->spare_size) /
 						     (pr->timing.xfer_mbps * 1e6) : 0;
 	double wwa = wr > 0 ? (wa > 1 ? wa : 1) : 0;
-	double die_time = units_per_req * (wr * (wwa * tp + (wwa - 1) * tr + wwa / g->pages_per_block * te) +
-					   rd * tr);
+	double die_time = units_per_req * (wr * (wwa * (xfer + tp) + (wwa - 1) * (tr + xfer) +
+						 wwa / g->pages_per_block * te) +
+					   rd * (tr + xfer));
+	double brief_time = units_per_req * (wr * (wwa * tp + (wwa - 1) * tr + wwa / g->pages_per_block * te) +
+					     rd * tr);
+	double brief_bound = brief_time > 0 ? nand_dies(g) / brief_time : 0;
 	double chan_time = units_per_req * (wr * (wwa + (wwa - 1)) + rd) * xfer;
 	double die_bound = die_time > 0 ? nand_dies(g) / die_time : 0;
 	double chan_bound = chan_time > 0 ? g->channels / chan_time : INFINITY;
@@ -473,14 +484,14 @@ int cmd_bench(int argc, char **argv)
 		       "\"interval_iops_min\": %.0f, \"interval_iops_max\": %.0f, "
 		       "\"write_amplification\": %.3f, \"die_util_pct\": %.1f, "
 		       "\"bound_die_iops\": %.0f, \"bound_channel_iops\": %.0f, \"bound_iops\": %.0f, "
-		       "\"share_of_bound\": %.3f, \"failed\": %" PRIu64 "}\n",
+		       "\"share_of_bound\": %.3f, \"bound_brief_iops\": %.0f, \"failed\": %" PRIu64 "}\n",
 		       preset, nand_dies(g), g->blocks_per_die, b.info.capacity, sector,
 		       b.info.op_percent, wl_name(wl), b.bs, qd, passes, secs, iops, mb_s,
 		       lat_mean(&b.lat_all) / 1e6, lat_sd(&b.lat_all) / 1e6,
 		       (double)lat_pct(&b.lat_all, 0.99) / 1e6, (double)b.lat_all.max / 1e6,
 		       iv_sd_max / 1e6, iv_iops_min, iv_iops_max, wa, 100 * util, die_bound,
 		       isinf(chan_bound) ? -1.0 : chan_bound, bound, bound > 0 ? iops / bound : 0,
-		       b.failed);
+		       brief_bound, b.failed);
 	} else {
 		printf("%s, %.1f%% OP, %u-byte sectors, %s %u B at QD%" PRIu64 ", %.1f s virtual:\n",
 		       preset, b.info.op_percent, sector, wl_name(wl), b.bs, qd, secs);
@@ -488,8 +499,16 @@ int cmd_bench(int argc, char **argv)
 		       iops, mb_s, lat_mean(&b.lat_all) / 1e6, lat_sd(&b.lat_all) / 1e6,
 		       (double)lat_pct(&b.lat_all, 0.99) / 1e6, (double)b.lat_all.max / 1e6);
 		printf("  WA %.3f, dies %.1f%% busy; bound %.0f IOPS (dies %.0f, channels %.0f): "
-		       "%.0f%% of it\n",
-		       wa, 100 * util, bound, die_bound, chan_bound, bound > 0 ? 100 * iops / bound : 0);
+		       "%.0f%% of it; the brief's formula (no transfers) %.0f\n",
+		       wa, 100 * util, bound, die_bound, chan_bound, bound > 0 ? 100 * iops / bound : 0,
+		       brief_bound);
+		double ops = (double)(s1.ops - s0.ops);
+		printf("  per request: %.2f programs, %.2f page reads, %.2f spare reads, %.4f erases; "
+		       "die time %.0f us (bound's %.0f us)\n",
+		       (double)np / ops, (double)(s1.reads - s0.reads) / ops,
+		       (double)(s1.spare_reads - s0.spare_reads) / ops,
+		       (double)(s1.erases - s0.erases) / ops,
+		       (double)(s1.busy - s0.busy) / 1e3 / ops, die_time * 1e6);
 		if (b.failed)
 			printf("  %" PRIu64 " requests failed\n", b.failed);
 	}

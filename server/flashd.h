@@ -34,7 +34,21 @@
 #include "ftl/ftl.h"
 
 #define FLASHD_VERSION "0.1"
-#define MAX_PAYLOAD (32u << 20)   /* NBD maximum block size we advertise */
+/*
+ * Request sizes (doc/proto.md, "Block size constraints").  A client that
+ * asked for NBD_INFO_BLOCK_SIZE in its NBD_OPT_GO is held to what it was
+ * told: offsets and lengths multiples of the sector, READ and WRITE at most
+ * MAX_PAYLOAD (else EINVAL).  Any other client (NBD_OPT_EXPORT_NAME, GO
+ * without the request) may use any byte alignment and READ/WRITE up to
+ * MAX_PAYLOAD_ANY.  For both, TRIM, WRITE_ZEROES, CACHE and BLOCK_STATUS
+ * take any length that stays inside the export (up to 2^32 - 1).  A WRITE
+ * over the client's limit is answered EINVAL once its payload has been read
+ * and dropped, up to MAX_WRITE_DISCARD; only a longer one is a hard
+ * disconnect (the spec allows it for payloads deemed a denial of service).
+ */
+#define MAX_PAYLOAD (32u << 20)        /* NBD maximum block size we advertise */
+#define MAX_PAYLOAD_ANY (64u << 20)    /* READ/WRITE limit without negotiation */
+#define MAX_WRITE_DISCARD (128u << 20) /* larger WRITE payloads: hard disconnect */
 
 /* ---- logging ------------------------------------------------------------ */
 
@@ -108,6 +122,7 @@ struct handoff {
 	bool structured;
 	bool meta_allocation;   /* base:allocation selected for this export */
 	uint16_t tflags;        /* transmission flags sent */
+	bool block_size;        /* bound by NBD_INFO_BLOCK_SIZE: GO asked for it */
 	char peer[96];
 	uint8_t *leftover;      /* bytes read past the handshake */
 	size_t nleftover;

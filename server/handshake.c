@@ -5,6 +5,13 @@
  * flags, then options one at a time until NBD_OPT_GO or
  * NBD_OPT_EXPORT_NAME picks an export; the socket then goes to that
  * ioDimm's thread with whatever bytes were read past the handshake.
+ * Block sizes: NBD_INFO_BLOCK_SIZE is sent to every INFO and GO, asked for
+ * or not; a client is bound by it only if its final NBD_OPT_GO asked for
+ * it (doc/proto.md, "Block size constraints": INFO with the request only
+ * learns the constraints, GO with it commits to them).  Clients that
+ * commit keep the advertised minimum and maximum; the others (GO without
+ * the request, NBD_OPT_EXPORT_NAME) get the spec's defaults: any byte
+ * alignment, and READ/WRITE up to MAX_PAYLOAD_ANY (struct handoff).
  * Limits: an option's data is at most OPT_MAX bytes (larger ones up to
  * OPT_DISCARD_MAX are read and discarded, then refused with
  * NBD_REP_ERR_TOO_BIG; anything larger is a hard disconnect); the whole
@@ -49,6 +56,7 @@ struct hs {
 	bool meta_allocation;
 	struct dimm *target;
 	uint16_t tflags;
+	bool block_size;          /* the GO that picked target asked for NBD_INFO_BLOCK_SIZE */
 	const char *close_reason;
 	struct hs *next, *prev;
 };
@@ -190,11 +198,12 @@ static bool opt_info_go(struct hs *h, const uint8_t *p, bool go)
 		reply_err(h, NBD_REP_ERR_SHUTDOWN, "the server is shutting down");
 		return false;
 	}
-	bool want_name = false, want_desc = false;
+	bool want_name = false, want_desc = false, want_bs = false;
 	for (uint16_t i = 0; i < nreq; i++) {
 		uint16_t t = get16(p + 4 + nl + 2 + 2 * i);
 		want_name |= t == NBD_INFO_NAME;
 		want_desc |= t == NBD_INFO_DESCRIPTION;
+		want_bs |= t == NBD_INFO_BLOCK_SIZE;
 	}
 	uint16_t tflags = dimm_tflags(d, h->structured);
 	reply_info_export(h, d, tflags);
@@ -205,12 +214,14 @@ static bool opt_info_go(struct hs *h, const uint8_t *p, bool go)
 		dimm_describe(d, desc, sizeof desc);
 		reply_info_string(h, NBD_INFO_DESCRIPTION, desc);
 	}
-	/* always: the limits hold whether or not the client asked */
+	/* always: the preferred sizes help any client; they bind only a
+	 * client whose GO asked for them (h->block_size) */
 	reply_info_block_size(h, d);
 	reply(h, NBD_REP_ACK, NULL, 0);
 	if (go) {
 		h->target = d;
 		h->tflags = tflags;
+		h->block_size = want_bs;
 	}
 	return go;
 }
@@ -308,6 +319,7 @@ static void handle_option(struct hs *h, const uint8_t *p)
 		}
 		h->target = d;
 		h->tflags = dimm_tflags(d, h->structured);
+		h->block_size = false; /* nothing was advertised */
 		uint8_t b[10 + 124];
 		memset(b, 0, sizeof b);
 		put64(b, d->size);
@@ -478,11 +490,13 @@ static void write_cb(struct bufferevent *bev, void *arg)
 			      server_find_export(h->srv, h->meta_export, strlen(h->meta_export)) ==
 				      h->target;
 	ho->tflags = h->tflags;
+	ho->block_size = h->block_size;
 	snprintf(ho->peer, sizeof ho->peer, "%s", h->peer);
 	struct dimm *d = h->target;
-	log_info("%s: export %s%s%s", h->peer, d->cfg->export_name,
+	log_info("%s: export %s%s%s%s", h->peer, d->cfg->export_name,
 		 ho->structured ? ", structured replies" : "",
-		 ho->meta_allocation ? ", base:allocation" : "");
+		 ho->meta_allocation ? ", base:allocation" : "",
+		 ho->block_size ? ", block sizes negotiated" : ", no block size constraints");
 	hs_free(h, false);
 	dimm_adopt(d, ho);
 }

@@ -400,6 +400,18 @@ class Conn:
         self.block_size = got.get(INFO_BLOCK_SIZE)
         return self.size, self.tflags
 
+    def export_name(self, name=None):
+        """Enter transmission with NBD_OPT_EXPORT_NAME (no option reply; no
+        block size information either).  Returns (size, transmission flags)."""
+        if name is None:
+            name = self.export
+        self.option(OPT_EXPORT_NAME, name.encode() if isinstance(name, str) else name)
+        self.size, self.tflags = struct.unpack(">QH", self.recvn(10))
+        if not self.cflags & FLAG_C_NO_ZEROES:
+            self.recvn(124)
+        self.block_size = None
+        return self.size, self.tflags
+
     # ---- transmission ---------------------------------------------------
     @staticmethod
     def pack_request(cmd, flags=0, handle=0, offset=0, length=0, payload=b"", magic=REQUEST_MAGIC):
@@ -427,7 +439,9 @@ class Conn:
             if not self.structured:
                 raise ProtocolError("structured reply chunk without NBD_OPT_STRUCTURED_REPLY")
             flags, rtype, handle, length = struct.unpack(">HHQI", self.recvn(16))
-            if length > (64 << 20):
+            if length > (64 << 20) + 64:
+                # a READ chunk carries at most 64 MiB (flashd's limit for
+                # clients without block size constraints) and its offset
                 raise ProtocolError("chunk length %d is absurd" % length)
             payload = self.recvn(length) if length else b""
             return "chunk", (flags, rtype, handle, payload)

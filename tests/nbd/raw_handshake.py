@@ -4,7 +4,8 @@
 Checks the fixed-newstyle handshake of a server against doc/proto.md of
 NetworkBlockDevice/nbd: greeting, client flags, option framing and reply
 magic, NBD_OPT_LIST, NBD_OPT_INFO/NBD_OPT_GO (NBD_INFO_* payloads, unknown
-info types, unknown exports, malformed requests, INFO/GO consistency),
+info types, unknown exports, malformed requests, INFO/GO consistency;
+block size constraints bind only a client whose GO asked for them),
 NBD_OPT_STRUCTURED_REPLY, LIST/SET_META_CONTEXT query semantics,
 NBD_OPT_EXPORT_NAME (with and without NO_ZEROES, unknown export),
 NBD_OPT_ABORT, STARTTLS on a NOTLS server, unknown options with payloads,
@@ -266,9 +267,36 @@ with section("INFO then GO with the same request report the same information"):
     read_data(r, 0, 4096)
     c.close()
 
-with section("GO without NBD_INFO_BLOCK_SIZE is accepted; misaligned I/O fails cleanly"):
+def misaligned_served(c, what):
+    """A client without block size constraints: a misaligned READ is served
+    with the bytes an aligned READ shows."""
+    r = c.cmd(CMD_READ, 0, 0, 8192)
+    check(r.error == 0 and len(r.data) == 8192, "%s: aligned read: %r" % (what, r))
+    r2 = c.cmd(CMD_READ, 0, 1, 100)
+    check(r2.error == 0, "%s: misaligned read -> %s, want success (no constraints were negotiated)" % (
+        what, errname(r2.error)))
+    check(r2.data == r.data[1:101], "%s: misaligned read returned other bytes than an aligned one" % what)
+    r3 = c.cmd(CMD_READ, 0, 4095, 2)
+    check(r3.error == 0 and r3.data == r.data[4095:4097], "%s: read across a unit boundary: %r" % (what, r3))
+
+
+with section("GO without NBD_INFO_BLOCK_SIZE: accepted, no constraints (misaligned I/O served)"):
     c = conn()
     size, tf = c.go(EXPORT, infos=(), structured=False)
+    misaligned_served(c, "GO without NBD_INFO_BLOCK_SIZE")
+    c.close()
+
+with section("INFO with NBD_INFO_BLOCK_SIZE, then GO without it: no constraints (INFO only informs)"):
+    c = conn()
+    final, got, reps = c.info(OPT_INFO, EXPORT, (INFO_BLOCK_SIZE,))
+    check(final == REP_ACK and INFO_BLOCK_SIZE in got, "INFO with NBD_INFO_BLOCK_SIZE -> %s" % repname(final))
+    c.go(EXPORT, infos=(), structured=False)
+    misaligned_served(c, "INFO, then GO without NBD_INFO_BLOCK_SIZE")
+    c.close()
+
+with section("GO with NBD_INFO_BLOCK_SIZE: bound by it, misaligned I/O fails cleanly"):
+    c = conn()
+    size, tf = c.go(EXPORT, infos=(INFO_BLOCK_SIZE,), structured=False)
     if args.sector_size > 1:
         r = c.cmd(CMD_READ, 0, 1, 512 if args.sector_size > 512 else 100)
         check(r.error == EINVAL, "misaligned read -> %s, want EINVAL" % errname(r.error))
@@ -418,6 +446,8 @@ with section("EXPORT_NAME: 10 bytes with NO_ZEROES, 134 without"):
         # the next bytes must be the reply to our first request
         r = c.cmd(CMD_READ, 0, 0, 4096, handle=0x5EED)
         check(not r.structured and r.error == 0 and len(r.data) == 4096, "read after EXPORT_NAME: %r" % r)
+        # EXPORT_NAME negotiates no block sizes: no constraints
+        misaligned_served(c, "EXPORT_NAME")
         c.close()
 
 with section("EXPORT_NAME: structured replies negotiated before it are used"):

@@ -133,6 +133,11 @@ static void t_inflight(void)
 			if (ppa_block(f, sl->ppa) == first && sl->state != SLOT_DONE)
 				pending++;
 		}
+		/* and its footer pages, until they are programmed */
+		if (f->footer_of[first]) {
+			struct footer *fo = &f->footers[f->footer_of[first] - 1];
+			pending += fo->pending ? fo->pending : f->footer_pages;
+		}
 		CHECK_EQ(f->blk[first].inflight, pending);
 		uint64_t due = nand_next_due(d);
 		if (due != UINT64_MAX)
