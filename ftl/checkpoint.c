@@ -2,15 +2,24 @@
  * ftl/checkpoint.c - writing and loading the l2p checkpoint.
  *
  * A checkpoint is taken at clean close and every cp_interval log pages.  It
- * quiesces the log (host writes and GC relocations wait; reads go on), so
- * the l2p holds only PPAs and cp_seq = the last sequence number handed out.
- * Then header and l2p pages are programmed into blocks from the free pool,
- * the pages striped over the blocks so the dies work in parallel, and a new
- * superblock page makes the checkpoint current.  Only then are the previous
- * checkpoint's blocks released.  A power cut at any point leaves either the
- * old or the new checkpoint current, never neither.
- * Cost: l2p_bytes of programming; the host waits for it (a few ms on RAM
- * media, l2p_bytes / program bandwidth on timed media).
+ * first quiesces the log briefly (host writes and GC wait for what the
+ * write buffers hold to be programmed; reads go on), so at that point the
+ * l2p holds only PPAs, all on the media, and cp_seq = the last sequence
+ * number handed out.  Then writes and GC go on while the header and l2p
+ * pages are programmed into blocks from the free pool (striped over the
+ * blocks so the dies work in parallel), and a new superblock page makes the
+ * checkpoint current.  Only then are the previous checkpoint's blocks
+ * released.  A power cut at any point leaves either the old or the new
+ * checkpoint current, never neither.
+ * The checkpoint is fuzzy: an l2p page is copied when it is programmed, so
+ * it may hold mappings newer than cp_seq.  Each is either on the media with
+ * its log page newer than cp_seq (recovery replays every page newer than
+ * cp_seq in order, so the newest wins), or, for a unit whose newer version
+ * is still in a write buffer, the slot's prev: the mapping the unit had
+ * before, on the media.  So every entry is durable, and replay from cp_seq
+ * rebuilds the last durable state.
+ * Cost: l2p_bytes of programming and a copy of each page; host writes wait
+ * only for the quiesce (the write buffers draining).
  */
 #include <errno.h>
 
@@ -39,9 +48,9 @@ uint32_t cp_blocks_needed(const struct ftl *f)
 	return 1 + cp_l2p_blocks(f);
 }
 
-bool cp_active(const struct ftl *f)
+bool cp_quiescing(const struct ftl *f)
 {
-	return f->cp.phase != CP_IDLE;
+	return f->cp.phase == CP_QUIESCE;
 }
 
 void cp_request(struct ftl *f, bool clean)
@@ -226,13 +235,17 @@ static void cp_submit_page(struct ftl *f, uint32_t p)
 		op->block = c->blocks[i % c->nblocks];
 		op->page = i / c->nblocks;
 		uint64_t first = (uint64_t)i * per_page;
-		if (first + per_page <= f->units) {
-			data = &f->l2p[first];
-		} else {
-			memset(co->buf, 0xFF, f->page_size);
-			memcpy(co->buf, &f->l2p[first], (f->units - first) * sizeof(uint32_t));
-			data = co->buf;
-		}
+		uint64_t n = f->units - first < per_page ? f->units - first : per_page;
+		/* a copy (the l2p moves on while the page is programmed), with
+		 * buffered units recorded as their durable mapping before */
+		uint32_t *dst = (uint32_t *)co->buf;
+		memcpy(dst, &f->l2p[first], n * sizeof(uint32_t));
+		for (uint64_t k = 0; k < n; k++)
+			if (l2p_is_slot(dst[k]))
+				dst[k] = slot_prev(f, dst[k]);
+		if (n < per_page)
+			memset(dst + n, 0xFF, (per_page - n) * sizeof(uint32_t));
+		data = co->buf;
 	}
 	spare_build(f, co->spare, FTL_PG_CKPT, p, c->cp_seq, data, true);
 	op->type = NAND_OP_PROGRAM;

@@ -105,6 +105,9 @@ struct slot {
 	uint32_t lba;        /* DATA: unit; TRIM: number of ranges */
 	uint32_t ppa;        /* where it is programmed */
 	uint32_t from;       /* GC: the page it relocates */
+	uint32_t prev;       /* DATA: the unit's durable mapping before this
+	                      * write (a PPA, UNMAPPED or LOST, never a slot):
+	                      * what a checkpoint records while it is buffered */
 	uint64_t seq;
 };
 
@@ -501,6 +504,8 @@ int writer_kick(struct ftl *f, struct stream *s);
 uint32_t stream_next_page(struct ftl *f, struct stream *s, uint32_t floor);
 void ring_release(struct ftl *f, struct ring *r); /* advance done over finished slots */
 uint8_t *slot_data(struct ftl *f, uint32_t l2p_entry);
+/* the durable mapping a slot-referenced unit had before (never a slot) */
+uint32_t slot_prev(struct ftl *f, uint32_t l2p_entry);
 int footer_init(struct ftl *f);
 /* a footer read back: 0 and the entries, or -EILSEQ if it is not valid
  * (buf: footer_pages pages, spares: their spare areas) */
@@ -550,7 +555,8 @@ uint32_t cp_blocks_needed(const struct ftl *f);
 int cp_init(struct ftl *f);
 int cp_kick(struct ftl *f);
 void cp_request(struct ftl *f, bool clean);
-bool cp_active(const struct ftl *f);
+/* Host writes and GC wait: a checkpoint is draining the log. */
+bool cp_quiescing(const struct ftl *f);
 int cp_load(struct ftl *f, const struct ftl_sb *sb, char *err, size_t errlen);
 /* Check the checkpoint whose header is in block without loading it (sets
  * f->units and f->format_id from its header): 0 and *h, or -EILSEQ and

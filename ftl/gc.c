@@ -264,6 +264,7 @@ static void gc_read_done(struct nand_op *op)
 	sl->data_crc = rd->data_crc;
 	sl->ppa = rd->from;
 	sl->from = rd->from;
+	sl->prev = rd->from;
 	sl->victim = rd->victim;
 	sl->seq = f->next_seq++;
 	r->fill++;
@@ -664,10 +665,8 @@ int gc_kick(struct ftl *f)
 
 	if (f->error || f->readonly)
 		return 0;
-	/* while a checkpoint is written the l2p must not change; while it waits
-	 * for the log to drain, GC only helps host writes that are stuck */
-	if (f->cp.phase == CP_WRITE || f->cp.phase == CP_COMMIT)
-		return 0;
+	/* while a checkpoint waits for the log to drain, GC only helps host
+	 * writes that are stuck (it goes on while the checkpoint is written) */
 	bool quiescing = f->cp.phase == CP_QUIESCE;
 	for (uint32_t i = 0; i < f->nvictims; i++)
 		if (f->victims[i].phase == VIC_FINISHING)

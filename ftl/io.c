@@ -325,6 +325,7 @@ static bool write_continue(struct ftl *f, struct ftl_io *io)
 		sl->crc_known = false;
 		sl->ppa = ppa;
 		sl->lba = (uint32_t)u;
+		sl->prev = l2p_is_slot(e) ? slot_prev(f, e) : e;
 		sl->seq = f->next_seq++;
 		r->fill++;
 		f->l2p[u] = L2P_SLOT | idx;
@@ -375,7 +376,7 @@ int io_kick(struct ftl *f)
 
 	if (f->error)
 		return 0;
-	while ((io = f->wq_write.head) != NULL && !cp_active(f)) {
+	while ((io = f->wq_write.head) != NULL && !cp_quiescing(f)) {
 		if (io->type == FTL_IO_FLUSH) {
 			if (f->ntrim_pend && !trim_close_record(f))
 				break;

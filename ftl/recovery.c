@@ -7,15 +7,19 @@
  *      format, an old checkpoint or garbage -> dirty; a log block whose
  *      first page is newer than cp_seq (or that was open at cp_seq) -> scan;
  *      an older log block -> closed as it is
- *   2. read every spare of the blocks to scan; keep the log pages newer than
- *      cp_seq (torn and unreadable pages are skipped: they were never
- *      acknowledged)
+ *   2. for the blocks to scan: read the footer (P2L) of each; a block whose
+ *      footer is valid contributes its entries, any other has every spare
+ *      read; keep the log pages newer than cp_seq (torn and unreadable
+ *      pages are skipped: they were never acknowledged)
  *   3. apply them in sequence order: data pages map their unit, trim
  *      records unmap (or mark lost) their ranges
  *   4. count valid pages per block from the l2p; a unit mapped into a block
  *      that holds no log is reported lost
  * Memory: 16 bytes per replayed page (bounded by the checkpoint interval).
- * Time: one spare read per block, plus ppb per block written since cp_seq.
+ * Time: one spare read per block, plus a footer read per block written
+ * since cp_seq (ppb spare reads for the few without one: open at the
+ * crash).  Blocks are visited die-interleaved, so the reads in flight
+ * spread over all dies.
  */
 #include <errno.h>
 #include <time.h>
@@ -137,10 +141,11 @@ enum rclass {
 
 struct rentry {
 	uint64_t seq;
-	uint32_t ppa;
+	uint32_t ppa;   /* | FROM_FOOTER: listed by a footer, not read */
 	uint32_t lba;   /* TRIM_LBA for trim records */
 };
 #define TRIM_LBA 0xFFFFFFFFu
+#define FROM_FOOTER 0x80000000u
 
 struct rctx {
 	uint8_t *cls;
@@ -149,7 +154,59 @@ struct rctx {
 	struct rentry *ent;
 	size_t nent, cap;
 	int error;
+	/* footers being read: pages of one block arrive in a row */
+	uint8_t *foot_buf, *foot_spares;
+	uint8_t *no_footer;   /* [nblocks]: scan its spares */
 };
+
+static int rentry_add(struct rctx *x, uint64_t seq, uint32_t ppa, uint32_t lba)
+{
+	if (x->nent == x->cap) {
+		size_t cap = x->cap ? x->cap * 2 : 4096;
+		struct rentry *e = realloc(x->ent, cap * sizeof *e);
+		if (!e) {
+			x->error = -ENOMEM;
+			return -ENOMEM;
+		}
+		x->ent = e;
+		x->cap = cap;
+	}
+	x->ent[x->nent++] = (struct rentry){ seq, ppa, lba };
+	return 0;
+}
+
+static void foot_setup(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op)
+{
+	struct rctx *x = ctx;
+	op->block = x->list[i / f->footer_pages];
+	op->page = f->data_pages + (uint32_t)(i % f->footer_pages);
+}
+
+static void foot_result(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op)
+{
+	struct rctx *x = ctx;
+	uint32_t k = (uint32_t)(i % f->footer_pages), b = op->block;
+	if (op->status != NAND_OK && op->status != NAND_CORRECTED)
+		x->no_footer[b] = 1;
+	memcpy(x->foot_buf + (size_t)k * f->page_size, op->data, f->page_size);
+	memcpy(x->foot_spares + (size_t)k * f->spare_size, op->spare, f->spare_size);
+	if (k + 1 < f->footer_pages)
+		return;
+	const struct ftl_footer_entry *e;
+	if (x->no_footer[b] || footer_parse(f, b, x->foot_buf, x->foot_spares, &e) != 0) {
+		x->no_footer[b] = 1;
+		return;
+	}
+	for (uint32_t p = 0; p < f->data_pages; p++) {
+		if (e[p].lba == FTL_FOOTER_NONE || e[p].seq <= f->cp.cur_seq)
+			continue;
+		if (e[p].lba != FTL_FOOTER_TRIM && e[p].lba >= f->units)
+			continue;
+		if (rentry_add(x, e[p].seq, ppa_make(f, b, p) | FROM_FOOTER,
+			       e[p].lba == FTL_FOOTER_TRIM ? TRIM_LBA : e[p].lba))
+			return;
+	}
+}
 
 static void first_setup(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op)
 {
@@ -182,11 +239,12 @@ static void first_result(struct ftl *f, void *ctx, uint64_t i, struct nand_op *o
 		x->cls[b] = RC_DATA;
 }
 
+/* page i / nlist of block i % nlist: consecutive reads on different dies */
 static void scan_setup(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op)
 {
 	struct rctx *x = ctx;
-	op->block = x->list[i / f->ppb];
-	op->page = (uint32_t)(i % f->ppb);
+	op->block = x->list[i % x->nlist];
+	op->page = (uint32_t)(i / x->nlist);
 	op->data = NULL;
 }
 
@@ -204,18 +262,8 @@ static void scan_result(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op
 		return;
 	if (sp.type != FTL_PG_DATA && sp.type != FTL_PG_TRIM)
 		return;
-	if (x->nent == x->cap) {
-		size_t cap = x->cap ? x->cap * 2 : 4096;
-		struct rentry *e = realloc(x->ent, cap * sizeof *e);
-		if (!e) {
-			x->error = -ENOMEM;
-			return;
-		}
-		x->ent = e;
-		x->cap = cap;
-	}
-	x->ent[x->nent++] = (struct rentry){ sp.seq, ppa_make(f, op->block, op->page),
-					     sp.type == FTL_PG_TRIM ? TRIM_LBA : sp.lba };
+	rentry_add(x, sp.seq, ppa_make(f, op->block, op->page),
+		   sp.type == FTL_PG_TRIM ? TRIM_LBA : sp.lba);
 }
 
 static int rentry_cmp(const void *a, const void *b)
@@ -232,13 +280,17 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 
 	x.cls = calloc(f->nblocks, 1);
 	x.list = malloc(sizeof(uint32_t) * f->nblocks);
-	if (!x.cls || !x.list) {
+	x.no_footer = calloc(f->nblocks, 1);
+	x.foot_buf = aligned_alloc(4096, (size_t)f->footer_pages * f->page_size);
+	x.foot_spares = malloc((size_t)f->footer_pages * f->spare_size);
+	if (!x.cls || !x.list || !x.no_footer || !x.foot_buf || !x.foot_spares) {
 		rc = -ENOMEM;
 		goto out;
 	}
 
-	/* 1. first pages */
-	for (uint32_t b = 0; b < f->nblocks; b++) {
+	/* 1. first pages, die-interleaved */
+	for (uint32_t i = 0; i < f->nblocks; i++) {
+		uint32_t b = (i % f->ndies) * f->blocks_per_die + i / f->ndies;
 		struct blk *k = &f->blk[b];
 		if (nand_factory_bad(f->dev, b)) {
 			k->state = BLK_BAD;
@@ -253,17 +305,29 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 			continue;
 		x.list[x.nlist++] = b;
 	}
-	rc = read_batch(f, x.nlist, 256, first_setup, first_result, &x);
+	rc = read_batch(f, x.nlist, 1024, first_setup, first_result, &x);
 	if (rc)
 		goto out;
 
-	/* 2. scan the blocks written since the checkpoint */
-	uint32_t nscan = 0;
-	for (uint32_t b = 0; b < f->nblocks; b++)
-		if (x.cls[b] == RC_SCAN)
-			x.list[nscan++] = b;
+	/* 2. the blocks written since the checkpoint: footers, then the
+	 * spares of those without one */
+	uint32_t nscan = 0, nlist = x.nlist;
+	for (uint32_t i = 0; i < nlist; i++)
+		if (x.cls[x.list[i]] == RC_SCAN)
+			x.list[nscan++] = x.list[i];
 	x.nlist = nscan;
-	rc = read_batch(f, (uint64_t)nscan * f->ppb, 256, scan_setup, scan_result, &x);
+	rc = read_batch(f, (uint64_t)nscan * f->footer_pages, 1024, foot_setup, foot_result, &x);
+	if (!rc)
+		rc = x.error;
+	if (rc)
+		goto out;
+	uint32_t nspare = 0;
+	for (uint32_t i = 0; i < nscan; i++)
+		if (x.no_footer[x.list[i]])
+			x.list[nspare++] = x.list[i];
+	x.nlist = nspare;
+	if (nspare)
+		rc = read_batch(f, (uint64_t)nspare * f->ppb, 1024, scan_setup, scan_result, &x);
 	if (!rc)
 		rc = x.error;
 	if (rc)
@@ -282,6 +346,31 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 	}
 	for (size_t i = 0; i < x.nent; i++) {
 		struct rentry *e = &x.ent[i];
+		if (i + 1 < x.nent && x.ent[i + 1].seq == e->seq) {
+			/* one version in two places: a program that failed and was
+			 * retried elsewhere, both listed by footers; the page
+			 * that reads back as that version wins */
+			size_t j = i;
+			while (j < x.nent && x.ent[j].seq == e->seq)
+				j++;
+			struct rentry *win = NULL;
+			for (size_t k = i; k < j && !win; k++) {
+				uint32_t ppa = x.ent[k].ppa & ~FROM_FOOTER;
+				struct nand_op op = { .type = NAND_OP_READ, .block = ppa_block(f, ppa),
+						      .page = ppa_page(f, ppa), .data = page, .spare = spare };
+				enum nand_status st = nand_op_sync(f->dev, &op);
+				struct ftl_spare sp;
+				if ((st == NAND_OK || st == NAND_CORRECTED) && spare_parse(f, spare, &sp) == 0 &&
+				    sp.seq == e->seq && sp.data_crc == crc32c(0, page, f->page_size))
+					win = &x.ent[k];
+			}
+			if (win)
+				*e = *win;
+			i = j - 1;
+			if (!win)
+				continue;
+		}
+		e->ppa &= ~FROM_FOOTER;
 		if (e->lba != TRIM_LBA) {
 			f->l2p[e->lba] = e->ppa;
 		} else {
@@ -367,5 +456,8 @@ out:
 	free(x.cls);
 	free(x.list);
 	free(x.ent);
+	free(x.no_footer);
+	free(x.foot_buf);
+	free(x.foot_spares);
 	return rc;
 }

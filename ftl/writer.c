@@ -182,6 +182,12 @@ int footer_parse(struct ftl *f, uint32_t block, const uint8_t *buf, const uint8_
 	return 0;
 }
 
+uint32_t slot_prev(struct ftl *f, uint32_t e)
+{
+	struct ring *r = &f->stream[(e & L2P_SLOT_GC) ? STREAM_GC : STREAM_USER].ring;
+	return r->slots[e & L2P_SLOT_MASK].prev;
+}
+
 uint8_t *slot_data(struct ftl *f, uint32_t e)
 {
 	struct ring *r = &f->stream[(e & L2P_SLOT_GC) ? STREAM_GC : STREAM_USER].ring;
