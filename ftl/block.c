@@ -112,6 +112,7 @@ void blk_set_closed(struct ftl *f, uint32_t b)
 {
 	blk_leave(f, b);
 	struct blk *k = &f->blk[b];
+	f->blk_closed_at[b] = (uint32_t)f->write_clock;
 	k->state = BLK_CLOSED;
 	blist_push(f, &f->bucket[k->valid], b);
 	if (k->valid < f->min_bucket)
@@ -189,38 +190,47 @@ uint32_t blk_alloc(struct ftl *f, uint32_t die)
 }
 
 /*
- * Greedy: the CLOSED block with the fewest valid pages (if it frees
- * space), preferring a die no victim is examining on (die_busy[die] == 0),
- * so victims' reads run on different dies.  The preference costs little
- * write amplification: it looks only at blocks within ppb/32 valid pages of
- * the minimum, and at most VICTIM_LOOK of them.
+ * Cost-benefit (Rosenblum and Ousterhout): the CLOSED block that frees the
+ * most space per page copied, weighted by age: (1 - u) / (1 + u) * age, u
+ * its share of valid pages, age the user pages written since it closed.
+ * Unlike greedy it also collects old blocks that are fairly full (cold
+ * data), which keeps their free pages from being locked away forever under
+ * a skewed workload; under a uniform one it chooses like greedy.  A die no
+ * victim is examining on is preferred (die_busy[die] == 0), so victims'
+ * reads run on different dies.
+ * Cost: up to VICTIM_PER_BUCKET candidates from each valid-count bucket,
+ * at most VICTIM_LOOK in all.
  */
-#define VICTIM_LOOK 256
+#define VICTIM_PER_BUCKET 4
+#define VICTIM_LOOK 512
 uint32_t blk_victim_pick(struct ftl *f, const uint8_t *die_busy)
 {
-	uint32_t first = FTL_NO_BLOCK, looked = 0, slack = f->ppb / 32 ? f->ppb / 32 : 1;
-	for (uint32_t v = f->min_bucket; v < f->ppb; v++) {
+	uint32_t best = FTL_NO_BLOCK, looked = 0;
+	double best_score = -1;
+	bool first = true;
+	for (uint32_t v = f->min_bucket; v < f->data_pages && looked < VICTIM_LOOK; v++) {
 		if (!f->bucket[v].count)
 			continue;
-		if (first == FTL_NO_BLOCK) {
+		if (first) {
 			f->min_bucket = v;
-			first = f->bucket[v].head;
-			if (!die_busy)
-				return first;
-			slack += v;
+			first = false;
 		}
-		if (v > slack)
-			break;
-		for (uint32_t b = f->bucket[v].head; b != FTL_NO_BLOCK; b = f->blk[b].next) {
-			if (!die_busy[block_die(f, b)])
-				return b;
-			if (++looked >= VICTIM_LOOK)
-				return first;
+		uint32_t n = 0;
+		for (uint32_t b = f->bucket[v].head; b != FTL_NO_BLOCK && n < VICTIM_PER_BUCKET;
+		     b = f->blk[b].next, n++, looked++) {
+			double age = (double)(uint32_t)((uint32_t)f->write_clock - f->blk_closed_at[b]) + 1;
+			double score = (double)(f->data_pages - v) / (double)(f->data_pages + v) * age;
+			if (die_busy && die_busy[block_die(f, b)])
+				score *= 0.5;
+			if (score > best_score) {
+				best_score = score;
+				best = b;
+			}
 		}
 	}
-	if (first == FTL_NO_BLOCK)
+	if (first)
 		f->min_bucket = f->ppb;
-	return first;
+	return best;
 }
 
 /* ---- eraser: dirty -> free --------------------------------------------- */
@@ -275,6 +285,8 @@ void blk_limits(struct ftl *f)
 {
 	f->cp_reserve = cp_blocks_needed(f);
 	f->gc_min = f->cp_reserve + 2;
+	/* GC can open a block per die (a second per die for cold survivors
+	 * comes out of the same margin: it fills what it has first) */
 	f->user_min = f->gc_min + f->ndies + 1;
 	f->gc_start = f->user_min + f->ndies + 2;
 	/* every unit mapped, the reserves, both streams' open blocks, superblocks */
@@ -284,5 +296,16 @@ void blk_limits(struct ftl *f)
 		f->no_space = true;
 		ftl_log("too few usable blocks (%u, %u needed): writes fail with ENOSPC",
 			f->nusable, f->min_usable);
+		return;
 	}
+	/*
+	 * A checkpoint being written holds cp_reserve blocks until its commit
+	 * frees the previous one's.  Where the spare blocks allow, the pool is
+	 * kept that much higher, so host writes and GC go on meanwhile instead
+	 * of waiting for the commit.
+	 */
+	uint32_t spare = f->nusable - f->min_usable;
+	uint32_t headroom = f->cp_reserve < spare / 4 ? f->cp_reserve : spare / 4;
+	f->user_min += headroom;
+	f->gc_start += headroom;
 }

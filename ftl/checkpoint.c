@@ -69,12 +69,12 @@ int cp_init(struct ftl *f)
 	c->nops = CP_OPS;
 	c->ops = ftl_alloc(f, c->nops * sizeof *c->ops);
 	c->free_idx = ftl_alloc(f, c->nops * sizeof *c->free_idx);
-	c->open_list = ftl_alloc(f, 2 * (size_t)f->ndies * sizeof *c->open_list);
+	c->open_list = ftl_alloc(f, 3 * (size_t)f->ndies * sizeof *c->open_list);
 	if (!c->blocks || !c->cur_blocks || !c->ops || !c->free_idx || !c->open_list)
 		return -ENOMEM;
 	/* the header buffer, sized for every open block and some grown bad
 	 * blocks, so a checkpoint normally allocates nothing */
-	c->hdr_cap = cp_hdr_pages(f, nl, 2 * f->ndies, f->nblocks / 64 + 16);
+	c->hdr_cap = cp_hdr_pages(f, nl, 3 * f->ndies, f->nblocks / 64 + 16);
 	if (c->hdr_cap > f->ppb)
 		c->hdr_cap = f->ppb;
 	c->hdr_buf = aligned_alloc(4096, (size_t)c->hdr_cap * f->page_size);
@@ -134,9 +134,10 @@ static int cp_build_header(struct ftl *f)
 	uint32_t nopen = 0, nbad = 0;
 	uint32_t *open = c->open_list;
 	for (int s = 0; s < NSTREAMS; s++)
-		for (uint32_t d = 0; d < f->ndies; d++)
-			if (f->stream[s].die[d].block != FTL_NO_BLOCK)
-				open[nopen++] = f->stream[s].die[d].block;
+		for (uint32_t k = 0; k < f->stream[s].nsets; k++)
+			for (uint32_t d = 0; d < f->ndies; d++)
+				if (f->stream[s].set[k].die[d].block != FTL_NO_BLOCK)
+					open[nopen++] = f->stream[s].set[k].die[d].block;
 	for (uint32_t b = 0; b < f->nblocks; b++)
 		if (f->blk[b].flags & BLKF_GROWN_BAD)
 			nbad++;

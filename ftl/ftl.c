@@ -544,6 +544,9 @@ static int step_memory(struct open_ctx *c)
 
 	f->l2p = ftl_map(f, f->units * sizeof(uint32_t));
 	f->blk = ftl_alloc(f, (size_t)f->nblocks * sizeof *f->blk);
+	f->blk_closed_at = ftl_alloc(f, (size_t)f->nblocks * sizeof *f->blk_closed_at);
+	if (!f->blk_closed_at)
+		return -ENOMEM;
 	f->free_die = ftl_alloc(f, f->ndies * sizeof *f->free_die);
 	f->bucket = ftl_alloc(f, (f->ppb + 1) * sizeof *f->bucket);
 	f->zero_page = ftl_alloc_pages(f, f->page_size);
@@ -572,11 +575,16 @@ static int step_memory(struct open_ctx *c)
 		struct stream *s = &f->stream[i];
 		s->f = f;
 		s->id = (enum stream_id)i;
-		s->die = ftl_alloc(f, f->ndies * sizeof *s->die);
-		if (!s->die)
-			return -ENOMEM;
-		for (uint32_t d = 0; d < f->ndies; d++)
-			s->die[d].block = FTL_NO_BLOCK;
+		s->nsets = i == STREAM_GC ? NSETS : 1;
+		for (uint32_t k = 0; k < s->nsets; k++) {
+			struct open_set *set = &s->set[k];
+			set->gc = i == STREAM_GC;
+			set->die = ftl_alloc(f, f->ndies * sizeof *set->die);
+			if (!set->die)
+				return -ENOMEM;
+			for (uint32_t d = 0; d < f->ndies; d++)
+				set->die[d].block = FTL_NO_BLOCK;
+		}
 		/* GC: relocations of all the victims in flight, a few dozen
 		 * per die (their programs complete out of ring order) */
 		uint32_t gslots = f->ndies * 32 < 256 ? 256 : f->ndies * 32 > 4096 ? 4096 : f->ndies * 32;
@@ -818,7 +826,7 @@ void ftl_debug_dump(struct ftl *f)
 	}
 	for (uint32_t d = 0; d < f->ndies; d++)
 		ftl_log("die %u: free %u user blk %u gc blk %u", d, f->free_die[d].count,
-			f->stream[0].die[d].block, f->stream[1].die[d].block);
+			f->stream[0].set[0].die[d].block, f->stream[1].set[0].die[d].block);
 	ftl_log("io: write head %p durable head %p read head %p in flight %u",
 		(void *)f->wq_write.head, (void *)f->wq_durable.head, (void *)f->wq_read.head,
 		f->ios_in_flight);

@@ -78,6 +78,7 @@ struct blk {
 _Static_assert(sizeof(struct blk) == 16, "one blk per erase block: keep it small");
 #define BLKF_GROWN_BAD 1   /* retired by the FTL (persisted in checkpoints) */
 #define BLKF_CP_OPEN 2     /* was open at the loaded checkpoint */
+#define BLKF_GC 4          /* written by the GC stream (holds survivors) */
 
 struct blist {
 	uint32_t head, tail, count;
@@ -101,6 +102,7 @@ struct slot {
 	bool crc_known;      /* data_crc is the crc32c of the data (GC: taken
 	                      * from the source page's spare, saving a pass
 	                      * over the data) */
+	bool cold;           /* GC: relocated out of a GC block: to SET_COLD */
 	uint32_t data_crc;
 	uint32_t lba;        /* DATA: unit; TRIM: number of ranges */
 	uint32_t ppa;        /* where it is programmed */
@@ -135,12 +137,26 @@ struct stream_die {
 
 enum stream_id { STREAM_USER = 0, STREAM_GC = 1, NSTREAMS = 2 };
 
+/*
+ * A set of open blocks, one per die, filled round-robin.  The user stream
+ * has one (host writes: hot and cold mixed); the GC stream has two, for
+ * separation by age: data relocated out of user blocks (survived once), and
+ * data relocated out of GC blocks (survived twice or more: cold).
+ */
+struct open_set {
+	struct stream_die *die;   /* [ndies] */
+	uint32_t next_die;        /* round-robin cursor: stripes pages over dies */
+	bool gc;                  /* blocks it opens are marked BLKF_GC */
+};
+
+enum { SET_FIRST = 0, SET_COLD = 1, NSETS = 2 };
+
 struct stream {
 	struct ftl *f;
 	enum stream_id id;
 	struct ring ring;
-	struct stream_die *die;   /* [ndies] */
-	uint32_t next_die;        /* round-robin cursor: stripes pages over dies */
+	struct open_set set[NSETS]; /* user: set[0] only */
+	uint32_t nsets;
 	bool stalled;             /* waiting for a free block (GC runs unpaced) */
 };
 
@@ -327,6 +343,8 @@ struct ftl {
 	struct blist retire;        /* RETIRING blocks waiting for GC */
 	struct blist *bucket;       /* [ppb + 1] CLOSED blocks by valid count */
 	uint32_t min_bucket;        /* no CLOSED block has fewer valid pages */
+	uint32_t *blk_closed_at;    /* [nblocks]: write clock when it closed */
+	uint64_t write_clock;       /* user pages programmed (block age) */
 	uint32_t nfree;             /* FREE + DIRTY + ERASING */
 	uint32_t nbad, nbad_grown, nmeta, nusable;
 	uint32_t sb_block[2];
@@ -502,6 +520,7 @@ static inline uint32_t ring_free(const struct ring *r)
 }
 int writer_kick(struct ftl *f, struct stream *s);
 uint32_t stream_next_page(struct ftl *f, struct stream *s, uint32_t floor);
+uint32_t set_next_page(struct ftl *f, struct open_set *set, uint32_t floor);
 void ring_release(struct ftl *f, struct ring *r); /* advance done over finished slots */
 uint8_t *slot_data(struct ftl *f, uint32_t l2p_entry);
 /* the durable mapping a slot-referenced unit had before (never a slot) */

@@ -93,6 +93,7 @@ static bool gc_unpaced(struct ftl *f)
 
 void gc_user_page(struct ftl *f)
 {
+	f->write_clock++;
 	if (f->gc_examining || gc_needed(f)) {
 		f->gc_credit += f->gc_ratio;
 		/* credit left unused (GC waiting for reads or slots) must not
@@ -265,6 +266,7 @@ static void gc_read_done(struct nand_op *op)
 	sl->ppa = rd->from;
 	sl->from = rd->from;
 	sl->prev = rd->from;
+	sl->cold = f->blk[ppa_block(f, rd->from)].flags & BLKF_GC;
 	sl->victim = rd->victim;
 	sl->seq = f->next_seq++;
 	r->fill++;
@@ -567,9 +569,10 @@ static uint64_t gc_room(struct ftl *f)
 {
 	struct stream *g = &f->stream[STREAM_GC];
 	uint64_t room = 0;
-	for (uint32_t d = 0; d < f->ndies; d++)
-		if (g->die[d].block != FTL_NO_BLOCK)
-			room += f->data_pages - f->blk[g->die[d].block].wp;
+	for (uint32_t k = 0; k < g->nsets; k++)
+		for (uint32_t d = 0; d < f->ndies; d++)
+			if (g->set[k].die[d].block != FTL_NO_BLOCK)
+				room += f->data_pages - f->blk[g->set[k].die[d].block].wp;
 	if (f->nfree > f->gc_min)
 		room += (uint64_t)(f->nfree - f->gc_min) * f->data_pages;
 	return room;
@@ -596,8 +599,10 @@ static uint64_t gc_owed(struct ftl *f)
  */
 static int gc_unstick(struct ftl *f, int n)
 {
+	/* a checkpoint's commit frees blocks, and so may anything in flight */
 	if (n || !f->stream[STREAM_GC].stalled || !f->stream[STREAM_USER].stalled ||
-	    f->dirty.count || f->nerase_free != f->ndies || f->gc_reads_out)
+	    f->dirty.count || f->nerase_free != f->ndies || f->gc_reads_out ||
+	    f->cp.phase != CP_IDLE || f->dev->inflight)
 		return 0;
 	return gc_cancel_stalled(f);
 }
@@ -642,7 +647,7 @@ static int victim_admit(struct ftl *f)
 		if (retire && b != FTL_NO_BLOCK)
 			blist_push(f, &f->retire, b);
 		if (!gc_busy(f) && f->stream[STREAM_USER].stalled && !f->dirty.count &&
-		    !f->no_space) {
+		    !f->no_space && f->cp.phase == CP_IDLE && !f->dev->inflight) {
 			/* nothing in flight will ever free a block: the spare
 			 * capacity is gone (bad blocks ate it) */
 			f->no_space = true;

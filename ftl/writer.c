@@ -46,7 +46,7 @@ int footer_init(struct ftl *f)
 {
 	/* blocks open on every die for both streams, plus the user ring's
 	 * worth of blocks whose pages are handed out but not yet submitted */
-	uint32_t n = 2 * f->ndies + f->stream[STREAM_USER].ring.nslots / f->data_pages + 4;
+	uint32_t n = 3 * f->ndies + f->stream[STREAM_USER].ring.nslots / f->data_pages + 4;
 	f->footers = ftl_alloc(f, n * sizeof *f->footers);
 	f->footer_of = ftl_alloc(f, (size_t)f->nblocks * sizeof *f->footer_of);
 	uint8_t *bufs = ftl_alloc_pages(f, (size_t)n * f->footer_pages * f->page_size);
@@ -206,10 +206,10 @@ void ring_release(struct ftl *f, struct ring *r)
 }
 
 /*
- * Next page of stream s, striped over the dies; NO_BLOCK if none now.  A new
- * block is opened only while more than `floor` blocks are free.
+ * Next page of an open set, striped over the dies; NO_BLOCK if none now.  A
+ * new block is opened only while more than `floor` blocks are free.
  */
-uint32_t stream_next_page(struct ftl *f, struct stream *s, uint32_t floor)
+uint32_t set_next_page(struct ftl *f, struct open_set *set, uint32_t floor)
 {
 	/* nearly out of blocks: fill the blocks already open before opening
 	 * more.  Not sooner: above the GC floor every die keeps an open block,
@@ -219,15 +219,17 @@ uint32_t stream_next_page(struct ftl *f, struct stream *s, uint32_t floor)
 	for (uint32_t i = 0; i < 2 * f->ndies; i++) {
 		if (i == f->ndies)
 			frugal = false;
-		uint32_t die = s->next_die;
-		s->next_die = die + 1 == f->ndies ? 0 : die + 1;
-		struct stream_die *sd = &s->die[die];
+		uint32_t die = set->next_die;
+		set->next_die = die + 1 == f->ndies ? 0 : die + 1;
+		struct stream_die *sd = &set->die[die];
 		if (sd->block == FTL_NO_BLOCK) {
 			if (frugal || f->nfree <= floor || !f->free_die[die].count || !f->footer_free)
 				continue;
 			sd->block = blk_alloc(f, die);
 			if (sd->block == FTL_NO_BLOCK)
 				continue;
+			struct blk *k = &f->blk[sd->block];
+			k->flags = (uint8_t)((k->flags & ~BLKF_GC) | (set->gc ? BLKF_GC : 0));
 			footer_attach(f, sd->block);
 		}
 		uint32_t b = sd->block;
@@ -244,6 +246,11 @@ uint32_t stream_next_page(struct ftl *f, struct stream *s, uint32_t floor)
 		return ppa;
 	}
 	return FTL_NO_BLOCK;
+}
+
+uint32_t stream_next_page(struct ftl *f, struct stream *s, uint32_t floor)
+{
+	return set_next_page(f, &s->set[SET_FIRST], floor);
 }
 
 /* A block whose last program finished: close it, or hand it to GC to retire. */
@@ -269,11 +276,12 @@ static void blk_program_failed(struct ftl *f, uint32_t b)
 		/* its footer pages were never handed out: no footer */
 		footer_release(f, fo);
 	}
-	for (int i = 0; i < NSTREAMS; i++) {
-		struct stream_die *sd = &f->stream[i].die[block_die(f, b)];
-		if (sd->block == b)
-			sd->block = FTL_NO_BLOCK;
-	}
+	for (int i = 0; i < NSTREAMS; i++)
+		for (uint32_t k = 0; k < f->stream[i].nsets; k++) {
+			struct stream_die *sd = &f->stream[i].set[k].die[block_die(f, b)];
+			if (sd->block == b)
+				sd->block = FTL_NO_BLOCK;
+		}
 	k->state = BLK_RETIRING;
 	k->next = k->prev = FTL_NO_BLOCK;
 	ftl_log("block %u: program failed, retiring it", b);
@@ -372,7 +380,7 @@ int writer_kick(struct ftl *f, struct stream *s)
 			break;
 		uint32_t ppa = sl->ppa;
 		if (s->id == STREAM_GC) {
-			ppa = stream_next_page(f, s, f->gc_min);
+			ppa = set_next_page(f, &s->set[sl->cold ? SET_COLD : SET_FIRST], f->gc_min);
 			if (ppa == FTL_NO_BLOCK) {
 				s->stalled = true;
 				break;
