@@ -130,12 +130,47 @@ static uint64_t lat_pct(const struct lat *l, double p)
 
 /* ---- the load generator ------------------------------------------------------ */
 
-enum wl { WL_RANDWRITE, WL_RANDREAD, WL_RW70, WL_SEQWRITE, WL_SEQREAD };
+enum wl { WL_RANDWRITE, WL_RANDREAD, WL_RW70, WL_SEQWRITE, WL_SEQREAD, WL_FILESERVER,
+	  WL_WEBSERVER };
+
+/* The reviews' mixed profiles (brief.md section 3): request size in bytes
+ * and its share in percent; sizes below the sector size are rounded up. */
+struct size_mix {
+	uint32_t bytes, pct;
+};
+static const struct size_mix fileserver_mix[] = {
+	{ 512, 10 }, { 1024, 5 }, { 2048, 5 }, { 4096, 60 }, { 8192, 2 }, { 16384, 4 },
+	{ 32768, 4 }, { 65536, 10 }, { 0, 0 },
+};
+static const struct size_mix webserver_mix[] = {
+	{ 512, 22 }, { 1024, 15 }, { 2048, 8 }, { 4096, 23 }, { 8192, 15 }, { 16384, 2 },
+	{ 32768, 6 }, { 65536, 7 }, { 131072, 1 }, { 524288, 1 }, { 0, 0 },
+};
+
+static uint32_t mix_size(const struct size_mix *m, uint64_t r)
+{
+	uint32_t p = (uint32_t)(r % 100);
+	for (; m->bytes; m++) {
+		if (p < m->pct)
+			return m->bytes;
+		p -= m->pct;
+	}
+	return 4096;
+}
+
+static double mix_mean(const struct size_mix *m, uint32_t sector)
+{
+	double sum = 0;
+	for (; m->bytes; m++)
+		sum += (double)(m->bytes < sector ? sector : m->bytes) * m->pct / 100.0;
+	return sum;
+}
 
 struct breq {
 	struct ftl_io io;
 	uint64_t t0;
 	int idx;
+	uint8_t *rbuf;           /* its own: reads are checked when they land */
 };
 
 struct bench {
@@ -149,8 +184,10 @@ struct bench {
 	uint32_t qd;
 	struct breq *reqs;
 	int *free_idx, nfree;
-	uint8_t *wbuf, *rbuf;    /* shared: contents do not matter here */
+	uint8_t *wbuf;           /* shared by writes: read only */
 	uint64_t seq_pos;
+	uint32_t sector;
+	uint64_t bytes_done;
 	bool measuring;
 	struct lat lat_all, lat_iv;
 	uint64_t done_ops, done_iv;
@@ -162,14 +199,16 @@ static void breq_done(struct ftl_io *io)
 	struct breq *r = (struct breq *)io;
 	struct bench *b = io->priv;
 	uint64_t ns = nand_now(b->dev) - r->t0;
-	if (io->status)
-		b->failed++;
-	if (b->measuring) {
+	if (io->status && !b->failed++)
+		fprintf(stderr, "bench: first failed request: %s at %llu+%llu: %s\n",
+			io->type == FTL_IO_WRITE ? "write" : "read", (unsigned long long)io->offset,
+			(unsigned long long)io->length, strerror(-io->status));
+	if (b->measuring)
 		lat_add(&b->lat_all, ns);
-		lat_add(&b->lat_iv, ns);
-	}
+	lat_add(&b->lat_iv, ns);
 	b->done_ops++;
 	b->done_iv++;
+	b->bytes_done += io->length;
 	b->free_idx[b->nfree++] = r->idx;
 }
 
@@ -187,13 +226,29 @@ static void submit_one(struct bench *b, enum wl wl)
 		b->seq_pos += nunits;
 		write = wl == WL_SEQWRITE;
 		break;
+	case WL_FILESERVER:
+	case WL_WEBSERVER: {
+		uint32_t len = mix_size(wl == WL_FILESERVER ? fileserver_mix : webserver_mix,
+					rnd(&b->seed));
+		if (len < b->sector)
+			len = b->sector;
+		uint64_t slots = b->units * 4096 / len;
+		off = (rnd(&b->seed) % slots) * len;
+		write = wl == WL_FILESERVER && rnd(&b->seed) % 100 >= 80;
+		r->io = (struct ftl_io){ .type = write ? FTL_IO_WRITE : FTL_IO_READ, .offset = off,
+					 .length = len, .buf = write ? b->wbuf : r->rbuf,
+					 .done = breq_done, .priv = b };
+		r->t0 = nand_now(b->dev);
+		ftl_submit(b->f, &r->io);
+		return;
+	}
 	default:
 		off = (rnd(&b->seed) % (b->units - nunits + 1)) * 4096;
 		write = wl == WL_RANDWRITE || (wl == WL_RW70 && rnd(&b->seed) % 100 >= 70);
 		break;
 	}
 	r->io = (struct ftl_io){ .type = write ? FTL_IO_WRITE : FTL_IO_READ, .offset = off,
-				 .length = b->bs, .buf = write ? b->wbuf : b->rbuf,
+				 .length = b->bs, .buf = write ? b->wbuf : r->rbuf,
 				 .done = breq_done, .priv = b };
 	r->t0 = nand_now(b->dev);
 	ftl_submit(b->f, &r->io);
@@ -262,7 +317,8 @@ static void tick(struct bench *b, uint64_t now)
 	double util = secs > 0 ? (double)(s.busy - iv_prev.busy) / 1e9 /
 					 ((double)nand_dies(&b->dev->geo) * secs) : 0;
 	if (csv)
-		fprintf(csv, "%.3f,%.0f,%.3f,%.3f,%.3f,%.3f,%.3f,%.1f\n", (double)now / 1e9, iops,
+		fprintf(csv, "%s,%.3f,%.0f,%.3f,%.3f,%.3f,%.3f,%.3f,%.1f\n",
+			b->measuring ? "measure" : "precondition", (double)now / 1e9, iops,
 			lat_mean(&b->lat_iv) / 1e6, lat_sd(&b->lat_iv) / 1e6,
 			(double)lat_pct(&b->lat_iv, 0.99) / 1e6, (double)b->lat_iv.max / 1e6, wa,
 			100 * util);
@@ -288,6 +344,8 @@ static const char *wl_name(enum wl w)
 	case WL_RW70: return "rw70";
 	case WL_SEQWRITE: return "seqwrite";
 	case WL_SEQREAD: return "seqread";
+	case WL_FILESERVER: return "fileserver";
+	case WL_WEBSERVER: return "webserver";
 	}
 	return "?";
 }
@@ -314,11 +372,13 @@ int cmd_bench(int argc, char **argv)
 		{ "seed", required_argument, 0, 's' },
 		{ "csv", required_argument, 0, 'c' },
 		{ "json", no_argument, 0, 'j' },
+		{ "full-data", no_argument, 0, 'F' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
 	int c;
-	while ((c = getopt_long(argc, argv, "p:o:b:B:w:S:q:k:d:i:s:c:jh", opts, NULL)) != -1) {
+	bool full_data = false;
+	while ((c = getopt_long(argc, argv, "p:o:b:B:w:S:q:k:d:i:s:c:jFh", opts, NULL)) != -1) {
 		switch (c) {
 		case 'p': preset = optarg; break;
 		case 'o':
@@ -340,6 +400,8 @@ int cmd_bench(int argc, char **argv)
 			else if (!strcmp(optarg, "rw70")) wl = WL_RW70;
 			else if (!strcmp(optarg, "seqwrite")) wl = WL_SEQWRITE;
 			else if (!strcmp(optarg, "seqread")) wl = WL_SEQREAD;
+			else if (!strcmp(optarg, "fileserver")) wl = WL_FILESERVER;
+			else if (!strcmp(optarg, "webserver")) wl = WL_WEBSERVER;
 			else bdie("unknown --workload '%s'", optarg);
 			break;
 		case 'S':
@@ -368,9 +430,11 @@ int cmd_bench(int argc, char **argv)
 			break;
 		case 'c': csv_path = optarg; break;
 		case 'j': json = true; break;
+		case 'F': full_data = true; break; /* keep page data (small devices) */
 		case 'h':
 			printf("usage: flashctl bench --preset P [--op PCT] [--sector-size 512|4096]\n"
-			       "         [--blocks-per-die N] [--workload randwrite|randread|rw70|seqwrite|seqread]\n"
+			       "         [--blocks-per-die N] [--workload randwrite|randread|rw70|seqwrite|seqread|\n"
+			       "          fileserver|webserver]\n"
 			       "         [--bs SIZE] [--qd N] [--precondition PASSES] [--duration SECONDS]\n"
 			       "         [--interval SECONDS] [--seed S] [--csv FILE] [--json]\n");
 			return 0;
@@ -384,9 +448,10 @@ int cmd_bench(int argc, char **argv)
 	if (!bs)
 		bs = (wl == WL_SEQWRITE || wl == WL_SEQREAD) ? 2u << 20 : 4096;
 
-	struct bench b = { .seed = seed, .wl = wl, .bs = (uint32_t)bs, .qd = (uint32_t)qd };
+	struct bench b = { .seed = seed, .wl = wl, .bs = (uint32_t)bs, .qd = (uint32_t)qd,
+			   .sector = sector };
 	struct nand_sim_config nc = { .preset = preset, .timing = true, .virtual_time = true,
-				      .metadata_only = true, .meta_spare_bytes = 40,
+				      .metadata_only = !full_data, .meta_spare_bytes = 40,
 				      .blocks_per_die = (uint32_t)bpd, .seed = seed };
 	char err[512];
 	if (nand_sim_open(&nc, &b.dev, err, sizeof err))
@@ -400,13 +465,17 @@ int cmd_bench(int argc, char **argv)
 	b.units = b.info.units;
 	b.reqs = calloc(qd, sizeof *b.reqs);
 	b.free_idx = calloc(qd, sizeof *b.free_idx);
-	b.wbuf = aligned_alloc(4096, 32u << 20);
-	b.rbuf = aligned_alloc(4096, 32u << 20);
-	if (!b.reqs || !b.free_idx || !b.wbuf || !b.rbuf)
+	/* the largest request: the fill's 128 KiB, bs, a profile's 512 KiB */
+	size_t maxreq = bs > (512u << 10) ? bs : 512u << 10;
+	b.wbuf = aligned_alloc(4096, maxreq);
+	if (!b.reqs || !b.free_idx || !b.wbuf)
 		bdie("out of memory");
-	memset(b.wbuf, 0x5A, 32u << 20);
+	memset(b.wbuf, 0x5A, maxreq);
 	for (uint32_t i = 0; i < qd; i++) {
 		b.reqs[i].idx = (int)i;
+		b.reqs[i].rbuf = aligned_alloc(4096, maxreq);
+		if (!b.reqs[i].rbuf)
+			bdie("out of memory");
 		b.free_idx[b.nfree++] = (int)i;
 	}
 	const struct nand_geometry *g = &b.dev->geo;
@@ -416,6 +485,13 @@ int cmd_bench(int argc, char **argv)
 		preset, nand_dies(g), g->blocks_per_die, (double)b.info.capacity / (1 << 30), sector,
 		b.info.op_percent, wl_name(wl), bs, qd);
 
+	if (csv_path) {
+		csv = fopen(csv_path, "w");
+		if (!csv)
+			bdie("cannot write %s", csv_path);
+		fprintf(csv, "phase,t_s,iops,lat_mean_ms,lat_sd_ms,lat_p99_ms,lat_max_ms,wa,die_util_pct\n");
+	}
+	uint64_t iv_ns = (uint64_t)(interval * 1e9);
 	/* precondition: fill sequentially, then random writes to steady state */
 	double t0 = (double)nand_now_ns();
 	uint32_t save_bs = b.bs;
@@ -425,21 +501,20 @@ int cmd_bench(int argc, char **argv)
 	enum wl pre = (wl == WL_SEQWRITE || wl == WL_SEQREAD) ? WL_SEQWRITE : WL_RANDWRITE;
 	if (pre == WL_RANDWRITE) {
 		b.bs = 4096;
-		run(&b, WL_RANDWRITE, (uint64_t)(passes * (double)b.units), 0, 0, NULL, NULL);
+		iv_prev = take(&b, nand_now(b.dev));
+		memset(&b.lat_iv, 0, sizeof b.lat_iv);
+		uint64_t pre_tick = nand_now(b.dev) + iv_ns;
+		run(&b, WL_RANDWRITE, (uint64_t)(passes * (double)b.units), 0, iv_ns,
+		    csv ? tick : NULL, &pre_tick);
 		b.bs = save_bs;
 	}
 	fprintf(stderr, "bench: preconditioned in %.0f s of CPU, %.1f s virtual\n",
 		((double)nand_now_ns() - t0) / 1e9, (double)nand_now(b.dev) / 1e9);
 
 	/* measure */
-	if (csv_path) {
-		csv = fopen(csv_path, "w");
-		if (!csv)
-			bdie("cannot write %s", csv_path);
-		fprintf(csv, "t_s,iops,lat_mean_ms,lat_sd_ms,lat_p99_ms,lat_max_ms,wa,die_util_pct\n");
-	}
-	uint64_t start = nand_now(b.dev), iv_ns = (uint64_t)(interval * 1e9);
+	uint64_t start = nand_now(b.dev);
 	struct snap s0 = take(&b, start);
+	uint64_t s0_bytes = b.bytes_done;
 	iv_prev = s0;
 	memset(&b.lat_iv, 0, sizeof b.lat_iv);
 	b.measuring = true;
@@ -457,7 +532,13 @@ int cmd_bench(int argc, char **argv)
 	double util = (double)(s1.busy - s0.busy) / 1e9 / ((double)nand_dies(g) * secs);
 	/* physical bounds for this WA (per host request of bs bytes) */
 	double units_per_req = (double)b.bs / 4096;
-	double rd = wl == WL_RANDREAD || wl == WL_SEQREAD ? 1 : wl == WL_RW70 ? 0.7 : 0;
+	double rd = wl == WL_RANDREAD || wl == WL_SEQREAD || wl == WL_WEBSERVER ? 1 :
+		    wl == WL_RW70 ? 0.7 : wl == WL_FILESERVER ? 0.8 : 0;
+	if (wl == WL_FILESERVER || wl == WL_WEBSERVER) {
+		/* pages touched per request, on average (at least one) */
+		double mean = mix_mean(wl == WL_FILESERVER ? fileserver_mix : webserver_mix, sector);
+		units_per_req = mean < 4096 ? 1 : mean / 4096;
+	}
 	double wr = 1 - rd;
 	double tr = pr->timing.read_us * 1e-6, tp = pr->timing.program_us * 1e-6,
 	       te = pr->timing.erase_us * 1e-6;
@@ -474,7 +555,7 @@ int cmd_bench(int argc, char **argv)
 	double die_bound = die_time > 0 ? nand_dies(g) / die_time : 0;
 	double chan_bound = chan_time > 0 ? g->channels / chan_time : INFINITY;
 	double bound = die_bound < chan_bound ? die_bound : chan_bound;
-	double mb_s = iops * (double)b.bs / 1e6;
+	double mb_s = (double)(b.bytes_done - s0_bytes) / secs / 1e6;
 	if (json) {
 		printf("{\"preset\": \"%s\", \"dies\": %u, \"blocks_per_die\": %u, \"capacity_bytes\": %" PRIu64
 		       ", \"sector_size\": %u, \"op_percent\": %.2f, \"workload\": \"%s\", \"bs\": %u, "
