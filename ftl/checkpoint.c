@@ -1,25 +1,23 @@
 /*
  * ftl/checkpoint.c - writing and loading the l2p checkpoint.
  *
- * A checkpoint is taken at clean close and every cp_interval log pages.  It
- * first quiesces the log briefly (host writes and GC wait for what the
- * write buffers hold to be programmed; reads go on), so at that point the
- * l2p holds only PPAs, all on the media, and cp_seq = the last sequence
- * number handed out.  Then writes and GC go on while the header and l2p
+ * A checkpoint is taken at clean close and every cp_interval log pages.
+ * Nothing waits for it: host writes and GC go on while the header and l2p
  * pages are programmed into blocks from the free pool (striped over the
  * blocks so the dies work in parallel), and a new superblock page makes the
  * checkpoint current.  Only then are the previous checkpoint's blocks
  * released.  A power cut at any point leaves either the old or the new
  * checkpoint current, never neither.
- * The checkpoint is fuzzy: an l2p page is copied when it is programmed, so
- * it may hold mappings newer than cp_seq.  Each is either on the media with
- * its log page newer than cp_seq (recovery replays every page newer than
- * cp_seq in order, so the newest wins), or, for a unit whose newer version
- * is still in a write buffer, the slot's prev: the mapping the unit had
- * before, on the media.  So every entry is durable, and replay from cp_seq
- * rebuilds the last durable state.
- * Cost: l2p_bytes of programming and a copy of each page; host writes wait
- * only for the quiesce (the write buffers draining).
+ * The checkpoint is fuzzy.  cp_seq is one below the oldest sequence number
+ * still in a write buffer when it starts, so every log page newer than
+ * cp_seq is on the media or will be, and recovery replays all of them in
+ * order.  An l2p page is copied when it is programmed, so it may hold
+ * mappings newer than cp_seq: each is either a programmed page (replayed
+ * anyway: the newest wins) or, for a unit whose newer version is still
+ * buffered, the slot's prev, the mapping it had before, on the media.  So
+ * every entry is durable and replay from cp_seq rebuilds the last durable
+ * state.
+ * Cost: l2p_bytes of programming and a copy of each page; no host wait.
  */
 #include <errno.h>
 
@@ -48,9 +46,21 @@ uint32_t cp_blocks_needed(const struct ftl *f)
 	return 1 + cp_l2p_blocks(f);
 }
 
-bool cp_quiescing(const struct ftl *f)
+/* One below the oldest sequence number not yet on the media: the slots of
+ * both write buffers not yet programmed (reads GC has in flight take their
+ * numbers when they land, later). */
+static uint64_t cp_durable_seq(struct ftl *f)
 {
-	return f->cp.phase == CP_QUIESCE;
+	uint64_t min = f->next_seq;
+	for (int i = 0; i < NSTREAMS; i++) {
+		struct ring *r = &f->stream[i].ring;
+		for (uint64_t pos = r->done; pos < r->fill; pos++) {
+			struct slot *sl = ring_slot(r, pos);
+			if ((sl->state == SLOT_FILLED || sl->state == SLOT_SUBMITTED) && sl->seq < min)
+				min = sl->seq;
+		}
+	}
+	return min - 1;
 }
 
 void cp_request(struct ftl *f, bool clean)
@@ -69,12 +79,18 @@ int cp_init(struct ftl *f)
 	c->nops = CP_OPS;
 	c->ops = ftl_alloc(f, c->nops * sizeof *c->ops);
 	c->free_idx = ftl_alloc(f, c->nops * sizeof *c->free_idx);
-	c->open_list = ftl_alloc(f, 3 * (size_t)f->ndies * sizeof *c->open_list);
+	/* blocks being written: the open sets, and blocks whose pages are all
+	 * handed out with programs still buffered (at most one per slot) */
+	c->open_cap = 3 * f->ndies + f->stream[STREAM_USER].ring.nslots +
+		      f->stream[STREAM_GC].ring.nslots;
+	c->open_list = ftl_alloc(f, (size_t)c->open_cap * sizeof *c->open_list);
 	if (!c->blocks || !c->cur_blocks || !c->ops || !c->free_idx || !c->open_list)
 		return -ENOMEM;
 	/* the header buffer, sized for every open block and some grown bad
 	 * blocks, so a checkpoint normally allocates nothing */
 	c->hdr_cap = cp_hdr_pages(f, nl, 3 * f->ndies, f->nblocks / 64 + 16);
+	if (c->hdr_cap < 1)
+		c->hdr_cap = 1;
 	if (c->hdr_cap > f->ppb)
 		c->hdr_cap = f->ppb;
 	c->hdr_buf = aligned_alloc(4096, (size_t)c->hdr_cap * f->page_size);
@@ -133,14 +149,15 @@ static int cp_build_header(struct ftl *f)
 	struct cp_state *c = &f->cp;
 	uint32_t nopen = 0, nbad = 0;
 	uint32_t *open = c->open_list;
-	for (int s = 0; s < NSTREAMS; s++)
-		for (uint32_t k = 0; k < f->stream[s].nsets; k++)
-			for (uint32_t d = 0; d < f->ndies; d++)
-				if (f->stream[s].set[k].die[d].block != FTL_NO_BLOCK)
-					open[nopen++] = f->stream[s].set[k].die[d].block;
-	for (uint32_t b = 0; b < f->nblocks; b++)
+	/* every block still being written (in a stream's open set, or with
+	 * programs buffered or in flight): its pages newer than cp_seq may land
+	 * after the map pages are copied, so recovery must scan it */
+	for (uint32_t b = 0; b < f->nblocks; b++) {
+		if ((f->blk[b].state == BLK_OPEN || f->blk[b].state == BLK_RETIRING) && nopen < c->open_cap)
+			open[nopen++] = b;
 		if (f->blk[b].flags & BLKF_GROWN_BAD)
 			nbad++;
+	}
 	/* everything must fit in the header block; grown bad blocks beyond
 	 * that are found again (their programs or erases fail again) */
 	uint32_t room = (uint32_t)((f->ppb * (size_t)f->page_size - sizeof(struct ftl_cp_hdr)) /
@@ -319,15 +336,10 @@ int cp_kick(struct ftl *f)
 		c->requested = false;
 		c->phase = CP_QUIESCE;
 		return 1;
-	case CP_QUIESCE: {
-		struct ring *u = &f->stream[STREAM_USER].ring, *g = &f->stream[STREAM_GC].ring;
-		if (g->done != g->fill && gc_cancel_stalled(f))
-			return 1;
-		if (u->done != u->fill || g->done != g->fill || f->gc_reads_out)
-			return 0;
+	case CP_QUIESCE: /* waiting for free blocks to write it to */
 		if (!cp_alloc_blocks(f))
 			return 0; /* the eraser is making blocks free */
-		c->cp_seq = f->next_seq - 1;
+		c->cp_seq = cp_durable_seq(f);
 		c->l2p_pages = cp_l2p_pages(f);
 		if (cp_build_header(f) < 0) {
 			/* give the blocks back; try again later */
@@ -346,7 +358,6 @@ int cp_kick(struct ftl *f)
 		c->error = 0;
 		c->phase = CP_WRITE;
 		return 1;
-	}
 	case CP_WRITE:
 		while (c->next_page < c->total_pages && c->nfree_idx) {
 			cp_submit_page(f, c->next_page++);

@@ -261,7 +261,7 @@ struct victim {
 
 enum cp_phase {
 	CP_IDLE,
-	CP_QUIESCE,     /* waiting for the log to drain */
+	CP_QUIESCE,     /* waiting for free blocks to write it to */
 	CP_WRITE,       /* programming header and l2p pages */
 	CP_COMMIT,      /* programming the superblock page */
 	CP_FAILED,
@@ -289,7 +289,8 @@ struct cp_state {
 	uint8_t *hdr_buf;           /* hdr_cap pages, grown (never shrunk) when
 	                             * the lists outgrow it; allocated at open */
 	uint32_t hdr_cap;
-	uint32_t *open_list;        /* [2 * ndies]: log blocks open at cp_seq */
+	uint32_t *open_list;        /* [open_cap]: log blocks open at cp_seq */
+	uint32_t open_cap;
 	struct cp_op *ops;
 	uint32_t nops;
 	uint32_t *free_idx;         /* stack of unused op indexes */
@@ -544,6 +545,8 @@ bool trim_pending_overlaps(struct ftl *f, uint64_t unit);
 bool trim_pending_add(struct ftl *f, uint32_t start, uint32_t count, bool lost);
 /* close the pending record into a user slot; false if no slot is free */
 bool trim_close_record(struct ftl *f);
+/* the same, opening a block only while more than floor blocks are free */
+bool trim_close_record_floor(struct ftl *f, uint32_t floor);
 void trim_apply_record(struct ftl *f, const void *page, uint64_t seq);
 uint32_t trim_record_capacity(struct ftl *f);
 
@@ -574,8 +577,7 @@ uint32_t cp_blocks_needed(const struct ftl *f);
 int cp_init(struct ftl *f);
 int cp_kick(struct ftl *f);
 void cp_request(struct ftl *f, bool clean);
-/* Host writes and GC wait: a checkpoint is draining the log. */
-bool cp_quiescing(const struct ftl *f);
+
 int cp_load(struct ftl *f, const struct ftl_sb *sb, char *err, size_t errlen);
 /* Check the checkpoint whose header is in block without loading it (sets
  * f->units and f->format_id from its header): 0 and *h, or -EILSEQ and

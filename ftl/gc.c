@@ -542,7 +542,9 @@ static int victim_finish(struct ftl *f, int vi)
 	 * holds now (it can always drain: its slots have pages).
 	 */
 	if (!v->log_closed) {
-		if (!trim_close_record(f))
+		/* a victim that needs only this record to be erased may take the
+		 * last free block for it: the erase gives one back */
+		if (!trim_close_record_floor(f, 0))
 			return 0;
 		v->need_trim_record = false;
 		v->log_closed = true;
@@ -670,14 +672,9 @@ int gc_kick(struct ftl *f)
 
 	if (f->error || f->readonly)
 		return 0;
-	/* while a checkpoint waits for the log to drain, GC only helps host
-	 * writes that are stuck (it goes on while the checkpoint is written) */
-	bool quiescing = f->cp.phase == CP_QUIESCE;
 	for (uint32_t i = 0; i < f->nvictims; i++)
 		if (f->victims[i].phase == VIC_FINISHING)
 			n += victim_finish(f, (int)i);
-	if (quiescing && !f->stream[STREAM_USER].stalled)
-		return n;
 
 	while (f->gc_examining < f->gc_examining_max) {
 		int r = victim_admit(f);

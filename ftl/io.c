@@ -376,7 +376,7 @@ int io_kick(struct ftl *f)
 
 	if (f->error)
 		return 0;
-	while ((io = f->wq_write.head) != NULL && !cp_quiescing(f)) {
+	while ((io = f->wq_write.head) != NULL) {
 		if (io->type == FTL_IO_FLUSH) {
 			if (f->ntrim_pend && !trim_close_record(f))
 				break;

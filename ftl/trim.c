@@ -64,14 +64,19 @@ bool trim_pending_add(struct ftl *f, uint32_t start, uint32_t count, bool lost)
 
 bool trim_close_record(struct ftl *f)
 {
+	/* records may dip below the GC reserve: finishing a victim waits for
+	 * them, and only the checkpoint's own blocks are out of reach */
+	return trim_close_record_floor(f, f->cp_reserve);
+}
+
+bool trim_close_record_floor(struct ftl *f, uint32_t floor)
+{
 	struct ring *r = &f->stream[STREAM_USER].ring;
 	if (!f->ntrim_pend)
 		return true;
 	if (ring_free(r) < 1)
 		return false;
-	/* records may dip below the GC reserve: finishing a victim waits for
-	 * them, and only the checkpoint's own blocks are out of reach */
-	uint32_t ppa = stream_next_page(f, &f->stream[STREAM_USER], f->cp_reserve);
+	uint32_t ppa = stream_next_page(f, &f->stream[STREAM_USER], floor);
 	if (ppa == FTL_NO_BLOCK)
 		return false;
 	uint32_t idx = (uint32_t)(r->fill & r->mask);

@@ -291,7 +291,7 @@ static void run(struct bench *b, enum wl wl, uint64_t ops, uint64_t until_ns, ui
 
 struct snap {
 	uint64_t t, ops, host_pages, nand_pages, busy;
-	uint64_t reads, spare_reads, erases;
+	uint64_t reads, spare_reads, erases, checkpoints;
 };
 
 static struct snap take(struct bench *b, uint64_t now)
@@ -300,7 +300,7 @@ static struct snap take(struct bench *b, uint64_t now)
 	ftl_get_stats(b->f, &st);
 	return (struct snap){ now, b->done_ops, st.host_pages_written, st.nand_pages_programmed,
 			      nand_sim_die_busy_ns(b->dev), st.nand_pages_read, st.nand_spare_reads,
-			      st.blocks_erased };
+			      st.blocks_erased, st.checkpoints };
 }
 
 static FILE *csv;
@@ -317,11 +317,11 @@ static void tick(struct bench *b, uint64_t now)
 	double util = secs > 0 ? (double)(s.busy - iv_prev.busy) / 1e9 /
 					 ((double)nand_dies(&b->dev->geo) * secs) : 0;
 	if (csv)
-		fprintf(csv, "%s,%.3f,%.0f,%.3f,%.3f,%.3f,%.3f,%.3f,%.1f\n",
+		fprintf(csv, "%s,%.3f,%.0f,%.3f,%.3f,%.3f,%.3f,%.3f,%.1f,%llu\n",
 			b->measuring ? "measure" : "precondition", (double)now / 1e9, iops,
 			lat_mean(&b->lat_iv) / 1e6, lat_sd(&b->lat_iv) / 1e6,
 			(double)lat_pct(&b->lat_iv, 0.99) / 1e6, (double)b->lat_iv.max / 1e6, wa,
-			100 * util);
+			100 * util, (unsigned long long)(s.checkpoints - iv_prev.checkpoints));
 	if (b->measuring) {
 		if (lat_sd(&b->lat_iv) > iv_sd_max)
 			iv_sd_max = lat_sd(&b->lat_iv);
@@ -489,7 +489,7 @@ int cmd_bench(int argc, char **argv)
 		csv = fopen(csv_path, "w");
 		if (!csv)
 			bdie("cannot write %s", csv_path);
-		fprintf(csv, "phase,t_s,iops,lat_mean_ms,lat_sd_ms,lat_p99_ms,lat_max_ms,wa,die_util_pct\n");
+		fprintf(csv, "phase,t_s,iops,lat_mean_ms,lat_sd_ms,lat_p99_ms,lat_max_ms,wa,die_util_pct,checkpoints\n");
 	}
 	uint64_t iv_ns = (uint64_t)(interval * 1e9);
 	/* precondition: fill sequentially, then random writes to steady state */
