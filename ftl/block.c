@@ -167,12 +167,15 @@ void blk_validate(struct ftl *f, uint32_t ppa)
 	}
 }
 
-/* Erased block of this die with the fewest erases (dynamic wear levelling). */
+/* Erased block of this die with the fewest erases among the ALLOC_LOOK
+ * longest free (dynamic wear levelling; bounded: a die of a full-size
+ * ioDimm has thousands of free blocks when it is young). */
+#define ALLOC_LOOK 64
 uint32_t blk_alloc(struct ftl *f, uint32_t die)
 {
 	struct blist *l = &f->free_die[die];
-	uint32_t best = FTL_NO_BLOCK, best_ec = UINT32_MAX;
-	for (uint32_t b = l->head; b != FTL_NO_BLOCK; b = f->blk[b].next) {
+	uint32_t best = FTL_NO_BLOCK, best_ec = UINT32_MAX, looked = 0;
+	for (uint32_t b = l->head; b != FTL_NO_BLOCK && looked++ < ALLOC_LOOK; b = f->blk[b].next) {
 		uint32_t ec = nand_erase_count(f->dev, b);
 		if (ec < best_ec) {
 			best = b;

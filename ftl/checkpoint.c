@@ -205,6 +205,11 @@ static int cp_build_header(struct ftl *f)
 	h.stats_host_pages_written = f->st.host_pages_written;
 	h.stats_nand_pages_programmed = f->st.nand_pages_programmed;
 	h.stats_blocks_erased = f->st.blocks_erased;
+	h.stats_host_read_bytes = f->st.host_read_bytes;
+	h.stats_host_write_bytes = f->st.host_write_bytes;
+	h.stats_nand_pages_read = f->st.nand_pages_read;
+	h.stats_host_read_ops = f->st.host_read_ops;
+	h.stats_host_write_ops = f->st.host_write_ops;
 	h.sector_size = f->sector_size;
 	h.format_time = f->format_time;
 	h.lists_crc = crc32c(0, lists, (size_t)k * sizeof(uint32_t));
@@ -585,6 +590,11 @@ int cp_load(struct ftl *f, const struct ftl_sb *sb, char *err, size_t errlen)
 	f->st.host_pages_written = h.stats_host_pages_written;
 	f->st.nand_pages_programmed = h.stats_nand_pages_programmed;
 	f->st.blocks_erased = h.stats_blocks_erased;
+	f->st.host_read_bytes = h.stats_host_read_bytes;
+	f->st.host_write_bytes = h.stats_host_write_bytes;
+	f->st.nand_pages_read = h.stats_nand_pages_read;
+	f->st.host_read_ops = h.stats_host_read_ops;
+	f->st.host_write_ops = h.stats_host_write_ops;
 	free(hbuf);
 	return 0;
 bad:

@@ -227,6 +227,12 @@ struct ftl_info {
 };
 void ftl_get_info(struct ftl *f, struct ftl_info *info);
 
+/*
+ * Counters since the format (lifetime): host bytes and ops read and
+ * written, pages programmed and read, blocks erased are kept in every
+ * checkpoint, so they are exact across a clean restart and, after a crash,
+ * as of the last checkpoint.  The others count since this open.
+ */
 struct ftl_stats {
 	uint64_t host_read_bytes, host_write_bytes, host_trim_bytes, host_zero_bytes;
 	uint64_t host_read_ops, host_write_ops, host_flush_ops, host_trim_ops, host_zero_ops;

@@ -111,7 +111,13 @@ struct __attribute__((packed)) ftl_cp_hdr {
 	uint32_t sector_size;
 	uint32_t reserved1;
 	uint64_t format_time;
-	uint8_t reserved[48];
+	/* lifetime counters (zero in checkpoints written before they existed) */
+	uint64_t stats_host_read_bytes;
+	uint64_t stats_host_write_bytes;
+	uint64_t stats_nand_pages_read;
+	uint64_t stats_host_read_ops;
+	uint64_t stats_host_write_ops;
+	uint8_t reserved[8];
 	uint32_t lists_crc;      /* crc32c of the u32 lists that follow */
 	uint32_t crc;            /* crc32c of the bytes before it */
 	/* followed by: uint32_t blocks[nblocks], open[nopen], bad[nbad] */

@@ -171,8 +171,42 @@ static void basic(uint32_t sector, bool timing)
 	nand_close(d);
 }
 
+/* Lifetime counters live in the checkpoint: they survive a clean reopen. */
+static void lifetime(void)
+{
+	struct nand_dev *d = ram_dev("test-16m", false);
+	char err[256];
+	struct ftl_format_params fp = { .sector_size = 4096 };
+	CHECK_RC(ftl_format(d, &fp, err, sizeof err));
+	struct ftl *f = open_ftl(d);
+	static uint8_t buf[65536];
+	fill(buf, sizeof buf, 7);
+	for (int i = 0; i < 10; i++)
+		CHECK_RC(ftl_write_sync(f, buf, (uint64_t)i * sizeof buf, sizeof buf, 0));
+	for (int i = 0; i < 3; i++)
+		CHECK_RC(ftl_read_sync(f, buf, (uint64_t)i * sizeof buf, sizeof buf));
+	CHECK_RC(ftl_close(f));
+	f = open_ftl(d);
+	struct ftl_stats st;
+	ftl_get_stats(f, &st);
+	CHECK_EQ(st.host_write_bytes, 10 * sizeof buf);
+	CHECK_EQ(st.host_write_ops, 10);
+	CHECK_EQ(st.host_read_bytes, 3 * sizeof buf);
+	CHECK_EQ(st.host_read_ops, 3);
+	CHECK(st.nand_pages_programmed >= 160);
+	CHECK_RC(ftl_write_sync(f, buf, 0, 4096, 0));
+	CHECK_RC(ftl_close(f));
+	f = open_ftl(d);
+	ftl_get_stats(f, &st);
+	CHECK_EQ(st.host_write_bytes, 10 * sizeof buf + 4096);
+	CHECK_RC(ftl_close(f));
+	nand_close(d);
+	printf("lifetime counters kept across reopens\n");
+}
+
 int main(void)
 {
+	lifetime();
 	basic(4096, false);
 	basic(512, false);
 	basic(4096, true);
