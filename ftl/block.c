@@ -95,6 +95,7 @@ void blk_set_free(struct ftl *f, uint32_t b)
 	f->blk[b].state = BLK_FREE;
 	f->blk[b].wp = 0;
 	f->blk[b].valid = 0;
+	f->blk_max_seq[b] = 0;
 	blist_push(f, &f->free_die[block_die(f, b)], b);
 	f->nfree++;
 }

@@ -79,16 +79,19 @@ int cp_init(struct ftl *f)
 	c->nops = CP_OPS;
 	c->ops = ftl_alloc(f, c->nops * sizeof *c->ops);
 	c->free_idx = ftl_alloc(f, c->nops * sizeof *c->free_idx);
-	/* blocks being written: the open sets, and blocks whose pages are all
-	 * handed out with programs still buffered (at most one per slot) */
-	c->open_cap = 3 * f->ndies + f->stream[STREAM_USER].ring.nslots +
-		      f->stream[STREAM_GC].ring.nslots;
+	/* blocks recovery must scan: the open sets, blocks whose pages are
+	 * all handed out with programs still buffered (at most one per slot),
+	 * and closed blocks holding pages newer than cp_seq (at most one per
+	 * slot again: their pages were handed out after the oldest buffered
+	 * one).  More than this and the checkpoint waits (-EAGAIN). */
+	c->open_cap = 3 * f->ndies + 2 * (f->stream[STREAM_USER].ring.nslots +
+					  f->stream[STREAM_GC].ring.nslots);
 	c->open_list = ftl_alloc(f, (size_t)c->open_cap * sizeof *c->open_list);
 	if (!c->blocks || !c->cur_blocks || !c->ops || !c->free_idx || !c->open_list)
 		return -ENOMEM;
 	/* the header buffer, sized for every open block and some grown bad
 	 * blocks, so a checkpoint normally allocates nothing */
-	c->hdr_cap = cp_hdr_pages(f, nl, 3 * f->ndies, f->nblocks / 64 + 16);
+	c->hdr_cap = cp_hdr_pages(f, nl, c->open_cap, f->nblocks / 64 + 16);
 	if (c->hdr_cap < 1)
 		c->hdr_cap = 1;
 	if (c->hdr_cap > f->ppb)
@@ -139,22 +142,36 @@ static bool cp_alloc_blocks(struct ftl *f)
 }
 
 /*
- * Lay out the header block: header, then the l2p blocks, the open log
- * blocks (recovery must scan them: a checkpoint that leaves one out loses
- * the writes after it), and the grown bad blocks.  -ENOMEM if the buffer
- * cannot grow: the checkpoint is then not written at all (never shrunk).
+ * Lay out the header block: header, then the l2p blocks, the log blocks
+ * recovery must scan (a checkpoint that leaves one out loses the writes
+ * after it), and the grown bad blocks.  -ENOMEM if the buffer cannot grow,
+ * -EAGAIN if the blocks to scan do not fit now: the checkpoint is then not
+ * written at all (the buffer is never shrunk).
  */
 static int cp_build_header(struct ftl *f)
 {
 	struct cp_state *c = &f->cp;
 	uint32_t nopen = 0, nbad = 0;
 	uint32_t *open = c->open_list;
-	/* every block still being written (in a stream's open set, or with
-	 * programs buffered or in flight): its pages newer than cp_seq may land
-	 * after the map pages are copied, so recovery must scan it */
+	/*
+	 * Every block that holds, or may still receive, a log page newer than
+	 * cp_seq: recovery replays the log after cp_seq in order, so it must
+	 * see all of it.  That is every block being written (in an open set,
+	 * or with programs buffered or in flight), and every closed block (or
+	 * victim) that received such a page: programs complete out of order,
+	 * so a block can fill and close while an older page is still buffered
+	 * elsewhere.  Replaying a trim record without the write after it in
+	 * such a block would unmap that write.
+	 */
 	for (uint32_t b = 0; b < f->nblocks; b++) {
-		if ((f->blk[b].state == BLK_OPEN || f->blk[b].state == BLK_RETIRING) && nopen < c->open_cap)
+		uint8_t st = f->blk[b].state;
+		bool scan = st == BLK_OPEN || st == BLK_RETIRING ||
+			    ((st == BLK_CLOSED || st == BLK_VICTIM) && f->blk_max_seq[b] > c->cp_seq);
+		if (scan) {
+			if (nopen == c->open_cap)
+				return -EAGAIN;
 			open[nopen++] = b;
+		}
 		if (f->blk[b].flags & BLKF_GROWN_BAD)
 			nbad++;
 	}
@@ -346,12 +363,15 @@ int cp_kick(struct ftl *f)
 			return 0; /* the eraser is making blocks free */
 		c->cp_seq = cp_durable_seq(f);
 		c->l2p_pages = cp_l2p_pages(f);
-		if (cp_build_header(f) < 0) {
+		int rc = cp_build_header(f);
+		if (rc < 0) {
 			/* give the blocks back; try again later */
 			for (uint32_t i = 0; i <= c->nblocks; i++)
 				blk_set_dirty(f, i == 0 ? c->hdr_block : c->blocks[i - 1]);
 			c->phase = CP_IDLE;
 			c->requested = true;
+			if (rc == -EAGAIN)
+				return 1; /* more blocks to scan than listed: after some drain */
 			if (++c->attempts > 3)
 				ftl_fail(f, -ENOMEM, "no memory for a checkpoint header, three times");
 			else

@@ -545,7 +545,8 @@ static int step_memory(struct open_ctx *c)
 	f->l2p = ftl_map(f, f->units * sizeof(uint32_t));
 	f->blk = ftl_alloc(f, (size_t)f->nblocks * sizeof *f->blk);
 	f->blk_closed_at = ftl_alloc(f, (size_t)f->nblocks * sizeof *f->blk_closed_at);
-	if (!f->blk_closed_at)
+	f->blk_max_seq = ftl_alloc(f, (size_t)f->nblocks * sizeof *f->blk_max_seq);
+	if (!f->blk_closed_at || !f->blk_max_seq)
 		return -ENOMEM;
 	f->free_die = ftl_alloc(f, f->ndies * sizeof *f->free_die);
 	f->bucket = ftl_alloc(f, (f->ppb + 1) * sizeof *f->bucket);

@@ -345,6 +345,10 @@ struct ftl {
 	struct blist *bucket;       /* [ppb + 1] CLOSED blocks by valid count */
 	uint32_t min_bucket;        /* no CLOSED block has fewer valid pages */
 	uint32_t *blk_closed_at;    /* [nblocks]: write clock when it closed */
+	uint64_t *blk_max_seq;      /* [nblocks]: newest log page programmed
+	                             * into it since it was last erased (0 if
+	                             * none since open); checkpoints list the
+	                             * closed blocks with one newer than cp_seq */
 	uint64_t write_clock;       /* user pages programmed (block age) */
 	uint32_t nfree;             /* FREE + DIRTY + ERASING */
 	uint32_t nbad, nbad_grown, nmeta, nusable;
