@@ -1,15 +1,16 @@
 /*
- * ftl/block.c - erase block states, the lists they live on, allocation with
- * wear levelling, greedy victim choice, and erasing dirty blocks.
+ * ftl/block.c - erase block and band states, the lists they live on,
+ * allocation with wear levelling, cost-benefit victim choice, and erasing
+ * dirty blocks.  Every change of a block's state is made in this file.
  *
  * Every block is on at most one list, threaded through blk[].next/prev:
- *   FREE     -> free_die[die]        (erased, ready to program)
  *   DIRTY    -> dirty                (stale; the eraser erases it)
- *   CLOSED   -> bucket[valid]        (GC candidates, by valid count)
  *   RETIRING -> retire               (GC collects it first, then retires it)
- * OPEN, VICTIM, ERASING, META and BAD blocks are on no list.
- * Costs: every transition is O(1); blk_alloc scans its die's free list
- * (short in steady state: GC keeps only a few blocks free).
+ * Bands (see struct band) are on the free list of their row or in the GC
+ * bucket of their valid count, derived from their members' states by
+ * band_sync after every block transition.
+ * Costs: every transition is O(1); band_alloc looks at ALLOC_LOOK bands of
+ * its row's free list; band_victim_pick at most VICTIM_LOOK candidates.
  */
 #include <errno.h>
 
@@ -57,24 +58,114 @@ uint32_t blist_pop(struct ftl *f, struct blist *l)
 	return b;
 }
 
-/* Take b off the list its state puts it on; pool counters follow. */
-void blk_leave(struct ftl *f, uint32_t b)
+/* ---- bands ----------------------------------------------------------- */
+
+static void band_list_push(struct ftl *f, struct blist *l, uint32_t bi)
+{
+	struct band *bd = &f->band[bi];
+	bd->next = FTL_NO_BLOCK;
+	bd->prev = l->tail;
+	if (l->tail != FTL_NO_BLOCK)
+		f->band[l->tail].next = bi;
+	else
+		l->head = bi;
+	l->tail = bi;
+	l->count++;
+}
+
+static void band_list_remove(struct ftl *f, struct blist *l, uint32_t bi)
+{
+	struct band *bd = &f->band[bi];
+	if (bd->prev != FTL_NO_BLOCK)
+		f->band[bd->prev].next = bd->next;
+	else
+		l->head = bd->next;
+	if (bd->next != FTL_NO_BLOCK)
+		f->band[bd->next].prev = bd->prev;
+	else
+		l->tail = bd->prev;
+	bd->next = bd->prev = FTL_NO_BLOCK;
+	l->count--;
+}
+
+static struct blist *band_list_of(struct ftl *f, uint32_t bi)
+{
+	struct band *bd = &f->band[bi];
+	if (bd->list == BAND_LIST_FREE)
+		return &f->band_free[band_row(f, bi)];
+	if (bd->list == BAND_LIST_BUCKET)
+		return &f->band_bucket[bd->valid];
+	return NULL;
+}
+
+/* Put band bi where its members' states say (see struct band). */
+static void band_sync(struct ftl *f, uint32_t bi)
+{
+	struct band *bd = &f->band[bi];
+	uint32_t idle = (uint32_t)bd->n_free + bd->n_dirty;
+	uint16_t counted = bd->members && idle == bd->members ? bd->members : 0;
+	f->nfree = f->nfree - bd->counted + counted;
+	bd->counted = counted;
+	uint8_t list = BAND_LIST_NONE;
+	if (bd->members && bd->n_free == bd->members)
+		list = BAND_LIST_FREE;
+	else if (bd->n_closed && bd->n_closed + idle == bd->members)
+		list = BAND_LIST_BUCKET;
+	if (list == bd->list)
+		return;
+	struct blist *l = band_list_of(f, bi);
+	if (l)
+		band_list_remove(f, l, bi);
+	bd->list = list;
+	if (list == BAND_LIST_BUCKET) {
+		bd->closed_at = (uint32_t)f->write_clock;
+		if (bd->valid < f->min_bucket)
+			f->min_bucket = bd->valid;
+	}
+	l = band_list_of(f, bi);
+	if (l)
+		band_list_push(f, l, bi);
+}
+
+enum { CL_OTHER, CL_FREE, CL_DIRTY, CL_CLOSED };
+
+static int blk_class(uint8_t st)
+{
+	switch (st) {
+	case BLK_FREE:
+		return CL_FREE;
+	case BLK_DIRTY:
+	case BLK_ERASING:
+		return CL_DIRTY;
+	case BLK_CLOSED:
+		return CL_CLOSED;
+	default:
+		return CL_OTHER;
+	}
+}
+
+static void band_count(struct band *bd, int cl, int delta)
+{
+	if (cl == CL_FREE)
+		bd->n_free = (uint16_t)(bd->n_free + delta);
+	else if (cl == CL_DIRTY)
+		bd->n_dirty = (uint16_t)(bd->n_dirty + delta);
+	else if (cl == CL_CLOSED)
+		bd->n_closed = (uint16_t)(bd->n_closed + delta);
+}
+
+static bool blk_is_sb(const struct ftl *f, uint32_t b)
+{
+	return b == f->sb_block[0] || b == f->sb_block[1];
+}
+
+/* Take b off the block list its state puts it on. */
+static void blk_leave(struct ftl *f, uint32_t b)
 {
 	struct blk *k = &f->blk[b];
 	switch (k->state) {
-	case BLK_FREE:
-		blist_remove(f, &f->free_die[block_die(f, b)], b);
-		f->nfree--;
-		break;
 	case BLK_DIRTY:
 		blist_remove(f, &f->dirty, b);
-		f->nfree--;
-		break;
-	case BLK_ERASING:
-		f->nfree--;
-		break;
-	case BLK_CLOSED:
-		blist_remove(f, &f->bucket[k->valid], b);
 		break;
 	case BLK_RETIRING:
 		/* on the retire list only while waiting for GC */
@@ -89,35 +180,141 @@ void blk_leave(struct ftl *f, uint32_t b)
 	}
 }
 
+/* valid of b's band changes by delta: a candidate changes bucket */
+static void band_valid_add(struct ftl *f, uint32_t b, int delta)
+{
+	uint32_t bi = block_band(f, b);
+	struct band *bd = &f->band[bi];
+	if (bd->list == BAND_LIST_BUCKET) {
+		band_list_remove(f, &f->band_bucket[bd->valid], bi);
+		bd->valid = (uint32_t)((int64_t)bd->valid + delta);
+		band_list_push(f, &f->band_bucket[bd->valid], bi);
+		if (bd->valid < f->min_bucket)
+			f->min_bucket = bd->valid;
+	} else {
+		bd->valid = (uint32_t)((int64_t)bd->valid + delta);
+	}
+}
+
+/* The one place a block changes state once bands are kept. */
+static void blk_move(struct ftl *f, uint32_t b, enum blk_state to)
+{
+	struct blk *k = &f->blk[b];
+	uint8_t from = k->state;
+	if ((to == BLK_BAD || to == BLK_DIRTY) && k->valid && f->bands_ready && !blk_is_sb(f, b) &&
+	    from != BLK_BAD) {
+		/* nothing stays mapped into it (a dropped checkpoint, a sweep) */
+		band_valid_add(f, b, -(int)k->valid);
+		k->valid = 0;
+	}
+	blk_leave(f, b);
+	k->state = (uint8_t)to;
+	if (to == BLK_META)
+		f->nmeta++;
+	if (!f->bands_ready || blk_is_sb(f, b) || from == BLK_BAD)
+		return;
+	uint32_t bi = block_band(f, b);
+	struct band *bd = &f->band[bi];
+	band_count(bd, blk_class(from), -1);
+	if (to == BLK_BAD) {
+		bd->members--;
+	} else {
+		band_count(bd, blk_class(to), +1);
+	}
+	band_sync(f, bi);
+}
+
+int blk_init(struct ftl *f)
+{
+	f->blk = ftl_alloc(f, (size_t)f->nblocks * sizeof *f->blk);
+	f->blk_max_seq = ftl_alloc(f, (size_t)f->nblocks * sizeof *f->blk_max_seq);
+	f->band = ftl_alloc(f, (size_t)f->nbands * sizeof *f->band);
+	f->band_free = ftl_alloc(f, f->nrows * sizeof *f->band_free);
+	f->nbuckets = f->row_width * f->data_pages + 1;
+	f->band_bucket = ftl_alloc(f, (size_t)f->nbuckets * sizeof *f->band_bucket);
+	if (!f->blk || !f->blk_max_seq || !f->band || !f->band_free || !f->band_bucket)
+		return -ENOMEM;
+	for (uint32_t b = 0; b < f->nblocks; b++)
+		f->blk[b].next = f->blk[b].prev = FTL_NO_BLOCK;
+	for (uint32_t r = 0; r < f->nrows; r++)
+		blist_init(&f->band_free[r]);
+	for (uint32_t v = 0; v < f->nbuckets; v++)
+		blist_init(&f->band_bucket[v]);
+	blist_init(&f->dirty);
+	blist_init(&f->retire);
+	f->min_bucket = 0;
+	return 0;
+}
+
+void blk_mark_initial(struct ftl *f, uint32_t b, enum blk_state st, bool grown)
+{
+	struct blk *k = &f->blk[b];
+	if (k->state == BLK_META && st != BLK_META)
+		f->nmeta--;
+	if (k->state != BLK_META && st == BLK_META)
+		f->nmeta++;
+	k->state = (uint8_t)st;
+	if (st == BLK_BAD) {
+		if (grown)
+			k->flags |= BLKF_GROWN_BAD;
+		else
+			k->flags &= (uint8_t)~BLKF_GROWN_BAD;
+	}
+}
+
+/*
+ * Members are the blocks neither bad nor superblock; every one counts as
+ * "other" (its state is not classified yet, or META) until the blk_set_*
+ * calls that follow classify it.
+ */
+void band_start(struct ftl *f)
+{
+	for (uint32_t bi = 0; bi < f->nbands; bi++) {
+		struct band *bd = &f->band[bi];
+		memset(bd, 0, sizeof *bd);
+		bd->next = bd->prev = FTL_NO_BLOCK;
+		for (uint32_t c = 0; c < f->row_width; c++) {
+			uint32_t b = band_block(f, bi, c);
+			if (f->blk[b].state != BLK_BAD && !blk_is_sb(f, b)) {
+				bd->members++;
+				bd->valid += f->blk[b].valid;
+			}
+		}
+	}
+	f->nfree = 0;
+	f->bands_ready = true;
+}
+
 void blk_set_free(struct ftl *f, uint32_t b)
 {
-	blk_leave(f, b);
-	f->blk[b].state = BLK_FREE;
+	blk_move(f, b, BLK_FREE);
 	f->blk[b].wp = 0;
 	f->blk[b].valid = 0;
 	f->blk_max_seq[b] = 0;
-	blist_push(f, &f->free_die[block_die(f, b)], b);
-	f->nfree++;
 }
 
 void blk_set_dirty(struct ftl *f, uint32_t b)
 {
-	blk_leave(f, b);
-	f->blk[b].state = BLK_DIRTY;
-	f->blk[b].wp = 0;
+	struct blk *k = &f->blk[b];
+	blk_move(f, b, BLK_DIRTY);
+	k->wp = 0;
 	blist_push(f, &f->dirty, b);
-	f->nfree++;
 }
 
 void blk_set_closed(struct ftl *f, uint32_t b)
 {
-	blk_leave(f, b);
-	struct blk *k = &f->blk[b];
-	f->blk_closed_at[b] = (uint32_t)f->write_clock;
-	k->state = BLK_CLOSED;
-	blist_push(f, &f->bucket[k->valid], b);
-	if (k->valid < f->min_bucket)
-		f->min_bucket = k->valid;
+	blk_move(f, b, BLK_CLOSED);
+}
+
+void blk_set_victim(struct ftl *f, uint32_t b)
+{
+	blk_move(f, b, BLK_VICTIM);
+}
+
+void blk_set_retiring(struct ftl *f, uint32_t b)
+{
+	blk_move(f, b, BLK_RETIRING);
+	f->blk[b].next = f->blk[b].prev = FTL_NO_BLOCK;
 }
 
 void blk_set_bad(struct ftl *f, uint32_t b, bool grown)
@@ -125,8 +322,7 @@ void blk_set_bad(struct ftl *f, uint32_t b, bool grown)
 	struct blk *k = &f->blk[b];
 	if (k->state == BLK_BAD)
 		return;
-	blk_leave(f, b);
-	k->state = BLK_BAD;
+	blk_move(f, b, BLK_BAD);
 	f->nbad++;
 	f->nusable--;
 	if (grown) {
@@ -143,97 +339,109 @@ void blk_set_bad(struct ftl *f, uint32_t b, bool grown)
 void blk_invalidate(struct ftl *f, uint32_t ppa)
 {
 	uint32_t b = ppa_block(f, ppa);
-	struct blk *k = &f->blk[b];
-	if (k->state == BLK_CLOSED) {
-		blist_remove(f, &f->bucket[k->valid], b);
-		k->valid--;
-		blist_push(f, &f->bucket[k->valid], b);
-		if (k->valid < f->min_bucket)
-			f->min_bucket = k->valid;
-	} else {
-		k->valid--;
-	}
+	f->blk[b].valid--;
+	if (f->bands_ready && !blk_is_sb(f, b))
+		band_valid_add(f, b, -1);
 }
 
 void blk_validate(struct ftl *f, uint32_t ppa)
 {
 	uint32_t b = ppa_block(f, ppa);
-	struct blk *k = &f->blk[b];
-	if (k->state == BLK_CLOSED) {
-		blist_remove(f, &f->bucket[k->valid], b);
-		k->valid++;
-		blist_push(f, &f->bucket[k->valid], b);
-	} else {
-		k->valid++;
-	}
+	f->blk[b].valid++;
+	if (f->bands_ready && !blk_is_sb(f, b))
+		band_valid_add(f, b, +1);
 }
 
-/* Erased block of this die with the fewest erases among the ALLOC_LOOK
- * longest free (dynamic wear levelling; bounded: a die of a full-size
- * ioDimm has thousands of free blocks when it is young). */
-#define ALLOC_LOOK 64
-uint32_t blk_alloc(struct ftl *f, uint32_t die)
+uint32_t band_members_free(const struct ftl *f)
 {
-	struct blist *l = &f->free_die[die];
+	uint32_t n = 0;
+	for (uint32_t r = 0; r < f->nrows; r++)
+		for (uint32_t bi = f->band_free[r].head; bi != FTL_NO_BLOCK; bi = f->band[bi].next)
+			n += f->band[bi].members;
+	return n;
+}
+
+/* Free band of this row with the fewest erases among the ALLOC_LOOK
+ * longest free (dynamic wear levelling; bounded: a row of a full-size
+ * ioDimm has thousands of free bands when it is young).  A band's members
+ * are erased together, so its first member stands for all. */
+#define ALLOC_LOOK 64
+uint32_t band_alloc(struct ftl *f, uint32_t row, enum blk_state st)
+{
+	struct blist *l = &f->band_free[row];
 	uint32_t best = FTL_NO_BLOCK, best_ec = UINT32_MAX, looked = 0;
-	for (uint32_t b = l->head; b != FTL_NO_BLOCK && looked++ < ALLOC_LOOK; b = f->blk[b].next) {
-		uint32_t ec = nand_erase_count(f->dev, b);
-		if (ec < best_ec) {
-			best = b;
+	for (uint32_t bi = l->head; bi != FTL_NO_BLOCK && looked++ < ALLOC_LOOK; bi = f->band[bi].next) {
+		uint32_t ec = UINT32_MAX;
+		for (uint32_t c = 0; c < f->row_width && ec == UINT32_MAX; c++) {
+			uint32_t b = band_block(f, bi, c);
+			if (f->blk[b].state == BLK_FREE)
+				ec = nand_erase_count(f->dev, b);
+		}
+		if (ec < best_ec || best == FTL_NO_BLOCK) {
+			best = bi;
 			best_ec = ec;
 		}
 	}
 	if (best == FTL_NO_BLOCK)
 		return best;
-	blk_leave(f, best);
-	f->blk[best].state = BLK_OPEN;
-	f->blk[best].wp = 0;
-	f->blk[best].valid = 0;
-	f->blk[best].inflight = 0;
+	for (uint32_t c = 0; c < f->row_width; c++) {
+		uint32_t b = band_block(f, best, c);
+		struct blk *k = &f->blk[b];
+		if (k->state != BLK_FREE)
+			continue; /* a hole */
+		blk_move(f, b, st);
+		k->wp = 0;
+		k->valid = 0;
+		k->inflight = 0;
+	}
 	return best;
 }
 
 /*
- * Cost-benefit (Rosenblum and Ousterhout): the CLOSED block that frees the
- * most space per page copied, weighted by age: (1 - u) / (1 + u) * age, u
- * its share of valid pages, age the user pages written since it closed.
- * Unlike greedy it also collects old blocks that are fairly full (cold
- * data), which keeps their free pages from being locked away forever under
- * a skewed workload; under a uniform one it chooses like greedy.  A die no
- * victim is examining on is preferred (die_busy[die] == 0), so victims'
- * reads run on different dies.
+ * Cost-benefit (Rosenblum and Ousterhout): the candidate band that frees
+ * the most space per page copied, weighted by age: (1 - u) / (1 + u) * age,
+ * u its share of valid pages, age the user pages written since it became a
+ * candidate.  Unlike greedy it also collects old bands that are fairly full
+ * (cold data), which keeps their free pages from being locked away forever
+ * under a skewed workload; under a uniform one it chooses like greedy.  A
+ * row no victim is examining in is preferred (row_busy[row] == 0), so the
+ * victims' reads run on different dies.
  * Cost: up to VICTIM_PER_BUCKET candidates from each valid-count bucket,
  * at most VICTIM_LOOK in all.
  */
 #define VICTIM_PER_BUCKET 4
 #define VICTIM_LOOK 512
-uint32_t blk_victim_pick(struct ftl *f, const uint8_t *die_busy)
+uint32_t band_victim_pick(struct ftl *f, const uint16_t *row_busy)
 {
 	uint32_t best = FTL_NO_BLOCK, looked = 0;
 	double best_score = -1;
 	bool first = true;
-	for (uint32_t v = f->min_bucket; v < f->data_pages && looked < VICTIM_LOOK; v++) {
-		if (!f->bucket[v].count)
+	for (uint32_t v = f->min_bucket; v < f->nbuckets && looked < VICTIM_LOOK; v++) {
+		if (!f->band_bucket[v].count)
 			continue;
 		if (first) {
 			f->min_bucket = v;
 			first = false;
 		}
 		uint32_t n = 0;
-		for (uint32_t b = f->bucket[v].head; b != FTL_NO_BLOCK && n < VICTIM_PER_BUCKET;
-		     b = f->blk[b].next, n++, looked++) {
-			double age = (double)(uint32_t)((uint32_t)f->write_clock - f->blk_closed_at[b]) + 1;
-			double score = (double)(f->data_pages - v) / (double)(f->data_pages + v) * age;
-			if (die_busy && die_busy[block_die(f, b)])
+		for (uint32_t bi = f->band_bucket[v].head; bi != FTL_NO_BLOCK && n < VICTIM_PER_BUCKET;
+		     bi = f->band[bi].next, n++, looked++) {
+			const struct band *bd = &f->band[bi];
+			double cap = (double)bd->members * f->data_pages;
+			if (v >= cap)
+				continue; /* nothing to gain */
+			double age = (double)(uint32_t)((uint32_t)f->write_clock - bd->closed_at) + 1;
+			double score = (cap - v) / (cap + v) * age;
+			if (row_busy && row_busy[band_row(f, bi)])
 				score *= 0.5;
 			if (score > best_score) {
 				best_score = score;
-				best = b;
+				best = bi;
 			}
 		}
 	}
 	if (first)
-		f->min_bucket = f->ppb;
+		f->min_bucket = f->nbuckets;
 	return best;
 }
 
@@ -279,21 +487,26 @@ int eraser_kick(struct ftl *f)
 }
 
 /*
- * Reserve thresholds, in free blocks (FREE + DIRTY + ERASING):
- *   gc_min   - below it only checkpoints and trim records allocate: one
- *              checkpoint's blocks, and one block for records
- *   user_min - below it host writes wait for GC: GC needs a block per die
- *   gc_start - GC runs (paced by host writes) while the pool is below it
+ * Reserve thresholds, in free blocks (members of bands whose every member
+ * is FREE, DIRTY or ERASING).  Blocks are taken a band (up to row_width
+ * blocks) at a time, and a band is opened only if the pool stays at or
+ * above the caller's floor afterwards:
+ *   cp_reserve - one checkpoint: its blocks, rounded up to whole bands
+ *   gc_min     - below it only checkpoints and trim records allocate: a
+ *                checkpoint, and a band for records
+ *   user_min   - below it host writes wait for GC: GC needs a band per row
+ *   gc_start   - GC runs (paced by host writes) while the pool is below it
  */
 void blk_limits(struct ftl *f)
 {
-	f->cp_reserve = cp_blocks_needed(f);
-	f->gc_min = f->cp_reserve + 2;
-	/* GC can open a block per die (a second per die for cold survivors
+	uint32_t w = f->row_width;
+	f->cp_reserve = cp_blocks_needed(f) + w - 1;
+	f->gc_min = f->cp_reserve + (w > 2 ? w : 2);
+	/* GC can open a band per row (a second per row for cold survivors
 	 * comes out of the same margin: it fills what it has first) */
 	f->user_min = f->gc_min + f->ndies + 1;
 	f->gc_start = f->user_min + f->ndies + 2;
-	/* every unit mapped, the reserves, both streams' open blocks, superblocks */
+	/* every unit mapped, the reserves, both streams' open bands, superblocks */
 	f->min_usable = (uint32_t)((f->units + f->data_pages - 1) / f->data_pages) + f->gc_start +
 			2 * f->ndies + 2 + f->cp_reserve;
 	if (f->nusable < f->min_usable && !f->no_space) {

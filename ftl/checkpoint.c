@@ -73,25 +73,25 @@ void cp_request(struct ftl *f, bool clean)
 int cp_init(struct ftl *f)
 {
 	struct cp_state *c = &f->cp;
-	uint32_t nl = cp_l2p_blocks(f);
+	/* whole bands: up to row_width - 1 blocks more than needed */
+	uint32_t nl = cp_l2p_blocks(f) + f->row_width;
 	c->blocks = ftl_alloc(f, nl * sizeof *c->blocks);
 	c->cur_blocks = ftl_alloc(f, nl * sizeof *c->cur_blocks);
 	c->nops = CP_OPS;
 	c->ops = ftl_alloc(f, c->nops * sizeof *c->ops);
 	c->free_idx = ftl_alloc(f, c->nops * sizeof *c->free_idx);
-	/* blocks recovery must scan: the open sets, blocks whose pages are
-	 * all handed out with programs still buffered (at most one per slot),
-	 * and closed blocks holding pages newer than cp_seq (at most one per
-	 * slot again: their pages were handed out after the oldest buffered
-	 * one).  More than this and the checkpoint waits (-EAGAIN). */
-	c->open_cap = 3 * f->ndies + 2 * (f->stream[STREAM_USER].ring.nslots +
+	/* blocks being written: the open sets, and blocks whose pages are all
+	 * handed out with programs still buffered (at most one per slot) */
+	/* and blocks closed holding pages newer than cp_seq: at most one per
+	 * page newer than the oldest page buffered (both rings' worth) */
+	c->open_cap = 6 * f->ndies + 2 * (f->stream[STREAM_USER].ring.nslots +
 					  f->stream[STREAM_GC].ring.nslots);
 	c->open_list = ftl_alloc(f, (size_t)c->open_cap * sizeof *c->open_list);
 	if (!c->blocks || !c->cur_blocks || !c->ops || !c->free_idx || !c->open_list)
 		return -ENOMEM;
 	/* the header buffer, sized for every open block and some grown bad
 	 * blocks, so a checkpoint normally allocates nothing */
-	c->hdr_cap = cp_hdr_pages(f, nl, c->open_cap, f->nblocks / 64 + 16);
+	c->hdr_cap = cp_hdr_pages(f, nl, 3 * f->ndies, f->nblocks / 64 + 16);
 	if (c->hdr_cap < 1)
 		c->hdr_cap = 1;
 	if (c->hdr_cap > f->ppb)
@@ -114,30 +114,50 @@ int cp_init(struct ftl *f)
 	return 0;
 }
 
-/* Allocate header and l2p blocks, spread over the dies. */
+/*
+ * Allocate header and l2p blocks: whole free bands, rows in turn, so the
+ * pages (striped over all the blocks) are programmed on many dies at once.
+ * Every block of those bands belongs to the checkpoint, so bands stay whole.
+ */
 static bool cp_alloc_blocks(struct ftl *f)
 {
 	struct cp_state *c = &f->cp;
-	uint32_t need = 1 + cp_l2p_blocks(f), avail = 0;
-	for (uint32_t d = 0; d < f->ndies; d++)
-		avail += f->free_die[d].count;
-	if (avail < need)
+	uint32_t need = 1 + cp_l2p_blocks(f);
+	if (band_members_free(f) < need)
 		return false;
-	uint32_t die = 0, got = 0;
-	while (got < need) {
-		uint32_t b = f->free_die[die].count ? blk_alloc(f, die) : FTL_NO_BLOCK;
-		die = die + 1 == f->ndies ? 0 : die + 1;
-		if (b == FTL_NO_BLOCK)
+	uint32_t row = 0, got = 0, tries = 0;
+	while (got < need && tries < 2 * f->nrows) {
+		uint32_t bi = f->band_free[row].count ? band_alloc(f, row, BLK_META) : FTL_NO_BLOCK;
+		row = row + 1 == f->nrows ? 0 : row + 1;
+		if (bi == FTL_NO_BLOCK) {
+			tries++;
 			continue;
-		f->blk[b].state = BLK_META;
-		f->nmeta++;
-		if (got == 0)
-			c->hdr_block = b;
-		else
-			c->blocks[got - 1] = b;
-		got++;
+		}
+		tries = 0;
+		for (uint32_t col = 0; col < f->row_width; col++) {
+			uint32_t b = band_block(f, bi, col);
+			if (f->blk[b].state != BLK_META || (got && b == c->hdr_block))
+				continue;
+			bool mine = true;
+			for (uint32_t i = 0; i + 1 < got; i++)
+				if (c->blocks[i] == b)
+					mine = false;
+			if (!mine)
+				continue;
+			if (got == 0)
+				c->hdr_block = b;
+			else
+				c->blocks[got - 1] = b;
+			got++;
+		}
 	}
-	c->nblocks = need - 1;
+	if (got < need) {
+		/* cannot happen (the free bands had the members): give back */
+		for (uint32_t i = 0; i < got; i++)
+			blk_set_dirty(f, i == 0 ? c->hdr_block : c->blocks[i - 1]);
+		return false;
+	}
+	c->nblocks = got - 1;
 	return true;
 }
 
@@ -499,7 +519,8 @@ static int cp_read(struct ftl *f, uint32_t block, const uint64_t *want_seq, bool
 	}
 	if (h.format_id != f->format_id || (want_seq && h.cp_seq != *want_seq) ||
 	    h.units != f->units || h.l2p_pages != cp_l2p_pages(f) ||
-	    h.nblocks != cp_l2p_blocks(f) || h.hdr_pages == 0 || h.hdr_pages > f->ppb ||
+	    h.nblocks < cp_l2p_blocks(f) || h.nblocks >= cp_l2p_blocks(f) + f->row_width ||
+	    h.hdr_pages == 0 || h.hdr_pages > f->ppb ||
 	    h.hdr_pages != cp_hdr_pages(f, h.nblocks, h.nopen, h.nbad)) {
 		*why = "header fields do not match the format";
 		goto out;
@@ -592,20 +613,15 @@ int cp_load(struct ftl *f, const struct ftl_sb *sb, char *err, size_t errlen)
 	c->cur_nblocks = h.nblocks;
 	memcpy(c->cur_blocks, lists, h.nblocks * sizeof(uint32_t));
 	c->cur_seq = h.cp_seq;
-	f->blk[sb->cp_block].state = BLK_META;
-	f->nmeta++;
-	for (uint32_t i = 0; i < h.nblocks; i++) {
-		f->blk[lists[i]].state = BLK_META;
-		f->nmeta++;
-	}
+	blk_mark_initial(f, sb->cp_block, BLK_META, false);
+	for (uint32_t i = 0; i < h.nblocks; i++)
+		blk_mark_initial(f, lists[i], BLK_META, false);
 	for (uint32_t i = 0; i < h.nopen; i++)
 		f->blk[lists[h.nblocks + i]].flags |= BLKF_CP_OPEN;
 	for (uint32_t i = 0; i < h.nbad; i++) {
 		uint32_t b = lists[h.nblocks + h.nopen + i];
-		if (f->blk[b].state != BLK_META) {
-			f->blk[b].state = BLK_BAD;
-			f->blk[b].flags |= BLKF_GROWN_BAD;
-		}
+		if (f->blk[b].state != BLK_META)
+			blk_mark_initial(f, b, BLK_BAD, true);
 	}
 	f->st.host_pages_written = h.stats_host_pages_written;
 	f->st.nand_pages_programmed = h.stats_nand_pages_programmed;

@@ -269,6 +269,10 @@ int ftl_geometry_init(struct ftl *f, struct nand_dev *dev, char *err, size_t err
 	f->page_size = dev->geo.page_size;
 	f->spare_size = dev->geo.spare_size;
 	f->blocks_per_die = dev->geo.blocks_per_die;
+	f->dies_per_channel = dev->geo.dies_per_channel;
+	f->nrows = dev->geo.dies_per_channel;
+	f->row_width = dev->geo.channels;
+	f->nbands = f->nrows * f->blocks_per_die;
 	f->cp.cur_hdr_block = FTL_NO_BLOCK;
 	if (f->page_size != FTL_UNIT_SIZE) {
 		snprintf(err, errlen, "page size %u is not supported (the mapping unit is %u)",
@@ -543,33 +547,20 @@ static int step_memory(struct open_ctx *c)
 	const struct ftl_open_params *p = c->p;
 
 	f->l2p = ftl_map(f, f->units * sizeof(uint32_t));
-	f->blk = ftl_alloc(f, (size_t)f->nblocks * sizeof *f->blk);
-	f->blk_closed_at = ftl_alloc(f, (size_t)f->nblocks * sizeof *f->blk_closed_at);
-	f->blk_max_seq = ftl_alloc(f, (size_t)f->nblocks * sizeof *f->blk_max_seq);
-	if (!f->blk_closed_at || !f->blk_max_seq)
-		return -ENOMEM;
-	f->free_die = ftl_alloc(f, f->ndies * sizeof *f->free_die);
-	f->bucket = ftl_alloc(f, (f->ppb + 1) * sizeof *f->bucket);
+	int rc = blk_init(f);
+	if (rc)
+		return rc;
 	f->zero_page = ftl_alloc_pages(f, f->page_size);
 	f->sb_buf = ftl_alloc_pages(f, f->page_size);
 	f->sb_spare = ftl_alloc(f, f->spare_size);
 	f->trim_cap = trim_record_capacity(f);
 	f->trim_pend = ftl_alloc(f, f->trim_cap * sizeof *f->trim_pend);
-	if (!f->l2p || !f->blk || !f->free_die || !f->bucket || !f->zero_page || !f->sb_buf ||
+	if (!f->l2p || !f->zero_page || !f->sb_buf ||
 	    !f->sb_spare || !f->trim_pend)
 		return -ENOMEM;
 	f->l2p_alloc = f->units * sizeof(uint32_t);
 	memset(f->l2p, 0xFF, f->units * sizeof(uint32_t));
 	f->trim_lo = UINT32_MAX;
-	for (uint32_t b = 0; b < f->nblocks; b++)
-		f->blk[b].next = f->blk[b].prev = FTL_NO_BLOCK;
-	for (uint32_t d = 0; d < f->ndies; d++)
-		blist_init(&f->free_die[d]);
-	for (uint32_t v = 0; v <= f->ppb; v++)
-		blist_init(&f->bucket[v]);
-	blist_init(&f->dirty);
-	blist_init(&f->retire);
-	f->min_bucket = 0;
 
 	uint32_t uslots = p->write_buffer_slots ? p->write_buffer_slots : 1024;
 	for (int i = 0; i < NSTREAMS; i++) {
@@ -580,16 +571,16 @@ static int step_memory(struct open_ctx *c)
 		for (uint32_t k = 0; k < s->nsets; k++) {
 			struct open_set *set = &s->set[k];
 			set->gc = i == STREAM_GC;
-			set->die = ftl_alloc(f, f->ndies * sizeof *set->die);
-			if (!set->die)
+			set->row = ftl_alloc(f, f->nrows * sizeof *set->row);
+			if (!set->row)
 				return -ENOMEM;
-			for (uint32_t d = 0; d < f->ndies; d++)
-				set->die[d].block = FTL_NO_BLOCK;
+			for (uint32_t r = 0; r < f->nrows; r++)
+				set->row[r].band = FTL_NO_BLOCK;
 		}
 		/* GC: relocations of all the victims in flight, a few dozen
 		 * per die (their programs complete out of ring order) */
 		uint32_t gslots = f->ndies * 32 < 256 ? 256 : f->ndies * 32 > 4096 ? 4096 : f->ndies * 32;
-		int rc = ring_init(f, &s->ring, i == STREAM_USER ? uslots : gslots);
+		rc = ring_init(f, &s->ring, i == STREAM_USER ? uslots : gslots);
 		if (rc)
 			return rc;
 	}
@@ -619,7 +610,7 @@ static int step_memory(struct open_ctx *c)
 		f->erase_free[i] = i;
 	f->nerase_free = f->ndies;
 
-	int rc = gc_init(f);
+	rc = gc_init(f);
 	if (!rc)
 		rc = footer_init(f);
 	if (!rc)
@@ -825,9 +816,10 @@ void ftl_debug_dump(struct ftl *f)
 				v->cursor, v->scans_done, v->pending, v->nlost, v->trim_state,
 				(unsigned long long)v->wait_user_pos);
 	}
-	for (uint32_t d = 0; d < f->ndies; d++)
-		ftl_log("die %u: free %u user blk %u gc blk %u", d, f->free_die[d].count,
-			f->stream[0].set[0].die[d].block, f->stream[1].set[0].die[d].block);
+	for (uint32_t r = 0; r < f->nrows; r++)
+		ftl_log("row %u: free bands %u, open bands: user %u gc %u cold %u", r,
+			f->band_free[r].count, f->stream[0].set[0].row[r].band,
+			f->stream[1].set[SET_FIRST].row[r].band, f->stream[1].set[SET_COLD].row[r].band);
 	ftl_log("io: write head %p durable head %p read head %p in flight %u",
 		(void *)f->wq_write.head, (void *)f->wq_durable.head, (void *)f->wq_read.head,
 		f->ios_in_flight);

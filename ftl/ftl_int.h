@@ -84,6 +84,35 @@ struct blist {
 	uint32_t head, tail, count;
 };
 
+/* ---- bands -------------------------------------------------------------- */
+
+/*
+ * A band is the unit the FTL allocates, fills, collects and frees: block k
+ * of every die of one row, a row being one die on each channel (row j: dies
+ * c * dies_per_channel + j), so consecutive pages of a band go to different
+ * channels.  Bad blocks and the superblock blocks are holes: a band has
+ * `members` <= row_width blocks.  Blocks keep their own states; a band's
+ * place follows from how many members are in each state class:
+ *   band_free[row]   - every member FREE (allocatable)
+ *   counted in nfree - every member FREE, DIRTY or ERASING
+ *   band_bucket[v]   - a GC candidate: some member CLOSED, every other
+ *                      member FREE, DIRTY or ERASING; v = valid
+ * GC collects the CLOSED members of a band together, so a band's blocks are
+ * erased and reused together (parity stripes will rely on it).  A band is
+ * on at most one list, threaded through band[].next/prev.
+ */
+struct band {
+	uint32_t valid;          /* sum of the members' valid counts */
+	uint32_t next, prev;
+	uint32_t closed_at;      /* write clock when it became a GC candidate */
+	uint16_t members;        /* blocks neither bad nor superblock */
+	uint16_t n_free, n_dirty, n_closed; /* members by state class */
+	uint16_t counted;        /* members counted in nfree (0: not all free) */
+	uint8_t list;            /* BAND_LIST_* */
+	uint8_t pad;
+};
+enum { BAND_LIST_NONE, BAND_LIST_FREE, BAND_LIST_BUCKET };
+
 /* ---- write buffer ------------------------------------------------------- */
 
 enum slot_state {
@@ -131,21 +160,26 @@ struct ring {
 	uint32_t nretry;
 };
 
-struct stream_die {
-	uint32_t block;      /* open block on this die, FTL_NO_BLOCK if none */
+/* The band a set is filling in one row, and where: stripe `page`, next
+ * column `col` (page `page` of every member, then page + 1). */
+struct open_row {
+	uint32_t band;            /* FTL_NO_BLOCK if none */
+	uint32_t page;
+	uint32_t col;
 };
 
 enum stream_id { STREAM_USER = 0, STREAM_GC = 1, NSTREAMS = 2 };
 
 /*
- * A set of open blocks, one per die, filled round-robin.  The user stream
- * has one (host writes: hot and cold mixed); the GC stream has two, for
- * separation by age: data relocated out of user blocks (survived once), and
- * data relocated out of GC blocks (survived twice or more: cold).
+ * A set of open bands, one per row, filled stripe by stripe with the rows
+ * interleaved, so consecutive pages land on different dies.  The user
+ * stream has one (host writes: hot and cold mixed); the GC stream has two,
+ * for separation by age: data relocated out of user blocks (survived once),
+ * and data relocated out of GC blocks (survived twice or more: cold).
  */
 struct open_set {
-	struct stream_die *die;   /* [ndies] */
-	uint32_t next_die;        /* round-robin cursor: stripes pages over dies */
+	struct open_row *row;     /* [nrows] */
+	uint32_t next_row;        /* round-robin cursor over the rows */
 	bool gc;                  /* blocks it opens are marked BLKF_GC */
 };
 
@@ -227,6 +261,7 @@ struct gc_read {
 
 struct victim {
 	uint32_t block;           /* FTL_NO_BLOCK: unused */
+	uint64_t admitted;        /* admission number: oldest examined first */
 	uint8_t phase;            /* enum victim_phase */
 	bool retire;              /* retire as bad instead of erasing */
 	bool need_trim_record;    /* re-logged trims must be closed into a record */
@@ -320,6 +355,10 @@ struct ftl {
 	uint32_t footer_pages;      /* the last pages of a log block: its footer */
 	uint32_t data_pages;        /* ppb - footer_pages: pages for data */
 	uint32_t blocks_per_die;
+	uint32_t dies_per_channel;
+	uint32_t nrows;             /* dies_per_channel */
+	uint32_t row_width;         /* channels: dies (and blocks of a band) per row */
+	uint32_t nbands;            /* nrows * blocks_per_die */
 	bool readonly;
 	bool timed;                 /* the medium may complete later */
 	int error;                  /* sticky error */
@@ -339,18 +378,23 @@ struct ftl {
 
 	/* blocks */
 	struct blk *blk;
-	struct blist *free_die;     /* [ndies] erased blocks */
 	struct blist dirty;         /* to erase */
 	struct blist retire;        /* RETIRING blocks waiting for GC */
-	struct blist *bucket;       /* [ppb + 1] CLOSED blocks by valid count */
-	uint32_t min_bucket;        /* no CLOSED block has fewer valid pages */
-	uint32_t *blk_closed_at;    /* [nblocks]: write clock when it closed */
 	uint64_t *blk_max_seq;      /* [nblocks]: newest log page programmed
 	                             * into it since it was last erased (0 if
-	                             * none since open); checkpoints list the
-	                             * closed blocks with one newer than cp_seq */
-	uint64_t write_clock;       /* user pages programmed (block age) */
-	uint32_t nfree;             /* FREE + DIRTY + ERASING */
+	                             * none since open) */
+	uint64_t write_clock;       /* user pages programmed (band age) */
+	uint32_t nfree;             /* members of bands whose every member is
+	                             * FREE, DIRTY or ERASING */
+
+	/* bands */
+	struct band *band;          /* [nbands] */
+	struct blist *band_free;    /* [nrows] bands with every member FREE */
+	struct blist *band_bucket;  /* [nbuckets] GC candidates by valid count */
+	uint32_t nbuckets;          /* row_width * data_pages + 1 */
+	uint32_t min_bucket;        /* no candidate has fewer valid pages */
+	bool bands_ready;           /* band counters are kept (from the end of
+	                             * open's block classification on) */
 	uint32_t nbad, nbad_grown, nmeta, nusable;
 	uint32_t sb_block[2];
 	uint32_t user_min;          /* user stream allocates only above this */
@@ -398,8 +442,12 @@ struct ftl {
 	uint32_t nvictims;
 	uint32_t gc_examining;      /* victims in VIC_EXAMINING */
 	uint32_t gc_examining_max;
-	uint8_t *die_victims;       /* [ndies]: examining victims on each die */
-	uint32_t gc_rr;             /* where the next examination round starts */
+	uint16_t *row_victims;      /* [nrows]: examining victims in each row */
+	uint64_t gc_admitted;       /* victims admitted so far */
+	struct vorder { uint32_t vi; uint64_t admitted; } *vorder;
+	uint32_t nvorder;           /* [2 * nvictims]: examining victims in
+	                             * admission order; stale entries (the slot
+	                             * moved on) are dropped each round */
 	struct gc_read *gc_reads;   /* [gc ring slots] */
 	struct gc_read *gc_read_free;
 	uint32_t gc_reads_out;      /* reads in flight = ring slots reserved */
@@ -450,6 +498,24 @@ static inline uint32_t block_die(const struct ftl *f, uint32_t block)
 {
 	return block / f->blocks_per_die;
 }
+static inline uint32_t die_row(const struct ftl *f, uint32_t die)
+{
+	return die % f->dies_per_channel;
+}
+static inline uint32_t block_band(const struct ftl *f, uint32_t block)
+{
+	return die_row(f, block_die(f, block)) * f->blocks_per_die + block % f->blocks_per_die;
+}
+static inline uint32_t band_row(const struct ftl *f, uint32_t band)
+{
+	return band / f->blocks_per_die;
+}
+/* the block of band in column col (the die on channel col) */
+static inline uint32_t band_block(const struct ftl *f, uint32_t band, uint32_t col)
+{
+	return (col * f->dies_per_channel + band_row(f, band)) * f->blocks_per_die +
+	       band % f->blocks_per_die;
+}
 
 int ftl_geometry_init(struct ftl *f, struct nand_dev *dev, char *err, size_t errlen);
 void ftl_fail(struct ftl *f, int err, const char *why);
@@ -491,21 +557,33 @@ void spare_build(struct ftl *f, void *spare, uint8_t type, uint32_t lba, uint64_
  * -EILSEQ: not ours, damaged, or of another media version */
 int spare_parse(struct ftl *f, const void *spare, struct ftl_spare *out);
 
-/* block.c */
+/* block.c: every change of a block's state is made here */
 void blist_init(struct blist *l);
 void blist_push(struct ftl *f, struct blist *l, uint32_t b);
 void blist_remove(struct ftl *f, struct blist *l, uint32_t b);
 uint32_t blist_pop(struct ftl *f, struct blist *l);
-void blk_set_free(struct ftl *f, uint32_t b);      /* erased: onto its die's list */
+int blk_init(struct ftl *f);                       /* arrays and lists, at open */
+/* open's classification, before bands_ready: factory or grown bad, or
+ * metadata (superblock, the loaded checkpoint) */
+void blk_mark_initial(struct ftl *f, uint32_t b, enum blk_state st, bool grown);
+/* start keeping band counters: the remaining blocks are classified next
+ * with the blk_set_* calls */
+void band_start(struct ftl *f);
+void blk_set_free(struct ftl *f, uint32_t b);      /* erased */
 void blk_set_dirty(struct ftl *f, uint32_t b);     /* needs an erase */
 void blk_set_closed(struct ftl *f, uint32_t b);
 void blk_set_bad(struct ftl *f, uint32_t b, bool grown);
-void blk_leave(struct ftl *f, uint32_t b);         /* off whatever list it is on */
+void blk_set_victim(struct ftl *f, uint32_t b);    /* CLOSED or RETIRING -> VICTIM */
+void blk_set_retiring(struct ftl *f, uint32_t b);  /* OPEN, a program failed */
 void blk_invalidate(struct ftl *f, uint32_t ppa);  /* valid-- */
 void blk_validate(struct ftl *f, uint32_t ppa);    /* valid++ */
-uint32_t blk_alloc(struct ftl *f, uint32_t die);   /* min-wear erased block, or NO_BLOCK */
-/* min-valid CLOSED block, preferring dies with die_busy[die] == 0 */
-uint32_t blk_victim_pick(struct ftl *f, const uint8_t *die_busy);
+/* A free band of row (the least worn of the longest free), its members
+ * moved to st (BLK_OPEN or BLK_META); FTL_NO_BLOCK if the row has none. */
+uint32_t band_alloc(struct ftl *f, uint32_t row, enum blk_state st);
+/* The GC candidate band with the best cost-benefit, preferring rows with
+ * row_busy[row] == 0; FTL_NO_BLOCK if none. */
+uint32_t band_victim_pick(struct ftl *f, const uint16_t *row_busy);
+uint32_t band_members_free(const struct ftl *f);    /* members of all free bands */
 int eraser_kick(struct ftl *f);
 void blk_limits(struct ftl *f);
 

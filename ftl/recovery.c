@@ -292,15 +292,10 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 	for (uint32_t i = 0; i < f->nblocks; i++) {
 		uint32_t b = (i % f->ndies) * f->blocks_per_die + i / f->ndies;
 		struct blk *k = &f->blk[b];
-		if (nand_factory_bad(f->dev, b)) {
-			k->state = BLK_BAD;
-			k->flags &= (uint8_t)~BLKF_GROWN_BAD;
-		}
-		if (b == f->sb_block[0] || b == f->sb_block[1]) {
-			if (k->state != BLK_META)
-				f->nmeta++;
-			k->state = BLK_META;
-		}
+		if (nand_factory_bad(f->dev, b))
+			blk_mark_initial(f, b, BLK_BAD, false);
+		if (b == f->sb_block[0] || b == f->sb_block[1])
+			blk_mark_initial(f, b, BLK_META, false);
 		if (k->state == BLK_BAD || k->state == BLK_META)
 			continue;
 		x.list[x.nlist++] = b;
@@ -416,7 +411,8 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 			 n ? "; " : "", (unsigned long long)lost);
 	}
 
-	/* 5. final states */
+	/* 5. final states (bands follow their members from here on) */
+	band_start(f);
 	f->nusable = 0;
 	for (uint32_t b = 0; b < f->nblocks; b++) {
 		struct blk *k = &f->blk[b];

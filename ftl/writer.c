@@ -4,8 +4,9 @@
  * The user stream carries host data and trim records; the GC stream carries
  * relocated data and re-logged trims, into blocks of its own so that data
  * GC found still valid (cold) is not mixed with fresh host writes.  Each
- * stream keeps one open block per die and hands out pages round-robin over
- * the dies, so consecutive pages are programmed in parallel.
+ * open set keeps one open band per row and hands out pages stripe by
+ * stripe, rows interleaved, so consecutive pages are programmed in
+ * parallel on different dies and channels.
  *
  * A slot's program completion maps its unit (if the l2p still references
  * the slot: a newer write or a trim may have replaced it), and releases
@@ -44,9 +45,11 @@ int ring_init(struct ftl *f, struct ring *r, uint32_t nslots)
 
 int footer_init(struct ftl *f)
 {
-	/* blocks open on every die for both streams, plus the user ring's
-	 * worth of blocks whose pages are handed out but not yet submitted */
-	uint32_t n = 3 * f->ndies + f->stream[STREAM_USER].ring.nslots / f->data_pages + 4;
+	/* the open bands of the three sets, and as many more whose pages are
+	 * all handed out while their footers are not yet programmed, plus the
+	 * user ring's worth of blocks whose pages are handed out but not yet
+	 * submitted */
+	uint32_t n = 6 * f->ndies + f->stream[STREAM_USER].ring.nslots / f->data_pages + 4;
 	f->footers = ftl_alloc(f, n * sizeof *f->footers);
 	f->footer_of = ftl_alloc(f, (size_t)f->nblocks * sizeof *f->footer_of);
 	uint8_t *bufs = ftl_alloc_pages(f, (size_t)n * f->footer_pages * f->page_size);
@@ -206,44 +209,76 @@ void ring_release(struct ftl *f, struct ring *r)
 }
 
 /*
- * Next page of an open set, striped over the dies; NO_BLOCK if none now.  A
- * new block is opened only while more than `floor` blocks are free.
+ * Next page of an open set: the next member of the current stripe of the
+ * row the cursor is on, rows interleaved, so consecutive pages go to
+ * different dies; NO_BLOCK if none now.  A new band is opened only if at
+ * least `floor` free blocks remain afterwards.
+ * Cost: O(nrows + row_width) at worst, O(1) typically.
  */
 uint32_t set_next_page(struct ftl *f, struct open_set *set, uint32_t floor)
 {
-	/* nearly out of blocks: fill the blocks already open before opening
-	 * more.  Not sooner: above the GC floor every die keeps an open block,
+	uint32_t w = f->row_width;
+	/* nearly out of blocks: fill the bands already open before opening
+	 * more.  Not sooner: above the GC floor every row keeps an open band,
 	 * so pages stay spread over all dies (filling only the open ones
 	 * piles the writes onto a few dies) */
-	bool frugal = f->nfree <= f->gc_min + 1;
-	for (uint32_t i = 0; i < 2 * f->ndies; i++) {
-		if (i == f->ndies)
+	bool frugal = f->nfree < f->gc_min + 2 * w;
+	for (uint32_t i = 0; i < 2 * f->nrows; i++) {
+		if (i == f->nrows)
 			frugal = false;
-		uint32_t die = set->next_die;
-		set->next_die = die + 1 == f->ndies ? 0 : die + 1;
-		struct stream_die *sd = &set->die[die];
-		if (sd->block == FTL_NO_BLOCK) {
-			if (frugal || f->nfree <= floor || !f->free_die[die].count || !f->footer_free)
+		uint32_t row = set->next_row;
+		set->next_row = row + 1 == f->nrows ? 0 : row + 1;
+		struct open_row *orow = &set->row[row];
+		if (orow->band == FTL_NO_BLOCK) {
+			if (frugal || f->nfree < floor + w || !f->band_free[row].count)
 				continue;
-			sd->block = blk_alloc(f, die);
-			if (sd->block == FTL_NO_BLOCK)
+			/* a footer for every member */
+			uint32_t nfoot = 0;
+			for (struct footer *fo = f->footer_free; fo && nfoot < w; fo = fo->next_free)
+				nfoot++;
+			if (nfoot < w)
 				continue;
-			struct blk *k = &f->blk[sd->block];
-			k->flags = (uint8_t)((k->flags & ~BLKF_GC) | (set->gc ? BLKF_GC : 0));
-			footer_attach(f, sd->block);
+			uint32_t bi = band_alloc(f, row, BLK_OPEN);
+			if (bi == FTL_NO_BLOCK)
+				continue;
+			for (uint32_t c = 0; c < w; c++) {
+				uint32_t b = band_block(f, bi, c);
+				struct blk *k = &f->blk[b];
+				if (k->state != BLK_OPEN || f->footer_of[b])
+					continue;
+				k->flags = (uint8_t)((k->flags & ~BLKF_GC) | (set->gc ? BLKF_GC : 0));
+				footer_attach(f, b);
+			}
+			orow->band = bi;
+			orow->page = 0;
+			orow->col = 0;
 		}
-		uint32_t b = sd->block;
-		struct blk *k = &f->blk[b];
-		uint32_t ppa = ppa_make(f, b, k->wp);
-		k->wp++;
-		k->inflight++;
-		if (k->wp == f->data_pages) {
-			/* the footer pages follow: full, closes when all are programmed */
-			k->wp = (uint16_t)f->ppb;
-			k->inflight = (uint16_t)(k->inflight + f->footer_pages);
-			sd->block = FTL_NO_BLOCK;
+		/* the next live member of the stripe (a member whose program
+		 * failed is retiring: the band goes on without it) */
+		for (;;) {
+			if (orow->col == w) {
+				orow->col = 0;
+				if (++orow->page == f->data_pages) {
+					orow->band = FTL_NO_BLOCK;
+					break;
+				}
+			}
+			uint32_t b = band_block(f, orow->band, orow->col++);
+			struct blk *k = &f->blk[b];
+			if (k->state != BLK_OPEN || k->wp != orow->page || !f->footer_of[b])
+				continue;
+			uint32_t ppa = ppa_make(f, b, k->wp);
+			k->wp++;
+			k->inflight++;
+			if (k->wp == f->data_pages) {
+				/* the footer pages follow: full, closes when all are programmed */
+				k->wp = (uint16_t)f->ppb;
+				k->inflight = (uint16_t)(k->inflight + f->footer_pages);
+			}
+			return ppa;
 		}
-		return ppa;
+		if (orow->band == FTL_NO_BLOCK)
+			i--; /* the band is full: this row may open another */
 	}
 	return FTL_NO_BLOCK;
 }
@@ -276,14 +311,8 @@ static void blk_program_failed(struct ftl *f, uint32_t b)
 		/* its footer pages were never handed out: no footer */
 		footer_release(f, fo);
 	}
-	for (int i = 0; i < NSTREAMS; i++)
-		for (uint32_t k = 0; k < f->stream[i].nsets; k++) {
-			struct stream_die *sd = &f->stream[i].set[k].die[block_die(f, b)];
-			if (sd->block == b)
-				sd->block = FTL_NO_BLOCK;
-		}
-	k->state = BLK_RETIRING;
-	k->next = k->prev = FTL_NO_BLOCK;
+	/* its band goes on without it (set_next_page skips it) */
+	blk_set_retiring(f, b);
 	ftl_log("block %u: program failed, retiring it", b);
 }
 
