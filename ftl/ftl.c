@@ -344,6 +344,12 @@ int ftl_format(struct nand_dev *dev, const struct ftl_format_params *p, char *er
 		rc = -EINVAL;
 		goto out;
 	}
+	if (p->parity_width) {
+		snprintf(err, errlen, "parity width %u: this version of flashd writes bands without "
+			 "parity (width 0 only)", p->parity_width);
+		rc = -ENOTSUP;
+		goto out;
+	}
 	uint64_t cap;
 	if (p->capacity_bytes) {
 		cap = p->capacity_bytes / FTL_UNIT_SIZE * FTL_UNIT_SIZE;
@@ -496,6 +502,9 @@ int ftl_peek_format(struct nand_dev *dev, struct ftl_info *info)
 		info->raw_bytes = nand_raw_bytes(&dev->geo);
 		info->op_percent = 100.0 * (1.0 - (double)info->capacity / (double)info->raw_bytes);
 		info->format_time = sb.format_time;
+		info->band_rows = f->nrows;
+		info->band_width = f->row_width;
+		info->parity_width = sb.parity_width;
 		info->was_clean = sb.clean;
 	}
 	free(f);
@@ -531,6 +540,11 @@ static int step_superblock(struct open_ctx *c)
 	    c->sb.units * FTL_UNIT_SIZE > nand_raw_bytes(&f->geo)) {
 		snprintf(c->err, c->errlen, "the superblock holds an impossible format");
 		return -EINVAL;
+	}
+	if (c->sb.parity_width) {
+		snprintf(c->err, c->errlen, "formatted with %u parity dies per band stripe, which this "
+			 "version of flashd cannot serve", c->sb.parity_width);
+		return -ENOTSUP;
 	}
 	f->format_id = c->sb.format_id;
 	f->sector_size = c->sb.sector_size;
@@ -988,6 +1002,9 @@ void ftl_get_info(struct ftl *f, struct ftl_info *info)
 	info->raw_bytes = nand_raw_bytes(&f->geo);
 	info->op_percent = 100.0 * (1.0 - (double)info->capacity / (double)info->raw_bytes);
 	info->format_time = f->format_time;
+	info->band_rows = f->nrows;
+	info->band_width = f->row_width;
+	info->parity_width = 0;
 	info->was_clean = f->was_clean;
 	info->error = f->error;
 	if (f->error)

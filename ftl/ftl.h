@@ -72,6 +72,9 @@ struct ftl_format_params {
 	 * NAND kept as over-provisioning (0 means the stock 20 %) */
 	uint64_t capacity_bytes;
 	double op_percent;
+	/* parity dies per band stripe; 0 (no parity) is the only width this
+	 * version builds (ftl_format refuses others with -ENOTSUP) */
+	uint32_t parity_width;
 };
 
 /* Stock format: 20 % of the raw NAND is over-provisioning. */
@@ -217,6 +220,9 @@ struct ftl_info {
 	uint64_t raw_bytes;        /* all NAND, data area */
 	double op_percent;         /* over-provisioning share of raw */
 	uint64_t format_time;      /* unix seconds */
+	uint32_t band_rows;        /* bands: rows of dies ... */
+	uint32_t band_width;       /* ... each this many dies wide */
+	uint32_t parity_width;     /* parity dies per band stripe */
 	bool was_clean;            /* the previous close was clean */
 	uint64_t recovered_pages;  /* pages replayed at open */
 	uint64_t open_ns;          /* how long open took */

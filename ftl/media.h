@@ -84,7 +84,13 @@ struct __attribute__((packed)) ftl_sb {
 	uint32_t clean;          /* 1: written by a clean close after its checkpoint */
 	uint32_t reserved0;
 	uint64_t open_count;
-	uint8_t reserved[128];
+	/* parity dies per band stripe (a band is block k of every die of a
+	 * row: the row's width = channels).  0 in this version; Flashback
+	 * parity (24 + 1 on iodimm-mlc-320) will set it, and a version that
+	 * cannot serve the width it finds refuses the image.  Zero in images
+	 * formatted before the field existed (it was reserved). */
+	uint32_t parity_width;
+	uint8_t reserved[124];
 	uint32_t crc;
 };
 _Static_assert(sizeof(struct ftl_sb) == 280, "ftl_sb is on media");

@@ -3,7 +3,7 @@
  * fio-format / fio-status tools.
  *
  *   flashctl format IMAGE --preset P [--sector-size 512|4096]
- *                         [--capacity BYTES|PCT%] [--op PCT]
+ *                         [--capacity BYTES|PCT%] [--op PCT] [--parity-width 0]
  *   flashctl info IMAGE [--json]
  *   flashctl recover IMAGE [--rebuild-superblock [--sector-size N] [--capacity BYTES]]
  *   flashctl simulate --preset P [--op PCT] [--sector-size N]
@@ -39,7 +39,8 @@ static void usage(FILE *out)
 		"  %s format IMAGE --preset P [--sector-size 512|4096] [--capacity BYTES|PCT%%] [--op PCT]\n"
 		"      low-level format (creates IMAGE if missing).  --capacity PCT%% is a share of the\n"
 		"      stock capacity (100%% = stock = 20%% over-provisioning; 80%% = high performance);\n"
-		"      --op is the over-provisioning as a share of raw NAND (20 = stock, 36 = high perf)\n"
+		"      --op is the over-provisioning as a share of raw NAND (20 = stock, 36 = high perf);\n"
+		"      --parity-width N: parity dies per band stripe (0 only in this version)\n"
 		"  %s info IMAGE [--json]\n"
 		"      geometry, format and statistics of an image that is not in use\n"
 		"  %s recover IMAGE [--json]\n"
@@ -151,16 +152,19 @@ static int cmd_format(int argc, char **argv)
 		{ "sector-size", required_argument, 0, 'b' },
 		{ "capacity", required_argument, 0, 's' },
 		{ "op", required_argument, 0, 'o' },
+		{ "parity-width", required_argument, 0, 'P' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
 	int c;
-	while ((c = getopt_long(argc, argv, "p:b:s:o:h", opts, NULL)) != -1) {
+	uint32_t parity = 0;
+	while ((c = getopt_long(argc, argv, "p:b:s:o:P:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'p': preset = optarg; break;
 		case 'b': sector = opt_sector_size(optarg); break;
 		case 's': cap = optarg; break;
 		case 'o': op = opt_double("--op", optarg, FTL_MIN_OP_PERCENT, FTL_MAX_OP_PERCENT); break;
+		case 'P': parity = (uint32_t)opt_uint("--parity-width", optarg, 0, 64); break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -175,7 +179,7 @@ static int cmd_format(int argc, char **argv)
 		die("%s does not exist: --preset is needed to create it", path);
 	struct nand_dev *d = open_image(path, preset, !exists, false);
 
-	struct ftl_format_params fp = { .sector_size = sector };
+	struct ftl_format_params fp = { .sector_size = sector, .parity_width = parity };
 	if (cap) {
 		bool pct;
 		double pv;
@@ -280,10 +284,12 @@ static int cmd_info(int argc, char **argv)
 		} else {
 			printf("  \"formatted\": true,\n  \"format\": {\"sector_size\": %u, \"sectors\": %" PRIu64
 			       ", \"capacity_bytes\": %" PRIu64 ", \"op_percent\": %.2f, \"format_id\": \"%016" PRIx64
-			       "\", \"format_time\": %" PRIu64 ", \"last_close_clean\": %s, \"recovered_pages\": %" PRIu64
+			       "\", \"format_time\": %" PRIu64 ", \"band_rows\": %u, \"band_width\": %u, "
+			       "\"parity_width\": %u, \"last_close_clean\": %s, \"recovered_pages\": %" PRIu64
 			       "},\n",
 			       info.sector_size, info.capacity / info.sector_size, info.capacity,
 			       info.op_percent, info.format_id, info.format_time,
+			       info.band_rows, info.band_width, info.parity_width,
 			       info.was_clean ? "true" : "false", info.recovered_pages);
 			printf("  \"checkpoint_damaged\": %s,\n  \"notes\": \"%s\",\n",
 			       info.checkpoint_damaged ? "true" : "false", info.notes);
@@ -308,6 +314,8 @@ static int cmd_info(int argc, char **argv)
 			printf("  format: %" PRIu64 " sectors of %u bytes (%.2f GiB), %.1f%% over-provisioning, formatted %s\n",
 			       info.capacity / info.sector_size, info.sector_size,
 			       (double)info.capacity / (1 << 30), info.op_percent, when);
+			printf("  bands: %u rows of %u dies, %u parity %s per stripe\n", info.band_rows,
+			       info.band_width, info.parity_width, info.parity_width == 1 ? "die" : "dies");
 			printf("  last shutdown: %s%s\n", info.was_clean ? "clean" : "unclean",
 			       info.was_clean ? "" : " (recovered from the log at this open)");
 			if (info.notes[0])

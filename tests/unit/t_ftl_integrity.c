@@ -12,6 +12,8 @@
  *               to every flushed write, with and without a checkpoint
  *   checkpoint  a damaged checkpoint is reported (info) and the map is
  *               rebuilt from the log; a fresh checkpoint follows
+ *   parity      a parity width this version cannot build is refused before
+ *               anything is written; the band layout is reported
  * Each runs on memory media, untimed and with the timing model (completions
  * later), where it matters.
  */
@@ -294,6 +296,32 @@ static void t_superblock(bool with_checkpoint)
 	       "flushed data back\n", with_checkpoint ? "with" : "without");
 }
 
+/* ---- parity width ------------------------------------------------------------- */
+
+static void t_parity_width(void)
+{
+	char err[256];
+	struct nand_dev *d = dev_new("test-4g", false);
+	struct ftl_info info;
+	struct ftl_format_params fp = { .sector_size = 4096, .parity_width = 1 };
+	CHECK_EQ(ftl_format(d, &fp, err, sizeof err), -ENOTSUP);
+	CHECK(strstr(err, "parity width 1"));
+	CHECK_EQ(ftl_probe(d, &info, err, sizeof err), -ENODATA); /* nothing written */
+	fp.parity_width = 0;
+	CHECK_RC(ftl_format(d, &fp, err, sizeof err));
+	struct ftl *f = open_ok(d);
+	ftl_get_info(f, &info);
+	/* test-4g: 8 channels x 2 dies: 2 rows of 8-die bands */
+	CHECK_EQ(info.band_rows, 2);
+	CHECK_EQ(info.band_width, 8);
+	CHECK_EQ(info.parity_width, 0);
+	CHECK_RC(ftl_close(f));
+	CHECK_RC(ftl_probe(d, &info, err, sizeof err));
+	CHECK_EQ(info.band_width, 8);
+	nand_close(d);
+	printf("ok: parity width: 1 refused before anything is written, 0 formats; bands 2 x 8\n");
+}
+
 /* ---- checkpoint ----------------------------------------------------------------- */
 
 static void t_checkpoint(void)
@@ -357,6 +385,7 @@ int main(void)
 	t_superblock(true);
 	t_superblock(false);
 	t_checkpoint();
+	t_parity_width();
 	printf("ok\n");
 	return 0;
 }
