@@ -104,6 +104,9 @@ printf '[dimm a]\ncapacity = 80%%\nop = 20\n' | expect_bad "capacity and op" "op
 printf '[dimm]\n' | expect_bad "[dimm] without a name" "[dimm]"
 printf '[card duo0]\n[dimm a]\ncard = duo1\n' | expect_bad "card without a section" "card" "'duo1'" "no [card duo1]"
 printf '[dimm ../a]\n' | expect_bad "[dimm ../a]" "[dimm ../a]"
+# a file that names no ioDimm is a mistake, not the embedded pair
+printf '[server]\nverbose = yes\n' | expect_bad "only [server]" "no [dimm NAME] section"
+printf '' | expect_bad "an empty file" "no [dimm NAME] section"
 ok "repeated sections and keys are refused"
 
 printf '[dimm a]\nimage = ./x.img\n[dimm b]\nimage = x.img\n' |
