@@ -244,6 +244,8 @@ static void json_dimm(struct ctl_req *cr, struct evbuffer *b, const struct dimm_
 		evbuffer_add_printf(b, ", \"note\": ");
 		json_str(b, n);
 	}
+	evbuffer_add_printf(b, ", \"beacon\": %s, \"temperature_celsius\": null",
+			    st->beacon ? "true" : "false");
 	evbuffer_add_printf(b, ", \"attached\": %s, \"readonly\": %s, \"timing\": %s, "
 			       "\"connections\": %u, \"total_connections\": %llu",
 			    st->attached ? "true" : "false", st->readonly ? "true" : "false",
@@ -421,6 +423,10 @@ static void text_dimm(struct ctl_req *cr, struct evbuffer *b, const struct dimm_
 			    st->export_name);
 	if (all)
 		evbuffer_add_printf(b, "    Image: %s\n", st->image);
+	if (st->beacon)
+		evbuffer_add_printf(b, "    Beacon: on (flashctl beacon %s off)\n", st->name);
+	else if (all)
+		evbuffer_add_printf(b, "    Beacon: off\n");
 	if (!st->answered || !st->attached) {
 		evbuffer_add_printf(b, "    State: %s%s%s; %u connection(s)\n", st->state,
 				    st->error[0] ? ": " : "", st->error, st->connections);
@@ -461,6 +467,7 @@ static void text_dimm(struct ctl_req *cr, struct evbuffer *b, const struct dimm_
 			    fi->was_clean ? "clean" : "unclean (recovered from the log)",
 			    (double)fi->open_ns / 1e9);
 	evbuffer_add_printf(b, "    Powerloss protection: protected (flush and FUA are durable)\n");
+	evbuffer_add_printf(b, "    Temperature: not reported (the simulated NAND has no sensor)\n");
 	evbuffer_add_printf(b, "    Blocks: %llu total, %llu free, %llu data, %llu metadata, %llu bad "
 			       "(%llu grown); %llu erased in its lifetime\n",
 			    (unsigned long long)s->blocks_total, (unsigned long long)s->blocks_free,
@@ -602,6 +609,9 @@ static void metrics_text(struct ctl_req *cr, struct evbuffer *b)
 	prom_family(b, "flashd_dimm_attached", "gauge", "1 if the ioDimm's FTL is open and exported");
 	for (int i = 0; i < n; i++)
 		prom_sample(b, "flashd_dimm_attached", &S[i], NULL, "%d", srv->dimms[i].exported);
+	prom_family(b, "flashd_dimm_beacon", "gauge", "1 while the ioDimm's locate beacon is on");
+	for (int i = 0; i < n; i++)
+		prom_sample(b, "flashd_dimm_beacon", &S[i], NULL, "%d", srv->dimms[i].beacon);
 	prom_family(b, "flashd_dimm_connections", "gauge", "NBD connections in transmission to the export");
 	for (int i = 0; i < n; i++)
 		prom_sample(b, "flashd_dimm_connections", &S[i], NULL, "%u", S[i].connections);
@@ -726,13 +736,13 @@ static void metrics_text(struct ctl_req *cr, struct evbuffer *b)
 			prom_sample(b, "flashd_dimm_blocks", &S[i], lab, "%llu", (unsigned long long)kinds[k].v);
 		}
 	}
-	prom_family(b, "flashd_dimm_erase_count", "gauge", "erase counts of the good blocks (min, avg, max)");
+	prom_family(b, "flashd_dimm_block_erase_cycles", "gauge", "erase counts of the good blocks (min, avg, max)");
 	for (int i = 0; i < n; i++) {
 		if (!FTL_OK(&S[i]))
 			continue;
-		prom_sample(b, "flashd_dimm_erase_count", &S[i], "stat=\"min\"", "%u", S[i].stats.erase_min);
-		prom_sample(b, "flashd_dimm_erase_count", &S[i], "stat=\"avg\"", "%.4f", S[i].stats.erase_avg);
-		prom_sample(b, "flashd_dimm_erase_count", &S[i], "stat=\"max\"", "%u", S[i].stats.erase_max);
+		prom_sample(b, "flashd_dimm_block_erase_cycles", &S[i], "stat=\"min\"", "%u", S[i].stats.erase_min);
+		prom_sample(b, "flashd_dimm_block_erase_cycles", &S[i], "stat=\"avg\"", "%.4f", S[i].stats.erase_avg);
+		prom_sample(b, "flashd_dimm_block_erase_cycles", &S[i], "stat=\"max\"", "%u", S[i].stats.erase_max);
 	}
 	prom_family(b, "flashd_dimm_blocks_erased_total", "counter", "block erases in the format's lifetime");
 	for (int i = 0; i < n; i++)
@@ -1020,8 +1030,10 @@ void ctl_cmd_done(evutil_socket_t fd, short what, void *arg)
 			if (cr->req) {
 				/* a command refused unrun (shutting down) has no snapshot:
 				 * keep what the main thread filled in */
-				if (cmd->type == DCMD_STATUS && cmd->st.answered)
+				if (cmd->type == DCMD_STATUS && cmd->st.answered) {
 					cr->st[cmd->slot] = cmd->st;
+					cr->st[cmd->slot].beacon = cmd->d->beacon;
+				}
 				cr->rc = cmd->rc;
 				snprintf(cr->msg, sizeof cr->msg, "%s", cmd->msg);
 			}
@@ -1119,6 +1131,43 @@ static int format_params(struct evkeyvalq *q, struct dimm_format_req *f, char *w
 	return 0;
 }
 
+/*
+ * POST /v1/dimms/NAME/beacon[?state=on|off]: the locate LED of fio-beacon.
+ * The simulated card has no LED: the state is kept by the main thread and
+ * shown by status, /metrics and the log (any state of the ioDimm).
+ */
+static void do_beacon(struct evhttp_request *req, struct evkeyvalq *q, struct dimm *d)
+{
+	const char *v = evhttp_find_header(q, "state");
+	bool on;
+	if (!v || !strcmp(v, "on") || !strcmp(v, "1"))
+		on = true;
+	else if (!strcmp(v, "off") || !strcmp(v, "0"))
+		on = false;
+	else {
+		send_error(req, 400, "Bad Request", "state: on or off");
+		return;
+	}
+	char msg[300];
+	if (d->beacon != on)
+		log_info("%s: beacon %s (locate LED)", d->cfg->name, on ? "on" : "off");
+	d->beacon = on;
+	snprintf(msg, sizeof msg, "%s: beacon %s", d->cfg->name, on ? "on" : "off");
+	struct evbuffer *b = evbuffer_new();
+	if (!b) {
+		evhttp_send_error(req, 500, "out of memory");
+		return;
+	}
+	evbuffer_add_printf(b, "{\"ok\": true, \"dimm\": ");
+	json_str(b, d->cfg->name);
+	evbuffer_add_printf(b, ", \"action\": \"beacon\", \"beacon\": %s, \"state\": \"%s\", \"message\": ",
+			    on ? "true" : "false", dimm_mstate_name(d->mstate));
+	json_str(b, msg);
+	evbuffer_add_printf(b, "}\n");
+	send_json(req, 200, "OK", b);
+	evbuffer_free(b);
+}
+
 /* POST /v1/dimms/NAME/ACTION */
 static void do_action(struct server *srv, struct evhttp_request *req, struct evkeyvalq *q,
 		      struct dimm *d, const char *verb)
@@ -1136,8 +1185,12 @@ static void do_action(struct server *srv, struct evhttp_request *req, struct evk
 		t = DCMD_CHECKPOINT;
 	else if (!strcmp(verb, "test-stall") && srv->test_hooks)
 		t = DCMD_STALL;
-	else {
-		snprintf(msg, sizeof msg, "unknown action '%s' (attach, detach, format, checkpoint)", verb);
+	else if (!strcmp(verb, "beacon")) {
+		do_beacon(req, q, d);
+		return;
+	} else {
+		snprintf(msg, sizeof msg, "unknown action '%s' (attach, detach, format, checkpoint, beacon)",
+			 verb);
 		send_error(req, 404, "Not Found", msg);
 		return;
 	}
@@ -1305,7 +1358,7 @@ static void router(struct evhttp_request *req, void *arg)
 		}
 	} else {
 		send_error(req, 404, "Not Found", "unknown path (GET /v1/status, /v1/version, /metrics, "
-			   "/v1/dimms/NAME; POST /v1/dimms/NAME/{attach,detach,format,checkpoint})");
+			   "/v1/dimms/NAME; POST /v1/dimms/NAME/{attach,detach,format,checkpoint,beacon})");
 	}
 	goto out;
 only_get:

@@ -5,6 +5,7 @@
  * A running flashd (its control socket, server/ctl.c):
  *   flashctl status [-a] [--json] [DIMM]
  *   flashctl attach DIMM | detach DIMM | checkpoint DIMM
+ *   flashctl beacon DIMM [on|off]
  *   flashctl format DIMM [--sector-size N] [--capacity X] [--op X] --yes
  *   flashctl stats [--live [--interval S] [--count N]] [--json] [DIMM...]
  *   flashctl version
@@ -58,6 +59,8 @@ static void usage(FILE *out)
 		"      low-level format of a detached ioDimm (unset: its [dimm] keys)\n"
 		"  %s checkpoint DIMM\n"
 		"      write a checkpoint now (requests are held meanwhile)\n"
+		"  %s beacon DIMM [on|off]\n"
+		"      the ioDimm's locate beacon (shown by status and /metrics)\n"
 		"  %s stats [--live [--interval S] [--count N]] [--json] [DIMM...]\n"
 		"      requests, bandwidth, latency percentiles, GC: since start, or per interval\n"
 		"  %s version | --version\n"
@@ -83,7 +86,7 @@ static void usage(FILE *out)
 		"      the reviewers' protocol on the simulator's virtual clock (full-size devices\n"
 		"      fit: only page metadata is kept); prints IOPS, latency, WA and the physical bound\n"
 		"  %s presets\n",
-		prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog);
+		prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog);
 }
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -1043,6 +1046,17 @@ static int cmd_action(const char *verb, int argc, char **argv)
 		default: usage(stderr); return 2;
 		}
 	}
+	if (!strcmp(verb, "beacon")) {
+		/* flashctl beacon DIMM [on|off] */
+		if (optind + 1 != argc && optind + 2 != argc)
+			die("beacon needs a DIMM, then on (the default) or off");
+		const char *st = optind + 2 == argc ? argv[optind + 1] : "on";
+		if (strcmp(st, "on") && strcmp(st, "off"))
+			die("beacon %s: '%s' is neither on nor off", argv[optind], st);
+		char q[16];
+		snprintf(q, sizeof q, "state=%s", st);
+		return post_action(opt_control(control), argv[optind], verb, q, json);
+	}
 	if (optind + 1 != argc)
 		die("%s needs exactly one DIMM (flashctl status lists them)", verb);
 	return post_action(opt_control(control), argv[optind], verb, NULL, json);
@@ -1468,7 +1482,8 @@ int main(int argc, char **argv)
 		return cmd_presets();
 	if (strcmp(cmd, "status") == 0)
 		return cmd_status(argc, argv);
-	if (strcmp(cmd, "attach") == 0 || strcmp(cmd, "detach") == 0 || strcmp(cmd, "checkpoint") == 0)
+	if (strcmp(cmd, "attach") == 0 || strcmp(cmd, "detach") == 0 || strcmp(cmd, "checkpoint") == 0 ||
+	    strcmp(cmd, "beacon") == 0)
 		return cmd_action(cmd, argc, argv);
 	if (strcmp(cmd, "stats") == 0)
 		return cmd_stats(argc, argv);

@@ -202,6 +202,7 @@ struct dimm_status {
 	char error[1024];       /* why it failed, or "" */
 	bool answered;          /* filled by the ioDimm thread (else by main) */
 	bool attached, readonly;
+	bool beacon;            /* main thread's d->beacon */
 	struct ftl_info info;
 	struct ftl_stats stats;
 	uint32_t page_size;     /* NAND page bytes (for NAND bytes from pages) */
@@ -279,6 +280,7 @@ struct dimm {
 	/* ---- main thread only ---- */
 	enum dimm_mstate mstate;
 	bool exported;              /* offered to handshakes */
+	bool beacon;                /* locate LED lit (flashctl beacon; simulated) */
 
 	pthread_mutex_t lock;       /* protects the fields below */
 	pthread_cond_t cond;

@@ -4,7 +4,8 @@
 # stats --live, and control requests that must not wait on a busy ioDimm.
 #   1. /metrics passes a strict parser of the text exposition format
 #      (tests/nbd/promcheck.py; it first shows it refuses 13 kinds of broken
-#      text), with the right Content-Type; its figures equal the JSON status
+#      text) and `promtool check metrics` (lint too), with the right
+#      Content-Type; its figures equal the JSON status
 #      taken with it (lifetime host bytes, request counters, capacity), the
 #      state gauges have exactly one 1 per ioDimm, the latency histogram
 #      counts every request; after a detach it is still valid, says
@@ -123,6 +124,16 @@ run_check "/metrics against the status (dimm1 detached)" metrics_check detached
 "$FLASHCTL" attach dimm1 --control "$FLASHD_CTL" >/dev/null || fail "attach dimm1"
 curl -sf --unix-socket "$FLASHD_CTL" http://flashd/metrics >"$T/metrics.txt" || fail "curl /metrics"
 run_check "curl /metrics | promcheck" "$PYTHON" "$NBD_CHECKS/promcheck.py" "$T/metrics.txt"
+# Prometheus' own checker too (Debian's prometheus package, scripts/deps.sh
+# check), lint warnings included: exit 0 only for a clean exposition
+if command -v promtool >/dev/null 2>&1; then
+	run_check "promtool check metrics" sh -c 'promtool check metrics <"$1"' sh "$T/metrics.txt"
+	# and it can fail: a counter without _total is a lint problem
+	printf '# HELP x_bytes b\n# TYPE x_bytes counter\nx_bytes 1\n' >"$T/bad-metrics.txt"
+	promtool check metrics <"$T/bad-metrics.txt" >/dev/null 2>&1 && fail "promtool accepts a counter without _total"
+else
+	echo "promtool not installed (scripts/deps.sh check installs prometheus): promcheck.py only"
+fi
 checks_passed || fail "/metrics"
 ok "/metrics: valid exposition, figures equal the status"
 

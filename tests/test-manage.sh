@@ -24,6 +24,7 @@
 #      `--sector-size 4096 --op 30` the block size and OP; a fresh format
 #      has fresh lifetime counters; flashd restarts on the new format (the
 #      file gives no format keys); bad parameters are refused (400).
+#   5b. beacon on/off: status (JSON and text), /metrics, the log; bad states.
 #   6. HTTP errors: unknown path, ioDimm and action (404), wrong method (405).
 #   7. offline `flashctl format IMG` never erases what an image holds
 #      unasked: a new image is formatted at once; a formatted one, or one
@@ -287,6 +288,26 @@ stop_flashd
 restart_flashd
 [ "$(nbdinfo --size "$FLASHD_URI0")" = "$size30" ] || fail "after a restart dimm0 is not served with its new format"
 ok "format: refused while attached or unconfirmed; changes the advertised size, block size and OP"
+
+# ---- 5b. beacon ---------------------------------------------------------------------
+"$FLASHCTL" beacon dimm1 --control "$FLASHD_CTL" | tee "$T/beacon.out"
+grep -qx "dimm1: beacon on" "$T/beacon.out" || fail "flashctl beacon dimm1"
+[ "$(dimm_json dimm1 beacon)" = true ] || fail "status does not show dimm1's beacon on"
+[ "$(dimm_json dimm0 beacon)" = false ] || fail "dimm0's beacon is on too"
+"$FLASHCTL" status dimm1 --control "$FLASHD_CTL" | grep -q "Beacon: on" || fail "status text lacks 'Beacon: on'"
+curl -sf --unix-socket "$FLASHD_CTL" http://flashd/metrics >"$T/beacon-metrics.txt" || fail "curl /metrics"
+grep -qx 'flashd_dimm_beacon{dimm="dimm1",export="dimm1"} 1' "$T/beacon-metrics.txt" || fail "/metrics: dimm1's beacon is not 1"
+grep -qx 'flashd_dimm_beacon{dimm="dimm0",export="dimm0"} 0' "$T/beacon-metrics.txt" || fail "/metrics: dimm0's beacon is not 0"
+"$FLASHCTL" beacon dimm1 off --control "$FLASHD_CTL" | grep -qx "dimm1: beacon off" || fail "flashctl beacon dimm1 off"
+[ "$(dimm_json dimm1 beacon)" = false ] || fail "the beacon stays on after 'off'"
+"$FLASHCTL" status -a dimm1 --control "$FLASHD_CTL" | grep -q "Beacon: off" || fail "status -a lacks 'Beacon: off'"
+rc=0
+"$FLASHCTL" beacon dimm1 blink --control "$FLASHD_CTL" 2>"$T/err" || rc=$?
+[ $rc = 1 ] && grep -q "neither on nor off" "$T/err" || fail "beacon with a bad state: exit $rc, $(cat "$T/err")"
+code=$(curl -s -o /dev/null -w '%{http_code}' -X POST --unix-socket "$FLASHD_CTL" "http://flashd/v1/dimms/dimm1/beacon?state=blink")
+[ "$code" = 400 ] || fail "POST beacon?state=blink: HTTP $code, want 400"
+grep -q "dimm1: beacon on" "$T/flashd.log" || fail "the beacon is not logged"
+ok "beacon: on and off through flashctl, shown by status, status -a, /metrics and the log"
 
 # ---- 6. HTTP errors ------------------------------------------------------------------
 "$PYTHON" - "$NBD_CHECKS" "$FLASHD_CTL" <<'PY' || fail "HTTP errors"
