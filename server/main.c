@@ -758,6 +758,19 @@ int main(int argc, char **argv)
 		}
 	}
 
+	/* TCP listeners first: an address that cannot be bound (in use, not on
+	 * this host) is reported before any image is opened.  Nothing is
+	 * accepted before the loop runs, after READY.  The unix and control
+	 * sockets come after the images: binding them replaces a socket file,
+	 * which must not happen to another flashd using the same state
+	 * directory (its image locks stop this one first). */
+	for (int i = 0; i < srv.cfg.nlisten; i++) {
+		if (listen_tcp(srv.cfg.listen[i], err, sizeof err)) {
+			log_err("%s", err);
+			goto fail_early;
+		}
+	}
+
 	/* ioDimms: each opens its image and FTL on its own thread, in parallel */
 	srv.ndimms = srv.cfg.ndimms;
 	srv.dimms = calloc((size_t)srv.ndimms, sizeof *srv.dimms);
@@ -800,12 +813,6 @@ int main(int argc, char **argv)
 		goto fail;
 	}
 
-	for (int i = 0; i < srv.cfg.nlisten; i++) {
-		if (listen_tcp(srv.cfg.listen[i], err, sizeof err)) {
-			log_err("%s", err);
-			goto fail;
-		}
-	}
 	if (srv.cfg.unix_path && srv.cfg.unix_path[0] && listen_unix(srv.cfg.unix_path, err, sizeof err)) {
 		log_err("%s", err);
 		goto fail;
@@ -860,6 +867,7 @@ fail:
 		dimm_stop(&srv.dimms[i]);
 	for (int i = 0; i < srv.ndimms; i++)
 		dimm_join(&srv.dimms[i]);
+fail_early:
 	ctl_stop(&srv);
 	if (srv.cfg.pidfile)
 		unlink(srv.cfg.pidfile);
