@@ -6,23 +6,46 @@
 #   scripts/deps.sh bench   check + the peers `make bench` compares against
 #   scripts/deps.sh vm      check + qemu, debootstrap (kernel client tests)
 #
+# check also puts promtool (Prometheus' checker, for /metrics) in
+# build/tools: taken out of Debian's prometheus package, not installed,
+# because installing the package starts a Prometheus server on :9090.
+#
 # Runs apt-get only when dpkg reports a package as not installed, so a
 # machine that has everything pays one dpkg-query call.  Needs root (or sudo)
 # to install; prints what is missing and fails otherwise.
 set -eu
 
 build_pkgs="gcc make pkg-config libevent-dev libssl-dev libnbd-dev nbdkit-plugin-dev libsystemd-dev libinih-dev"
-check_pkgs="nbdkit libnbd-bin python3-libnbd qemu-utils fio iproute2 python3"
+check_pkgs="nbdkit libnbd-bin python3-libnbd qemu-utils fio iproute2 python3 curl"
 bench_pkgs="nbdkit qemu-utils fio procps gnuplot-nox"
 vm_pkgs="qemu-system-x86 busybox-static cpio debootstrap kmod gzip"
 
+top=$(cd "$(dirname "$0")/.." && pwd)
+
+# promtool from the prometheus .deb (apt-get download: no root, nothing
+# installed or started); a warning, not a failure, if it cannot be had
+fetch_promtool() {
+	dest=$top/build/tools
+	[ -x "$dest/promtool" ] && return 0
+	tmp=$(mktemp -d)
+	if (cd "$tmp" && apt-get download -q prometheus >/dev/null 2>&1) &&
+	   dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/x" && [ -x "$tmp/x/usr/bin/promtool" ]; then
+		mkdir -p "$dest"
+		cp "$tmp/x/usr/bin/promtool" "$dest/promtool"
+	else
+		echo "deps.sh: could not fetch promtool (Debian package prometheus); /metrics is checked by tests/nbd/promcheck.py only" >&2
+	fi
+	rm -rf "$tmp"
+}
+
 want=$build_pkgs
+promtool=
 for what in "$@"; do
 	case $what in
 	build) ;;
-	check) want="$want $check_pkgs" ;;
-	bench) want="$want $check_pkgs $bench_pkgs" ;;
-	vm) want="$want $check_pkgs $vm_pkgs" ;;
+	check) want="$want $check_pkgs"; promtool=1 ;;
+	bench) want="$want $check_pkgs $bench_pkgs"; promtool=1 ;;
+	vm) want="$want $check_pkgs $vm_pkgs"; promtool=1 ;;
 	*) echo "deps.sh: unknown set '$what' (build, check, bench, vm)" >&2; exit 2 ;;
 	esac
 done
@@ -33,7 +56,10 @@ for p in $want; do
 	st=$(dpkg-query -W -f '${db:Status-Status}' "$p" 2>/dev/null || true)
 	[ "$st" = installed ] || missing="$missing $p"
 done
-[ -z "$missing" ] && exit 0
+if [ -z "$missing" ]; then
+	[ -z "$promtool" ] || fetch_promtool
+	exit 0
+fi
 
 echo "deps.sh: installing:$missing" >&2
 if [ "$(id -u)" = 0 ]; then
@@ -50,3 +76,4 @@ if ! $sudo apt-get install -y -q --no-install-recommends $missing; then
 	$sudo apt-get update -q
 	$sudo apt-get install -y -q --no-install-recommends $missing
 fi
+[ -z "$promtool" ] || fetch_promtool

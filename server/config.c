@@ -4,7 +4,7 @@
  *
  *   [server]   listen (repeatable), unix, control, state_dir, pidfile,
  *              max_connections, handshake_timeout, shutdown_timeout, poll_us,
- *              timing, log, verbose
+ *              timing, log, verbose, allow_degraded
  *   [card NAME]  model, timing (default for its ioDimms)
  *   [dimm NAME]  card, preset, image, export, description, readonly,
  *              sector_size, capacity (BYTES or PCT% of stock), op, timing, sync
@@ -19,6 +19,12 @@
  *   - every listen address is checked here (config_finish also checks those
  *     from the command line), before any ioDimm is opened;
  *   - two ioDimms may not use the same image file, however it is named.
+ * The command line wins over the file for every key: main.c loads the file
+ * into the configuration the command line made, and a key the command line
+ * set is kept (listen: main.c keeps only the command line's addresses).
+ * sector_size and capacity/op given in a [dimm] section are remembered
+ * (sector_size_set, capacity_set): an existing image must then have that
+ * format (server/dimm.c), as the configuration never reformats one.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -398,11 +404,13 @@ static int handler(void *user, const char *section, const char *key, const char 
 			cfg->listen = xrealloc(cfg->listen, (size_t)(cfg->nlisten + 1) * sizeof *cfg->listen);
 			cfg->listen[cfg->nlisten++] = xstrdup(value);
 		} else if (!strcmp(key, "unix")) {
-			free(cfg->unix_path);
-			cfg->unix_path = xstrdup(value);
+			if (!cfg->unix_path) /* the command line wins */
+				cfg->unix_path = xstrdup(value);
 		} else if (!strcmp(key, "control")) {
-			free(cfg->control_path);
-			cfg->control_path = xstrdup(value);
+			if (!value[0])
+				BAD("the control socket path is empty");
+			if (!cfg->control_path)
+				cfg->control_path = xstrdup(value);
 		} else if (!strcmp(key, "state_dir")) {
 			if (!cfg->state_dir)
 				cfg->state_dir = xstrdup(value);
@@ -442,6 +450,11 @@ static int handler(void *user, const char *section, const char *key, const char 
 				BAD("verbose must be yes or no");
 			if (b && !cfg->verbose)
 				cfg->verbose = 1;
+		} else if (!strcmp(key, "allow_degraded")) {
+			if (parse_bool(value, &b))
+				BAD("allow_degraded must be yes or no");
+			if (cfg->allow_degraded < 0)
+				cfg->allow_degraded = b;
 		} else {
 			BAD("unknown key in [server]");
 		}
@@ -492,6 +505,7 @@ static int handler(void *user, const char *section, const char *key, const char 
 			if (parse_byte_size(value, 0, UINT32_MAX, &u) || (u != 512 && u != 4096))
 				BAD("sector_size must be 512 or 4096");
 			d->sector_size = (uint32_t)u;
+			d->sector_size_set = true;
 		} else if (!strcmp(key, "capacity")) {
 			if (d->op_percent > 0)
 				BAD("give capacity or op, not both");
@@ -505,6 +519,7 @@ static int handler(void *user, const char *section, const char *key, const char 
 					    "100%% (for less over-provisioning than stock, use op = %.0f to %.0f)",
 					    FTL_MIN_OP_PERCENT, FTL_STOCK_OP_PERCENT);
 				d->capacity_pct = f;
+				d->capacity_set = true;
 			} else {
 				int rc = parse_byte_size(value, 0, UINT64_MAX, &u);
 				if (rc == -ERANGE)
@@ -519,6 +534,7 @@ static int handler(void *user, const char *section, const char *key, const char 
 					BAD("%llu bytes is less than the minimum, 1M", (unsigned long long)u);
 				}
 				d->capacity = u;
+				d->capacity_set = true;
 			}
 		} else if (!strcmp(key, "op")) {
 			if (d->capacity || d->capacity_pct > 0)
@@ -534,6 +550,7 @@ static int handler(void *user, const char *section, const char *key, const char 
 				BAD("not a number: over-provisioning in percent of the raw NAND, %.0f to %.0f "
 				    "(e.g. op = 20)", FTL_MIN_OP_PERCENT, FTL_MAX_OP_PERCENT);
 			d->op_percent = f;
+			d->capacity_set = true;
 		} else if (!strcmp(key, "timing")) {
 			if (parse_bool(value, &b))
 				BAD("timing must be on or off");
@@ -555,6 +572,7 @@ static int handler(void *user, const char *section, const char *key, const char 
 int config_load(struct server_cfg *cfg, const char *path, char *err, size_t errlen)
 {
 	struct parse_ctx x = { .cfg = cfg, .path = path };
+	int ndimms_before = cfg->ndimms;
 	x.fp = fopen(path, "r");
 	if (!x.fp) {
 		int e = errno;
@@ -568,6 +586,12 @@ int config_load(struct server_cfg *cfg, const char *path, char *err, size_t errl
 			 path, rc);
 	else if (!x.err[0] && rc < 0)
 		snprintf(x.err, sizeof x.err, "%s: out of memory", path);
+	if (!x.err[0] && cfg->ndimms == ndimms_before)
+		/* the embedded pair is for running without a file, never a
+		 * silent stand-in for a file that forgot its ioDimms */
+		snprintf(x.err, sizeof x.err, "%s: no [dimm NAME] section: the file must name the ioDimms "
+			 "to serve (e.g. [dimm dimm0] with preset = iodimm-mlc-320; see conf/flashd.conf)",
+			 path);
 	if (!x.err[0]) {
 		/* card defaults flow into their ioDimms; a card named must exist */
 		for (int i = 0; i < cfg->ndimms && !x.err[0]; i++) {
@@ -734,11 +758,15 @@ int config_finish(struct server_cfg *cfg, char *err, size_t errlen)
 
 	if (!cfg->ndimms)
 		config_default_duo(cfg);
-	if (!cfg->nlisten && !cfg->unix_path) {
+	/* neither --listen nor --unix (nor the file's keys): both defaults;
+	 * only a unix socket given: that alone */
+	if (!cfg->nlisten && (!cfg->unix_path || !cfg->unix_path[0])) {
 		cfg->listen = calloc(1, sizeof *cfg->listen);
 		cfg->listen[0] = xstrdup("127.0.0.1:10809");
 		cfg->nlisten = 1;
 	}
+	if (!cfg->unix_path)
+		cfg->unix_path = join_path(cfg->state_dir, "flashd.sock");
 	/* those of the file were checked as they were read: these may come
 	 * from the command line */
 	for (int i = 0; i < cfg->nlisten; i++) {
@@ -766,6 +794,8 @@ int config_finish(struct server_cfg *cfg, char *err, size_t errlen)
 		cfg->timing = 1;
 	if (cfg->poll_us < 0)
 		cfg->poll_us = 50;
+	if (cfg->allow_degraded < 0)
+		cfg->allow_degraded = 0;
 	for (int i = 0; i < cfg->ndimms; i++) {
 		struct dimm_cfg *d = &cfg->dimms[i];
 		if (!d->preset)

@@ -38,6 +38,13 @@
  * connection); a connection is freed once it is closing and nothing of it
  * is in flight, queued or on d->dirty (conn_maybe_free), and that is the
  * only place that gives back its slot (d->nconns, server nconns).
+ * Management (server/dimm.c): a checkpoint sets d->paused, which stops new
+ * request headers from being parsed (a payload being received still is)
+ * until it is cleared (conn_resume_all); d->ftl_inflight counts requests
+ * inside the FTL, so the checkpoint knows when it may close it.  A detach
+ * drains (conn_drain_all, conn_drain_step).  Each answered request is
+ * counted in d->io (io_account: its kind, bytes, latency bucket; two clock
+ * reads per request, no allocation).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -90,6 +97,7 @@ struct req {
 	struct iovec iov[2 * MAX_CHUNKS + 1];
 	int niov;
 	size_t reply_bytes;
+	uint64_t t0;               /* dispatched (nand_now_ns), for the latency */
 	struct req *next;
 };
 
@@ -126,6 +134,7 @@ struct conn {
 
 	bool dirty;                /* on d->dirty */
 	bool closing;              /* DISC, shutdown or a protocol error: no more reads */
+	bool draining;             /* detach: new requests get ESHUTDOWN; closes once idle */
 	bool dead;                 /* socket unusable: drop replies */
 	bool reset;                /* close with a TCP reset (replies were dropped) */
 	const char *why;
@@ -136,6 +145,7 @@ struct conn {
 static void conn_maybe_free(struct conn *c);
 static void drop_partial(struct conn *c);
 static void conn_flush(struct conn *c);
+static void maybe_resume(struct conn *c);
 static void read_cb(evutil_socket_t fd, short what, void *arg);
 
 /* ---- requests ----------------------------------------------------------- */
@@ -365,10 +375,34 @@ static void conn_mark_dirty(struct conn *c)
 	c->d->dirty = c;
 }
 
+/* Count r in the export's I/O counters (flashd.h, struct io_counters). */
+static void io_account(struct dimm *d, const struct req *r)
+{
+	int k, l;
+	switch (r->type) {
+	case NBD_CMD_READ: k = IOK_READ; l = LAT_READ; break;
+	case NBD_CMD_WRITE: k = IOK_WRITE; l = LAT_WRITE; break;
+	case NBD_CMD_FLUSH: k = IOK_FLUSH; l = LAT_FLUSH; break;
+	case NBD_CMD_TRIM: k = IOK_TRIM; l = LAT_OTHER; break;
+	case NBD_CMD_WRITE_ZEROES: k = IOK_ZEROES; l = LAT_OTHER; break;
+	default: k = IOK_OTHER; l = LAT_OTHER; break;
+	}
+	struct io_counters *io = &d->io;
+	io->ops[k]++;
+	if (r->error)
+		io->errors[k]++;
+	else if (k != IOK_FLUSH && k != IOK_OTHER)
+		io->bytes[k] += r->length;
+	uint64_t ns = nand_now_ns() - r->t0;
+	io->lat[l][lat_bucket(ns)]++;
+	io->lat_sum_ns[l] += ns;
+}
+
 /* r is answered: queue its reply (or drop it on a dead socket). */
 static void req_finish(struct req *r)
 {
 	struct conn *c = r->c;
+	io_account(c->d, r);
 	if (c->dead || r->no_reply) {
 		req_put(c, r);
 		conn_maybe_free(c);
@@ -388,6 +422,7 @@ static void req_io_done(struct ftl_io *io)
 {
 	struct req *r = (struct req *)io;
 	r->io_pending = false;
+	r->c->d->ftl_inflight--;
 	if (io->status)
 		r->error = nbd_errno(io->status);
 	req_finish(r);
@@ -439,6 +474,7 @@ static void do_read(struct conn *c, struct req *r)
 				 .offset = r->offset, .length = r->length, .buf = r->buf,
 				 .done = req_io_done };
 	r->io_pending = true;
+	c->d->ftl_inflight++;
 	ftl_submit(c->d->ftl, &r->io);
 }
 
@@ -483,6 +519,7 @@ static void do_ftl(struct conn *c, struct req *r, enum ftl_io_type type, uint32_
 	r->io = (struct ftl_io){ .type = type, .flags = fl, .offset = r->offset, .length = r->length,
 				 .buf = buf, .done = req_io_done };
 	r->io_pending = true;
+	c->d->ftl_inflight++;
 	ftl_submit(c->d->ftl, &r->io);
 }
 
@@ -543,6 +580,7 @@ static int req_check(struct conn *c, struct req *r)
 static void req_dispatch(struct conn *c, struct req *r, uint8_t *data)
 {
 	c->nrequests++;
+	r->t0 = nand_now_ns();
 	if (r->error) {
 		req_finish(r);
 		return;
@@ -656,6 +694,9 @@ static bool parse_input(struct conn *c)
 			req_dispatch(c, r, NULL);
 			continue;
 		}
+		/* a checkpoint holds new requests (the payload above went on) */
+		if (c->d->paused)
+			return false;
 		if (over_limits(c))
 			return false;
 		if (avail < NBD_REQUEST_SIZE)
@@ -700,6 +741,8 @@ static bool parse_input(struct conn *c)
 		r->offset = offset;
 		r->length = length;
 		r->error = req_check(c, r);
+		if (!r->error && c->draining)
+			r->error = NBD_ESHUTDOWN; /* the export is being detached */
 		if (type != NBD_CMD_WRITE) {
 			c->in_pos += NBD_REQUEST_SIZE;
 			req_dispatch(c, r, NULL);
@@ -823,7 +866,7 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
 	 * Pause only between requests: a payload being received or discarded
 	 * is read on, or its sender (blocked on it) could never read the
 	 * replies that would let us resume. */
-	if (!c->closing && !c->cur && !c->discard_left && over_limits(c))
+	if (!c->closing && !c->cur && !c->discard_left && (over_limits(c) || d->paused))
 		stop_reading(c);
 	dimm_kick(d);
 }
@@ -890,8 +933,14 @@ static void conn_flush(struct conn *c)
 		c->head_sent = 0;
 	}
 	event_del(c->wev);
-	/* room again (the waiting request's buffer fits, too): resume reading */
-	if (!c->closing && !c->reading && c->inflight < MAX_INFLIGHT / 2 &&
+	maybe_resume(c);
+}
+
+/* Room again (the waiting request's buffer fits, too), and no checkpoint
+ * holding requests: resume reading. */
+static void maybe_resume(struct conn *c)
+{
+	if (!c->closing && !c->reading && !c->d->paused && c->inflight < MAX_INFLIGHT / 2 &&
 	    c->inflight_bytes < MAX_INFLIGHT_BYTES / 2 && !over_limits(c)) {
 		event_add(c->rev, NULL);
 		c->reading = true;
@@ -899,6 +948,12 @@ static void conn_flush(struct conn *c)
 		if (c->in_pos < c->in_len)
 			event_active(c->rev, EV_READ, 0);
 	}
+}
+
+void conn_resume_all(struct dimm *d)
+{
+	for (struct conn *c = d->conns; c; c = c->next)
+		maybe_resume(c);
 }
 
 void conn_flush_dirty(struct dimm *d)
@@ -1017,15 +1072,18 @@ void conn_adopt(struct dimm *d, struct handoff *h)
 		conn_close_now(c, "handshake leftover too large");
 	} else if (stop) {
 		conn_close_now(c, "server shutting down");
+	} else if (!d->ftl || (d->op && d->op->type == DCMD_DETACH)) {
+		/* handed over just before the export was withdrawn */
+		conn_close_now(c, "the export was detached");
 	}
 }
 
 /* Shutdown: read nothing more; answer what is in flight, then close. */
-void conn_stop_all(struct dimm *d)
+void conn_stop_all(struct dimm *d, const char *why)
 {
 	for (struct conn *c = d->conns; c; c = c->next) {
 		if (!c->closing) {
-			c->why = "server shutting down";
+			c->why = why;
 			c->closing = true;
 			stop_reading(c);
 		}
@@ -1034,13 +1092,54 @@ void conn_stop_all(struct dimm *d)
 }
 
 /*
- * The shutdown deadline passed: close every connection still open now,
+ * Detach: every connection keeps reading, so that each request the client
+ * sent is answered: those in flight as usual, those that arrive from now on
+ * with NBD_ESHUTDOWN (a WRITE's payload is read and dropped), which tells
+ * the client to disconnect.  conn_drain_step closes a connection once
+ * nothing of it is in flight and nothing more waits in its socket: closed
+ * with nothing unread, the client gets a FIN after its last reply, not a
+ * reset.  A client that keeps sending is force-closed at the detach
+ * deadline (conn_abort_all).
+ */
+void conn_drain_all(struct dimm *d, const char *why)
+{
+	for (struct conn *c = d->conns; c; c = c->next) {
+		if (c->closing || c->draining)
+			continue;
+		c->draining = true;
+		c->why = why;
+	}
+}
+
+int conn_drain_step(struct dimm *d)
+{
+	int open = 0;
+	for (struct conn *c = d->conns, *next; c; c = next) {
+		next = c->next;
+		if (c->draining && !c->closing && !c->inflight && !c->cur && !c->discard_left &&
+		    c->in_pos == c->in_len) {
+			uint8_t b;
+			ssize_t n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+			if (n <= 0 && (n == 0 || errno == EAGAIN || errno == EWOULDBLOCK)) {
+				c->closing = true;
+				stop_reading(c);
+				conn_maybe_free(c);
+				continue;
+			}
+		}
+		open++;
+	}
+	return open;
+}
+
+/*
+ * The shutdown (or detach) deadline passed: close every connection still open now,
  * dropping the replies it has not taken (a client that stopped reading must
  * not keep flashd from exiting), with a reset.  Requests still inside the
  * FTL complete unanswered; their connections go once they have.  Returns
  * how many connections it closed.
  */
-int conn_abort_all(struct dimm *d)
+int conn_abort_all(struct dimm *d, const char *why)
 {
 	int n = 0;
 	for (struct conn *c = d->conns; c; c = c->next) {
@@ -1051,9 +1150,9 @@ int conn_abort_all(struct dimm *d)
 		for (struct req *r = c->sendq; r; r = r->next)
 			unsent += r->reply_bytes;
 		unsent -= c->head_sent;
-		log_warn("%s: force-closed at the shutdown deadline: %u request(s) unanswered, "
-			 "%zu reply bytes unsent", c->peer, c->inflight, unsent);
-		c->why = "force-closed at the shutdown deadline";
+		log_warn("%s: %s: %u request(s) unanswered, %zu reply bytes unsent", c->peer, why,
+			 c->inflight, unsent);
+		c->why = why;
 		c->reset = true;
 		conn_close_now(c, c->why);
 		conn_mark_dirty(c); /* conn_flush drops the queued replies */

@@ -1,17 +1,49 @@
 /*
  * server/ctl.c - the control socket: HTTP (libevent's evhttp) on a unix
- * socket, for `flashctl status` and monitoring.
+ * socket, for flashctl, monitoring and scripts.  JSON unless said.
  *
- *   GET /v1/status            JSON: the server and every ioDimm, with live
- *                             statistics (like the vendor's fio-status -a)
- *   GET /v1/status?format=text  the same as text
- * The socket is created with mode 0660; whoever can open it can read the
- * status.  Nothing here changes state.
+ *   GET  /v1/version                     {"version", "pid"}
+ *   GET  /v1/status[?format=text[&all=1]] the server and every ioDimm: state,
+ *                                        format, FTL statistics (lifetime
+ *                                        counters persisted in checkpoints),
+ *                                        server I/O counters and latency
+ *                                        histograms; text: like fio-status
+ *                                        (all=1: like fio-status -a)
+ *   GET  /v1/dimms/NAME                  the same for one ioDimm
+ *   POST /v1/dimms/NAME/attach           open the image and FTL, export it
+ *   POST /v1/dimms/NAME/detach           withdraw the export, drain and close
+ *                                        its connections, close the FTL
+ *                                        (checkpoint) and the image
+ *   POST /v1/dimms/NAME/format[?sector_size=N][&capacity=BYTES|PCT%][&op=PCT]
+ *                                        low-level format, detached only;
+ *                                        unset: the [dimm] keys
+ *   POST /v1/dimms/NAME/checkpoint       write a checkpoint now
+ *   GET  /metrics                        Prometheus text exposition (0.0.4)
+ * NAME is the [dimm] name (or its export name).  An action answers 200 with
+ * {"ok": true, ...}, or 400 (bad parameter), 404 (no such ioDimm), 409 (not
+ * in a state that allows it), 503 (shutting down), 500 (it failed), each
+ * with {"ok": false, "error": "..."}.
+ * The socket is created with mode 0660; whoever can open it can manage
+ * flashd.
+ *
+ * Nothing here waits for an ioDimm thread (flashd.h, "Command channel"):
+ * each request is a struct ctl_req; snapshots and actions go to the ioDimm
+ * threads as commands and the reply is sent when the last one is back (a
+ * snapshot request gives up on a thread after CTL_SNAPSHOT_TIMEOUT_S and
+ * says so).  An ioDimm in the middle of an attach, detach, format or
+ * checkpoint is described by the main thread without asking its thread.
+ * A ctl_req lives until it is answered and every command it posted is back
+ * (a late command finds it answered and is dropped); all live on
+ * srv->ctl_reqs, so shutdown answers what is left.
  */
 #include <errno.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/queue.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -21,7 +53,51 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 
+#include "common/parse.h"
 #include "server/flashd.h"
+
+#define CTL_SNAPSHOT_TIMEOUT_S 5
+/* How long evhttp gives a control client to send its request and take the
+ * reply.  Not how long an action may take: libevent 2.1 does not time a
+ * connection while its request waits for our reply (a detach drains for up
+ * to shutdown_timeout; tests/test-manage.sh holds a reply 6 s past this). */
+#define CTL_HTTP_TIMEOUT_S 10
+
+enum ctl_kind { CK_STATUS, CK_METRICS, CK_ACTION };
+
+struct ctl_req {
+	struct server *srv;
+	struct evhttp_request *req;  /* NULL once answered */
+	enum ctl_kind kind;
+	bool text, all;              /* status: ?format=text, &all=1 */
+	int only;                    /* one ioDimm's status (its index), or -1 */
+	struct dimm_status *st;      /* per ioDimm */
+	bool timed_out;
+	int pending;                 /* commands posted, not yet back */
+	struct event *timeout;
+	/* CK_ACTION */
+	struct dimm *target;
+	enum dimm_cmd_type action;
+	enum dimm_mstate before;     /* the main state to go back to on failure */
+	int rc;
+	char msg[1536];
+	struct ctl_req *next, *prev;
+};
+
+static const char *action_name(enum dimm_cmd_type t)
+{
+	switch (t) {
+	case DCMD_STATUS: return "status";
+	case DCMD_ATTACH: return "attach";
+	case DCMD_DETACH: return "detach";
+	case DCMD_FORMAT: return "format";
+	case DCMD_CHECKPOINT: return "checkpoint";
+	case DCMD_STALL: return "test-stall";
+	}
+	return "?";
+}
+
+/* ---- JSON and text helpers ---------------------------------------------- */
 
 static void json_str(struct evbuffer *b, const char *s)
 {
@@ -88,8 +164,167 @@ static void json_stats(struct evbuffer *b, const struct ftl_stats *s)
 	evbuffer_add_printf(b, "}");
 }
 
-static void status_json(struct server *srv, struct evbuffer *b)
+static double endurance_used(const struct ftl_stats *s)
 {
+	return s->rated_pe_cycles ? 100.0 * s->erase_avg / s->rated_pe_cycles : 0;
+}
+
+static void json_io(struct evbuffer *b, const struct io_counters *io)
+{
+	const char *sep = "";
+	evbuffer_add_printf(b, "{\"ops\": {");
+	for (int k = 0; k < IOK_N; k++, sep = ", ")
+		evbuffer_add_printf(b, "%s\"%s\": %llu", sep, io_kind_names[k], (unsigned long long)io->ops[k]);
+	evbuffer_add_printf(b, "}, \"errors\": {");
+	sep = "";
+	for (int k = 0; k < IOK_N; k++, sep = ", ")
+		evbuffer_add_printf(b, "%s\"%s\": %llu", sep, io_kind_names[k],
+				    (unsigned long long)io->errors[k]);
+	evbuffer_add_printf(b, "}, \"bytes\": {");
+	sep = "";
+	for (int k = 0; k < IOK_N; k++, sep = ", ")
+		evbuffer_add_printf(b, "%s\"%s\": %llu", sep, io_kind_names[k], (unsigned long long)io->bytes[k]);
+	evbuffer_add_printf(b, "}, \"latency\": {\"bucket_bounds_ns\": [");
+	for (int i = 0; i < LAT_NBOUNDS; i++)
+		evbuffer_add_printf(b, "%s%llu", i ? ", " : "", (unsigned long long)lat_bounds_ns[i]);
+	evbuffer_add_printf(b, "]");
+	for (int l = 0; l < LAT_N; l++) {
+		uint64_t n = 0;
+		for (int i = 0; i <= LAT_NBOUNDS; i++)
+			n += io->lat[l][i];
+		evbuffer_add_printf(b, ", \"%s\": {\"count\": %llu, \"sum_ns\": %llu, \"buckets\": [",
+				    lat_class_names[l], (unsigned long long)n,
+				    (unsigned long long)io->lat_sum_ns[l]);
+		for (int i = 0; i <= LAT_NBOUNDS; i++)
+			evbuffer_add_printf(b, "%s%llu", i ? ", " : "", (unsigned long long)io->lat[l][i]);
+		evbuffer_add_printf(b, "]}");
+	}
+	evbuffer_add_printf(b, "}}");
+}
+
+/* Why a snapshot has no FTL figures, or NULL. */
+static const char *snapshot_note(const struct ctl_req *cr, const struct dimm_status *st, char *buf,
+				 size_t len)
+{
+	if (st->answered)
+		return NULL;
+	if (!strcmp(st->state, "attached") || !strcmp(st->state, "detached") ||
+	    !strcmp(st->state, "failed")) {
+		if (!cr->timed_out)
+			return NULL;
+		snprintf(buf, len, "the ioDimm thread did not answer within %d s (busy): no figures",
+			 CTL_SNAPSHOT_TIMEOUT_S);
+		return buf;
+	}
+	snprintf(buf, len, "%s: figures are shown once that is done", st->state);
+	return buf;
+}
+
+static void json_dimm(struct ctl_req *cr, struct evbuffer *b, const struct dimm_status *st)
+{
+	char note[160];
+	evbuffer_add_printf(b, "{\"name\": ");
+	json_str(b, st->name);
+	evbuffer_add_printf(b, ", \"export\": ");
+	json_str(b, st->export_name);
+	evbuffer_add_printf(b, ", \"card\": ");
+	json_str(b, st->card);
+	evbuffer_add_printf(b, ", \"preset\": ");
+	json_str(b, st->preset);
+	evbuffer_add_printf(b, ", \"image\": ");
+	json_str(b, st->image);
+	evbuffer_add_printf(b, ", \"state\": ");
+	json_str(b, st->state);
+	if (st->error[0]) {
+		evbuffer_add_printf(b, ", \"error\": ");
+		json_str(b, st->error);
+	}
+	const char *n = snapshot_note(cr, st, note, sizeof note);
+	if (n) {
+		evbuffer_add_printf(b, ", \"note\": ");
+		json_str(b, n);
+	}
+	evbuffer_add_printf(b, ", \"beacon\": %s, \"temperature_celsius\": null",
+			    st->beacon ? "true" : "false");
+	evbuffer_add_printf(b, ", \"attached\": %s, \"readonly\": %s, \"timing\": %s, "
+			       "\"connections\": %u, \"total_connections\": %llu",
+			    st->attached ? "true" : "false", st->readonly ? "true" : "false",
+			    st->timing ? "true" : "false", st->connections,
+			    (unsigned long long)st->total_connections);
+	if (st->answered && st->attached) {
+		const struct ftl_info *fi = &st->info;
+		const struct ftl_stats *s = &st->stats;
+		evbuffer_add_printf(b, ", \"format\": {\"sector_size\": %u, \"sectors\": %llu, "
+				       "\"capacity_bytes\": %llu, \"raw_bytes\": %llu, "
+				       "\"op_percent\": %.2f, \"format_id\": \"%016llx\", "
+				       "\"format_time\": %llu, \"last_close_clean\": %s, "
+				       "\"recovered_pages\": %llu, \"open_seconds\": %.3f}",
+				    fi->sector_size, (unsigned long long)(fi->capacity / fi->sector_size),
+				    (unsigned long long)fi->capacity, (unsigned long long)fi->raw_bytes,
+				    fi->op_percent, (unsigned long long)fi->format_id,
+				    (unsigned long long)fi->format_time, fi->was_clean ? "true" : "false",
+				    (unsigned long long)fi->recovered_pages, (double)fi->open_ns / 1e9);
+		evbuffer_add_printf(b, ", \"checkpoint_damaged\": %s, \"notes\": ",
+				    fi->checkpoint_damaged ? "true" : "false");
+		json_str(b, fi->notes);
+		evbuffer_add_printf(b, ", \"lifetime\": {\"host_read_bytes\": %llu, \"host_write_bytes\": %llu, "
+				       "\"nand_read_bytes\": %llu, \"nand_write_bytes\": %llu, "
+				       "\"nand_page_size\": %u}",
+				    (unsigned long long)s->host_read_bytes, (unsigned long long)s->host_write_bytes,
+				    (unsigned long long)(s->nand_pages_read * st->page_size),
+				    (unsigned long long)(s->nand_pages_programmed * st->page_size), st->page_size);
+		evbuffer_add_printf(b, ", \"endurance_used_percent\": %.4f, \"reserve_percent\": %.4f, "
+				       "\"ram_bytes\": %llu, \"ram_peak_bytes\": %llu",
+				    endurance_used(s), s->reserve_percent, (unsigned long long)s->ram_bytes,
+				    (unsigned long long)st->ram_peak);
+		evbuffer_add_printf(b, ", \"stats\": ");
+		json_stats(b, s);
+	}
+	if (st->answered) {
+		evbuffer_add_printf(b, ", \"gc_since_start\": {\"pages_relocated\": %llu, "
+				       "\"blocks_collected\": %llu}, \"io\": ",
+				    (unsigned long long)st->gc_pages_relocated,
+				    (unsigned long long)st->gc_blocks_collected);
+		json_io(b, &st->io);
+	}
+	evbuffer_add_printf(b, "}");
+}
+
+static int server_connections(struct server *srv)
+{
+	pthread_mutex_lock(&srv->lock);
+	int n = srv->nconns;
+	pthread_mutex_unlock(&srv->lock);
+	return n;
+}
+
+static int served(struct server *srv)
+{
+	int up = 0;
+	for (int i = 0; i < srv->ndimms; i++)
+		up += srv->dimms[i].exported;
+	return up;
+}
+
+/* Degraded: an ioDimm failed (to open, or its FTL stopped); one detached
+ * on purpose is not a fault. */
+static int failed_dimms(const struct ctl_req *cr)
+{
+	int n = 0;
+	for (int i = 0; i < cr->srv->ndimms; i++)
+		n += cr->srv->dimms[i].mstate == DM_FAILED || !strcmp(cr->st[i].state, "failed");
+	return n;
+}
+
+static void status_json(struct ctl_req *cr, struct evbuffer *b)
+{
+	struct server *srv = cr->srv;
+	if (cr->only >= 0) {
+		json_dimm(cr, b, &cr->st[cr->only]);
+		evbuffer_add_printf(b, "\n");
+		return;
+	}
+	int up = served(srv);
 	evbuffer_add_printf(b, "{\"version\": \"%s\", \"pid\": %d, \"uptime_seconds\": %lld, ",
 			    FLASHD_VERSION, (int)getpid(), (long long)(time(NULL) - srv->started));
 	evbuffer_add_printf(b, "\"config\": ");
@@ -104,66 +339,19 @@ static void status_json(struct server *srv, struct evbuffer *b)
 	}
 	evbuffer_add_printf(b, "], \"unix\": ");
 	json_str(b, srv->cfg.unix_path ? srv->cfg.unix_path : "");
-	pthread_mutex_lock(&srv->lock);
-	int nconns = srv->nconns;
-	pthread_mutex_unlock(&srv->lock);
-	evbuffer_add_printf(b, ", \"connections\": %d, \"dimms\": [", nconns);
+	evbuffer_add_printf(b, ", \"connections\": %d, \"served\": %d, \"failed\": %d, "
+			       "\"degraded\": %s, \"dimms\": [",
+			    server_connections(srv), up, failed_dimms(cr), failed_dimms(cr) ? "true" : "false");
 	for (int i = 0; i < srv->ndimms; i++) {
-		struct dimm *d = &srv->dimms[i];
-		struct dimm_status st;
-		dimm_get_status(d, &st);
 		if (i)
 			evbuffer_add_printf(b, ", ");
-		evbuffer_add_printf(b, "{\"name\": ");
-		json_str(b, st.name);
-		evbuffer_add_printf(b, ", \"export\": ");
-		json_str(b, st.export_name);
-		evbuffer_add_printf(b, ", \"preset\": ");
-		json_str(b, st.preset);
-		evbuffer_add_printf(b, ", \"image\": ");
-		json_str(b, st.image);
-		evbuffer_add_printf(b, ", \"state\": ");
-		json_str(b, st.state);
-		if (d->open_error) {
-			evbuffer_add_printf(b, ", \"error\": ");
-			json_str(b, d->open_errmsg);
-		} else if (st.attached && st.info.error) {
-			evbuffer_add_printf(b, ", \"error\": ");
-			json_str(b, strerror(-st.info.error));
-		}
-		evbuffer_add_printf(b, ", \"attached\": %s, \"readonly\": %s, \"timing\": %s, "
-				       "\"connections\": %u, \"total_connections\": %llu",
-				    st.attached ? "true" : "false", st.readonly ? "true" : "false",
-				    st.timing ? "true" : "false", st.connections,
-				    (unsigned long long)st.total_connections);
-		if (st.attached) {
-			const struct ftl_info *fi = &st.info;
-			evbuffer_add_printf(b, ", \"format\": {\"sector_size\": %u, \"sectors\": %llu, "
-					       "\"capacity_bytes\": %llu, \"raw_bytes\": %llu, "
-					       "\"op_percent\": %.2f, \"format_id\": \"%016llx\", "
-					       "\"format_time\": %llu, \"last_close_clean\": %s, "
-					       "\"recovered_pages\": %llu, \"open_seconds\": %.3f}",
-					    fi->sector_size,
-					    (unsigned long long)(fi->capacity / fi->sector_size),
-					    (unsigned long long)fi->capacity,
-					    (unsigned long long)fi->raw_bytes, fi->op_percent,
-					    (unsigned long long)fi->format_id,
-					    (unsigned long long)fi->format_time,
-					    fi->was_clean ? "true" : "false",
-					    (unsigned long long)fi->recovered_pages,
-					    (double)fi->open_ns / 1e9);
-			evbuffer_add_printf(b, ", \"checkpoint_damaged\": %s, \"notes\": ",
-					    fi->checkpoint_damaged ? "true" : "false");
-			json_str(b, fi->notes);
-			evbuffer_add_printf(b, ", \"stats\": ");
-			json_stats(b, &st.stats);
-		}
-		evbuffer_add_printf(b, "}");
+		json_dimm(cr, b, &cr->st[i]);
 	}
 	evbuffer_add_printf(b, "]}\n");
 }
 
-static void gib(char *buf, size_t n, double bytes)
+/* Decimal units, as the vendor's tools print them. */
+static void human(char *buf, size_t n, double bytes)
 {
 	if (bytes >= 1e12)
 		snprintf(buf, n, "%.2f TB", bytes / 1e12);
@@ -173,102 +361,1012 @@ static void gib(char *buf, size_t n, double bytes)
 		snprintf(buf, n, "%.2f MB", bytes / 1e6);
 }
 
-/* Text in the manner of the vendor's fio-status -a. */
-static void status_text(struct server *srv, struct evbuffer *b)
+/* Latency at quantile q (0..1) of one class, interpolated in its bucket
+ * (geometrically: the buckets are log-spaced); 0 if nothing was counted. */
+static double lat_quantile(const uint64_t *cnt, double q)
 {
-	pthread_mutex_lock(&srv->lock);
-	int nconns = srv->nconns;
-	pthread_mutex_unlock(&srv->lock);
-	evbuffer_add_printf(b, "flashd %s, pid %d, up %lld s, %d connection(s)\n", FLASHD_VERSION,
-			    (int)getpid(), (long long)(time(NULL) - srv->started), nconns);
-	for (int i = 0; i < srv->ndimms; i++) {
-		struct dimm *d = &srv->dimms[i];
-		struct dimm_status st;
-		dimm_get_status(d, &st);
-		evbuffer_add_printf(b, "\n%s: simulated ioDimm, preset %s, export '%s'\n", st.name,
-				    st.preset, st.export_name);
-		evbuffer_add_printf(b, "    Image: %s\n", st.image);
-		if (!st.attached) {
-			evbuffer_add_printf(b, "    State: %s%s%s\n", st.state,
-					    d->open_error ? ": " : "", d->open_error ? d->open_errmsg : "");
+	uint64_t n = 0;
+	for (int i = 0; i <= LAT_NBOUNDS; i++)
+		n += cnt[i];
+	if (!n)
+		return 0;
+	double want = q * (double)n, seen = 0;
+	for (int i = 0; i <= LAT_NBOUNDS; i++) {
+		if (!cnt[i] || seen + (double)cnt[i] < want) {
+			seen += (double)cnt[i];
 			continue;
 		}
-		const struct ftl_info *fi = &st.info;
-		const struct ftl_stats *s = &st.stats;
-		char cap[32], w[32], r[32], pw[32];
-		gib(cap, sizeof cap, (double)fi->capacity);
-		evbuffer_add_printf(b, "    State: %s%s%s, %s%s, %u connection(s)\n", st.state,
-				    fi->error ? ": " : "", fi->error ? strerror(-fi->error) : "",
-				    st.readonly ? "read-only" : "attached",
-				    st.timing ? ", NAND timing model on" : "", st.connections);
-		if (fi->notes[0])
-			evbuffer_add_printf(b, "    Warning: %s\n", fi->notes);
-		evbuffer_add_printf(b, "    Format: %llu sectors of %u bytes (%s), %.1f%% over-provisioning\n",
-				    (unsigned long long)(fi->capacity / fi->sector_size), fi->sector_size,
-				    cap, fi->op_percent);
-		evbuffer_add_printf(b, "    Last shutdown: %s; opened in %.2f s\n",
-				    fi->was_clean ? "clean" : "unclean (recovered from the log)",
-				    (double)fi->open_ns / 1e9);
-		evbuffer_add_printf(b, "    Powerloss protection: protected (flush and FUA are durable)\n");
-		evbuffer_add_printf(b, "    Reserve space status: %s; Reserves: %.2f%%, warn at 10.00%%\n",
-				    s->reserve_percent >= 10 ? "Healthy" : "Low", s->reserve_percent);
-		double used = s->rated_pe_cycles ? 100.0 * s->erase_avg / s->rated_pe_cycles : 0;
-		evbuffer_add_printf(b, "    Rated endurance: %u P/E cycles; used %.2f%% (erase counts min/avg/max %u/%.1f/%u)\n",
-				    s->rated_pe_cycles, used, s->erase_min, s->erase_avg, s->erase_max);
-		gib(w, sizeof w, (double)s->host_write_bytes);
-		gib(r, sizeof r, (double)s->host_read_bytes);
-		gib(pw, sizeof pw, (double)s->nand_pages_programmed * 4096.0);
-		evbuffer_add_printf(b, "    Host bytes written: %s, read: %s; physical bytes written: %s (write amplification %.2f)\n",
-				    w, r, pw, s->write_amplification);
-		evbuffer_add_printf(b, "    Blocks: %llu total, %llu free, %llu data, %llu bad (%llu grown)\n",
-				    (unsigned long long)s->blocks_total, (unsigned long long)s->blocks_free,
-				    (unsigned long long)s->blocks_data, (unsigned long long)s->blocks_bad,
-				    (unsigned long long)s->blocks_bad_grown);
-		evbuffer_add_printf(b, "    Media errors: %llu corrected, %llu uncorrectable (%llu failed the data CRC), %llu units lost, %llu program and %llu erase failures\n",
-				    (unsigned long long)s->read_errors_corrected,
-				    (unsigned long long)s->read_errors_uncorrectable,
-				    (unsigned long long)s->crc_errors,
-				    (unsigned long long)s->lost_units,
-				    (unsigned long long)s->program_failures,
-				    (unsigned long long)s->erase_failures);
-		evbuffer_add_printf(b, "    RAM usage: %.1f MiB (map %.1f MiB)\n",
-				    (double)s->ram_bytes / (1 << 20), (double)s->l2p_bytes / (1 << 20));
+		double lo = i ? (double)lat_bounds_ns[i - 1] : (double)lat_bounds_ns[0] / 2;
+		double hi = i < LAT_NBOUNDS ? (double)lat_bounds_ns[i] : lo * 2;
+		double f = ((want - seen) / (double)cnt[i]);
+		return lo * pow(hi / lo, f);
+	}
+	return (double)lat_bounds_ns[LAT_NBOUNDS - 1];
+}
+
+static void text_io(struct evbuffer *b, const struct dimm_status *st)
+{
+	const struct io_counters *io = &st->io;
+	char r[32], w[32];
+	uint64_t errors = 0;
+	for (int k = 0; k < IOK_N; k++)
+		errors += io->errors[k];
+	human(r, sizeof r, (double)io->bytes[IOK_READ]);
+	human(w, sizeof w, (double)io->bytes[IOK_WRITE]);
+	evbuffer_add_printf(b, "    Requests since flashd started: %llu reads (%s), %llu writes (%s), "
+			       "%llu flushes, %llu trims, %llu write-zeroes, %llu other; %llu failed\n",
+			    (unsigned long long)io->ops[IOK_READ], r, (unsigned long long)io->ops[IOK_WRITE], w,
+			    (unsigned long long)io->ops[IOK_FLUSH], (unsigned long long)io->ops[IOK_TRIM],
+			    (unsigned long long)io->ops[IOK_ZEROES], (unsigned long long)io->ops[IOK_OTHER],
+			    (unsigned long long)errors);
+	evbuffer_add_printf(b, "    Latency in flashd (parsed to answered), p50/p99:");
+	const char *sep = " ";
+	for (int l = 0; l < LAT_N; l++) {
+		double p50 = lat_quantile(io->lat[l], 0.5), p99 = lat_quantile(io->lat[l], 0.99);
+		if (p50 == 0)
+			continue;
+		evbuffer_add_printf(b, "%s%s %.0f/%.0f us", sep, lat_class_names[l], p50 / 1e3, p99 / 1e3);
+		sep = ", ";
+	}
+	evbuffer_add_printf(b, "%s\n", *sep == ' ' ? " no requests yet" : "");
+	evbuffer_add_printf(b, "    Garbage collection since flashd started: %llu pages relocated, "
+			       "%llu blocks collected\n",
+			    (unsigned long long)st->gc_pages_relocated,
+			    (unsigned long long)st->gc_blocks_collected);
+}
+
+/* One ioDimm in the manner of the vendor's fio-status (-a: all). */
+static void text_dimm(struct ctl_req *cr, struct evbuffer *b, const struct dimm_status *st, bool all)
+{
+	char note[160];
+	evbuffer_add_printf(b, "  %s: simulated ioDimm, preset %s, export '%s'\n", st->name, st->preset,
+			    st->export_name);
+	if (all)
+		evbuffer_add_printf(b, "    Image: %s\n", st->image);
+	if (st->beacon)
+		evbuffer_add_printf(b, "    Beacon: on (flashctl beacon %s off)\n", st->name);
+	else if (all)
+		evbuffer_add_printf(b, "    Beacon: off\n");
+	if (!st->answered || !st->attached) {
+		evbuffer_add_printf(b, "    State: %s%s%s; %u connection(s)\n", st->state,
+				    st->error[0] ? ": " : "", st->error, st->connections);
+		const char *n = snapshot_note(cr, st, note, sizeof note);
+		if (n)
+			evbuffer_add_printf(b, "    Note: %s\n", n);
+		if (all && st->answered)
+			text_io(b, st);
+		return;
+	}
+	const struct ftl_info *fi = &st->info;
+	const struct ftl_stats *s = &st->stats;
+	char cap[32], hr[32], hw[32], nr[32], nw[32];
+	human(cap, sizeof cap, (double)fi->capacity);
+	evbuffer_add_printf(b, "    State: %s%s%s, attached%s%s; %u connection(s)\n", st->state,
+			    st->error[0] ? ": " : "", st->error, st->readonly ? ", read-only" : "",
+			    st->timing ? ", NAND timing model on" : "", st->connections);
+	if (fi->notes[0])
+		evbuffer_add_printf(b, "    Warning: %s\n", fi->notes);
+	evbuffer_add_printf(b, "    Format: %llu sectors of %u bytes (%s), %.1f%% over-provisioning\n",
+			    (unsigned long long)(fi->capacity / fi->sector_size), fi->sector_size, cap,
+			    fi->op_percent);
+	evbuffer_add_printf(b, "    Reserve space status: %s; Reserves: %.2f%%, warn at 10.00%%\n",
+			    s->reserve_percent >= 10 ? "Healthy" : "Low", s->reserve_percent);
+	evbuffer_add_printf(b, "    Rated endurance: %u P/E cycles; used %.2f%% (erase counts min/avg/max "
+			       "%u/%.1f/%u)\n",
+			    s->rated_pe_cycles, endurance_used(s), s->erase_min, s->erase_avg, s->erase_max);
+	human(hr, sizeof hr, (double)s->host_read_bytes);
+	human(hw, sizeof hw, (double)s->host_write_bytes);
+	human(nr, sizeof nr, (double)s->nand_pages_read * st->page_size);
+	human(nw, sizeof nw, (double)s->nand_pages_programmed * st->page_size);
+	evbuffer_add_printf(b, "    Lifetime: host read %s, written %s; NAND read %s, written %s "
+			       "(write amplification %.2f)\n",
+			    hr, hw, nr, nw, s->write_amplification);
+	if (!all)
+		return;
+	evbuffer_add_printf(b, "    Last shutdown: %s; opened in %.2f s\n",
+			    fi->was_clean ? "clean" : "unclean (recovered from the log)",
+			    (double)fi->open_ns / 1e9);
+	evbuffer_add_printf(b, "    Powerloss protection: protected (flush and FUA are durable)\n");
+	evbuffer_add_printf(b, "    Temperature: not reported (the simulated NAND has no sensor)\n");
+	evbuffer_add_printf(b, "    Blocks: %llu total, %llu free, %llu data, %llu metadata, %llu bad "
+			       "(%llu grown); %llu erased in its lifetime\n",
+			    (unsigned long long)s->blocks_total, (unsigned long long)s->blocks_free,
+			    (unsigned long long)s->blocks_data, (unsigned long long)s->blocks_meta,
+			    (unsigned long long)s->blocks_bad, (unsigned long long)s->blocks_bad_grown,
+			    (unsigned long long)s->blocks_erased);
+	evbuffer_add_printf(b, "    Media errors: %llu corrected, %llu uncorrectable (%llu failed the data "
+			       "CRC), %llu units lost, %llu program and %llu erase failures\n",
+			    (unsigned long long)s->read_errors_corrected,
+			    (unsigned long long)s->read_errors_uncorrectable, (unsigned long long)s->crc_errors,
+			    (unsigned long long)s->lost_units, (unsigned long long)s->program_failures,
+			    (unsigned long long)s->erase_failures);
+	evbuffer_add_printf(b, "    RAM usage: current %.1f MiB, peak %.1f MiB (map %.1f MiB)\n",
+			    (double)s->ram_bytes / (1 << 20), (double)st->ram_peak / (1 << 20),
+			    (double)s->l2p_bytes / (1 << 20));
+	evbuffer_add_printf(b, "    Connections: %u now, %llu since flashd started\n", st->connections,
+			    (unsigned long long)st->total_connections);
+	text_io(b, st);
+}
+
+static void status_text(struct ctl_req *cr, struct evbuffer *b)
+{
+	struct server *srv = cr->srv;
+	if (cr->only >= 0) {
+		text_dimm(cr, b, &cr->st[cr->only], cr->all);
+		return;
+	}
+	int up = served(srv);
+	int failed = failed_dimms(cr);
+	evbuffer_add_printf(b, "flashd %s, pid %d, up %lld s; %d connection(s); serving %d of %d ioDimm(s)",
+			    FLASHD_VERSION, (int)getpid(), (long long)(time(NULL) - srv->started),
+			    server_connections(srv), up, srv->ndimms);
+	if (failed)
+		evbuffer_add_printf(b, "; DEGRADED: %d failed", failed);
+	evbuffer_add_printf(b, "\n");
+	if (cr->all)
+		evbuffer_add_printf(b, "Configuration: %s; state directory %s\n",
+				    srv->cfg.config_file ? srv->cfg.config_file : "embedded default",
+				    srv->cfg.state_dir);
+	/* by card, in the order of the configuration */
+	for (int i = 0; i < srv->ndimms; i++) {
+		const char *card = cr->st[i].card;
+		bool seen = false;
+		for (int j = 0; j < i && !seen; j++)
+			seen = !strcmp(cr->st[j].card, card);
+		if (seen)
+			continue;
+		if (card[0])
+			evbuffer_add_printf(b, "\nCard %s:\n", card);
+		else
+			evbuffer_add_printf(b, "\nioDimms without a card:\n");
+		for (int j = i; j < srv->ndimms; j++)
+			if (!strcmp(cr->st[j].card, card))
+				text_dimm(cr, b, &cr->st[j], cr->all);
 	}
 }
 
-static void status_cb(struct evhttp_request *req, void *arg)
+/* ---- Prometheus text exposition ------------------------------------------ */
+
+/*
+ * Version 0.0.4 of the text format: for each family a HELP and a TYPE
+ * line, then all its samples (every ioDimm), never interleaved with another
+ * family.  Labels: dimm, export, plus what the family says.  Counters end
+ * in _total; figures come only for ioDimms whose thread answered (and FTL
+ * figures only while attached).
+ */
+static const char *const metric_states[] = {
+	"online", "read-only", "write-reduced", "no-space", "failed", "detached",
+	"starting", "attaching", "detaching", "formatting", "checkpointing", "unknown",
+};
+
+static void prom_family(struct evbuffer *b, const char *name, const char *type, const char *help)
+{
+	evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* a label value, escaped as the format wants (\\, \", \n) */
+static void prom_value(struct evbuffer *b, const char *s)
+{
+	for (; *s; s++) {
+		if (*s == '\\' || *s == '"')
+			evbuffer_add_printf(b, "\\%c", *s);
+		else if (*s == '\n')
+			evbuffer_add(b, "\\n", 2);
+		else
+			evbuffer_add(b, s, 1);
+	}
+}
+
+/* name{dimm="..",export=".."[,extra]} value */
+static void prom_sample(struct evbuffer *b, const char *name, const struct dimm_status *st,
+			const char *extra, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void prom_sample(struct evbuffer *b, const char *name, const struct dimm_status *st,
+			const char *extra, const char *fmt, ...)
+{
+	evbuffer_add_printf(b, "%s{dimm=\"", name);
+	prom_value(b, st->name);
+	evbuffer_add_printf(b, "\",export=\"");
+	prom_value(b, st->export_name);
+	evbuffer_add_printf(b, "\"%s%s} ", extra ? "," : "", extra ? extra : "");
+	va_list ap;
+	va_start(ap, fmt);
+	evbuffer_add_vprintf(b, fmt, ap);
+	va_end(ap);
+	evbuffer_add(b, "\n", 1);
+}
+
+#define FTL_OK(st) ((st)->answered && (st)->attached)
+
+static void metrics_text(struct ctl_req *cr, struct evbuffer *b)
+{
+	struct server *srv = cr->srv;
+	int n = srv->ndimms;
+	const struct dimm_status *S = cr->st;
+	char lab[96];
+
+	prom_family(b, "flashd_build_info", "gauge", "flashd version (always 1)");
+	evbuffer_add_printf(b, "flashd_build_info{version=\"%s\"} 1\n", FLASHD_VERSION);
+	prom_family(b, "flashd_start_time_seconds", "gauge", "when flashd started (unix time)");
+	evbuffer_add_printf(b, "flashd_start_time_seconds %lld\n", (long long)srv->started);
+	prom_family(b, "flashd_connections", "gauge", "NBD connections, negotiating or not");
+	evbuffer_add_printf(b, "flashd_connections %d\n", server_connections(srv));
+	prom_family(b, "flashd_dimms_served", "gauge", "ioDimms exported now");
+	evbuffer_add_printf(b, "flashd_dimms_served %d\n", served(srv));
+	prom_family(b, "flashd_dimms_configured", "gauge", "ioDimms in the configuration");
+	evbuffer_add_printf(b, "flashd_dimms_configured %d\n", n);
+
+	prom_family(b, "flashd_dimm_state", "gauge", "1 for the state the ioDimm is in, 0 for the others");
+	for (int i = 0; i < n; i++) {
+		const char *cur = "unknown";
+		for (size_t k = 0; k < sizeof metric_states / sizeof *metric_states; k++)
+			if (!strcmp(S[i].state, metric_states[k]))
+				cur = metric_states[k];
+		for (size_t k = 0; k < sizeof metric_states / sizeof *metric_states; k++) {
+			snprintf(lab, sizeof lab, "state=\"%s\"", metric_states[k]);
+			prom_sample(b, "flashd_dimm_state", &S[i], lab, "%d", !strcmp(cur, metric_states[k]));
+		}
+	}
+	prom_family(b, "flashd_dimm_attached", "gauge", "1 if the ioDimm's FTL is open and exported");
+	for (int i = 0; i < n; i++)
+		prom_sample(b, "flashd_dimm_attached", &S[i], NULL, "%d", srv->dimms[i].exported);
+	prom_family(b, "flashd_dimm_beacon", "gauge", "1 while the ioDimm's locate beacon is on");
+	for (int i = 0; i < n; i++)
+		prom_sample(b, "flashd_dimm_beacon", &S[i], NULL, "%d", srv->dimms[i].beacon);
+	prom_family(b, "flashd_dimm_connections", "gauge", "NBD connections in transmission to the export");
+	for (int i = 0; i < n; i++)
+		prom_sample(b, "flashd_dimm_connections", &S[i], NULL, "%u", S[i].connections);
+	prom_family(b, "flashd_dimm_connections_total", "counter",
+		    "NBD connections handed to the export since flashd started");
+	for (int i = 0; i < n; i++)
+		prom_sample(b, "flashd_dimm_connections_total", &S[i], NULL, "%llu",
+			    (unsigned long long)S[i].total_connections);
+
+	/* server I/O counters: since flashd started */
+	prom_family(b, "flashd_dimm_requests_total", "counter", "NBD requests answered, by command");
+	for (int i = 0; i < n; i++)
+		for (int k = 0; S[i].answered && k < IOK_N; k++) {
+			snprintf(lab, sizeof lab, "op=\"%s\"", io_kind_names[k]);
+			prom_sample(b, "flashd_dimm_requests_total", &S[i], lab, "%llu",
+				    (unsigned long long)S[i].io.ops[k]);
+		}
+	prom_family(b, "flashd_dimm_request_errors_total", "counter",
+		    "NBD requests answered with an error, by command");
+	for (int i = 0; i < n; i++)
+		for (int k = 0; S[i].answered && k < IOK_N; k++) {
+			snprintf(lab, sizeof lab, "op=\"%s\"", io_kind_names[k]);
+			prom_sample(b, "flashd_dimm_request_errors_total", &S[i], lab, "%llu",
+				    (unsigned long long)S[i].io.errors[k]);
+		}
+	prom_family(b, "flashd_dimm_request_bytes_total", "counter",
+		    "bytes read, written, trimmed and zeroed by successful NBD requests");
+	for (int i = 0; i < n; i++)
+		for (int k = 0; S[i].answered && k < IOK_N; k++) {
+			if (k == IOK_FLUSH || k == IOK_OTHER)
+				continue;
+			snprintf(lab, sizeof lab, "op=\"%s\"", io_kind_names[k]);
+			prom_sample(b, "flashd_dimm_request_bytes_total", &S[i], lab, "%llu",
+				    (unsigned long long)S[i].io.bytes[k]);
+		}
+	prom_family(b, "flashd_dimm_request_duration_seconds", "histogram",
+		    "time in flashd from a request parsed to its reply queued");
+	for (int i = 0; i < n; i++) {
+		for (int l = 0; S[i].answered && l < LAT_N; l++) {
+			uint64_t cum = 0;
+			for (int j = 0; j <= LAT_NBOUNDS; j++) {
+				cum += S[i].io.lat[l][j];
+				if (j < LAT_NBOUNDS)
+					snprintf(lab, sizeof lab, "op=\"%s\",le=\"%g\"", lat_class_names[l],
+						 (double)lat_bounds_ns[j] / 1e9);
+				else
+					snprintf(lab, sizeof lab, "op=\"%s\",le=\"+Inf\"", lat_class_names[l]);
+				prom_sample(b, "flashd_dimm_request_duration_seconds_bucket", &S[i], lab, "%llu",
+					    (unsigned long long)cum);
+			}
+			snprintf(lab, sizeof lab, "op=\"%s\"", lat_class_names[l]);
+			prom_sample(b, "flashd_dimm_request_duration_seconds_sum", &S[i], lab, "%.9f",
+				    (double)S[i].io.lat_sum_ns[l] / 1e9);
+			prom_sample(b, "flashd_dimm_request_duration_seconds_count", &S[i], lab, "%llu",
+				    (unsigned long long)cum);
+		}
+	}
+	prom_family(b, "flashd_dimm_gc_pages_relocated_total", "counter",
+		    "pages garbage collection moved since flashd started");
+	for (int i = 0; i < n; i++)
+		if (S[i].answered)
+			prom_sample(b, "flashd_dimm_gc_pages_relocated_total", &S[i], NULL, "%llu",
+				    (unsigned long long)S[i].gc_pages_relocated);
+	prom_family(b, "flashd_dimm_gc_blocks_collected_total", "counter",
+		    "blocks garbage collection emptied since flashd started");
+	for (int i = 0; i < n; i++)
+		if (S[i].answered)
+			prom_sample(b, "flashd_dimm_gc_blocks_collected_total", &S[i], NULL, "%llu",
+				    (unsigned long long)S[i].gc_blocks_collected);
+
+	/* the FTL: format, lifetime counters (kept in checkpoints), health */
+	prom_family(b, "flashd_dimm_capacity_bytes", "gauge", "user capacity of the format");
+	for (int i = 0; i < n; i++)
+		if (FTL_OK(&S[i]))
+			prom_sample(b, "flashd_dimm_capacity_bytes", &S[i], NULL, "%llu",
+				    (unsigned long long)S[i].info.capacity);
+	prom_family(b, "flashd_dimm_sector_size_bytes", "gauge", "sector size of the format");
+	for (int i = 0; i < n; i++)
+		if (FTL_OK(&S[i]))
+			prom_sample(b, "flashd_dimm_sector_size_bytes", &S[i], NULL, "%u", S[i].info.sector_size);
+	prom_family(b, "flashd_dimm_overprovisioning_ratio", "gauge", "share of the raw NAND kept as over-provisioning");
+	for (int i = 0; i < n; i++)
+		if (FTL_OK(&S[i]))
+			prom_sample(b, "flashd_dimm_overprovisioning_ratio", &S[i], NULL, "%.6f",
+				    S[i].info.op_percent / 100);
+	prom_family(b, "flashd_dimm_host_bytes_total", "counter",
+		    "bytes the host read and wrote in the format's lifetime (kept in checkpoints)");
+	for (int i = 0; i < n; i++) {
+		if (!FTL_OK(&S[i]))
+			continue;
+		prom_sample(b, "flashd_dimm_host_bytes_total", &S[i], "dir=\"read\"", "%llu",
+			    (unsigned long long)S[i].stats.host_read_bytes);
+		prom_sample(b, "flashd_dimm_host_bytes_total", &S[i], "dir=\"write\"", "%llu",
+			    (unsigned long long)S[i].stats.host_write_bytes);
+	}
+	prom_family(b, "flashd_dimm_nand_bytes_total", "counter",
+		    "NAND bytes read and programmed in the format's lifetime (kept in checkpoints)");
+	for (int i = 0; i < n; i++) {
+		if (!FTL_OK(&S[i]))
+			continue;
+		prom_sample(b, "flashd_dimm_nand_bytes_total", &S[i], "dir=\"read\"", "%llu",
+			    (unsigned long long)(S[i].stats.nand_pages_read * S[i].page_size));
+		prom_sample(b, "flashd_dimm_nand_bytes_total", &S[i], "dir=\"write\"", "%llu",
+			    (unsigned long long)(S[i].stats.nand_pages_programmed * S[i].page_size));
+	}
+	prom_family(b, "flashd_dimm_write_amplification", "gauge", "NAND pages programmed per host page written");
+	for (int i = 0; i < n; i++)
+		if (FTL_OK(&S[i]))
+			prom_sample(b, "flashd_dimm_write_amplification", &S[i], NULL, "%.6f",
+				    S[i].stats.write_amplification);
+	prom_family(b, "flashd_dimm_blocks", "gauge", "erase blocks by kind");
+	for (int i = 0; i < n; i++) {
+		if (!FTL_OK(&S[i]))
+			continue;
+		const struct ftl_stats *s = &S[i].stats;
+		const struct { const char *k; uint64_t v; } kinds[] = {
+			{ "total", s->blocks_total }, { "free", s->blocks_free }, { "data", s->blocks_data },
+			{ "meta", s->blocks_meta }, { "bad", s->blocks_bad }, { "bad_grown", s->blocks_bad_grown },
+		};
+		for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+			snprintf(lab, sizeof lab, "kind=\"%s\"", kinds[k].k);
+			prom_sample(b, "flashd_dimm_blocks", &S[i], lab, "%llu", (unsigned long long)kinds[k].v);
+		}
+	}
+	prom_family(b, "flashd_dimm_block_erase_cycles", "gauge", "erase counts of the good blocks (min, avg, max)");
+	for (int i = 0; i < n; i++) {
+		if (!FTL_OK(&S[i]))
+			continue;
+		prom_sample(b, "flashd_dimm_block_erase_cycles", &S[i], "stat=\"min\"", "%u", S[i].stats.erase_min);
+		prom_sample(b, "flashd_dimm_block_erase_cycles", &S[i], "stat=\"avg\"", "%.4f", S[i].stats.erase_avg);
+		prom_sample(b, "flashd_dimm_block_erase_cycles", &S[i], "stat=\"max\"", "%u", S[i].stats.erase_max);
+	}
+	prom_family(b, "flashd_dimm_blocks_erased_total", "counter", "block erases in the format's lifetime");
+	for (int i = 0; i < n; i++)
+		if (FTL_OK(&S[i]))
+			prom_sample(b, "flashd_dimm_blocks_erased_total", &S[i], NULL, "%llu",
+				    (unsigned long long)S[i].stats.blocks_erased);
+	prom_family(b, "flashd_dimm_rated_pe_cycles", "gauge", "rated program/erase cycles of a block");
+	for (int i = 0; i < n; i++)
+		if (FTL_OK(&S[i]))
+			prom_sample(b, "flashd_dimm_rated_pe_cycles", &S[i], NULL, "%u", S[i].stats.rated_pe_cycles);
+	prom_family(b, "flashd_dimm_endurance_used_ratio", "gauge", "average erase count over the rated cycles");
+	for (int i = 0; i < n; i++)
+		if (FTL_OK(&S[i]))
+			prom_sample(b, "flashd_dimm_endurance_used_ratio", &S[i], NULL, "%.6f",
+				    endurance_used(&S[i].stats) / 100);
+	prom_family(b, "flashd_dimm_reserves_ratio", "gauge", "spare blocks left, of those at format (warn below 0.1)");
+	for (int i = 0; i < n; i++)
+		if (FTL_OK(&S[i]))
+			prom_sample(b, "flashd_dimm_reserves_ratio", &S[i], NULL, "%.6f",
+				    S[i].stats.reserve_percent / 100);
+	prom_family(b, "flashd_dimm_media_errors_total", "counter", "media errors since the FTL was opened, by kind");
+	for (int i = 0; i < n; i++) {
+		if (!FTL_OK(&S[i]))
+			continue;
+		const struct ftl_stats *s = &S[i].stats;
+		const struct { const char *k; uint64_t v; } kinds[] = {
+			{ "read_corrected", s->read_errors_corrected },
+			{ "read_uncorrectable", s->read_errors_uncorrectable },
+			{ "crc", s->crc_errors }, { "program", s->program_failures },
+			{ "erase", s->erase_failures },
+		};
+		for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+			snprintf(lab, sizeof lab, "kind=\"%s\"", kinds[k].k);
+			prom_sample(b, "flashd_dimm_media_errors_total", &S[i], lab, "%llu",
+				    (unsigned long long)kinds[k].v);
+		}
+	}
+	prom_family(b, "flashd_dimm_ram_bytes", "gauge", "memory the FTL holds");
+	for (int i = 0; i < n; i++)
+		if (FTL_OK(&S[i]))
+			prom_sample(b, "flashd_dimm_ram_bytes", &S[i], NULL, "%llu",
+				    (unsigned long long)S[i].stats.ram_bytes);
+	prom_family(b, "flashd_dimm_ram_peak_bytes", "gauge",
+		    "most memory the FTL was seen to hold since flashd started");
+	for (int i = 0; i < n; i++)
+		if (S[i].answered)
+			prom_sample(b, "flashd_dimm_ram_peak_bytes", &S[i], NULL, "%llu",
+				    (unsigned long long)S[i].ram_peak);
+}
+
+/* ---- requests ------------------------------------------------------------ */
+
+static struct server *the_srv; /* for the reply-complete callback */
+
+/* A reply has been written (or its connection is gone): at shutdown, the
+ * loop ends once the last one is out (ctl_shutdown). */
+static void reply_complete(struct evhttp_request *req, void *arg)
 {
 	struct server *srv = arg;
-	if (evhttp_request_get_command(req) != EVHTTP_REQ_GET) {
-		evhttp_send_error(req, 405, "only GET");
+	if (--srv->ctl_sending == 0 && srv->ctl_closing)
+		event_base_loopexit(srv->base, NULL);
+}
+
+/* Every reply goes through here, so shutdown knows what is still being sent. */
+static void ctl_reply(struct evhttp_request *req, int code, const char *reason, struct evbuffer *b)
+{
+	if (evhttp_request_get_connection(req)) {
+		the_srv->ctl_sending++;
+		evhttp_request_set_on_complete_cb(req, reply_complete, the_srv);
+	}
+	evhttp_send_reply(req, code, reason, b);
+}
+
+static void send_json(struct evhttp_request *req, int code, const char *reason, struct evbuffer *b)
+{
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
+	ctl_reply(req, code, reason, b);
+}
+
+/* {"ok": false, "error": msg} with code */
+static void send_error(struct evhttp_request *req, int code, const char *reason, const char *msg)
+{
+	struct evbuffer *b = evbuffer_new();
+	if (!b) {
+		evhttp_send_error(req, 500, "out of memory");
 		return;
 	}
-	struct evkeyvalq q;
-	const char *uri = evhttp_request_get_uri(req);
-	struct evhttp_uri *u = evhttp_uri_parse(uri);
-	bool text = false;
-	if (u && evhttp_uri_get_query(u)) {
-		evhttp_parse_query_str(evhttp_uri_get_query(u), &q);
-		const char *fmt = evhttp_find_header(&q, "format");
-		text = fmt && !strcmp(fmt, "text");
-		evhttp_clear_headers(&q);
-	}
-	if (u)
-		evhttp_uri_free(u);
-	struct evbuffer *b = evbuffer_new();
-	if (text)
-		status_text(srv, b);
-	else
-		status_json(srv, b);
-	evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
-			  text ? "text/plain; charset=utf-8" : "application/json");
-	evhttp_send_reply(req, 200, "OK", b);
+	evbuffer_add_printf(b, "{\"ok\": false, \"error\": ");
+	json_str(b, msg);
+	evbuffer_add_printf(b, "}\n");
+	send_json(req, code, reason, b);
 	evbuffer_free(b);
 }
 
-static void notfound_cb(struct evhttp_request *req, void *arg)
+static void ctl_req_free(struct ctl_req *cr)
 {
-	evhttp_send_error(req, 404, "unknown path (try /v1/status)");
+	struct server *srv = cr->srv;
+	if (cr->prev)
+		cr->prev->next = cr->next;
+	else
+		srv->ctl_reqs = cr->next;
+	if (cr->next)
+		cr->next->prev = cr->prev;
+	if (cr->timeout)
+		event_free(cr->timeout);
+	free(cr->st);
+	free(cr);
+}
+
+static struct ctl_req *ctl_req_new(struct server *srv, struct evhttp_request *req, enum ctl_kind kind)
+{
+	struct ctl_req *cr = calloc(1, sizeof *cr);
+	if (cr)
+		cr->st = calloc((size_t)(srv->ndimms ? srv->ndimms : 1), sizeof *cr->st);
+	if (!cr || !cr->st) {
+		free(cr);
+		evhttp_send_error(req, 500, "out of memory");
+		return NULL;
+	}
+	cr->srv = srv;
+	cr->req = req;
+	cr->kind = kind;
+	cr->only = -1;
+	cr->next = srv->ctl_reqs;
+	if (cr->next)
+		cr->next->prev = cr;
+	srv->ctl_reqs = cr;
+	return cr;
+}
+
+static int http_code(int rc, const char **reason)
+{
+	switch (-rc) {
+	case 0: *reason = "OK"; return 200;
+	case EINVAL: *reason = "Bad Request"; return 400;
+	case EBUSY: case ENODEV: case EROFS: case EALREADY: *reason = "Conflict"; return 409;
+	case ESHUTDOWN: *reason = "Service Unavailable"; return 503;
+	case ETIMEDOUT: *reason = "Gateway Timeout"; return 504;
+	default: *reason = "Internal Server Error"; return 500;
+	}
+}
+
+/* Answer cr's HTTP request from what it has gathered. */
+static void ctl_answer(struct ctl_req *cr)
+{
+	struct evhttp_request *req = cr->req;
+	if (!req)
+		return;
+	cr->req = NULL;
+	if (cr->timeout)
+		evtimer_del(cr->timeout);
+	struct evbuffer *b = evbuffer_new();
+	if (!b) {
+		evhttp_send_error(req, 500, "out of memory");
+		return;
+	}
+	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+	switch (cr->kind) {
+	case CK_STATUS:
+		if (cr->text)
+			status_text(cr, b);
+		else
+			status_json(cr, b);
+		evhttp_add_header(h, "Content-Type",
+				  cr->text ? "text/plain; charset=utf-8" : "application/json");
+		ctl_reply(req, 200, "OK", b);
+		break;
+	case CK_METRICS:
+		metrics_text(cr, b);
+		evhttp_add_header(h, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+		ctl_reply(req, 200, "OK", b);
+		break;
+	case CK_ACTION: {
+		const char *reason;
+		int code = http_code(cr->rc, &reason);
+		struct dimm *d = cr->target;
+		evbuffer_add_printf(b, "{\"ok\": %s, \"dimm\": ", cr->rc ? "false" : "true");
+		json_str(b, d->cfg->name);
+		evbuffer_add_printf(b, ", \"action\": \"%s\", \"state\": \"%s\", \"%s\": ",
+				    action_name(cr->action), dimm_mstate_name(d->mstate),
+				    cr->rc ? "error" : "message");
+		json_str(b, cr->msg);
+		evbuffer_add_printf(b, "}\n");
+		send_json(req, code, reason, b);
+		break;
+	}
+	}
+	evbuffer_free(b);
+}
+
+static void snapshot_timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct ctl_req *cr = arg;
+	cr->timed_out = true;
+	for (int i = 0; i < cr->srv->ndimms; i++)
+		if (!cr->st[i].answered)
+			log_warn("%s: no answer to a status request within %d s (the ioDimm thread is busy)",
+				 cr->srv->dimms[i].cfg->name, CTL_SNAPSHOT_TIMEOUT_S);
+	ctl_answer(cr);
+}
+
+/* Ask every ioDimm (or cr->only) for a snapshot; answer when all are back. */
+static void start_snapshots(struct ctl_req *cr)
+{
+	struct server *srv = cr->srv;
+	for (int i = 0; i < srv->ndimms; i++) {
+		if (cr->only >= 0 && i != cr->only)
+			continue;
+		struct dimm *d = &srv->dimms[i];
+		dimm_status_main(d, &cr->st[i]);
+		/* in the middle of an operation the thread may be busy with it for
+		 * long (opening, formatting): say so instead of asking */
+		if (d->mstate != DM_ATTACHED && d->mstate != DM_DETACHED && d->mstate != DM_FAILED)
+			continue;
+		struct dimm_cmd *cmd = calloc(1, sizeof *cmd);
+		if (!cmd)
+			continue;
+		cmd->type = DCMD_STATUS;
+		cmd->owner = cr;
+		cmd->slot = i;
+		cr->pending++;
+		dimm_post(d, cmd);
+	}
+	if (!cr->pending) {
+		ctl_answer(cr);
+		ctl_req_free(cr);
+		return;
+	}
+	cr->timeout = evtimer_new(srv->base, snapshot_timeout_cb, cr);
+	struct timeval tv = { CTL_SNAPSHOT_TIMEOUT_S, 0 };
+	if (cr->timeout)
+		evtimer_add(cr->timeout, &tv);
+}
+
+/* The main state an action's result leaves the ioDimm in. */
+static void action_done(struct dimm *d, struct dimm_cmd *cmd, enum dimm_mstate before)
+{
+	switch (cmd->type) {
+	case DCMD_ATTACH:
+		if (cmd->rc == 0) {
+			d->mstate = DM_ATTACHED;
+			d->exported = true; /* d->info and d->size were set before the reply */
+		} else {
+			d->mstate = DM_FAILED;
+		}
+		break;
+	case DCMD_DETACH:
+		d->mstate = DM_DETACHED;
+		break;
+	case DCMD_FORMAT:
+		d->mstate = cmd->rc == 0 ? DM_DETACHED : before;
+		break;
+	case DCMD_CHECKPOINT:
+		if (cmd->st.attached) {
+			d->mstate = DM_ATTACHED;
+		} else {
+			/* the FTL did not reopen: the thread closed its connections */
+			d->exported = false;
+			d->mstate = DM_FAILED;
+		}
+		break;
+	default:
+		return;
+	}
+	if (!d->srv->shutting_down) {
+		if (cmd->rc && cmd->rc != -ESHUTDOWN)
+			log_warn("%s: %s failed: %s", d->cfg->name, action_name(cmd->type), cmd->msg);
+		server_update_status(d->srv);
+	}
+}
+
+void ctl_cmd_done(evutil_socket_t fd, short what, void *arg)
+{
+	struct server *srv = arg;
+	pthread_mutex_lock(&srv->cmd_lock);
+	struct dimm_cmd *cmd = srv->done;
+	srv->done = srv->done_tail = NULL;
+	pthread_mutex_unlock(&srv->cmd_lock);
+	while (cmd) {
+		struct dimm_cmd *next = cmd->next;
+		struct ctl_req *cr = cmd->owner;
+		if (cmd->type != DCMD_STATUS && cmd->type != DCMD_STALL)
+			action_done(cmd->d, cmd, cr ? cr->before : DM_DETACHED);
+		if (cr) {
+			if (cr->req) {
+				/* a command refused unrun (shutting down) has no snapshot:
+				 * keep what the main thread filled in */
+				if (cmd->type == DCMD_STATUS && cmd->st.answered) {
+					cr->st[cmd->slot] = cmd->st;
+					cr->st[cmd->slot].beacon = cmd->d->beacon;
+				}
+				cr->rc = cmd->rc;
+				snprintf(cr->msg, sizeof cr->msg, "%s", cmd->msg);
+			}
+			if (--cr->pending == 0) {
+				ctl_answer(cr);
+				ctl_req_free(cr);
+			}
+		}
+		free(cmd);
+		cmd = next;
+	}
+}
+
+/* ---- routes -------------------------------------------------------------- */
+
+static bool query_flag(struct evkeyvalq *q, const char *key, const char *value)
+{
+	const char *v = evhttp_find_header(q, key);
+	return v && !strcmp(v, value);
+}
+
+static void do_status(struct server *srv, struct evhttp_request *req, struct evkeyvalq *q, int only)
+{
+	struct ctl_req *cr = ctl_req_new(srv, req, CK_STATUS);
+	if (!cr)
+		return;
+	cr->text = query_flag(q, "format", "text");
+	cr->all = query_flag(q, "all", "1") || query_flag(q, "all", "yes") || query_flag(q, "all", "true");
+	cr->only = only;
+	start_snapshots(cr);
+}
+
+static void do_metrics(struct server *srv, struct evhttp_request *req)
+{
+	struct ctl_req *cr = ctl_req_new(srv, req, CK_METRICS);
+	if (cr)
+		start_snapshots(cr);
+}
+
+static void do_version(struct server *srv, struct evhttp_request *req)
+{
+	struct evbuffer *b = evbuffer_new();
+	if (!b) {
+		evhttp_send_error(req, 500, "out of memory");
+		return;
+	}
+	evbuffer_add_printf(b, "{\"version\": \"%s\", \"pid\": %d, \"uptime_seconds\": %lld}\n",
+			    FLASHD_VERSION, (int)getpid(), (long long)(time(NULL) - srv->started));
+	send_json(req, 200, "OK", b);
+	evbuffer_free(b);
+}
+
+/* Format parameters from the query; 0, or -EINVAL with why. */
+static int format_params(struct evkeyvalq *q, struct dimm_format_req *f, char *why, size_t len)
+{
+	const char *v;
+	uint64_t u;
+	if ((v = evhttp_find_header(q, "sector_size"))) {
+		if (parse_byte_size(v, 0, UINT32_MAX, &u) || (u != 512 && u != 4096)) {
+			snprintf(why, len, "sector_size '%s': 512 or 4096", v);
+			return -EINVAL;
+		}
+		f->sector_size = (uint32_t)u;
+	}
+	const char *cap = evhttp_find_header(q, "capacity"), *op = evhttp_find_header(q, "op");
+	if (cap && op) {
+		snprintf(why, len, "give capacity or op, not both");
+		return -EINVAL;
+	}
+	if (cap) {
+		size_t n = strlen(cap);
+		if (n && cap[n - 1] == '%') {
+			if (parse_percent(cap, 0, 100, &f->capacity_pct) || f->capacity_pct <= 0) {
+				snprintf(why, len, "capacity '%s': a share of the stock capacity is more than "
+					 "0%% and at most 100%%", cap);
+				return -EINVAL;
+			}
+		} else if (parse_byte_size(cap, 1u << 20, UINT64_MAX, &f->capacity)) {
+			snprintf(why, len, "capacity '%s': bytes (at least 1M) with an optional K, M, G or T, "
+				 "or PCT%% of the stock capacity", cap);
+			return -EINVAL;
+		}
+	}
+	if (op) {
+		size_t n = strlen(op);
+		int rc = n && op[n - 1] == '%' ?
+				 parse_percent(op, FTL_MIN_OP_PERCENT, FTL_MAX_OP_PERCENT, &f->op_percent) :
+				 parse_double(op, FTL_MIN_OP_PERCENT, FTL_MAX_OP_PERCENT, &f->op_percent);
+		if (rc) {
+			snprintf(why, len, "op '%s': over-provisioning in percent of the raw NAND, %.0f to %.0f",
+				 op, FTL_MIN_OP_PERCENT, FTL_MAX_OP_PERCENT);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+/*
+ * POST /v1/dimms/NAME/beacon[?state=on|off]: the locate LED of fio-beacon.
+ * The simulated card has no LED: the state is kept by the main thread and
+ * shown by status, /metrics and the log (any state of the ioDimm).
+ */
+static void do_beacon(struct evhttp_request *req, struct evkeyvalq *q, struct dimm *d)
+{
+	const char *v = evhttp_find_header(q, "state");
+	bool on;
+	if (!v || !strcmp(v, "on") || !strcmp(v, "1"))
+		on = true;
+	else if (!strcmp(v, "off") || !strcmp(v, "0"))
+		on = false;
+	else {
+		send_error(req, 400, "Bad Request", "state: on or off");
+		return;
+	}
+	char msg[300];
+	if (d->beacon != on)
+		log_info("%s: beacon %s (locate LED)", d->cfg->name, on ? "on" : "off");
+	d->beacon = on;
+	snprintf(msg, sizeof msg, "%s: beacon %s", d->cfg->name, on ? "on" : "off");
+	struct evbuffer *b = evbuffer_new();
+	if (!b) {
+		evhttp_send_error(req, 500, "out of memory");
+		return;
+	}
+	evbuffer_add_printf(b, "{\"ok\": true, \"dimm\": ");
+	json_str(b, d->cfg->name);
+	evbuffer_add_printf(b, ", \"action\": \"beacon\", \"beacon\": %s, \"state\": \"%s\", \"message\": ",
+			    on ? "true" : "false", dimm_mstate_name(d->mstate));
+	json_str(b, msg);
+	evbuffer_add_printf(b, "}\n");
+	send_json(req, 200, "OK", b);
+	evbuffer_free(b);
+}
+
+/* POST /v1/dimms/NAME/ACTION */
+static void do_action(struct server *srv, struct evhttp_request *req, struct evkeyvalq *q,
+		      struct dimm *d, const char *verb)
+{
+	const char *name = d->cfg->name;
+	char msg[1536];
+	enum dimm_cmd_type t;
+	if (!strcmp(verb, "attach"))
+		t = DCMD_ATTACH;
+	else if (!strcmp(verb, "detach"))
+		t = DCMD_DETACH;
+	else if (!strcmp(verb, "format"))
+		t = DCMD_FORMAT;
+	else if (!strcmp(verb, "checkpoint"))
+		t = DCMD_CHECKPOINT;
+	else if (!strcmp(verb, "test-stall") && srv->test_hooks)
+		t = DCMD_STALL;
+	else if (!strcmp(verb, "beacon")) {
+		do_beacon(req, q, d);
+		return;
+	} else {
+		snprintf(msg, sizeof msg, "unknown action '%s' (attach, detach, format, checkpoint, beacon)",
+			 verb);
+		send_error(req, 404, "Not Found", msg);
+		return;
+	}
+	if (srv->shutting_down) {
+		send_error(req, 503, "Service Unavailable", "flashd is shutting down");
+		return;
+	}
+	struct dimm_format_req fmt = { 0 };
+	uint64_t stall_ms = 0;
+	if (t == DCMD_FORMAT && format_params(q, &fmt, msg, sizeof msg)) {
+		send_error(req, 400, "Bad Request", msg);
+		return;
+	}
+	if (t == DCMD_STALL) {
+		const char *v = evhttp_find_header(q, "ms");
+		if (!v || parse_uint(v, 1, 60000, &stall_ms)) {
+			send_error(req, 400, "Bad Request", "ms: 1 to 60000");
+			return;
+		}
+	}
+	enum dimm_mstate st = d->mstate, next = st;
+	bool idle = st == DM_ATTACHED || st == DM_DETACHED || st == DM_FAILED;
+	bool done_already = false;
+	if (!idle) {
+		snprintf(msg, sizeof msg, "%s is busy: %s; try again when that is done", name,
+			 dimm_mstate_name(st));
+		send_error(req, 409, "Conflict", msg);
+		return;
+	}
+	switch (t) {
+	case DCMD_ATTACH:
+		if (st == DM_ATTACHED) {
+			snprintf(msg, sizeof msg, "%s is attached already", name);
+			done_already = true;
+		}
+		next = DM_ATTACHING;
+		break;
+	case DCMD_DETACH:
+		if (st != DM_ATTACHED) {
+			snprintf(msg, sizeof msg, "%s is not attached (%s)", name, dimm_mstate_name(st));
+			done_already = true;
+		}
+		next = DM_DETACHING;
+		break;
+	case DCMD_FORMAT:
+		if (st == DM_ATTACHED) {
+			snprintf(msg, sizeof msg, "%s is attached: detach it first (flashctl detach %s); "
+				 "a format erases every sector", name, name);
+			send_error(req, 409, "Conflict", msg);
+			return;
+		}
+		next = DM_FORMATTING;
+		break;
+	case DCMD_CHECKPOINT:
+		if (st != DM_ATTACHED) {
+			snprintf(msg, sizeof msg, "%s is not attached (%s): nothing to checkpoint", name,
+				 dimm_mstate_name(st));
+			send_error(req, 409, "Conflict", msg);
+			return;
+		}
+		next = DM_CHECKPOINTING;
+		break;
+	default:
+		break;
+	}
+	struct ctl_req *cr = ctl_req_new(srv, req, CK_ACTION);
+	if (!cr)
+		return;
+	cr->target = d;
+	cr->action = t;
+	cr->before = st;
+	if (done_already) {
+		snprintf(cr->msg, sizeof cr->msg, "%s", msg);
+		ctl_answer(cr);
+		ctl_req_free(cr);
+		return;
+	}
+	struct dimm_cmd *cmd = calloc(1, sizeof *cmd);
+	if (!cmd) {
+		cr->rc = -ENOMEM;
+		snprintf(cr->msg, sizeof cr->msg, "out of memory");
+		ctl_answer(cr);
+		ctl_req_free(cr);
+		return;
+	}
+	cmd->type = t;
+	cmd->owner = cr;
+	cmd->fmt = fmt;
+	cmd->stall_ms = (uint32_t)stall_ms;
+	cmd->slot = d->index;
+	if (t == DCMD_DETACH) {
+		/* withdraw the export first: no handshake hands it a socket from
+		 * now on (flashd.h, "Attach state") */
+		d->exported = false;
+	}
+	d->mstate = next;
+	if (t != DCMD_STALL) {
+		log_info("%s: %s requested over the control socket", name, verb);
+		server_update_status(srv);
+	}
+	cr->pending = 1;
+	dimm_post(d, cmd);
+}
+
+static struct dimm *find_dimm(struct server *srv, const char *name)
+{
+	for (int i = 0; i < srv->ndimms; i++)
+		if (!strcmp(srv->dimms[i].cfg->name, name))
+			return &srv->dimms[i];
+	return server_find_dimm_by_export(srv, name, strlen(name));
+}
+
+static void router(struct evhttp_request *req, void *arg)
+{
+	struct server *srv = arg;
+	enum evhttp_cmd_type method = evhttp_request_get_command(req);
+	const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(req);
+	const char *rawpath = u ? evhttp_uri_get_path(u) : NULL;
+	char *path = rawpath ? evhttp_uridecode(rawpath, 0, NULL) : NULL;
+	struct evkeyvalq q;
+	TAILQ_INIT(&q);
+	const char *query = u ? evhttp_uri_get_query(u) : NULL;
+	if (!path || (query && evhttp_parse_query_str(query, &q) < 0)) {
+		send_error(req, 400, "Bad Request", "cannot parse the request's path or query");
+		goto out;
+	}
+	bool get = method == EVHTTP_REQ_GET || method == EVHTTP_REQ_HEAD;
+	bool post = method == EVHTTP_REQ_POST;
+	if (srv->shutting_down) {
+		/* between the ioDimms' end and the loop's (ctl_shutdown) */
+		send_error(req, 503, "Service Unavailable", "flashd is shutting down");
+		goto out;
+	}
+	if (!strcmp(path, "/metrics") || !strcmp(path, "/v1/metrics")) {
+		if (!get)
+			goto only_get;
+		do_metrics(srv, req);
+	} else if (!strcmp(path, "/v1/status")) {
+		if (!get)
+			goto only_get;
+		do_status(srv, req, &q, -1);
+	} else if (!strcmp(path, "/v1/version")) {
+		if (!get)
+			goto only_get;
+		do_version(srv, req);
+	} else if (!strncmp(path, "/v1/dimms/", 10)) {
+		char name[256];
+		const char *p = path + 10, *slash = strchr(p, '/');
+		size_t n = slash ? (size_t)(slash - p) : strlen(p);
+		snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), p);
+		struct dimm *d = n && n < sizeof name ? find_dimm(srv, name) : NULL;
+		if (!d) {
+			char msg[400];
+			snprintf(msg, sizeof msg, "no ioDimm '%s' (flashctl status lists them)", name);
+			send_error(req, 404, "Not Found", msg);
+		} else if (!slash || !slash[1]) {
+			if (!get)
+				goto only_get;
+			do_status(srv, req, &q, d->index);
+		} else if (!post) {
+			evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "POST");
+			send_error(req, 405, "Method Not Allowed", "actions take POST");
+		} else {
+			do_action(srv, req, &q, d, slash + 1);
+		}
+	} else {
+		send_error(req, 404, "Not Found", "unknown path (GET /v1/status, /v1/version, /metrics, "
+			   "/v1/dimms/NAME; POST /v1/dimms/NAME/{attach,detach,format,checkpoint,beacon})");
+	}
+	goto out;
+only_get:
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
+	send_error(req, 405, "Method Not Allowed", "this path takes GET");
+out:
+	evhttp_clear_headers(&q);
+	free(path);
 }
 
 int ctl_start(struct server *srv, char *err, size_t errlen)
@@ -292,8 +1390,10 @@ int ctl_start(struct server *srv, char *err, size_t errlen)
 		return -e;
 	}
 	chmod(path, 0660);
+	the_srv = srv;
 	srv->ctl = evhttp_new(srv->base);
 	struct evhttp_bound_socket *bs = srv->ctl ? evhttp_accept_socket_with_handle(srv->ctl, fd) : NULL;
+	srv->ctl_bound = bs;
 	if (!bs) {
 		snprintf(err, errlen, "control socket: evhttp failed");
 		close(fd);
@@ -308,14 +1408,53 @@ int ctl_start(struct server *srv, char *err, size_t errlen)
 		snprintf(err, errlen, "control socket: out of memory");
 		return -ENOMEM;
 	}
-	evhttp_set_cb(srv->ctl, "/v1/status", status_cb, srv);
-	evhttp_set_gencb(srv->ctl, notfound_cb, srv);
-	evhttp_set_timeout(srv->ctl, 10);
+	evhttp_set_allowed_methods(srv->ctl, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST);
+	evhttp_set_gencb(srv->ctl, router, srv);
+	evhttp_set_timeout(srv->ctl, CTL_HTTP_TIMEOUT_S);
 	return 0;
+}
+
+/* Answer what is still waiting (every ioDimm thread has ended, so every
+ * command posted is on the done queue). */
+static void answer_leftovers(struct server *srv)
+{
+	if (srv->cmd_ev)
+		ctl_cmd_done(-1, 0, srv);
+	while (srv->ctl_reqs) {
+		struct ctl_req *cr = srv->ctl_reqs;
+		if (cr->req) {
+			send_error(cr->req, 503, "Service Unavailable", "flashd is shutting down");
+			cr->req = NULL;
+		}
+		ctl_req_free(cr);
+	}
+}
+
+void ctl_shutdown(struct server *srv)
+{
+	if (srv->ctl_listener) {
+		listener_close(srv->ctl_listener);
+		srv->ctl_listener = NULL;
+	}
+	if (srv->ctl && srv->ctl_bound) {
+		evhttp_del_accept_socket(srv->ctl, srv->ctl_bound);
+		srv->ctl_bound = NULL;
+		unlink(srv->cfg.control_path);
+	}
+	answer_leftovers(srv);
+	srv->ctl_closing = true;
+	if (srv->ctl_sending <= 0) {
+		event_base_loopexit(srv->base, NULL);
+	} else {
+		/* a client that does not take its reply does not hold the exit */
+		struct timeval tv = { 1, 0 };
+		event_base_loopexit(srv->base, &tv);
+	}
 }
 
 void ctl_stop(struct server *srv)
 {
+	answer_leftovers(srv);
 	if (srv->ctl_listener) {
 		listener_close(srv->ctl_listener);
 		srv->ctl_listener = NULL;
@@ -323,6 +1462,7 @@ void ctl_stop(struct server *srv)
 	if (srv->ctl) {
 		evhttp_free(srv->ctl);
 		srv->ctl = NULL;
+		srv->ctl_bound = NULL;
 		unlink(srv->cfg.control_path);
 	}
 }

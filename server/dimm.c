@@ -1,29 +1,94 @@
 /*
  * server/dimm.c - one ioDimm: its simulated NAND, its FTL and the thread
- * and event loop that own both.
+ * and event loop that own both, and the thread's end of the command channel.
  *
  * Start: open (or create and format) the NAND image, open the FTL (crash
- * recovery happens here), report ready.  Run: adopt connections handed over
- * by the main thread, drive the FTL, and arm a timer for the medium's next
- * completion when its timing model is on.  Stop: stop reading requests,
- * finish and answer those in flight, close the connections, close the FTL
- * (checkpoint), close the image.  A client that stops taking its replies
- * cannot hold the stop up: shutdown_timeout seconds after it began, the
- * connections still open are force-closed (replies dropped).
+ * recovery happens here), report the result (the main thread decides
+ * whether flashd starts).  Whatever the result, the thread then runs its
+ * loop until flashd stops: it adopts connections handed over by the main
+ * thread, drives the FTL, arms a timer for the medium's next completion when
+ * its timing model is on, and runs the commands the main thread posts
+ * (flashd.h, "Command channel"):
+ *   STATUS      a snapshot: FTL info and statistics, server I/O counters
+ *   ATTACH      open the image and the FTL (as at start; a format that
+ *               differs from the [dimm] keys is a warning here, not an error)
+ *   DETACH      answer what is in flight, and what arrives after with
+ *               NBD_ESHUTDOWN; close each connection once it is idle
+ *               (force-closed after shutdown_timeout), close the FTL with a
+ *               checkpoint, close the image (unlocking it)
+ *   FORMAT      low-level format of the image (only while detached)
+ *   CHECKPOINT  hold new requests, wait until the FTL has nothing in flight,
+ *               close it (the checkpoint) and open it again, let requests go
+ *               on; the connections stay open (ftl.h has no checkpoint call)
+ * Stop: stop reading requests, finish and answer those in flight, close the
+ * connections, close the FTL (checkpoint), close the image.  A client that
+ * stops taking its replies cannot hold the stop (or a detach) up:
+ * shutdown_timeout seconds after it began, the connections still open are
+ * force-closed (replies dropped).
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "server/flashd.h"
 #include "server/nbd_proto.h"
 
+/* ---- latency buckets ---------------------------------------------------- */
+
+/* Upper bounds: 1-2-3-5-7 per decade from 1 us (1-1.5-2-3-5-7 from 10 us),
+ * to 10 s.  Prometheus buckets (le) and flashctl's percentiles use them. */
+#define US 1000ull
+const uint64_t lat_bounds_ns[LAT_NBOUNDS] = {
+	1 * US, 2 * US, 3 * US, 5 * US, 7 * US,
+	10 * US, 15 * US, 20 * US, 30 * US, 50 * US, 70 * US,
+	100 * US, 150 * US, 200 * US, 300 * US, 500 * US, 700 * US,
+	1000 * US, 1500 * US, 2000 * US, 3000 * US, 5000 * US, 7000 * US,
+	10000 * US, 15000 * US, 20000 * US, 30000 * US, 50000 * US, 70000 * US,
+	100000 * US, 200000 * US, 500000 * US,
+	1000000 * US, 2000000 * US, 5000000 * US, 10000000 * US,
+};
+#undef US
+const char *const io_kind_names[IOK_N] = { "read", "write", "flush", "trim", "write_zeroes", "other" };
+const char *const lat_class_names[LAT_N] = { "read", "write", "flush", "other" };
+
+int lat_bucket(uint64_t ns)
+{
+	int lo = 0, hi = LAT_NBOUNDS; /* the answer is in [lo, hi] */
+	while (lo < hi) {
+		int mid = (lo + hi) / 2;
+		if (ns <= lat_bounds_ns[mid])
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return lo;
+}
+
+const char *dimm_mstate_name(enum dimm_mstate st)
+{
+	switch (st) {
+	case DM_STARTING: return "starting";
+	case DM_ATTACHED: return "attached";
+	case DM_DETACHED: return "detached";
+	case DM_FAILED: return "failed";
+	case DM_ATTACHING: return "attaching";
+	case DM_DETACHING: return "detaching";
+	case DM_FORMATTING: return "formatting";
+	case DM_CHECKPOINTING: return "checkpointing";
+	}
+	return "?";
+}
+
+/* ---- helpers ------------------------------------------------------------ */
+
 static void dimm_arm_timer(struct dimm *d)
 {
-	uint64_t due = ftl_next_deadline(d->ftl);
+	uint64_t due = d->ftl ? ftl_next_deadline(d->ftl) : UINT64_MAX;
 	if (due == UINT64_MAX) {
 		evtimer_del(d->timer_ev);
 		return;
@@ -34,33 +99,534 @@ static void dimm_arm_timer(struct dimm *d)
 	evtimer_add(d->timer_ev, &tv);
 }
 
-static void dimm_refresh_status(struct dimm *d)
+static void cmd_msg(struct dimm_cmd *cmd, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void cmd_msg(struct dimm_cmd *cmd, int rc, const char *fmt, ...)
 {
-	struct dimm_status st;
-	memset(&st, 0, sizeof st);
-	snprintf(st.name, sizeof st.name, "%s", d->cfg->name);
-	snprintf(st.export_name, sizeof st.export_name, "%s", d->cfg->export_name);
-	snprintf(st.preset, sizeof st.preset, "%s", d->cfg->preset);
-	snprintf(st.image, sizeof st.image, "%s", d->cfg->image);
-	st.readonly = d->cfg->readonly;
-	st.attached = d->ftl != NULL;
-	if (d->ftl) {
-		ftl_get_info(d->ftl, &st.info);
-		ftl_get_stats(d->ftl, &st.stats);
-		snprintf(st.state, sizeof st.state, "%s", ftl_state_name(st.info.state));
-	} else {
-		snprintf(st.state, sizeof st.state, "detached");
-	}
-	st.timing = d->cfg->timing;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cmd->msg, sizeof cmd->msg, fmt, ap);
+	va_end(ap);
+	cmd->rc = rc;
+}
+
+/* What both threads can say about an ioDimm: names and counts. */
+static void status_names(struct dimm *d, struct dimm_status *st)
+{
+	memset(st, 0, sizeof *st);
+	snprintf(st->name, sizeof st->name, "%s", d->cfg->name);
+	snprintf(st->export_name, sizeof st->export_name, "%s", d->cfg->export_name);
+	snprintf(st->card, sizeof st->card, "%s", d->cfg->card ? d->cfg->card : "");
+	snprintf(st->preset, sizeof st->preset, "%s", d->cfg->preset);
+	snprintf(st->image, sizeof st->image, "%s", d->cfg->image);
+	st->readonly = d->cfg->readonly;
+	st->timing = d->cfg->timing;
+}
+
+void dimm_status_main(struct dimm *d, struct dimm_status *st)
+{
+	status_names(d, st);
+	snprintf(st->state, sizeof st->state, "%s", dimm_mstate_name(d->mstate));
+	st->attached = d->mstate == DM_ATTACHED || d->mstate == DM_CHECKPOINTING;
+	st->beacon = d->beacon;
 	pthread_mutex_lock(&d->lock);
-	st.connections = d->nconns;
-	st.total_connections = d->total_conns;
-	d->status = st;
-	d->status_gen++;
-	d->status_wanted = false;
-	pthread_cond_broadcast(&d->cond);
+	st->connections = d->nconns;
+	st->total_connections = d->total_conns;
+	if (d->mstate == DM_FAILED)
+		snprintf(st->error, sizeof st->error, "%s", d->open_errmsg);
 	pthread_mutex_unlock(&d->lock);
 }
+
+/* ioDimm thread: a full snapshot. */
+static void dimm_snapshot(struct dimm *d, struct dimm_status *st)
+{
+	status_names(d, st);
+	st->answered = true;
+	st->attached = d->ftl != NULL;
+	if (d->ftl) {
+		ftl_get_info(d->ftl, &st->info);
+		ftl_get_stats(d->ftl, &st->stats);
+		if (st->stats.ram_bytes > d->ram_peak)
+			d->ram_peak = st->stats.ram_bytes;
+		snprintf(st->state, sizeof st->state, "%s", ftl_state_name(st->info.state));
+		if (st->info.error)
+			snprintf(st->error, sizeof st->error, "%s", strerror(-st->info.error));
+		st->page_size = d->dev->geo.page_size;
+		st->gc_pages_relocated = d->gc_base_pages + st->stats.gc_pages_relocated;
+		st->gc_blocks_collected = d->gc_base_blocks + st->stats.gc_blocks_collected;
+	} else {
+		st->gc_pages_relocated = d->gc_base_pages;
+		st->gc_blocks_collected = d->gc_base_blocks;
+	}
+	st->ram_peak = d->ram_peak;
+	st->io = d->io;
+	pthread_mutex_lock(&d->lock);
+	if (!d->ftl) {
+		snprintf(st->state, sizeof st->state, "%s", d->open_error ? "failed" : "detached");
+		if (d->open_error)
+			snprintf(st->error, sizeof st->error, "%s", d->open_errmsg);
+	}
+	st->connections = d->nconns;
+	st->total_connections = d->total_conns;
+	pthread_mutex_unlock(&d->lock);
+}
+
+/* Record the result of an open (start-up or attach) for the main thread. */
+static void set_open_result(struct dimm *d, int rc, const char *msg)
+{
+	pthread_mutex_lock(&d->lock);
+	d->open_error = rc;
+	snprintf(d->open_errmsg, sizeof d->open_errmsg, "%s", rc ? msg : "");
+	pthread_mutex_unlock(&d->lock);
+}
+
+/* ---- the command channel ------------------------------------------------ */
+
+void dimm_cmd_reply(struct dimm_cmd *cmd)
+{
+	struct server *srv = cmd->d->srv;
+	cmd->next = NULL;
+	pthread_mutex_lock(&srv->cmd_lock);
+	if (srv->done_tail)
+		srv->done_tail->next = cmd;
+	else
+		srv->done = cmd;
+	srv->done_tail = cmd;
+	pthread_mutex_unlock(&srv->cmd_lock);
+	event_active(srv->cmd_ev, EV_READ, 0);
+}
+
+void dimm_post(struct dimm *d, struct dimm_cmd *cmd)
+{
+	cmd->d = d;
+	cmd->next = NULL;
+	pthread_mutex_lock(&d->lock);
+	bool stopped = d->stop || !d->wake_ev;
+	if (!stopped) {
+		if (d->cmds_tail)
+			d->cmds_tail->next = cmd;
+		else
+			d->cmds = cmd;
+		d->cmds_tail = cmd;
+	}
+	pthread_mutex_unlock(&d->lock);
+	if (stopped) {
+		cmd_msg(cmd, -ESHUTDOWN, "%s: flashd is shutting down", d->cfg->name);
+		dimm_cmd_reply(cmd);
+		return;
+	}
+	event_active(d->wake_ev, EV_READ, 0);
+}
+
+/* Close the FTL (a checkpoint unless it failed); the device stays open.
+ * Counters that start again at each open are carried over. */
+static int dimm_close_ftl(struct dimm *d)
+{
+	struct ftl_stats s;
+	ftl_get_stats(d->ftl, &s);
+	d->gc_base_pages += s.gc_pages_relocated;
+	d->gc_base_blocks += s.gc_blocks_collected;
+	if (s.ram_bytes > d->ram_peak)
+		d->ram_peak = s.ram_bytes;
+	int rc = ftl_close(d->ftl);
+	d->ftl = NULL;
+	return rc;
+}
+
+/* ---- opening ------------------------------------------------------------ */
+
+/* What the simulator noticed and repaired while opening the image. */
+static void sim_notice(void *arg, const char *msg)
+{
+	struct dimm *d = arg;
+	log_warn("%s: %s", d->cfg->name, msg);
+}
+
+static void describe_format(const struct ftl_info *fi, char *buf, size_t len)
+{
+	snprintf(buf, len, "%llu sectors of %u bytes (%.2f GiB), %.1f%% over-provisioning",
+		 (unsigned long long)(fi->capacity / fi->sector_size), fi->sector_size,
+		 (double)fi->capacity / (1 << 30), fi->op_percent);
+}
+
+/* The capacity the [dimm] keys ask for on dev (as ftl_format computes it),
+ * or 0 if they leave it to the default. */
+static uint64_t cfg_capacity(const struct dimm_cfg *c, struct nand_dev *dev)
+{
+	if (c->capacity)
+		return c->capacity / FTL_UNIT_SIZE * FTL_UNIT_SIZE;
+	if (c->capacity_pct > 0)
+		return (uint64_t)((double)ftl_capacity_for_op(dev, FTL_STOCK_OP_PERCENT) *
+				  c->capacity_pct / 100.0) / FTL_UNIT_SIZE * FTL_UNIT_SIZE;
+	if (c->op_percent > 0)
+		return ftl_capacity_for_op(dev, c->op_percent);
+	return ftl_capacity_for_op(dev, FTL_STOCK_OP_PERCENT);
+}
+
+static void cfg_capacity_text(const struct dimm_cfg *c, char *buf, size_t len)
+{
+	if (c->capacity)
+		snprintf(buf, len, "capacity = %llu bytes", (unsigned long long)c->capacity);
+	else if (c->capacity_pct > 0)
+		snprintf(buf, len, "capacity = %g%%", c->capacity_pct);
+	else if (c->op_percent > 0)
+		snprintf(buf, len, "op = %g", c->op_percent);
+	else
+		snprintf(buf, len, "the stock capacity");
+}
+
+/*
+ * Does the image's format (fi) differ from what the file's [dimm] keys ask
+ * for?  Only keys given in the file count (the embedded default and keys
+ * left out accept any format).  If so, why says what differs and the way
+ * out, and the result is true.
+ */
+static bool format_mismatch(struct dimm *d, const struct ftl_info *fi, char *why, size_t len)
+{
+	const struct dimm_cfg *c = d->cfg;
+	char want[160] = "", have[160], cap[64];
+	uint64_t wcap = cfg_capacity(c, d->dev);
+	bool sec = c->sector_size_set && c->sector_size != fi->sector_size;
+	bool capm = c->capacity_set && wcap != fi->capacity;
+	if (!sec && !capm)
+		return false;
+	cfg_capacity_text(c, cap, sizeof cap);
+	if (sec && capm)
+		snprintf(want, sizeof want, "sector_size = %u and %s (%.2f GiB)", c->sector_size, cap,
+			 (double)wcap / (1 << 30));
+	else if (sec)
+		snprintf(want, sizeof want, "sector_size = %u", c->sector_size);
+	else
+		snprintf(want, sizeof want, "%s (%.2f GiB)", cap, (double)wcap / (1 << 30));
+	describe_format(fi, have, sizeof have);
+	snprintf(why, len,
+		 "image %s is formatted with %s, but [dimm %s] in %s asks for %s; flashd never "
+		 "reformats: erase it with the new format by 'flashctl format %s --yes' (%s detached) "
+		 "or, flashd stopped, 'flashctl format IMAGE', or make [dimm %s] match the image",
+		 c->image, have, c->name, d->srv->cfg.config_file ? d->srv->cfg.config_file : "the configuration",
+		 want, c->name, c->name, c->name);
+	return true;
+}
+
+/*
+ * Open the image (creating it the first time) and the FTL.  Only a blank
+ * image is formatted: one that holds anything without a valid superblock is
+ * refused with the way out (flashctl recover), never reformatted.  An image
+ * whose format differs from the file's [dimm] keys is refused at start-up
+ * (strict) and opened with a warning on attach.  On failure nothing stays
+ * open (the image is unlocked, so flashctl can work on it).
+ */
+static int dimm_open_media(struct dimm *d, bool strict, char *err, size_t errlen)
+{
+	struct dimm_cfg *c = d->cfg;
+	struct stat st;
+	bool exists = stat(c->image, &st) == 0;
+	struct nand_sim_config nc = { .preset = c->preset, .path = c->image, .create = !exists,
+				      .readonly = c->readonly && exists, .timing = c->timing,
+				      .sync_on_flush = c->sync, .log = sim_notice, .log_arg = d };
+	int rc = nand_sim_open(&nc, &d->dev, err, errlen);
+	if (rc) {
+		d->dev = NULL;
+		return rc;
+	}
+	struct ftl_info fi;
+	char why[1024];
+	why[0] = 0;
+	rc = ftl_probe(d->dev, &fi, why, sizeof why);
+	if (rc == -EUCLEAN) {
+		snprintf(err, errlen, "%s: %s; not formatting it: 'flashctl recover %s' reports what is "
+				      "there and can rebuild the superblock ('flashctl format' erases it)",
+			 c->image, why, c->image);
+		goto fail;
+	}
+	if (rc && rc != -ENODATA) {
+		snprintf(err, errlen, "%s: %s", c->image, why[0] ? why : strerror(-rc));
+		goto fail;
+	}
+	if (rc == 0 && format_mismatch(d, &fi, why, sizeof why)) {
+		if (strict) {
+			snprintf(err, errlen, "%s", why);
+			rc = -EINVAL;
+			goto fail;
+		}
+		log_warn("%s: %s", c->name, why);
+	}
+	if (rc == -ENODATA) {
+		if (c->readonly) {
+			snprintf(err, errlen, "%s is not formatted and the ioDimm is read-only", c->image);
+			rc = -EINVAL;
+			goto fail;
+		}
+		struct ftl_format_params fp = { .sector_size = c->sector_size,
+						.capacity_bytes = c->capacity,
+						.op_percent = c->op_percent };
+		if (c->capacity_pct > 0)
+			fp.capacity_bytes = cfg_capacity(c, d->dev);
+		log_info("%s: formatting %s (%s, %u-byte sectors)", c->name, c->image, c->preset,
+			 c->sector_size);
+		rc = ftl_format(d->dev, &fp, err, errlen);
+		if (rc)
+			goto fail;
+	}
+	struct ftl_open_params op = { .readonly = c->readonly };
+	rc = ftl_open(d->dev, &op, &d->ftl, err, errlen);
+	if (rc)
+		goto fail;
+	ftl_get_info(d->ftl, &d->info);
+	d->size = d->info.capacity;
+	char desc[256];
+	dimm_describe(d, desc, sizeof desc);
+	log_info("%s: %s; %s shutdown, opened in %.2f s (%llu pages replayed)", c->name, desc,
+		 d->info.was_clean ? "clean" : "unclean", (double)d->info.open_ns / 1e9,
+		 (unsigned long long)d->info.recovered_pages);
+	return 0;
+fail:
+	d->ftl = NULL;
+	nand_close(d->dev);
+	d->dev = NULL;
+	return rc ? rc : -EIO;
+}
+
+/* ---- commands ----------------------------------------------------------- */
+
+static void cmd_attach(struct dimm *d, struct dimm_cmd *cmd)
+{
+	if (d->ftl) {
+		cmd_msg(cmd, 0, "%s is attached already", d->cfg->name);
+		return;
+	}
+	char err[1024] = "";
+	int rc = dimm_open_media(d, false, err, sizeof err);
+	if (!rc) {
+		char f[160];
+		describe_format(&d->info, f, sizeof f);
+		cmd_msg(cmd, 0, "%s attached: %s, export '%s'", d->cfg->name, f, d->cfg->export_name);
+	} else {
+		if (!err[0])
+			snprintf(err, sizeof err, "%s", strerror(-rc));
+		cmd_msg(cmd, rc, "%s: %s", d->cfg->name, err);
+	}
+	set_open_result(d, rc, err);
+}
+
+static void cmd_format(struct dimm *d, struct dimm_cmd *cmd)
+{
+	struct dimm_cfg *c = d->cfg;
+	const struct dimm_format_req *r = &cmd->fmt;
+	if (d->ftl) {
+		cmd_msg(cmd, -EBUSY, "%s is attached: detach it first (flashctl detach %s)", c->name,
+			c->name);
+		return;
+	}
+	if (c->readonly) {
+		cmd_msg(cmd, -EROFS, "%s is a read-only ioDimm ([dimm %s] readonly = yes)", c->name,
+			c->name);
+		return;
+	}
+	struct stat st;
+	bool exists = stat(c->image, &st) == 0;
+	struct nand_sim_config nc = { .preset = c->preset, .path = c->image, .create = !exists,
+				      .timing = c->timing, .sync_on_flush = true, .log = sim_notice,
+				      .log_arg = d };
+	struct nand_dev *dev;
+	char err[512] = "";
+	int rc = nand_sim_open(&nc, &dev, err, sizeof err);
+	if (rc) {
+		cmd_msg(cmd, rc, "%s: %s", c->name, err[0] ? err : strerror(-rc));
+		return;
+	}
+	struct ftl_format_params fp = { .sector_size = r->sector_size ? r->sector_size : c->sector_size };
+	/* the request's size if it gives one, else the [dimm] keys' */
+	if (r->capacity)
+		fp.capacity_bytes = r->capacity;
+	else if (r->capacity_pct > 0)
+		fp.capacity_bytes = (uint64_t)((double)ftl_capacity_for_op(dev, FTL_STOCK_OP_PERCENT) *
+					       r->capacity_pct / 100.0);
+	else if (r->op_percent > 0)
+		fp.op_percent = r->op_percent;
+	else if (c->capacity || c->capacity_pct > 0)
+		fp.capacity_bytes = c->capacity ? c->capacity : cfg_capacity(c, dev);
+	else
+		fp.op_percent = c->op_percent;
+	log_info("%s: formatting %s on request (%u-byte sectors)", c->name, c->image, fp.sector_size);
+	rc = ftl_format(dev, &fp, err, sizeof err);
+	struct ftl_info fi;
+	if (!rc)
+		rc = ftl_peek_format(dev, &fi);
+	if (rc) {
+		nand_close(dev);
+		cmd_msg(cmd, rc, "%s: format failed: %s", c->name, err[0] ? err : strerror(-rc));
+		log_err("%s: format failed: %s", c->name, err[0] ? err : strerror(-rc));
+		return;
+	}
+	char f[160], why[1024] = "";
+	describe_format(&fi, f, sizeof f);
+	d->dev = dev; /* format_mismatch reads the geometry */
+	bool differs = format_mismatch(d, &fi, why, sizeof why);
+	d->dev = NULL;
+	nand_close(dev);
+	set_open_result(d, 0, "");
+	log_info("%s: formatted %s: %s", c->name, c->image, f);
+	cmd_msg(cmd, 0, "%s formatted: %s; 'flashctl attach %s' serves it%s%s", c->name, f, c->name,
+		differs ? ".  Warning: " : "", differs ? why : "");
+	if (differs)
+		log_warn("%s: the new format differs from the configuration: the next start of flashd "
+			 "refuses %s until [dimm %s] is updated", c->name, c->name, c->name);
+}
+
+/* Detach and checkpoint end here, from dimm_kick, once the drain allows. */
+static void op_progress(struct dimm *d)
+{
+	struct dimm_cmd *cmd = d->op;
+	if (cmd->type == DCMD_DETACH) {
+		if (conn_drain_step(d) || d->conns || !ftl_idle(d->ftl))
+			return;
+		d->op = NULL;
+		evtimer_del(d->op_ev);
+		int rc = dimm_close_ftl(d);
+		nand_close(d->dev);
+		d->dev = NULL;
+		if (rc) {
+			log_err("%s: detached; closing the FTL failed: %s", d->cfg->name, strerror(-rc));
+			cmd_msg(cmd, 0, "%s detached; closing the FTL failed: %s (the next attach "
+				"recovers from the media)", d->cfg->name, strerror(-rc));
+		} else {
+			log_info("%s: detached (checkpoint written, image closed)", d->cfg->name);
+			cmd_msg(cmd, 0, "%s detached: connections closed, checkpoint written, image %s "
+				"closed", d->cfg->name, d->cfg->image);
+		}
+		set_open_result(d, 0, "");
+		dimm_snapshot(d, &cmd->st);
+		dimm_cmd_reply(cmd);
+		return;
+	}
+	/* checkpoint: nothing in the FTL, then close and reopen it */
+	if (d->ftl_inflight || !ftl_idle(d->ftl))
+		return;
+	d->op = NULL;
+	evtimer_del(d->op_ev);
+	uint64_t t0 = nand_now_ns();
+	struct ftl_stats before;
+	ftl_get_stats(d->ftl, &before);
+	int rc = dimm_close_ftl(d);
+	char err[512] = "";
+	if (rc) {
+		cmd_msg(cmd, rc, "%s: closing the FTL for the checkpoint failed: %s", d->cfg->name,
+			strerror(-rc));
+	}
+	struct ftl_open_params op = { .readonly = d->cfg->readonly };
+	int orc = ftl_open(d->dev, &op, &d->ftl, err, sizeof err);
+	if (orc) {
+		d->ftl = NULL;
+		log_err("%s: reopening the FTL after the checkpoint failed: %s", d->cfg->name, err);
+		nand_close(d->dev);
+		d->dev = NULL;
+		conn_abort_all(d, "the ioDimm failed to reopen after a checkpoint");
+		set_open_result(d, orc, err);
+		cmd_msg(cmd, orc, "%s: reopening the FTL after the checkpoint failed: %s", d->cfg->name,
+			err);
+	} else if (!rc) {
+		double ms = (double)(nand_now_ns() - t0) / 1e6;
+		log_info("%s: checkpoint written on request (FTL closed and reopened in %.0f ms)",
+			 d->cfg->name, ms);
+		cmd_msg(cmd, 0, "%s: checkpoint written (requests held for %.0f ms)", d->cfg->name, ms);
+	}
+	d->paused = false;
+	conn_resume_all(d);
+	dimm_snapshot(d, &cmd->st);
+	dimm_cmd_reply(cmd);
+}
+
+static void op_deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct dimm *d = arg;
+	struct dimm_cmd *cmd = d->op;
+	if (!cmd)
+		return;
+	if (cmd->type == DCMD_DETACH) {
+		int n = conn_abort_all(d, "force-closed: the export was detached");
+		if (n)
+			log_warn("%s: detach: %d connection(s) still open after %d s: closed them, unsent "
+				 "replies dropped", d->cfg->name, n, d->srv->cfg.shutdown_timeout);
+	} else {
+		/* the FTL did not come to rest: let requests go on, give up */
+		d->op = NULL;
+		d->paused = false;
+		conn_resume_all(d);
+		cmd_msg(cmd, -ETIMEDOUT, "%s: no checkpoint: requests were still in the FTL after %d s",
+			d->cfg->name, d->srv->cfg.shutdown_timeout);
+		dimm_snapshot(d, &cmd->st);
+		dimm_cmd_reply(cmd);
+	}
+	dimm_kick(d);
+}
+
+/* Run one command; long ones (detach, checkpoint) become d->op. */
+static void cmd_run(struct dimm *d, struct dimm_cmd *cmd, bool stop)
+{
+	cmd->rc = 0;
+	cmd->msg[0] = 0;
+	if (stop && cmd->type != DCMD_STATUS) {
+		cmd_msg(cmd, -ESHUTDOWN, "%s: flashd is shutting down", d->cfg->name);
+		dimm_snapshot(d, &cmd->st);
+		dimm_cmd_reply(cmd);
+		return;
+	}
+	if (d->op && cmd->type != DCMD_STATUS) {
+		/* the main thread posts one operation at a time; be safe anyway */
+		cmd_msg(cmd, -EBUSY, "%s is busy (%s in progress)", d->cfg->name,
+			d->op->type == DCMD_DETACH ? "detach" : "checkpoint");
+		dimm_snapshot(d, &cmd->st);
+		dimm_cmd_reply(cmd);
+		return;
+	}
+	struct timeval tv = { d->srv->cfg.shutdown_timeout, 0 };
+	switch (cmd->type) {
+	case DCMD_STATUS:
+		break;
+	case DCMD_ATTACH:
+		cmd_attach(d, cmd);
+		break;
+	case DCMD_FORMAT:
+		cmd_format(d, cmd);
+		break;
+	case DCMD_STALL: {
+		struct timespec ts = { cmd->stall_ms / 1000, (long)(cmd->stall_ms % 1000) * 1000000 };
+		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+			;
+		cmd_msg(cmd, 0, "%s: stalled %u ms", d->cfg->name, cmd->stall_ms);
+		break;
+	}
+	case DCMD_DETACH:
+		if (!d->ftl) {
+			cmd_msg(cmd, 0, "%s is detached already", d->cfg->name);
+			break;
+		}
+		log_info("%s: detaching: closing its connections once their requests are answered",
+			 d->cfg->name);
+		d->op = cmd;
+		conn_drain_all(d, "the export was detached");
+		evtimer_add(d->op_ev, &tv);
+		return; /* op_progress replies */
+	case DCMD_CHECKPOINT:
+		if (!d->ftl) {
+			cmd_msg(cmd, -ENODEV, "%s is detached: nothing to checkpoint", d->cfg->name);
+			break;
+		}
+		if (d->cfg->readonly) {
+			cmd_msg(cmd, -EROFS, "%s is read-only: nothing to checkpoint", d->cfg->name);
+			break;
+		}
+		d->op = cmd;
+		d->paused = true;
+		evtimer_add(d->op_ev, &tv);
+		return; /* op_progress replies */
+	}
+	dimm_snapshot(d, &cmd->st);
+	dimm_cmd_reply(cmd);
+}
+
+/* ---- the loop ----------------------------------------------------------- */
 
 /* Drive the FTL, send what is ready, re-arm the timer; leave when stopped. */
 void dimm_kick(struct dimm *d)
@@ -68,12 +634,16 @@ void dimm_kick(struct dimm *d)
 	/* answer what completed inside ftl_submit first, then let the FTL
 	 * program and collect; send what that completed */
 	conn_flush_dirty(d);
-	ftl_poll(d->ftl);
-	conn_flush_dirty(d);
+	if (d->ftl) {
+		ftl_poll(d->ftl);
+		conn_flush_dirty(d);
+	}
+	if (d->op)
+		op_progress(d);
 	pthread_mutex_lock(&d->lock);
 	bool stop = d->stop;
 	pthread_mutex_unlock(&d->lock);
-	if (stop && !d->conns && ftl_idle(d->ftl)) {
+	if (stop && !d->conns && !d->op && (!d->ftl || ftl_idle(d->ftl))) {
 		event_base_loopbreak(d->base);
 		return;
 	}
@@ -88,7 +658,7 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
 static void deadline_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct dimm *d = arg;
-	int n = conn_abort_all(d);
+	int n = conn_abort_all(d, "force-closed at the shutdown deadline");
 	if (n)
 		log_warn("%s: shutdown deadline (%d s) passed with %d connection(s) open: closed them, "
 			 "unsent replies dropped", d->cfg->name, d->srv->cfg.shutdown_timeout, n);
@@ -101,7 +671,9 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg)
 	pthread_mutex_lock(&d->lock);
 	struct handoff *in = d->incoming;
 	d->incoming = NULL;
-	bool stop = d->stop, status = d->status_wanted;
+	struct dimm_cmd *cmds = d->cmds;
+	d->cmds = d->cmds_tail = NULL;
+	bool stop = d->stop;
 	pthread_mutex_unlock(&d->lock);
 	while (in) {
 		struct handoff *next = in->next;
@@ -113,10 +685,25 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg)
 		struct timeval tv = { d->srv->cfg.shutdown_timeout, 0 };
 		evtimer_add(d->deadline_ev, &tv);
 	}
-	if (stop)
-		conn_stop_all(d);
-	if (status)
-		dimm_refresh_status(d);
+	if (stop) {
+		conn_stop_all(d, "server shutting down");
+		if (d->op && d->op->type == DCMD_CHECKPOINT) {
+			/* the closing checkpoint will do */
+			struct dimm_cmd *op = d->op;
+			d->op = NULL;
+			d->paused = false;
+			evtimer_del(d->op_ev);
+			cmd_msg(op, -ESHUTDOWN, "%s: flashd is shutting down (its close writes the "
+				"checkpoint)", d->cfg->name);
+			dimm_snapshot(d, &op->st);
+			dimm_cmd_reply(op);
+		}
+	}
+	while (cmds) {
+		struct dimm_cmd *next = cmds->next;
+		cmd_run(d, cmds, stop);
+		cmds = next;
+	}
 	dimm_kick(d);
 }
 
@@ -148,114 +735,75 @@ static void dimm_loop(struct dimm *d)
 	}
 }
 
-/* What the simulator noticed and repaired while opening the image. */
-static void sim_notice(void *arg, const char *msg)
-{
-	struct dimm *d = arg;
-	log_warn("%s: %s", d->cfg->name, msg);
-}
-
-/*
- * Open the image (creating it the first time) and the FTL.  Only a blank
- * image is formatted: one that holds anything without a valid superblock is
- * refused with the way out (flashctl recover), never reformatted.
- */
-static int dimm_open_media(struct dimm *d, char *err, size_t errlen)
-{
-	struct dimm_cfg *c = d->cfg;
-	struct stat st;
-	bool exists = stat(c->image, &st) == 0;
-	struct nand_sim_config nc = { .preset = c->preset, .path = c->image, .create = !exists,
-				      .readonly = c->readonly && exists, .timing = c->timing,
-				      .sync_on_flush = c->sync, .log = sim_notice, .log_arg = d };
-	int rc = nand_sim_open(&nc, &d->dev, err, errlen);
-	if (rc)
-		return rc;
-	struct ftl_info fi;
-	char why[384];
-	rc = ftl_probe(d->dev, &fi, why, sizeof why);
-	if (rc == -EUCLEAN) {
-		snprintf(err, errlen, "%s: %s; not formatting it: 'flashctl recover %s' reports what is "
-				      "there and can rebuild the superblock ('flashctl format' erases it)",
-			 c->image, why, c->image);
-		return rc;
-	}
-	if (rc && rc != -ENODATA) {
-		snprintf(err, errlen, "%s: %s", c->image, why[0] ? why : strerror(-rc));
-		return rc;
-	}
-	if (rc == -ENODATA) {
-		if (c->readonly) {
-			snprintf(err, errlen, "%s is not formatted and the ioDimm is read-only", c->image);
-			return -EINVAL;
-		}
-		struct ftl_format_params fp = { .sector_size = c->sector_size,
-						.capacity_bytes = c->capacity,
-						.op_percent = c->op_percent };
-		if (c->capacity_pct > 0)
-			fp.capacity_bytes = (uint64_t)((double)ftl_capacity_for_op(d->dev, FTL_STOCK_OP_PERCENT) *
-						       c->capacity_pct / 100.0);
-		log_info("%s: formatting %s (%s, %u-byte sectors)", c->name, c->image, c->preset,
-			 c->sector_size);
-		rc = ftl_format(d->dev, &fp, err, errlen);
-		if (rc)
-			return rc;
-	}
-	struct ftl_open_params op = { .readonly = c->readonly };
-	rc = ftl_open(d->dev, &op, &d->ftl, err, errlen);
-	if (rc)
-		return rc;
-	ftl_get_info(d->ftl, &d->info);
-	d->size = d->info.capacity;
-	char desc[256];
-	dimm_describe(d, desc, sizeof desc);
-	log_info("%s: %s; %s shutdown, opened in %.2f s (%llu pages replayed)", c->name, desc,
-		 d->info.was_clean ? "clean" : "unclean", (double)d->info.open_ns / 1e9,
-		 (unsigned long long)d->info.recovered_pages);
-	return 0;
-}
-
 static void *dimm_main(void *arg)
 {
 	struct dimm *d = arg;
-	char err[512] = "";
+	char err[1024] = "";
+	int rc = 0;
 	struct event_config *ec = event_config_new();
-	event_config_set_flag(ec, EVENT_BASE_FLAG_PRECISE_TIMER);
-	d->base = event_base_new_with_config(ec);
-	event_config_free(ec);
-	int rc = d->base ? dimm_open_media(d, err, sizeof err) : -ENOMEM;
-	if (!rc) {
-		d->wake_ev = event_new(d->base, -1, EV_PERSIST | EV_READ, wake_cb, d);
+	if (ec)
+		event_config_set_flag(ec, EVENT_BASE_FLAG_PRECISE_TIMER);
+	d->base = ec ? event_base_new_with_config(ec) : NULL;
+	if (ec)
+		event_config_free(ec);
+	struct event *wake = NULL;
+	if (d->base) {
+		wake = event_new(d->base, -1, EV_PERSIST | EV_READ, wake_cb, d);
 		d->timer_ev = evtimer_new(d->base, timer_cb, d);
 		d->deadline_ev = evtimer_new(d->base, deadline_cb, d);
-		if (!d->wake_ev || !d->timer_ev || !d->deadline_ev)
-			rc = -ENOMEM;
-		else
-			event_add(d->wake_ev, NULL);
+		d->op_ev = evtimer_new(d->base, op_deadline_cb, d);
+	}
+	if (!wake || !d->timer_ev || !d->deadline_ev || !d->op_ev) {
+		rc = -ENOMEM;
+		snprintf(err, sizeof err, "cannot set up its event loop");
+		if (wake)
+			event_free(wake);
+		wake = NULL;
+	} else {
+		event_add(wake, NULL);
+		rc = dimm_open_media(d, true, err, sizeof err);
 	}
 	pthread_mutex_lock(&d->lock);
+	d->wake_ev = wake;          /* dimm_post and dimm_stop use it from now on */
+	if (!wake)
+		d->stop = true;     /* no loop: commands are refused */
 	d->ready = true;
 	d->open_error = rc;
-	snprintf(d->open_errmsg, sizeof d->open_errmsg, "%s", err[0] ? err : strerror(-rc));
+	snprintf(d->open_errmsg, sizeof d->open_errmsg, "%s", rc ? (err[0] ? err : strerror(-rc)) : "");
 	pthread_cond_broadcast(&d->cond);
 	pthread_mutex_unlock(&d->lock);
-	if (rc)
+	if (!wake)
 		return NULL;
 
 	dimm_loop(d);
 
-	rc = ftl_close(d->ftl);
-	if (rc)
-		log_err("%s: closing the FTL failed: %s", d->cfg->name, strerror(-rc));
-	else
-		log_info("%s: closed cleanly (checkpoint written)", d->cfg->name);
-	d->ftl = NULL;
-	nand_close(d->dev);
-	d->dev = NULL;
+	if (d->op) {
+		cmd_msg(d->op, -ESHUTDOWN, "%s: flashd is shutting down", d->cfg->name);
+		dimm_cmd_reply(d->op);
+		d->op = NULL;
+	}
+	if (d->ftl) {
+		rc = dimm_close_ftl(d);
+		if (rc)
+			log_err("%s: closing the FTL failed: %s", d->cfg->name, strerror(-rc));
+		else
+			log_info("%s: closed cleanly (checkpoint written)", d->cfg->name);
+	}
+	if (d->dev) {
+		nand_close(d->dev);
+		d->dev = NULL;
+	}
+	/* commands posted before the stop but not run: every one comes back */
 	pthread_mutex_lock(&d->lock);
-	d->status_gen++;
-	pthread_cond_broadcast(&d->cond);
+	struct dimm_cmd *cmds = d->cmds;
+	d->cmds = d->cmds_tail = NULL;
 	pthread_mutex_unlock(&d->lock);
+	while (cmds) {
+		struct dimm_cmd *next = cmds->next;
+		cmd_msg(cmds, -ESHUTDOWN, "%s: flashd is shutting down", d->cfg->name);
+		dimm_cmd_reply(cmds);
+		cmds = next;
+	}
 	return NULL;
 }
 
@@ -263,7 +811,9 @@ int dimm_start(struct dimm *d)
 {
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_cond_init(&d->cond, NULL);
+	d->mstate = DM_STARTING;
 	int rc = pthread_create(&d->thread, NULL, dimm_main, d);
+	d->thread_started = rc == 0;
 	return -rc;
 }
 
@@ -292,60 +842,30 @@ void dimm_stop(struct dimm *d)
 {
 	pthread_mutex_lock(&d->lock);
 	d->stop = true;
-	bool running = d->ready && !d->open_error;
+	struct event *wake = d->wake_ev;
 	pthread_mutex_unlock(&d->lock);
-	if (running)
-		event_active(d->wake_ev, EV_READ, 0);
+	if (wake)
+		event_active(wake, EV_READ, 0);
 }
 
 void dimm_join(struct dimm *d)
 {
-	if (!d->thread)
+	if (!d->thread_started)
 		return;
 	pthread_join(d->thread, NULL);
-	d->thread = 0;
+	d->thread_started = false;
 	if (d->wake_ev)
 		event_free(d->wake_ev);
 	if (d->timer_ev)
 		event_free(d->timer_ev);
 	if (d->deadline_ev)
 		event_free(d->deadline_ev);
+	if (d->op_ev)
+		event_free(d->op_ev);
 	if (d->base)
 		event_base_free(d->base);
-	if (d->dev)
-		nand_close(d->dev);
-	d->wake_ev = d->timer_ev = d->deadline_ev = NULL;
+	d->wake_ev = d->timer_ev = d->deadline_ev = d->op_ev = NULL;
 	d->base = NULL;
-}
-
-int dimm_get_status(struct dimm *d, struct dimm_status *out)
-{
-	pthread_mutex_lock(&d->lock);
-	if (!d->ready || d->open_error || d->stop) {
-		memset(out, 0, sizeof *out);
-		snprintf(out->name, sizeof out->name, "%s", d->cfg->name);
-		snprintf(out->export_name, sizeof out->export_name, "%s", d->cfg->export_name);
-		snprintf(out->preset, sizeof out->preset, "%s", d->cfg->preset);
-		snprintf(out->image, sizeof out->image, "%s", d->cfg->image);
-		snprintf(out->state, sizeof out->state, "%s",
-			 d->open_error ? "failed" : d->stop ? "stopping" : "starting");
-		pthread_mutex_unlock(&d->lock);
-		return d->open_error;
-	}
-	uint64_t gen = d->status_gen;
-	d->status_wanted = true;
-	pthread_mutex_unlock(&d->lock);
-	event_active(d->wake_ev, EV_READ, 0);
-	pthread_mutex_lock(&d->lock);
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += 5;
-	while (d->status_gen == gen)
-		if (pthread_cond_timedwait(&d->cond, &d->lock, &ts) == ETIMEDOUT)
-			break;
-	*out = d->status;
-	pthread_mutex_unlock(&d->lock);
-	return 0;
 }
 
 uint16_t dimm_tflags(struct dimm *d, bool structured)

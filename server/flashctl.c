@@ -1,16 +1,27 @@
 /*
- * flashctl - manage ioDimm images and study the FTL, like the vendor's
- * fio-format / fio-status tools.
+ * flashctl - manage ioDimms and their images and study the FTL, like the
+ * vendor's fio-status / fio-format / fio-attach / fio-detach tools.
  *
+ * A running flashd (its control socket, server/ctl.c):
+ *   flashctl status [-a] [--json] [DIMM]
+ *   flashctl attach DIMM | detach DIMM | checkpoint DIMM
+ *   flashctl beacon DIMM [on|off]
+ *   flashctl format DIMM [--sector-size N] [--capacity X] [--op X] --yes
+ *   flashctl stats [--live [--interval S] [--count N]] [--json] [DIMM...]
+ *   flashctl version
+ * (all take --control SOCKET).  Image files flashd does not have open:
  *   flashctl format IMAGE --preset P [--sector-size 512|4096]
- *                         [--capacity BYTES|PCT%] [--op PCT] [--parity-width 0]
+ *                         [--capacity BYTES|PCT%] [--op PCT] [--parity-width 0] [--yes]
  *   flashctl info IMAGE [--json]
  *   flashctl recover IMAGE [--rebuild-superblock [--sector-size N] [--capacity BYTES]]
+ * The FTL alone:
  *   flashctl simulate --preset P [--op PCT] [--sector-size N]
  *                     [--workload uniform|hotcold:H/C] [--passes K]
  *                     [--reads N] [--ram] [--timing] [--seed S] [--json]
- *   flashctl status [--control SOCKET] [--json]
+ *   flashctl bench ...
  *   flashctl presets
+ * A format never erases what an image holds without asking on the
+ * terminal, or --yes (without a terminal it refuses).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -27,6 +38,7 @@
 
 #include "common/parse.h"
 #include "ftl/ftl.h"
+#include "server/version.h"
 
 static const char *prog = "flashctl";
 
@@ -36,11 +48,30 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 		"usage:\n"
+		"A running flashd (--control SOCKET: its control socket; default var/flashd.ctl in the\n"
+		"checkout, /run/flashd/flashd.ctl or /var/lib/flashd/flashd.ctl, or $FLASHD_CONTROL):\n"
+		"  %s status [-a|--all] [--json] [DIMM]\n"
+		"      state, format, health, lifetime traffic of every ioDimm (-a: everything)\n"
+		"  %s attach DIMM | detach DIMM\n"
+		"      open the ioDimm's image and export it again | drain and close its connections,\n"
+		"      close its FTL (checkpoint) and image; new clients are refused meanwhile\n"
+		"  %s format DIMM [--sector-size 512|4096] [--capacity BYTES|PCT%%] [--op PCT] --yes\n"
+		"      low-level format of a detached ioDimm (unset: its [dimm] keys)\n"
+		"  %s checkpoint DIMM\n"
+		"      write a checkpoint now (requests are held meanwhile)\n"
+		"  %s beacon DIMM [on|off]\n"
+		"      the ioDimm's locate beacon (shown by status and /metrics)\n"
+		"  %s stats [--live [--interval S] [--count N]] [--json] [DIMM...]\n"
+		"      requests, bandwidth, latency percentiles, GC: since start, or per interval\n"
+		"  %s version | --version\n"
+		"Image files (not in use):\n"
 		"  %s format IMAGE --preset P [--sector-size 512|4096] [--capacity BYTES|PCT%%] [--op PCT]\n"
+		"         [--parity-width 0] [--yes]\n"
 		"      low-level format (creates IMAGE if missing).  --capacity PCT%% is a share of the\n"
 		"      stock capacity (100%% = stock = 20%% over-provisioning; 80%% = high performance);\n"
 		"      --op is the over-provisioning as a share of raw NAND (20 = stock, 36 = high perf);\n"
-		"      --parity-width N: parity dies per band stripe (0 only in this version)\n"
+		"      --parity-width N: parity dies per band stripe (0 only in this version).\n"
+		"      An image that holds data is formatted only after 'yes' on the terminal, or --yes\n"
 		"  %s info IMAGE [--json]\n"
 		"      geometry, format and statistics of an image that is not in use\n"
 		"  %s recover IMAGE [--json]\n"
@@ -56,10 +87,8 @@ static void usage(FILE *out)
 		"           [--qd N] [--precondition PASSES] [--duration S] [--csv FILE] [--json] ...\n"
 		"      the reviewers' protocol on the simulator's virtual clock (full-size devices\n"
 		"      fit: only page metadata is kept); prints IOPS, latency, WA and the physical bound\n"
-		"  %s status [--control SOCKET] [--json]\n"
-		"      state and live statistics of every ioDimm a running flashd serves\n"
 		"  %s presets\n",
-		prog, prog, prog, prog, prog, prog, prog, prog);
+		prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog);
 }
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -73,6 +102,11 @@ static void die(const char *fmt, ...)
 	va_end(ap);
 	exit(1);
 }
+
+static const char *opt_control(const char *c);
+static bool confirm(const char *question);
+static int format_daemon(const char *control, const char *dimm, uint32_t sector, const char *cap,
+			 double op, bool yes, bool json);
 
 /* --capacity: BYTES (K/M/G/T) or PCT% of the stock capacity (0 < PCT <= 100). */
 static uint64_t opt_capacity(const char *s, bool *pct, double *pctval)
@@ -142,42 +176,114 @@ static struct nand_dev *open_image(const char *path, const char *preset, bool cr
 	return d;
 }
 
+/* Is the target of `format` an image file (else an ioDimm of a running flashd)? */
+static bool format_target_is_image(const char *arg, const char *preset)
+{
+	size_t n = strlen(arg);
+	return preset || strchr(arg, '/') || access(arg, F_OK) == 0 || (n > 4 && !strcmp(arg + n - 4, ".img"));
+}
+
+/*
+ * What the image holds, before a format erases it: "" if nothing (blank,
+ * or a new file), else a description for the question.
+ */
+static void image_contents(struct nand_dev *d, char *buf, size_t len)
+{
+	struct ftl_info fi;
+	char why[384] = "";
+	int rc = ftl_probe(d, &fi, why, sizeof why);
+	buf[0] = 0;
+	if (rc == 0) {
+		char when[64];
+		time_t t = (time_t)fi.format_time;
+		strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", gmtime(&t));
+		snprintf(buf, len, "it holds a format: %" PRIu64 " sectors of %u bytes (%.2f GiB), "
+			 "formatted %s", fi.capacity / fi.sector_size, fi.sector_size,
+			 (double)fi.capacity / (1 << 30), when);
+	} else if (rc == -EUCLEAN) {
+		snprintf(buf, len, "it holds data without a valid superblock (%s; 'flashctl recover' "
+			 "may get it back)", why);
+	} else if (rc != -ENODATA) {
+		snprintf(buf, len, "what it holds cannot be read (%s)", why[0] ? why : strerror(-rc));
+	}
+}
+
 static int cmd_format(int argc, char **argv)
 {
-	const char *preset = NULL, *cap = NULL;
-	uint32_t sector = 512;
+	const char *preset = NULL, *cap = NULL, *control = NULL;
+	uint32_t sector = 0;
 	double op = -1;
+	bool yes = false, json = false;
 	static const struct option opts[] = {
 		{ "preset", required_argument, 0, 'p' },
 		{ "sector-size", required_argument, 0, 'b' },
 		{ "capacity", required_argument, 0, 's' },
 		{ "op", required_argument, 0, 'o' },
 		{ "parity-width", required_argument, 0, 'P' },
+		{ "yes", no_argument, 0, 'y' },
+		{ "control", required_argument, 0, 'c' },
+		{ "json", no_argument, 0, 'j' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
 	int c;
 	uint32_t parity = 0;
-	while ((c = getopt_long(argc, argv, "p:b:s:o:P:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "p:b:s:o:P:yc:jh", opts, NULL)) != -1) {
 		switch (c) {
 		case 'p': preset = optarg; break;
 		case 'b': sector = opt_sector_size(optarg); break;
 		case 's': cap = optarg; break;
 		case 'o': op = opt_double("--op", optarg, FTL_MIN_OP_PERCENT, FTL_MAX_OP_PERCENT); break;
 		case 'P': parity = (uint32_t)opt_uint("--parity-width", optarg, 0, 64); break;
+		case 'y': yes = true; break;
+		case 'c': control = optarg; break;
+		case 'j': json = true; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
 	}
 	if (optind + 1 != argc)
-		die("format needs exactly one IMAGE");
+		die("format needs exactly one IMAGE or DIMM");
 	if (cap && op >= 0)
 		die("give --capacity or --op, not both");
 	const char *path = argv[optind];
+	if (cap) {
+		bool pct;
+		double pv;
+		opt_capacity(cap, &pct, &pv); /* checked here, applied where the device is known */
+	}
+	if (control || !format_target_is_image(path, preset)) {
+		if (parity)
+			die("--parity-width %u: this version of flashd writes bands without parity (width 0 only)",
+			    parity);
+		if (preset)
+			die("--preset is for an image file; a configured ioDimm's preset is in its [dimm] section");
+		return format_daemon(opt_control(control), path, sector, cap, op, yes, json);
+	}
+	if (json)
+		die("--json goes with formatting an ioDimm through flashd");
+	if (!sector)
+		sector = 512;
 	bool exists = access(path, F_OK) == 0;
 	if (!exists && !preset)
 		die("%s does not exist: --preset is needed to create it", path);
 	struct nand_dev *d = open_image(path, preset, !exists, false);
+
+	/* never erase what is there without asking (or --yes) */
+	char holds[600];
+	image_contents(d, holds, sizeof holds);
+	if (holds[0] && !yes) {
+		char question[900];
+		snprintf(question, sizeof question, "%s: %s.\nFormatting erases all of it.", path, holds);
+		if (!isatty(STDIN_FILENO)) {
+			nand_close(d);
+			die("%s: %s; formatting erases it: add --yes (no terminal to ask on)", path, holds);
+		}
+		if (!confirm(question)) {
+			nand_close(d);
+			die("not formatted");
+		}
+	}
 
 	struct ftl_format_params fp = { .sector_size = sector, .parity_width = parity };
 	if (cap) {
@@ -698,7 +804,7 @@ static int cmd_simulate(int argc, char **argv)
 	return 0;
 }
 
-/* ---- status (talks to a running flashd) --------------------------------- */
+/* ---- talking to a running flashd (its control socket) -------------------- */
 
 static const char *default_control(void)
 {
@@ -723,7 +829,217 @@ static const char *default_control(void)
 	return "/var/lib/flashd/flashd.ctl";
 }
 
+struct http_resp {
+	int code;
+	char *body;     /* NUL-terminated */
+};
+
+/* path with every byte outside [A-Za-z0-9._~-] as %XX */
+static void url_escape(char *out, size_t len, const char *s)
+{
+	size_t o = 0;
+	for (; *s && o + 4 < len; s++) {
+		unsigned char c = (unsigned char)*s;
+		if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		    strchr("._~-", c))
+			out[o++] = (char)c;
+		else
+			o += (size_t)snprintf(out + o, len - o, "%%%02X", c);
+	}
+	out[o] = 0;
+}
+
+/*
+ * One HTTP/1.0 request over the control socket; flashd answers and closes.
+ * Returns 0 with *r filled (free r->body), or -errno if flashd could not be
+ * reached (err says why); dies on a garbled answer.
+ */
+static int ctl_call(const char *control, const char *method, const char *path, struct http_resp *r,
+		    char *err, size_t errlen)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (strlen(control) >= sizeof sa.sun_path)
+		die("control socket path too long: %s", control);
+	strcpy(sa.sun_path, control);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+		int e = errno;
+		snprintf(err, errlen, "cannot reach flashd at %s: %s (is it running? --control PATH)",
+			 control, strerror(e));
+		if (fd >= 0)
+			close(fd);
+		return -e;
+	}
+	char req[1024];
+	int n = snprintf(req, sizeof req, "%s %s HTTP/1.0\r\nHost: flashd\r\nContent-Length: 0\r\n\r\n",
+			 method, path);
+	if (n >= (int)sizeof req)
+		die("request path too long");
+	for (int off = 0; off < n;) {
+		ssize_t w = write(fd, req + off, (size_t)(n - off));
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			die("writing to %s: %s", control, strerror(errno));
+		off += (int)w;
+	}
+	size_t cap = 1 << 16, len = 0;
+	char *buf = malloc(cap);
+	for (;;) {
+		if (!buf)
+			die("out of memory");
+		if (len + 4096 > cap)
+			buf = realloc(buf, cap *= 2);
+		if (!buf)
+			die("out of memory");
+		ssize_t got = read(fd, buf + len, cap - len - 1);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0)
+			die("reading from %s: %s", control, strerror(errno));
+		if (got == 0)
+			break;
+		len += (size_t)got;
+	}
+	close(fd);
+	buf[len] = 0;
+	char *body = strstr(buf, "\r\n\r\n");
+	if (strncmp(buf, "HTTP/1.", 7) != 0 || !body || len < 12)
+		die("unexpected answer from %s%s", control, len ? "" : " (connection closed without one)");
+	r->code = atoi(buf + 9);
+	body += 4;
+	r->body = strdup(body);
+	free(buf);
+	if (!r->body)
+		die("out of memory");
+	return 0;
+}
+
+/* ctl_call, dying if flashd cannot be reached */
+static void ctl_call_or_die(const char *control, const char *method, const char *path, struct http_resp *r)
+{
+	char err[600];
+	if (ctl_call(control, method, path, r, err, sizeof err))
+		die("%s", err);
+}
+
+/* The string value of "key" in flashd's (flat, well-formed) JSON, unescaped;
+ * false if there is none. */
+static bool json_string(const char *json, const char *key, char *out, size_t len)
+{
+	char pat[80];
+	snprintf(pat, sizeof pat, "\"%s\": \"", key);
+	const char *p = strstr(json, pat);
+	if (!p || !len)
+		return false;
+	p += strlen(pat);
+	size_t o = 0;
+	for (; *p && *p != '"' && o + 1 < len; p++) {
+		if (*p == '\\' && p[1]) {
+			p++;
+			if (*p == 'u' && strlen(p) >= 5) {
+				unsigned v = (unsigned)strtoul((char[]){ p[1], p[2], p[3], p[4], 0 }, NULL, 16);
+				out[o++] = v < 0x80 ? (char)v : '?';
+				p += 4;
+				continue;
+			}
+			out[o++] = *p == 'n' ? '\n' : *p == 't' ? '\t' : *p;
+			continue;
+		}
+		out[o++] = *p;
+	}
+	out[o] = 0;
+	return true;
+}
+
+static const char *opt_control(const char *c)
+{
+	return c ? c : default_control();
+}
+
+/* Ask on the terminal; true for "yes".  No terminal: false. */
+static bool confirm(const char *question)
+{
+	if (!isatty(STDIN_FILENO))
+		return false;
+	fprintf(stderr, "%s\nType 'yes' to go on: ", question);
+	fflush(stderr);
+	char line[64];
+	if (!fgets(line, sizeof line, stdin))
+		return false;
+	line[strcspn(line, "\r\n")] = 0;
+	return !strcmp(line, "yes");
+}
+
+/*
+ * flashctl status [-a] [--json] [--control SOCKET] [DIMM]
+ */
 static int cmd_status(int argc, char **argv)
+{
+	const char *control = NULL;
+	bool json = false, all = false;
+	static const struct option opts[] = {
+		{ "control", required_argument, 0, 'c' },
+		{ "json", no_argument, 0, 'j' },
+		{ "all", no_argument, 0, 'a' },
+		{ "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
+	};
+	int c;
+	while ((c = getopt_long(argc, argv, "c:jah", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c': control = optarg; break;
+		case 'j': json = true; break;
+		case 'a': all = true; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind + 1 < argc)
+		die("status takes at most one DIMM");
+	char path[600], name[400];
+	if (optind < argc) {
+		url_escape(name, sizeof name, argv[optind]);
+		snprintf(path, sizeof path, "/v1/dimms/%s", name);
+	} else {
+		snprintf(path, sizeof path, "/v1/status");
+	}
+	if (!json)
+		strcat(path, all ? "?format=text&all=1" : "?format=text");
+	struct http_resp r;
+	ctl_call_or_die(opt_control(control), "GET", path, &r);
+	char msg[1024];
+	if (r.code != 200 && json_string(r.body, "error", msg, sizeof msg))
+		fprintf(stderr, "%s: %s\n", prog, msg);
+	else
+		fputs(r.body, stdout);
+	free(r.body);
+	return r.code == 200 ? 0 : 1;
+}
+
+/* POST /v1/dimms/DIMM/VERB[?query]: print the message; 0 if it went well. */
+static int post_action(const char *control, const char *dimm, const char *verb, const char *query,
+		       bool json)
+{
+	char name[400], path[1200];
+	url_escape(name, sizeof name, dimm);
+	snprintf(path, sizeof path, "/v1/dimms/%s/%s%s%s", name, verb, query && query[0] ? "?" : "",
+		 query ? query : "");
+	struct http_resp r;
+	ctl_call_or_die(control, "POST", path, &r);
+	char msg[1024];
+	if (json)
+		fputs(r.body, stdout);
+	else if (json_string(r.body, r.code == 200 ? "message" : "error", msg, sizeof msg))
+		fprintf(r.code == 200 ? stdout : stderr, "%s%s\n", r.code == 200 ? "" : "flashctl: ", msg);
+	else
+		fprintf(stderr, "%s: HTTP %d: %s", prog, r.code, r.body);
+	free(r.body);
+	return r.code == 200 ? 0 : 1;
+}
+
+/* flashctl attach|detach|checkpoint DIMM [--control SOCKET] [--json] */
+static int cmd_action(const char *verb, int argc, char **argv)
 {
 	const char *control = NULL;
 	bool json = false;
@@ -742,45 +1058,408 @@ static int cmd_status(int argc, char **argv)
 		default: usage(stderr); return 2;
 		}
 	}
-	if (!control)
-		control = default_control();
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	if (strlen(control) >= sizeof sa.sun_path)
-		die("control socket path too long: %s", control);
-	strcpy(sa.sun_path, control);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0)
-		die("cannot reach flashd at %s: %s (is it running? --control PATH)", control,
-		    strerror(errno));
-	char req[256];
-	int n = snprintf(req, sizeof req, "GET /v1/status%s HTTP/1.0\r\nHost: flashd\r\n\r\n",
-			 json ? "" : "?format=text");
-	if (write(fd, req, (size_t)n) != n)
-		die("writing to %s: %s", control, strerror(errno));
-	size_t cap = 1 << 16, len = 0;
-	char *buf = malloc(cap);
-	for (;;) {
-		if (len + 4096 > cap)
-			buf = realloc(buf, cap *= 2);
-		ssize_t r = read(fd, buf + len, cap - len - 1);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			die("reading from %s: %s", control, strerror(errno));
-		if (r == 0)
-			break;
-		len += (size_t)r;
+	if (!strcmp(verb, "beacon")) {
+		/* flashctl beacon DIMM [on|off] */
+		if (optind + 1 != argc && optind + 2 != argc)
+			die("beacon needs a DIMM, then on (the default) or off");
+		const char *st = optind + 2 == argc ? argv[optind + 1] : "on";
+		if (strcmp(st, "on") && strcmp(st, "off"))
+			die("beacon %s: '%s' is neither on nor off", argv[optind], st);
+		char q[16];
+		snprintf(q, sizeof q, "state=%s", st);
+		return post_action(opt_control(control), argv[optind], verb, q, json);
 	}
-	close(fd);
-	buf[len] = 0;
-	char *body = strstr(buf, "\r\n\r\n");
-	if (strncmp(buf, "HTTP/1.", 7) != 0 || !body)
-		die("unexpected answer from %s", control);
-	int code = atoi(buf + 9);
-	body += 4;
-	fputs(body, stdout);
-	free(buf);
-	return code == 200 ? 0 : 1;
+	if (optind + 1 != argc)
+		die("%s needs exactly one DIMM (flashctl status lists them)", verb);
+	return post_action(opt_control(control), argv[optind], verb, NULL, json);
+}
+
+/* flashctl format DIMM ...: through the daemon (detached ioDimms only). */
+static int format_daemon(const char *control, const char *dimm, uint32_t sector, const char *cap,
+			 double op, bool yes, bool json)
+{
+	char q[400] = "", v[200];
+	if (sector)
+		snprintf(q + strlen(q), sizeof q - strlen(q), "sector_size=%u", sector);
+	if (cap) {
+		url_escape(v, sizeof v, cap);
+		snprintf(q + strlen(q), sizeof q - strlen(q), "%scapacity=%s", q[0] ? "&" : "", v);
+	}
+	if (op >= 0)
+		snprintf(q + strlen(q), sizeof q - strlen(q), "%sop=%g", q[0] ? "&" : "", op);
+	if (!yes) {
+		char question[600];
+		snprintf(question, sizeof question,
+			 "Formatting ioDimm %s (through flashd at %s) erases every sector on it.", dimm,
+			 control);
+		if (!isatty(STDIN_FILENO))
+			die("formatting %s erases every sector on it: add --yes (no terminal to ask on)", dimm);
+		if (!confirm(question))
+			die("not formatted");
+	}
+	return post_action(control, dimm, "format", q, json);
+}
+
+/* ---- stats: the control socket's /metrics, per interval ----------------- */
+
+#define LIVE_MAX_DIMMS 64
+#define LIVE_MAX_BUCKETS 64
+enum { LK_READ, LK_WRITE, LK_FLUSH, LK_TRIM, LK_ZEROES, LK_OTHER, LK_N };
+static const char *const live_ops[LK_N] = { "read", "write", "flush", "trim", "write_zeroes", "other" };
+
+struct live_hist {
+	int n;
+	double le[LIVE_MAX_BUCKETS], cum[LIVE_MAX_BUCKETS];
+};
+
+struct live_dimm {
+	char name[64], state[32];
+	double conns, ops[LK_N], errors[LK_N], bytes[LK_N];
+	struct live_hist lat[3];      /* read, write, flush */
+	double gc_pages, gc_blocks, erased, wa, free_blocks;
+	bool ftl;
+};
+
+struct live_sample {
+	double t;                      /* monotonic seconds */
+	int n;
+	struct live_dimm d[LIVE_MAX_DIMMS];
+};
+
+/* label value of key in a "{a="x",b="y"}" text (escapes undone); false if absent */
+static bool label(const char *labels, const char *key, char *out, size_t len)
+{
+	char pat[40];
+	snprintf(pat, sizeof pat, "%s=\"", key);
+	for (const char *p = labels; (p = strstr(p, pat)); p++) {
+		if (p != labels && p[-1] != '{' && p[-1] != ',')
+			continue;
+		p += strlen(pat);
+		size_t o = 0;
+		for (; *p && *p != '"' && o + 1 < len; p++) {
+			if (*p == '\\' && p[1])
+				p++;
+			out[o++] = *p == 'n' && p[-1] == '\\' ? '\n' : *p;
+		}
+		out[o] = 0;
+		return true;
+	}
+	return false;
+}
+
+static struct live_dimm *live_find(struct live_sample *s, const char *name)
+{
+	for (int i = 0; i < s->n; i++)
+		if (!strcmp(s->d[i].name, name))
+			return &s->d[i];
+	if (s->n == LIVE_MAX_DIMMS)
+		return NULL;
+	struct live_dimm *d = &s->d[s->n++];
+	memset(d, 0, sizeof *d);
+	snprintf(d->name, sizeof d->name, "%s", name);
+	return d;
+}
+
+static int op_index(const char *op)
+{
+	for (int k = 0; k < LK_N; k++)
+		if (!strcmp(op, live_ops[k]))
+			return k;
+	return -1;
+}
+
+static void live_fetch(const char *control, struct live_sample *s)
+{
+	struct http_resp r;
+	ctl_call_or_die(control, "GET", "/metrics", &r);
+	if (r.code != 200)
+		die("GET /metrics from %s: HTTP %d", control, r.code);
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	s->t = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	s->n = 0;
+	for (char *line = strtok(r.body, "\n"); line; line = strtok(NULL, "\n")) {
+		if (line[0] == '#' || strncmp(line, "flashd_dimm_", 12))
+			continue;
+		char *brace = strchr(line, '{'), *close = brace ? strrchr(line, '}') : NULL;
+		if (!brace || !close)
+			continue;
+		*brace = 0;
+		const char *metric = line + 12;
+		char labels[512], dimm[64], op[32], v[32];
+		snprintf(labels, sizeof labels, "{%.*s", (int)(close - brace), brace + 1);
+		double val = strtod(close + 1, NULL);
+		if (!label(labels, "dimm", dimm, sizeof dimm))
+			continue;
+		struct live_dimm *d = live_find(s, dimm);
+		if (!d)
+			continue;
+		bool has_op = label(labels, "op", op, sizeof op);
+		int k = has_op ? op_index(op) : -1;
+		if (!strcmp(metric, "state") && val == 1 && label(labels, "state", v, sizeof v))
+			snprintf(d->state, sizeof d->state, "%s", v);
+		else if (!strcmp(metric, "connections"))
+			d->conns = val;
+		else if (!strcmp(metric, "requests_total") && k >= 0)
+			d->ops[k] = val;
+		else if (!strcmp(metric, "request_errors_total") && k >= 0)
+			d->errors[k] = val;
+		else if (!strcmp(metric, "request_bytes_total") && k >= 0)
+			d->bytes[k] = val;
+		else if (!strcmp(metric, "request_duration_seconds_bucket") && k >= 0 && k <= LK_FLUSH &&
+			 label(labels, "le", v, sizeof v)) {
+			struct live_hist *h = &d->lat[k];
+			if (h->n < LIVE_MAX_BUCKETS) {
+				h->le[h->n] = strcmp(v, "+Inf") ? strtod(v, NULL) : INFINITY;
+				h->cum[h->n++] = val;
+			}
+		} else if (!strcmp(metric, "gc_pages_relocated_total"))
+			d->gc_pages = val;
+		else if (!strcmp(metric, "gc_blocks_collected_total"))
+			d->gc_blocks = val;
+		else if (!strcmp(metric, "blocks_erased_total")) {
+			d->erased = val;
+			d->ftl = true;
+		} else if (!strcmp(metric, "write_amplification"))
+			d->wa = val;
+		else if (!strcmp(metric, "blocks") && label(labels, "kind", v, sizeof v) && !strcmp(v, "free"))
+			d->free_blocks = val;
+	}
+	free(r.body);
+}
+
+/* Quantile q of the requests between two cumulative histograms (seconds,
+ * interpolated geometrically inside the bucket; NAN if there were none). */
+static double live_quantile(const struct live_hist *a, const struct live_hist *b, double q)
+{
+	if (a->n != b->n || !b->n)
+		return NAN;
+	double total = b->cum[b->n - 1] - a->cum[a->n - 1];
+	if (total <= 0)
+		return NAN;
+	double want = q * total, prev = 0;
+	for (int i = 0; i < b->n; i++) {
+		double c = b->cum[i] - a->cum[i];
+		if (c >= want && c > prev) {
+			double hi = b->le[i], lo = i ? b->le[i - 1] : b->le[0] / 2;
+			if (isinf(hi))
+				return lo;
+			return lo * pow(hi / lo, (want - prev) / (c - prev));
+		}
+		prev = c;
+	}
+	return NAN;
+}
+
+static void fmt_lat(char *buf, size_t len, double s)
+{
+	if (isnan(s))
+		snprintf(buf, len, "-");
+	else if (s < 1e-3)
+		snprintf(buf, len, "%.0fus", s * 1e6);
+	else if (s < 1)
+		snprintf(buf, len, "%.1fms", s * 1e3);
+	else
+		snprintf(buf, len, "%.2fs", s);
+}
+
+static bool live_wanted(const struct live_dimm *d, char **names, int nnames)
+{
+	if (!nnames)
+		return true;
+	for (int i = 0; i < nnames; i++)
+		if (!strcmp(names[i], d->name))
+			return true;
+	return false;
+}
+
+/*
+ * flashctl stats [--live] [--interval S] [--count N] [--json] [DIMM...]
+ * Without --live: the counters since flashd started.  With it: per interval,
+ * the requests, bandwidth, latency percentiles and GC work of that interval.
+ */
+static int cmd_stats(int argc, char **argv)
+{
+	const char *control = NULL;
+	bool live = false, json = false;
+	double interval = 1;
+	uint64_t count = 0;
+	static const struct option opts[] = {
+		{ "control", required_argument, 0, 'c' },
+		{ "live", no_argument, 0, 'l' },
+		{ "interval", required_argument, 0, 'i' },
+		{ "count", required_argument, 0, 'n' },
+		{ "json", no_argument, 0, 'j' },
+		{ "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
+	};
+	int c;
+	while ((c = getopt_long(argc, argv, "c:li:n:jh", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c': control = optarg; break;
+		case 'l': live = true; break;
+		case 'i': interval = opt_double("--interval", optarg, 0.1, 3600); break;
+		case 'n': count = opt_uint("--count", optarg, 1, UINT64_MAX); break;
+		case 'j': json = true; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (!live && (count || interval != 1))
+		die("--interval and --count go with --live");
+	control = opt_control(control);
+	char **names = argv + optind;
+	int nnames = argc - optind;
+	static struct live_sample a, b;
+	live_fetch(control, &a);
+	for (int i = 0; i < nnames; i++) {
+		bool found = false;
+		for (int j = 0; j < a.n; j++)
+			found |= !strcmp(a.d[j].name, names[i]);
+		if (!found)
+			die("flashd at %s has no ioDimm '%s'", control, names[i]);
+	}
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (!live) {
+		for (int i = 0; i < a.n; i++) {
+			struct live_dimm *d = &a.d[i];
+			if (!live_wanted(d, names, nnames))
+				continue;
+			struct live_hist none[3];
+			for (int l = 0; l < 3; l++) {
+				none[l] = d->lat[l];
+				for (int j = 0; j < none[l].n; j++)
+					none[l].cum[j] = 0;
+			}
+			char r50[16], r99[16], w50[16], w99[16];
+			fmt_lat(r50, sizeof r50, live_quantile(&none[0], &d->lat[0], 0.5));
+			fmt_lat(r99, sizeof r99, live_quantile(&none[0], &d->lat[0], 0.99));
+			fmt_lat(w50, sizeof w50, live_quantile(&none[1], &d->lat[1], 0.5));
+			fmt_lat(w99, sizeof w99, live_quantile(&none[1], &d->lat[1], 0.99));
+			if (json)
+				printf("{\"dimm\": \"%s\", \"state\": \"%s\", \"reads\": %.0f, \"writes\": %.0f, "
+				       "\"flushes\": %.0f, \"read_bytes\": %.0f, \"write_bytes\": %.0f, "
+				       "\"errors\": %.0f, \"gc_pages_relocated\": %.0f}\n",
+				       d->name, d->state, d->ops[LK_READ], d->ops[LK_WRITE], d->ops[LK_FLUSH],
+				       d->bytes[LK_READ], d->bytes[LK_WRITE],
+				       d->errors[LK_READ] + d->errors[LK_WRITE] + d->errors[LK_FLUSH] +
+					       d->errors[LK_TRIM] + d->errors[LK_ZEROES] + d->errors[LK_OTHER],
+				       d->gc_pages);
+			else
+				printf("%s (%s): since flashd started: %.0f reads (%.2f MB, p50 %s, p99 %s), "
+				       "%.0f writes (%.2f MB, p50 %s, p99 %s), %.0f flushes, %.0f trims; "
+				       "GC relocated %.0f pages\n",
+				       d->name, d->state, d->ops[LK_READ], d->bytes[LK_READ] / 1e6, r50, r99,
+				       d->ops[LK_WRITE], d->bytes[LK_WRITE] / 1e6, w50, w99, d->ops[LK_FLUSH],
+				       d->ops[LK_TRIM], d->gc_pages);
+		}
+		return 0;
+	}
+	uint64_t done = 0;
+	int lines = 0;
+	while (!count || done < count) {
+		struct timespec ts = { (time_t)interval, (long)((interval - (double)(time_t)interval) * 1e9) };
+		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+			;
+		live_fetch(control, &b);
+		double dt = b.t - a.t;
+		char when[16];
+		time_t now = time(NULL);
+		strftime(when, sizeof when, "%H:%M:%S", localtime(&now));
+		if (!json && lines % 20 == 0)
+			printf("%-8s %-10s %-13s %8s %8s %8s %8s %7s %7s %7s %7s %7s %8s %7s %5s\n", "time",
+			       "dimm", "state", "r/s", "w/s", "rMB/s", "wMB/s", "r p50", "r p99", "w p50",
+			       "w p99", "f/s", "gcpg/s", "erase/s", "conns");
+		for (int i = 0; i < b.n; i++) {
+			struct live_dimm *d = &b.d[i], *p = NULL;
+			if (!live_wanted(d, names, nnames))
+				continue;
+			for (int j = 0; j < a.n; j++)
+				if (!strcmp(a.d[j].name, d->name))
+					p = &a.d[j];
+			static struct live_dimm empty;
+			if (!p)
+				p = &empty;
+			double rs = (d->ops[LK_READ] - p->ops[LK_READ]) / dt;
+			double ws = (d->ops[LK_WRITE] - p->ops[LK_WRITE]) / dt;
+			double fs = (d->ops[LK_FLUSH] - p->ops[LK_FLUSH]) / dt;
+			double rb = (d->bytes[LK_READ] - p->bytes[LK_READ]) / dt;
+			double wb = (d->bytes[LK_WRITE] - p->bytes[LK_WRITE]) / dt;
+			double gc = (d->gc_pages - p->gc_pages) / dt;
+			double er = d->ftl && p->ftl ? (d->erased - p->erased) / dt : 0;
+			double q[2][2] = {
+				{ live_quantile(&p->lat[0], &d->lat[0], 0.5), live_quantile(&p->lat[0], &d->lat[0], 0.99) },
+				{ live_quantile(&p->lat[1], &d->lat[1], 0.5), live_quantile(&p->lat[1], &d->lat[1], 0.99) },
+			};
+			if (json) {
+				printf("{\"time\": %lld, \"interval\": %.3f, \"dimm\": \"%s\", \"state\": \"%s\", "
+				       "\"reads_per_s\": %.2f, \"writes_per_s\": %.2f, \"flushes_per_s\": %.2f, "
+				       "\"read_bytes_per_s\": %.0f, \"write_bytes_per_s\": %.0f, "
+				       "\"reads\": %.0f, \"writes\": %.0f, \"read_bytes\": %.0f, \"write_bytes\": %.0f",
+				       (long long)now, dt, d->name, d->state, rs, ws, fs, rb, wb,
+				       d->ops[LK_READ] - p->ops[LK_READ], d->ops[LK_WRITE] - p->ops[LK_WRITE],
+				       d->bytes[LK_READ] - p->bytes[LK_READ], d->bytes[LK_WRITE] - p->bytes[LK_WRITE]);
+				const char *qn[2][2] = { { "read_p50_s", "read_p99_s" }, { "write_p50_s", "write_p99_s" } };
+				for (int x = 0; x < 2; x++)
+					for (int y = 0; y < 2; y++) {
+						if (isnan(q[x][y]))
+							printf(", \"%s\": null", qn[x][y]);
+						else
+							printf(", \"%s\": %.9f", qn[x][y], q[x][y]);
+					}
+				printf(", \"gc_pages_per_s\": %.2f, \"erases_per_s\": %.2f, \"connections\": %.0f}\n",
+				       gc, er, d->conns);
+			} else {
+				char l[4][16];
+				fmt_lat(l[0], sizeof l[0], q[0][0]);
+				fmt_lat(l[1], sizeof l[1], q[0][1]);
+				fmt_lat(l[2], sizeof l[2], q[1][0]);
+				fmt_lat(l[3], sizeof l[3], q[1][1]);
+				printf("%-8s %-10s %-13s %8.0f %8.0f %8.2f %8.2f %7s %7s %7s %7s %7.0f %8.0f %7.1f %5.0f\n",
+				       when, d->name, d->state, rs, ws, rb / 1e6, wb / 1e6, l[0], l[1], l[2], l[3],
+				       fs, gc, er, d->conns);
+				lines++;
+			}
+		}
+		a = b;
+		done++;
+	}
+	return 0;
+}
+
+/* flashctl version [--control SOCKET]: this tool's and the running flashd's */
+static int cmd_version(int argc, char **argv)
+{
+	const char *control = NULL;
+	static const struct option opts[] = {
+		{ "control", required_argument, 0, 'c' },
+		{ "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
+	};
+	int c;
+	while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c': control = optarg; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	printf("flashctl %s\n", FLASHD_VERSION);
+	control = opt_control(control);
+	struct http_resp r;
+	char err[600], v[64];
+	if (ctl_call(control, "GET", "/v1/version", &r, err, sizeof err)) {
+		printf("flashd: %s\n", err);
+		return 0;
+	}
+	if (r.code == 200 && json_string(r.body, "version", v, sizeof v)) {
+		const char *pid = strstr(r.body, "\"pid\": ");
+		printf("flashd %s (pid %d, control socket %s)\n", v, pid ? atoi(pid + 7) : 0, control);
+	} else {
+		printf("flashd: unexpected answer from %s (HTTP %d)\n", control, r.code);
+	}
+	free(r.body);
+	return 0;
 }
 
 static int cmd_presets(void)
@@ -815,6 +1494,17 @@ int main(int argc, char **argv)
 		return cmd_presets();
 	if (strcmp(cmd, "status") == 0)
 		return cmd_status(argc, argv);
+	if (strcmp(cmd, "attach") == 0 || strcmp(cmd, "detach") == 0 || strcmp(cmd, "checkpoint") == 0 ||
+	    strcmp(cmd, "beacon") == 0)
+		return cmd_action(cmd, argc, argv);
+	if (strcmp(cmd, "stats") == 0)
+		return cmd_stats(argc, argv);
+	if (strcmp(cmd, "version") == 0)
+		return cmd_version(argc, argv);
+	if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0) {
+		printf("flashctl %s\n", FLASHD_VERSION);
+		return 0;
+	}
 	if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
 		usage(stdout);
 		return 0;

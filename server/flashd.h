@@ -4,19 +4,48 @@
  *
  * Threads and ownership:
  *   main thread  - listeners, NBD handshakes, the control socket, signals.
- *   one thread per ioDimm - owns that ioDimm's FTL (which is not
- *                  thread-safe) and every connection in transmission to it,
- *                  on its own event loop.  All connections of an ioDimm share
- *                  one FTL on one thread, so a FLUSH on any of them covers
- *                  writes completed on all of them (CAN_MULTI_CONN).
+ *   one thread per ioDimm - owns that ioDimm's NAND device and FTL (which is
+ *                  not thread-safe) and every connection in transmission to
+ *                  it, on its own event loop.  All connections of an ioDimm
+ *                  share one FTL on one thread, so a FLUSH on any of them
+ *                  covers writes completed on all of them (CAN_MULTI_CONN).
+ *                  The thread lives as long as flashd, attached or not (an
+ *                  ioDimm that failed to open, or was detached, keeps its
+ *                  thread, which opens it again on `attach`).
  * After a successful NBD_OPT_GO (or EXPORT_NAME) the main thread hands the
  * socket to the ioDimm thread (dimm_adopt), with whatever bytes it had
  * already read past the handshake.
+ *
+ * Command channel.  The main thread never waits for an ioDimm thread while
+ * it serves (only at start-up, for each open result, and at shutdown, for
+ * the threads to end).  Management work (status and statistics snapshots,
+ * attach, detach, format, checkpoint) is a struct dimm_cmd posted to the
+ * ioDimm's queue (dimm_post); the thread runs it on its own loop and posts
+ * it back to the server's done queue (dimm_cmd_reply), which wakes the main
+ * loop (srv->cmd_ev); ctl.c answers the HTTP request once every command it
+ * posted is back (or, for snapshots, after CTL_SNAPSHOT_TIMEOUT_S, saying
+ * which ioDimm did not answer).  Every posted command comes back exactly
+ * once, also when the thread ends (with -ESHUTDOWN).
+ *
+ * Attach state.  d->mstate and d->exported belong to the main thread: an
+ * export is offered to handshakes only while exported, which is set when an
+ * attach (or the start-up open) has come back successfully and cleared
+ * before a detach is posted.  So the main thread reads d->size and d->info
+ * (written by the ioDimm thread while it opens, before it replies) only
+ * while exported, and hands no socket to an ioDimm after posting its
+ * detach.  The ioDimm thread's own view is d->ftl (NULL: detached).
+ *
  * Lock order: server.lock (connection counts) before dimm.lock (hand-off
- * queue, stats snapshot); neither is held while calling into the FTL.
+ * queue, command queue, open result); server.cmd_lock (done queue) is taken
+ * alone.  None is held while calling into the FTL.
  * Connection slots: server.nconns counts every accepted socket until it is
  * closed (handshake or transmission), dimm.nconns those handed to that
  * ioDimm; each close path gives back exactly the slots it holds.
+ * Detach: the export is withdrawn at once (new handshakes are refused); the
+ * ioDimm thread answers what is in flight, answers requests that arrive
+ * after with NBD_ESHUTDOWN, and closes each connection once it is idle
+ * (after shutdown_timeout seconds it force-closes what is left), then closes
+ * the FTL with a checkpoint and the image.
  * Shutdown: SIGTERM stops accepting and drops handshakes; each ioDimm stops
  * reading, answers what is in flight and closes its connections, or after
  * shutdown_timeout seconds force-closes what is left (replies dropped);
@@ -32,8 +61,7 @@
 #include <event2/event.h>
 
 #include "ftl/ftl.h"
-
-#define FLASHD_VERSION "0.1"
+#include "server/version.h"
 /*
  * Request sizes (doc/proto.md, "Block size constraints").  A client that
  * asked for NBD_INFO_BLOCK_SIZE in its NBD_OPT_GO is held to what it was
@@ -80,6 +108,8 @@ struct dimm_cfg {
 	double op_percent;
 	int timing;           /* -1: card/server default */
 	int sync;             /* fdatasync on flush: -1 default (on) */
+	/* given in the file: an existing image's format must match them */
+	bool sector_size_set, capacity_set;
 };
 
 struct server_cfg {
@@ -97,6 +127,7 @@ struct server_cfg {
 	int shutdown_timeout;    /* seconds after SIGTERM before connections are force-closed; 0: default */
 	int poll_us;             /* ioDimm threads poll this long after activity; -1: default */
 	int timing;              /* default timing model for every ioDimm */
+	int allow_degraded;      /* serve what opens (-1: unset, then no) */
 	char *default_preset;
 	struct dimm_cfg *dimms;
 	int ndimms;
@@ -115,6 +146,7 @@ struct conn;
 struct server;
 struct listener;
 struct evconnlistener;
+struct evhttp_bound_socket;
 
 /* What the handshake negotiated, handed to the ioDimm thread. */
 struct handoff {
@@ -129,60 +161,156 @@ struct handoff {
 	struct handoff *next;
 };
 
+/*
+ * Server-side I/O counters of one export since flashd started (they go on
+ * across detach and attach; the FTL's lifetime counters are in ftl_stats).
+ * Written by the ioDimm thread only (conn.c, per request: no lock, no
+ * allocation), copied into snapshots by the same thread.  Latency: from a
+ * request parsed (its payload received) to its reply queued, in buckets
+ * whose upper bounds are lat_bounds_ns[] (the last bucket: above them all).
+ */
+enum io_kind { IOK_READ, IOK_WRITE, IOK_FLUSH, IOK_TRIM, IOK_ZEROES, IOK_OTHER, IOK_N };
+enum lat_class { LAT_READ, LAT_WRITE, LAT_FLUSH, LAT_OTHER, LAT_N };
+#define LAT_NBOUNDS 36
+extern const uint64_t lat_bounds_ns[LAT_NBOUNDS];
+extern const char *const io_kind_names[IOK_N];
+extern const char *const lat_class_names[LAT_N];
+
+struct io_counters {
+	uint64_t ops[IOK_N], errors[IOK_N], bytes[IOK_N];
+	uint64_t lat[LAT_N][LAT_NBOUNDS + 1];   /* per bucket, not cumulative */
+	uint64_t lat_sum_ns[LAT_N];
+};
+
+/* An ioDimm as the main thread sees it (d->mstate). */
+enum dimm_mstate {
+	DM_STARTING,      /* opening at start-up */
+	DM_ATTACHED,      /* FTL open, exported */
+	DM_DETACHED,      /* closed by `detach` (or a format) */
+	DM_FAILED,        /* the last open failed: d->open_errmsg */
+	DM_ATTACHING,     /* attach posted */
+	DM_DETACHING,     /* detach posted: draining, then closing */
+	DM_FORMATTING,    /* format posted */
+	DM_CHECKPOINTING, /* checkpoint posted: exported, requests held */
+};
+const char *dimm_mstate_name(enum dimm_mstate st);
+
+/* A snapshot of one ioDimm (status, statistics, metrics). */
 struct dimm_status {
-	char name[64], export_name[256], preset[32], state[32];
+	char name[64], export_name[256], card[64], preset[32], state[32];
 	char image[512];
+	char error[1024];       /* why it failed, or "" */
+	bool answered;          /* filled by the ioDimm thread (else by main) */
 	bool attached, readonly;
+	bool beacon;            /* main thread's d->beacon */
 	struct ftl_info info;
 	struct ftl_stats stats;
+	uint32_t page_size;     /* NAND page bytes (for NAND bytes from pages) */
+	uint64_t ram_peak;      /* highest ram_bytes seen since flashd started */
+	uint64_t gc_pages_relocated, gc_blocks_collected; /* since flashd started */
+	struct io_counters io;
 	uint32_t connections;
 	uint64_t total_connections;
-	double timing;
+	bool timing;
+};
+
+enum dimm_cmd_type {
+	DCMD_STATUS,      /* snapshot: st */
+	DCMD_ATTACH,      /* open the image and the FTL */
+	DCMD_DETACH,      /* drain and close the connections, close the FTL */
+	DCMD_FORMAT,      /* low-level format (detached only) */
+	DCMD_CHECKPOINT,  /* hold requests, close the FTL (checkpoint), reopen */
+	DCMD_STALL,       /* test hook (FLASHD_TEST_HOOKS=1): sleep stall_ms */
+};
+
+/* Format parameters of a DCMD_FORMAT; 0 / unset: the ioDimm's [dimm] keys. */
+struct dimm_format_req {
+	uint32_t sector_size;
+	uint64_t capacity;      /* bytes */
+	double capacity_pct;    /* of the stock capacity */
+	double op_percent;
+};
+
+struct ctl_req;
+
+/* One request on the command channel; see "Command channel" above. */
+struct dimm_cmd {
+	enum dimm_cmd_type type;
+	struct dimm *d;
+	struct ctl_req *owner;  /* main thread: whom the reply goes to */
+	int slot;               /* the owner's per-ioDimm slot */
+	/* arguments */
+	struct dimm_format_req fmt;
+	uint32_t stall_ms;
+	/* results */
+	int rc;                 /* 0 or negative errno */
+	char msg[1536];         /* what happened, for the client */
+	struct dimm_status st;  /* DCMD_STATUS; the others fill it too */
+	struct dimm_cmd *next;
 };
 
 struct dimm {
 	struct server *srv;
 	struct dimm_cfg *cfg;
 	int index;
+	/* ---- ioDimm thread only (main: see "Attach state") ---- */
 	struct nand_dev *dev;
-	struct ftl *ftl;
-	struct ftl_info info;
-	uint64_t size;              /* export size in bytes */
+	struct ftl *ftl;            /* NULL while detached */
+	struct ftl_info info;       /* as opened (main reads it while exported) */
+	uint64_t size;              /* export size in bytes (likewise) */
 
 	pthread_t thread;
+	bool thread_started;
 	struct event_base *base;
-	struct event *wake_ev;      /* hand-offs, status requests, stop */
+	struct event *wake_ev;      /* hand-offs, commands, stop */
 	struct event *timer_ev;     /* next FTL deadline (timed media) */
 	struct event *deadline_ev;  /* shutdown: force-close what is still open */
+	struct event *op_ev;        /* detach / checkpoint: deadline of the drain */
 	bool stopping;              /* stop seen by the thread, deadline armed */
 	struct conn *conns;         /* connections in transmission */
 	struct conn *dirty;         /* connections with replies to send */
 	uint64_t activity;          /* bumped per receive: ends or extends a spin */
+	uint32_t ftl_inflight;      /* requests submitted to the FTL, not done */
+	bool paused;                /* checkpoint: parse no new requests */
+	struct dimm_cmd *op;        /* detach or checkpoint in progress */
+	struct io_counters io;
+	uint64_t ram_peak;
+	uint64_t gc_base_pages, gc_base_blocks; /* of FTL instances closed */
+
+	/* ---- main thread only ---- */
+	enum dimm_mstate mstate;
+	bool exported;              /* offered to handshakes */
+	bool beacon;                /* locate LED lit (flashctl beacon; simulated) */
 
 	pthread_mutex_t lock;       /* protects the fields below */
 	pthread_cond_t cond;
 	struct handoff *incoming;
+	struct dimm_cmd *cmds, *cmds_tail;
 	bool stop;                  /* drain and close, then leave the loop */
-	bool status_wanted;
-	uint64_t status_gen;        /* bumped when status is refreshed */
-	struct dimm_status status;
-	bool ready;                 /* opened (or failed: open_error) */
-	int open_error;
-	char open_errmsg[512];
+	bool ready;                 /* start-up open done (open_error says how) */
+	int open_error;             /* the last open's result */
+	char open_errmsg[1024];
 	uint32_t nconns;
 	uint64_t total_conns;
 };
 
 int dimm_start(struct dimm *d);                 /* thread: open media and FTL */
-int dimm_wait_ready(struct dimm *d);
+int dimm_wait_ready(struct dimm *d);            /* start-up open result */
 void dimm_adopt(struct dimm *d, struct handoff *h);
 void dimm_stop(struct dimm *d);                 /* ask to drain, close, checkpoint */
 void dimm_join(struct dimm *d);
-int dimm_get_status(struct dimm *d, struct dimm_status *out); /* fresh snapshot */
+/* Main thread: queue cmd for d's thread; it comes back through the
+ * server's done queue (ctl.c: ctl_cmd_done). */
+void dimm_post(struct dimm *d, struct dimm_cmd *cmd);
+/* A snapshot the main thread can make without the ioDimm thread: names,
+ * main state, open error, connection counts; no FTL figures. */
+void dimm_status_main(struct dimm *d, struct dimm_status *st);
 uint16_t dimm_tflags(struct dimm *d, bool structured);
 void dimm_describe(struct dimm *d, char *buf, size_t len);
 /* ioDimm thread: drive the FTL, send ready replies, re-arm the timer */
 void dimm_kick(struct dimm *d);
+/* ioDimm thread (conn.c): the latency bucket of ns */
+int lat_bucket(uint64_t ns);
 
 /* ---- server ------------------------------------------------------------- */
 
@@ -196,13 +324,27 @@ struct server {
 	struct listener *ctl_listener;  /* the control socket's accept back-off */
 	struct event *sig_term, *sig_int, *sig_hup;
 	bool shutting_down;
+	bool test_hooks;            /* FLASHD_TEST_HOOKS=1: /v1/dimms/NAME/test-stall */
 	time_t started;
 	pthread_mutex_t lock;
 	int nconns;                 /* all connections, handshaking or not */
 	struct hs *handshakes;      /* connections in handshake */
+	struct ctl_req *ctl_reqs;   /* control requests not yet finished */
+	struct evhttp_bound_socket *ctl_bound;
+	int ctl_sending;            /* replies handed to evhttp, not yet written */
+	bool ctl_closing;           /* ctl_shutdown ran: exit once they are */
+	/* done queue of the command channel (ioDimm threads -> main) */
+	pthread_mutex_t cmd_lock;
+	struct dimm_cmd *done, *done_tail;
+	struct event *cmd_ev;
 };
 
+/* An exported ioDimm (the default export: the first exported one). */
 struct dimm *server_find_export(struct server *srv, const char *name, size_t len);
+/* The ioDimm named name (its export name), exported or not, or NULL. */
+struct dimm *server_find_dimm_by_export(struct server *srv, const char *name, size_t len);
+/* Tell systemd and the log what is served (after an attach or a detach). */
+void server_update_status(struct server *srv);
 void server_conn_closed(struct server *srv);
 /* Back off and retry when accept fails (out of descriptors or memory)
  * instead of spinning; owned: closing the watch frees the listener too. */
@@ -217,12 +359,23 @@ void handshake_shutdown_all(struct server *srv);
 /* conn.c (ioDimm thread) */
 void conn_adopt(struct dimm *d, struct handoff *h);
 void conn_flush_dirty(struct dimm *d);
-void conn_stop_all(struct dimm *d);
-int conn_abort_all(struct dimm *d);
+void conn_stop_all(struct dimm *d, const char *why);
+void conn_drain_all(struct dimm *d, const char *why);  /* detach */
+int conn_drain_step(struct dimm *d);   /* close idle draining ones; how many are left */
+int conn_abort_all(struct dimm *d, const char *why);
+void conn_resume_all(struct dimm *d);  /* after d->paused is cleared */
 
 /* ctl.c (main thread) */
 int ctl_start(struct server *srv, char *err, size_t errlen);
+/* After every ioDimm thread has ended: stop accepting, answer what is
+ * left, and end the main loop once those replies are written (at most 1 s). */
+void ctl_shutdown(struct server *srv);
+/* After the main loop: free the control socket. */
 void ctl_stop(struct server *srv);
+/* The done queue's event (srv->cmd_ev): route replies to their requests. */
+void ctl_cmd_done(evutil_socket_t fd, short what, void *arg);
+/* ioDimm thread: post cmd back to the main thread. */
+void dimm_cmd_reply(struct dimm_cmd *cmd);
 
 /* byte order helpers */
 static inline void put16(uint8_t *p, uint16_t v)

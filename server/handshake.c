@@ -144,6 +144,22 @@ static void reply_info_block_size(struct hs *h, struct dimm *d)
 
 /* ---- options ------------------------------------------------------------ */
 
+/* NBD_REP_ERR_UNKNOWN, saying why when the export exists but is not served. */
+static void reply_unknown(struct hs *h, const char *name, uint32_t nl)
+{
+	struct dimm *d = nl ? server_find_dimm_by_export(h->srv, name, nl) : NULL;
+	char msg[512];
+	if (!d)
+		snprintf(msg, sizeof msg, "no such export (try NBD_OPT_LIST)");
+	else if (d->mstate == DM_FAILED)
+		snprintf(msg, sizeof msg, "export '%s' is not served: ioDimm %s failed to open "
+			 "(flashctl status shows why)", d->cfg->export_name, d->cfg->name);
+	else
+		snprintf(msg, sizeof msg, "export '%s' is not served: ioDimm %s is %s (flashctl attach %s)",
+			 d->cfg->export_name, d->cfg->name, dimm_mstate_name(d->mstate), d->cfg->name);
+	reply_err(h, NBD_REP_ERR_UNKNOWN, msg);
+}
+
 static void opt_list(struct hs *h)
 {
 	if (h->optlen) {
@@ -152,7 +168,7 @@ static void opt_list(struct hs *h)
 	}
 	for (int i = 0; i < h->srv->ndimms; i++) {
 		struct dimm *d = &h->srv->dimms[i];
-		if (d->open_error)
+		if (!d->exported)
 			continue;
 		char desc[256];
 		dimm_describe(d, desc, sizeof desc);
@@ -189,9 +205,7 @@ static bool opt_info_go(struct hs *h, const uint8_t *p, bool go)
 	}
 	struct dimm *d = server_find_export(h->srv, (const char *)p + 4, nl);
 	if (!d) {
-		char msg[128];
-		snprintf(msg, sizeof msg, "no such export (try NBD_OPT_LIST)");
-		reply_err(h, NBD_REP_ERR_UNKNOWN, msg);
+		reply_unknown(h, (const char *)p + 4, nl);
 		return false;
 	}
 	if (h->srv->shutting_down) {
@@ -272,7 +286,7 @@ static void opt_meta(struct hs *h, const uint8_t *p, bool set)
 	}
 	struct dimm *d = server_find_export(h->srv, (const char *)p + 4, nl);
 	if (!d) {
-		reply_err(h, NBD_REP_ERR_UNKNOWN, "no such export");
+		reply_unknown(h, (const char *)p + 4, nl);
 		return;
 	}
 	static const char ctx[] = "base:allocation";
@@ -313,8 +327,12 @@ static void handle_option(struct hs *h, const uint8_t *p)
 	case NBD_OPT_EXPORT_NAME: {
 		struct dimm *d = server_find_export(h->srv, (const char *)p, h->optlen);
 		if (!d) {
+			/* no error path in the protocol: the connection closes */
 			h->state = HS_CLOSING;
-			h->close_reason = "NBD_OPT_EXPORT_NAME names no export";
+			h->close_reason = server_find_dimm_by_export(h->srv, (const char *)p, h->optlen) ?
+						  "NBD_OPT_EXPORT_NAME names an export that is not served "
+						  "(detached or failed)" :
+						  "NBD_OPT_EXPORT_NAME names no export";
 			return;
 		}
 		h->target = d;
@@ -467,7 +485,12 @@ static void write_cb(struct bufferevent *bev, void *arg)
 	}
 	if (h->state != HS_HANDOFF)
 		return;
-	/* everything sent: the socket goes to the ioDimm's thread */
+	/* everything sent: the socket goes to the ioDimm's thread, unless its
+	 * export was withdrawn meanwhile (flashd.h, "Attach state") */
+	if (!h->target->exported) {
+		hs_close(h, "the export was detached during the handshake");
+		return;
+	}
 	struct handoff *ho = calloc(1, sizeof *ho);
 	struct evbuffer *in = bufferevent_get_input(bev);
 	if (!ho) {

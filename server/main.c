@@ -6,9 +6,19 @@
  * dimm1 on 127.0.0.1:10809, state under ./var/ when run from the checkout
  * (else /var/lib/flashd).
  *
+ * Configuration: --config FILE, else /etc/flashd/flashd.conf if it exists,
+ * else the embedded default; the command line wins over the file for every
+ * key.  --check-config checks it (everything but the images) and exits: 0
+ * if it is good, 2 with the error otherwise.
+ *
  * Start-up steps (undone in reverse on failure): configuration, state
- * directory, ioDimms (each opens its image and FTL on its own thread),
- * listeners, control socket, pidfile, READY.  Shutdown on SIGTERM/SIGINT:
+ * directory, ioDimms (each opens its image and FTL on its own thread; every
+ * result is known before READY), listeners, control socket, pidfile, READY.
+ * Health policy: flashd starts only if every configured ioDimm opens (else
+ * it logs why and exits 1); with --allow-degraded (allow_degraded = yes) it
+ * serves those that open, logs a warning per ioDimm that did not and tells
+ * systemd "STATUS=degraded: ..." (the others stay attachable: flashctl
+ * attach retries the open).  Shutdown on SIGTERM/SIGINT:
  * stop accepting, drop connections still negotiating, let every ioDimm
  * answer what is in flight (for at most shutdown_timeout seconds, then the
  * connections left are force-closed) and close its FTL with a checkpoint.
@@ -41,6 +51,8 @@
 #include "common/parse.h"
 #include "server/flashd.h"
 
+#define DEFAULT_CONFIG "/etc/flashd/flashd.conf"
+
 static struct server srv;
 static int pidfile_fd = -1;
 
@@ -48,8 +60,15 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 		"usage: flashd [options]\n"
-		"  -c, --config FILE       configuration (see conf/flashd.conf); default: an\n"
+		"  -c, --config FILE       configuration (see conf/flashd.conf); default:\n"
+		"                          " DEFAULT_CONFIG " if it exists, else an\n"
 		"                          embedded simulated ioDrive Duo (dimm0, dimm1)\n"
+		"      --no-config         the embedded default even if " DEFAULT_CONFIG "\n"
+		"                          exists\n"
+		"      --check-config      check the configuration (without opening images or\n"
+		"                          sockets) and exit: 0 if good, 2 if not\n"
+		"      --allow-degraded    serve the ioDimms that open when some do not (default:\n"
+		"                          refuse to start unless every one opens)\n"
 		"  -s, --state-dir DIR     NAND images and sockets (default ./var in the checkout,\n"
 		"                          else /var/lib/flashd)\n"
 		"  -l, --listen HOST:PORT  NBD on TCP; repeatable; IPv6 as [ADDR]:PORT\n"
@@ -67,27 +86,69 @@ static void usage(FILE *out)
 		"  -P, --pidfile FILE      write the pid there\n"
 		"      --syslog            log to syslog\n"
 		"  -v, --verbose           more logging (per-option negotiation detail)\n"
-		"  -V, --version\n");
+		"  -V, --version\n"
+		"Command-line options win over the file.  Management: flashctl (status, attach,\n"
+		"detach, format, checkpoint, stats --live) over the control socket.\n");
 }
 
 /* ---- helpers ------------------------------------------------------------ */
 
-struct dimm *server_find_export(struct server *s, const char *name, size_t len)
+struct dimm *server_find_dimm_by_export(struct server *s, const char *name, size_t len)
 {
-	if (len == 0) {
-		/* the default export: the first ioDimm that is up */
-		for (int i = 0; i < s->ndimms; i++)
-			if (!s->dimms[i].open_error)
-				return &s->dimms[i];
-		return NULL;
-	}
 	for (int i = 0; i < s->ndimms; i++) {
 		struct dimm *d = &s->dimms[i];
-		if (!d->open_error && strlen(d->cfg->export_name) == len &&
-		    !memcmp(d->cfg->export_name, name, len))
+		if (strlen(d->cfg->export_name) == len && !memcmp(d->cfg->export_name, name, len))
 			return d;
 	}
 	return NULL;
+}
+
+struct dimm *server_find_export(struct server *s, const char *name, size_t len)
+{
+	if (len == 0) {
+		/* the default export: the first ioDimm that is served */
+		for (int i = 0; i < s->ndimms; i++)
+			if (s->dimms[i].exported)
+				return &s->dimms[i];
+		return NULL;
+	}
+	struct dimm *d = server_find_dimm_by_export(s, name, len);
+	return d && d->exported ? d : NULL;
+}
+
+/*
+ * STATUS= for systemd: what is served, and what is not (with why, for an
+ * ioDimm that failed to open).  "degraded: " leads when any ioDimm failed
+ * (one detached on purpose is not a fault).  Main thread.
+ */
+void server_update_status(struct server *s)
+{
+	char buf[2048], *p = buf, *end = buf + sizeof buf;
+	int up = 0, failed = 0;
+	for (int i = 0; i < s->ndimms; i++) {
+		up += s->dimms[i].exported;
+		failed += s->dimms[i].mstate == DM_FAILED;
+	}
+	p += snprintf(p, (size_t)(end - p), "STATUS=%sserving %d of %d ioDimm(s)",
+		      failed ? "degraded: " : "", up, s->ndimms);
+	for (int i = 0; i < s->ndimms && p < end - 1; i++) {
+		struct dimm *d = &s->dimms[i];
+		if (d->exported)
+			continue;
+		if (d->mstate == DM_FAILED) {
+			pthread_mutex_lock(&d->lock);
+			p += snprintf(p, (size_t)(end - p), "; %s failed: %s", d->cfg->name, d->open_errmsg);
+			pthread_mutex_unlock(&d->lock);
+		} else {
+			p += snprintf(p, (size_t)(end - p), "; %s %s", d->cfg->name,
+				      dimm_mstate_name(d->mstate));
+		}
+	}
+	/* one line: an error message could hold a newline */
+	for (char *q = buf; *q; q++)
+		if (*q == '\n')
+			*q = ' ';
+	sd_notify(0, buf);
 }
 
 void server_conn_closed(struct server *s)
@@ -478,8 +539,9 @@ static void shutdown_server(void)
 	 * shutdown_timeout, then closes its FTL (checkpoint) */
 	for (int i = 0; i < srv.ndimms; i++)
 		dimm_join(&srv.dimms[i]);
-	ctl_stop(&srv);
-	event_base_loopexit(srv.base, NULL);
+	/* answers what waited for the ioDimms, then ends the loop once the
+	 * replies are out */
+	ctl_shutdown(&srv);
 }
 
 static void signal_cb(evutil_socket_t sig, short what, void *arg)
@@ -517,10 +579,14 @@ int main(int argc, char **argv)
 		{ "verbose", no_argument, 0, 'v' },
 		{ "version", no_argument, 0, 'V' },
 		{ "help", no_argument, 0, 'h' },
+		{ "allow-degraded", no_argument, 0, 'A' },
+		{ "check-config", no_argument, 0, 'K' },
+		{ "no-config", no_argument, 0, 'N' },
 		{ 0, 0, 0, 0 },
 	};
-	struct server_cfg cli = { .timing = -1, .poll_us = -1 };
+	struct server_cfg cli = { .timing = -1, .poll_us = -1, .allow_degraded = -1 };
 	const char *config = NULL;
+	bool check_only = false, no_config = false;
 	char err[1024] = "";
 	int c;
 
@@ -578,6 +644,9 @@ int main(int argc, char **argv)
 		case 'S': cli.use_syslog = true; break;
 		case 'v': cli.verbose++; break;
 		case 'V': printf("flashd %s\n", FLASHD_VERSION); return 0;
+		case 'A': cli.allow_degraded = 1; break;
+		case 'K': check_only = true; break;
+		case 'N': no_config = true; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -588,12 +657,24 @@ int main(int argc, char **argv)
 		return 2;
 	}
 
-	/* command line first, so it wins over the file */
+	if (config && no_config) {
+		fprintf(stderr, "flashd: --config and --no-config exclude each other\n");
+		return 2;
+	}
+	if (!config && !no_config && access(DEFAULT_CONFIG, F_OK) == 0)
+		config = DEFAULT_CONFIG;
+
+	/* command line first, so it wins over the file (config.c keeps a key
+	 * the command line set) */
 	srv.cfg = cli;
 	if (config && config_load(&srv.cfg, config, err, sizeof err)) {
 		fprintf(stderr, "flashd: %s\n", err);
 		return 2;
 	}
+	/* --timing wins over every timing key of the file, [card] and [dimm] too */
+	if (cli.timing >= 0)
+		for (int i = 0; i < srv.cfg.ndimms; i++)
+			srv.cfg.dimms[i].timing = cli.timing;
 	if (cli.nlisten && config) {
 		/* --listen replaces the file's addresses: keep only the first cli.nlisten */
 		for (int i = cli.nlisten; i < srv.cfg.nlisten; i++)
@@ -602,17 +683,30 @@ int main(int argc, char **argv)
 	}
 	if (!srv.cfg.state_dir)
 		srv.cfg.state_dir = default_state_dir();
-	if (!srv.cfg.unix_path) {
-		char p[4200];
-		snprintf(p, sizeof p, "%s/flashd.sock", srv.cfg.state_dir);
-		srv.cfg.unix_path = strdup(p);
-	}
 	if (config_finish(&srv.cfg, err, sizeof err)) {
 		fprintf(stderr, "flashd: %s\n", err);
 		return 2;
 	}
 	if (srv.cfg.shutdown_timeout <= 0)
 		srv.cfg.shutdown_timeout = 10;
+	if (check_only) {
+		printf("flashd: configuration %s is good: %d ioDimm(s)%s\n",
+		       srv.cfg.config_file ? srv.cfg.config_file : "(embedded default)", srv.cfg.ndimms,
+		       srv.cfg.allow_degraded ? ", degraded start allowed" : "");
+		for (int i = 0; i < srv.cfg.ndimms; i++) {
+			struct dimm_cfg *d = &srv.cfg.dimms[i];
+			printf("  [dimm %s] export '%s', preset %s, image %s%s\n", d->name, d->export_name,
+			       d->preset, d->image, d->readonly ? ", read-only" : "");
+		}
+		for (int i = 0; i < srv.cfg.nlisten; i++)
+			printf("  listen %s\n", srv.cfg.listen[i]);
+		if (srv.cfg.unix_path && srv.cfg.unix_path[0])
+			printf("  unix socket %s\n", srv.cfg.unix_path);
+		printf("  control socket %s\n", srv.cfg.control_path);
+		config_free(&srv.cfg);
+		return 0;
+	}
+	srv.test_hooks = getenv("FLASHD_TEST_HOOKS") && !strcmp(getenv("FLASHD_TEST_HOOKS"), "1");
 	log_init(srv.cfg.use_syslog, srv.cfg.verbose);
 	ftl_set_logger(ftl_logger, NULL);
 
@@ -645,9 +739,12 @@ int main(int argc, char **argv)
 	raise_fd_limit();
 	evthread_use_pthreads();
 	pthread_mutex_init(&srv.lock, NULL);
+	pthread_mutex_init(&srv.cmd_lock, NULL);
 	srv.base = event_base_new();
 	srv.started = time(NULL);
-	if (!srv.base) {
+	if (srv.base)
+		srv.cmd_ev = event_new(srv.base, -1, EV_READ, ctl_cmd_done, &srv);
+	if (!srv.base || !srv.cmd_ev) {
 		log_err("cannot create the event loop");
 		return 1;
 	}
@@ -658,6 +755,19 @@ int main(int argc, char **argv)
 			log_err("pidfile %s: %s", srv.cfg.pidfile,
 				errno == EWOULDBLOCK ? "another flashd holds it" : strerror(errno));
 			return 1;
+		}
+	}
+
+	/* TCP listeners first: an address that cannot be bound (in use, not on
+	 * this host) is reported before any image is opened.  Nothing is
+	 * accepted before the loop runs, after READY.  The unix and control
+	 * sockets come after the images: binding them replaces a socket file,
+	 * which must not happen to another flashd using the same state
+	 * directory (its image locks stop this one first). */
+	for (int i = 0; i < srv.cfg.nlisten; i++) {
+		if (listen_tcp(srv.cfg.listen[i], err, sizeof err)) {
+			log_err("%s", err);
+			goto fail_early;
 		}
 	}
 
@@ -675,27 +785,34 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
+	/* every open result is known before READY (flashd.h, "Attach state":
+	 * the ready handshake orders d->info and d->size before their use) */
 	int up = 0;
 	for (int i = 0; i < srv.ndimms; i++) {
 		struct dimm *d = &srv.dimms[i];
 		if (dimm_wait_ready(d)) {
-			log_err("%s: %s; it is not exported", d->cfg->name, d->open_errmsg);
-			dimm_join(d);
+			d->mstate = DM_FAILED;
+			if (srv.cfg.allow_degraded)
+				log_warn("%s: %s; it is not exported (degraded start allowed; after fixing "
+					 "it, 'flashctl attach %s')", d->cfg->name, d->open_errmsg, d->cfg->name);
+			else
+				log_err("%s: %s", d->cfg->name, d->open_errmsg);
 		} else {
+			d->mstate = DM_ATTACHED;
+			d->exported = true;
 			up++;
 		}
 	}
-	if (!up) {
-		log_err("no ioDimm could be opened; exiting");
-		return 1;
+	if (!up || (up < srv.ndimms && !srv.cfg.allow_degraded)) {
+		if (!up)
+			log_err("no ioDimm could be opened; exiting");
+		else
+			log_err("refusing to start: %d of %d ioDimm(s) did not open (--allow-degraded, or "
+				"allow_degraded = yes in [server], serves the others)", srv.ndimms - up,
+				srv.ndimms);
+		goto fail;
 	}
 
-	for (int i = 0; i < srv.cfg.nlisten; i++) {
-		if (listen_tcp(srv.cfg.listen[i], err, sizeof err)) {
-			log_err("%s", err);
-			goto fail;
-		}
-	}
 	if (srv.cfg.unix_path && srv.cfg.unix_path[0] && listen_unix(srv.cfg.unix_path, err, sizeof err)) {
 		log_err("%s", err);
 		goto fail;
@@ -718,19 +835,26 @@ int main(int argc, char **argv)
 			log_warn("cannot write pidfile %s", srv.cfg.pidfile);
 	}
 	check_fd_limit();
-	log_info("flashd %s ready: %d ioDimm(s), control socket %s", FLASHD_VERSION, up,
-		 srv.cfg.control_path);
-	sd_notifyf(0, "READY=1\nSTATUS=serving %d ioDimm(s)\nMAINPID=%d", up, (int)getpid());
+	if (up < srv.ndimms)
+		log_warn("flashd %s ready, degraded: serving %d of %d ioDimm(s), control socket %s",
+			 FLASHD_VERSION, up, srv.ndimms, srv.cfg.control_path);
+	else
+		log_info("flashd %s ready: %d ioDimm(s), control socket %s", FLASHD_VERSION, up,
+			 srv.cfg.control_path);
+	server_update_status(&srv);
+	sd_notifyf(0, "READY=1\nMAINPID=%d", (int)getpid());
 
 	event_base_dispatch(srv.base);
 
 	if (!srv.shutting_down)
 		shutdown_server();
+	ctl_stop(&srv);
 	if (srv.cfg.pidfile)
 		unlink(srv.cfg.pidfile);
 	event_free(srv.sig_term);
 	event_free(srv.sig_int);
 	event_free(srv.sig_hup);
+	event_free(srv.cmd_ev);
 	event_base_free(srv.base);
 	free(srv.dimms);
 	config_free(&srv.cfg);
@@ -738,10 +862,13 @@ int main(int argc, char **argv)
 	return 0;
 
 fail:
+	/* nothing was posted on the command channel yet: no reply to wait for */
 	for (int i = 0; i < srv.ndimms; i++)
 		dimm_stop(&srv.dimms[i]);
 	for (int i = 0; i < srv.ndimms; i++)
 		dimm_join(&srv.dimms[i]);
+fail_early:
+	ctl_stop(&srv);
 	if (srv.cfg.pidfile)
 		unlink(srv.cfg.pidfile);
 	return 1;

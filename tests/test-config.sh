@@ -93,6 +93,19 @@ timeout 10 "$FLASHD" --foreground --state-dir "$T/cli-state" --listen 127.0.0.1:
 grep -qF "'127.0.0.1:99999'" "$T/bad.out" || fail "--listen 127.0.0.1:99999: no error naming it: $(cat "$T/bad.out")"
 [ ! -e "$T/cli-state" ] || fail "--listen 127.0.0.1:99999: the state directory was created"
 ok "loose numbers and bad listen addresses are refused before anything is opened"
+# a well-formed address that cannot be bound (not on this host: TEST-NET-1)
+# is reported before any ioDimm opens: no image is created
+rm -rf "$T/bind-state"
+mkdir -p "$T/bind-state"
+rc=0
+timeout 20 "$FLASHD" --foreground --no-config --state-dir "$T/bind-state" --preset test-1g --timing off \
+	--listen 192.0.2.1:10809 >"$T/bind.out" 2>&1 || rc=$?
+cat "$T/bind.out"
+[ $rc -eq 1 ] || fail "--listen 192.0.2.1:10809: exit $rc, want 1"
+grep -q "192.0.2.1:10809" "$T/bind.out" || fail "the error does not name the address"
+grep -q "formatting\|opened in" "$T/bind.out" && fail "ioDimms were opened before the listen address failed"
+[ -z "$(ls "$T/bind-state")" ] || fail "the state directory changed: $(ls "$T/bind-state")"
+ok "an address that cannot be bound is reported before any image is opened"
 
 printf '[dimm a]\npreset = test-1g\n[dimm b]\n[dimm a]\nop = 20\n' |
 	expect_bad "duplicate [dimm a]" "[dimm a]" ":4:" "line 1"
@@ -104,6 +117,9 @@ printf '[dimm a]\ncapacity = 80%%\nop = 20\n' | expect_bad "capacity and op" "op
 printf '[dimm]\n' | expect_bad "[dimm] without a name" "[dimm]"
 printf '[card duo0]\n[dimm a]\ncard = duo1\n' | expect_bad "card without a section" "card" "'duo1'" "no [card duo1]"
 printf '[dimm ../a]\n' | expect_bad "[dimm ../a]" "[dimm ../a]"
+# a file that names no ioDimm is a mistake, not the embedded pair
+printf '[server]\nverbose = yes\n' | expect_bad "only [server]" "no [dimm NAME] section"
+printf '' | expect_bad "an empty file" "no [dimm NAME] section"
 ok "repeated sections and keys are refused"
 
 printf '[dimm a]\nimage = ./x.img\n[dimm b]\nimage = x.img\n' |

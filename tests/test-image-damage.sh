@@ -2,10 +2,13 @@
 # timeout: 300
 # Damaged images never come back as a blank disk or as wrong data
 # (tests/nbd/image_tool.py does the damage, on a stopped flashd):
-#   1. every superblock page of dimm0 damaged: flashd refuses dimm0 with an
-#      error naming `flashctl recover` (dimm1 is still served), writes
-#      nothing to the image, and after `flashctl recover --rebuild-superblock`
-#      serves all the data again
+#   1. every superblock page of dimm0 damaged: flashd refuses to start
+#      (exit 1) with an error naming `flashctl recover`; with
+#      --allow-degraded it starts, says it is degraded (status, log
+#      warning), serves dimm1 and refuses dimm0; it writes nothing to the
+#      image; `flashctl recover --rebuild-superblock` runs on the image
+#      while flashd serves dimm1 (a failed ioDimm's image is not held open),
+#      and `flashctl attach dimm0` then serves all the data again
 #   1b. two bytes of the block table changed (the write pointer of the
 #      superblock's block): detected, rebuilt from the pages, reported, data
 #      intact, no format
@@ -47,20 +50,32 @@ print(json.dumps(d))' "$@"
 n=$($TOOL "$IMG" damage-superblocks) || fail "damaging the superblocks"
 ok "damaged $n superblock pages of dimm0"
 before=$($TOOL "$IMG" sha256)
+rc=0
+timeout 60 "$FLASHD" --foreground --state-dir "$T/state" --config "$T/flashd.conf" --timing off \
+	--listen "127.0.0.1:$FLASHD_PORT" --unix "$FLASHD_SOCK" 2>"$T/refused.log" || rc=$?
+[ $rc -eq 1 ] || fail "flashd with a damaged ioDimm and no --allow-degraded exits $rc, want 1"
+grep -q "flashd\[error\]: dimm0: .*flashctl recover" "$T/refused.log" || fail "the refusal does not name flashctl recover:
+$(cat "$T/refused.log")"
+grep -q "flashd\[error\]: refusing to start: 1 of 2" "$T/refused.log" || fail "no error saying flashd refuses to start"
+ok "damaged superblock, default policy: flashd refuses to start (exit 1)"
 log_lines=$(wc -l <"$T/flashd.log")
-start_flashd --config "$T/flashd.conf" --timing off
+start_flashd --config "$T/flashd.conf" --timing off --allow-degraded
 tail -n +$((log_lines + 1)) "$T/flashd.log" >"$T/start1.log"
 grep -q "dimm0: formatting" "$T/start1.log" && fail "flashd formatted an image that holds data"
 grep -q "flashctl recover" "$T/start1.log" || fail "the refusal does not name flashctl recover:
 $(cat "$T/start1.log")"
 grep -q "not blank" "$T/start1.log" || fail "the refusal does not say the media holds data"
+grep -q "flashd\[warning\]: flashd .* ready, degraded: serving 1 of 2" "$T/start1.log" ||
+	fail "the degraded start is not logged as a warning"
 nbd_region_is "$FLASHD_URI1" 0 $((24 << 20)) "$DATA" || fail "dimm1 is not served"
 nbdinfo "$FLASHD_URI0" >/dev/null 2>&1 && fail "dimm0 is exported although it did not open"
 [ "$(status_field dimm0 state)" = '"failed"' ] || fail "status of dimm0: $(status_field dimm0 state), want failed"
-stop_flashd
+[ "$(flashd_status | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["degraded"])')" = True ] ||
+	fail "status does not say degraded"
 [ "$($TOOL "$IMG" sha256)" = "$before" ] || fail "flashd wrote to the damaged image"
-ok "damaged superblock: refused with the recovery path, image untouched, dimm1 served"
+ok "damaged superblock, --allow-degraded: dimm0 refused with the recovery path, image untouched, dimm1 served"
 
+# recovery while flashd serves dimm1
 rc=0
 "$FLASHCTL" recover "$IMG" >"$T/recover.out" 2>&1 || rc=$?
 cat "$T/recover.out"
@@ -70,10 +85,15 @@ grep -q -- "--rebuild-superblock" "$T/recover.out" || fail "recover does not nam
 "$FLASHCTL" recover "$IMG" --rebuild-superblock || fail "rebuilding the superblock"
 "$FLASHCTL" recover "$IMG" --rebuild-superblock >/dev/null 2>&1 &&
 	fail "a second rebuild over a valid superblock was accepted"
-start_flashd --config "$T/flashd.conf" --timing off
+"$FLASHCTL" attach dimm0 --control "$FLASHD_CTL" || fail "attach dimm0 after the rebuild"
 nbd_region_is "$FLASHD_URI0" 0 $((24 << 20)) "$DATA" || fail "dimm0 data after the rebuild"
+[ "$(flashd_status | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["degraded"])')" = False ] ||
+	fail "status still says degraded after the attach"
 stop_flashd
-ok "superblock rebuilt by flashctl recover: all data back"
+start_flashd --config "$T/flashd.conf" --timing off
+nbd_region_is "$FLASHD_URI0" 0 $((24 << 20)) "$DATA" || fail "dimm0 data after a restart"
+stop_flashd
+ok "superblock rebuilt by flashctl recover while flashd ran, attached: all data back"
 
 # ---- 1b: block table entry changed ----------------------------------------------
 $TOOL "$IMG" set-wp 0 0 || fail "changing the block table"

@@ -1,0 +1,245 @@
+#!/bin/bash
+# timeout: 300
+# Health that tells the truth and configuration checked early (issue 13):
+#   1. an image whose format differs from its [dimm] keys (sector_size =
+#      4096 on a 512-byte image): flashd refuses to start (exit 1), logs an
+#      error naming `flashctl format`, leaves the image as it was; with
+#      JOURNAL_STREAM naming its stderr every line carries its priority
+#      (<3> for the error, <6> for info) and no timestamp of its own;
+#   2. --allow-degraded: READY=1 and "STATUS=degraded: ..." reach systemd's
+#      notify socket (a Python listener here), a warning-level line says
+#      what is not served, status says degraded with the reason, a client
+#      of that export is refused with a message, the other export serves
+#      its data; `flashctl attach` opens it anyway (a warning: the admin
+#      asked), a format through flashd makes it match, and a plain restart
+#      then starts normally ("serving 2 of 2", not degraded);
+#   3. allow_degraded = yes in [server] does the same; a bad value of it is
+#      a configuration error (exit 2, naming the key);
+#   4. --check-config: exit 0 and a summary for a good file, 2 for a bad
+#      one, and it creates and opens nothing (works while flashd runs);
+#   5. the command line wins over the file for unix, control, listen and
+#      timing;
+#   6. /etc/flashd/flashd.conf is the default configuration when it exists
+#      (shown in a mount namespace with an overlay on /etc), --no-config
+#      ignores it.
+source "$(dirname "$0")/functions.sh"
+
+MiB=$((1 << 20))
+TOOL="$PYTHON $NBD_CHECKS/image_tool.py"
+cat >"$T/base.conf" <<EOF
+[dimm dimm0]
+preset = test-1g
+[dimm dimm1]
+preset = test-1g
+EOF
+sed '/^\[dimm dimm0\]/a sector_size = 4096' "$T/base.conf" >"$T/4k.conf"
+DATA=$T/data
+random_file "$DATA" 8
+start_flashd --config "$T/base.conf" --timing off
+qemu-img convert -n -f raw -O raw "$DATA" "$FLASHD_URI0" || fail "writing dimm0"
+qemu-img convert -n -f raw -O raw "$DATA" "$FLASHD_URI1" || fail "writing dimm1"
+stop_flashd
+PORT=$FLASHD_PORT
+
+# run_flashd NAME ARGS...: flashd in the foreground on the test's state, its
+# stderr in $T/NAME.log; the exit status in $rc (or a timeout after 60 s)
+run_flashd() {
+	local name=$1
+	shift
+	rc=0
+	timeout 60 "$FLASHD" --foreground --state-dir "$FLASHD_STATE" --listen "127.0.0.1:$PORT" \
+		--unix "$FLASHD_SOCK" --timing off "$@" 2>"$T/$name.log" || rc=$?
+}
+
+# ---- 1. refused start ---------------------------------------------------------------------
+before=$($TOOL "$FLASHD_STATE/dimm0.img" sha256)
+run_flashd refuse --config "$T/4k.conf"
+cat "$T/refuse.log"
+[ $rc = 1 ] || fail "a start with a format mismatch exits $rc, want 1"
+grep -q "flashd\[error\]: dimm0: image .*dimm0.img is formatted with 1677720 sectors of 512 bytes" "$T/refuse.log" ||
+	fail "no error-level line explaining dimm0"
+grep -q "asks for sector_size = 4096" "$T/refuse.log" || fail "the error does not say what the file asks for"
+grep -q "flashctl format dimm0 --yes" "$T/refuse.log" || fail "the error does not name flashctl format"
+grep -q "flashd\[error\]: refusing to start: 1 of 2 ioDimm(s) did not open (--allow-degraded" "$T/refuse.log" ||
+	fail "no error-level line saying flashd refuses to start"
+grep -q "dimm1: closed cleanly" "$T/refuse.log" || fail "dimm1 was not closed cleanly on the way out"
+[ "$($TOOL "$FLASHD_STATE/dimm0.img" sha256)" = "$before" ] || fail "the refused image was written to"
+[ -e "$FLASHD_SOCK" ] && fail "a refused start left its NBD socket"
+ok "format mismatch: refused to start (exit 1), error names flashctl format, image untouched"
+
+# journal priorities: stderr is "the journal" when JOURNAL_STREAM names it
+: >"$T/journal.log"
+rc=0
+JOURNAL_STREAM=$(stat -c '%d:%i' "$T/journal.log") timeout 60 "$FLASHD" --foreground \
+	--state-dir "$FLASHD_STATE" --listen "127.0.0.1:$PORT" --unix "$FLASHD_SOCK" --timing off \
+	--config "$T/4k.conf" 2>>"$T/journal.log" || rc=$?
+cat "$T/journal.log"
+[ $rc = 1 ] || fail "exit $rc with JOURNAL_STREAM"
+grep -q '^<3>dimm0: image .*flashctl format' "$T/journal.log" || fail "the error is not a <3> line"
+grep -q '^<3>refusing to start' "$T/journal.log" || fail "the refusal is not a <3> line"
+grep -q '^<6>dimm1: ' "$T/journal.log" || fail "info lines are not <6> lines"
+grep -vq '^<[0-7]>' "$T/journal.log" && fail "a line without a priority prefix: $(grep -v '^<[0-7]>' "$T/journal.log" | head -n1)"
+grep -q 'flashd\[' "$T/journal.log" && fail "journal lines carry the stderr format"
+# a JOURNAL_STREAM that names another file (inherited) is ignored
+rc=0
+JOURNAL_STREAM=1:1 timeout 60 "$FLASHD" --foreground --state-dir "$FLASHD_STATE" --config "$T/4k.conf" \
+	--listen "127.0.0.1:$PORT" --unix "$FLASHD_SOCK" --timing off 2>"$T/other.log" || rc=$?
+grep -q 'flashd\[error\]' "$T/other.log" || fail "a JOURNAL_STREAM of another file changed the log format"
+ok "log priorities: <3>/<6> lines for the journal, the stderr format otherwise"
+
+# ---- 2. --allow-degraded --------------------------------------------------------------------
+"$PYTHON" - "$T/notify.sock" "$T/notify.txt" <<'PY' &
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+with open(sys.argv[2], "a") as out:
+    while True:
+        msg = s.recv(65536).decode(errors="replace")
+        out.write(msg.replace("\n", "|") + "\n")
+        out.flush()
+PY
+listener=$!
+track_pid $listener
+for _ in $(seq 50); do [ -S "$T/notify.sock" ] && break; sleep 0.1; done
+export NOTIFY_SOCKET=$T/notify.sock
+start_flashd --config "$T/4k.conf" --timing off --allow-degraded
+for _ in $(seq 50); do grep -q READY=1 "$T/notify.txt" 2>/dev/null && break; sleep 0.1; done
+cat "$T/notify.txt"
+grep -q "READY=1" "$T/notify.txt" || fail "no READY=1 on the notify socket"
+grep -q "^STATUS=degraded: serving 1 of 2 ioDimm(s); dimm0 failed: image .*flashctl format" "$T/notify.txt" ||
+	fail "no STATUS=degraded naming dimm0 and the way out"
+grep -q "flashd\[warning\]: dimm0: image .* it is not exported (degraded start allowed" "$T/flashd.log" ||
+	fail "no warning-level line for the ioDimm that did not open"
+grep -q "flashd\[warning\]: flashd .* ready, degraded: serving 1 of 2" "$T/flashd.log" || fail "no warning that the start is degraded"
+flashd_status >"$T/deg.json"
+"$PYTHON" - "$T/deg.json" <<'PY' || fail "status of the degraded start"
+import json, sys
+st = json.load(open(sys.argv[1]))
+d = {x["name"]: x for x in st["dimms"]}
+assert st["degraded"] is True and st["failed"] == 1 and st["served"] == 1, st
+assert d["dimm0"]["state"] == "failed" and "flashctl format" in d["dimm0"]["error"], d["dimm0"]
+assert d["dimm1"]["state"] == "online", d["dimm1"]
+print("status: degraded, dimm0 failed: %s" % d["dimm0"]["error"][:100])
+PY
+"$FLASHCTL" status --control "$FLASHD_CTL" | grep -q "serving 1 of 2 ioDimm(s); DEGRADED: 1 failed" || fail "status text does not say degraded"
+nbd_region_is "$FLASHD_URI1" 0 $((8 * MiB)) "$DATA" || fail "dimm1 is not served in the degraded start"
+"$PYTHON" - "$FLASHD_URI0" <<PY || fail "a client of the failed export"
+import sys
+sys.path.insert(0, "$NBD_CHECKS")
+import nbdraw
+c = nbdraw.Conn.open(sys.argv[1])
+c.handshake()
+final, _, reps = c.info(nbdraw.OPT_GO, "dimm0")
+msg = reps[-1][1].decode()
+print("GO dimm0: %s %r" % (nbdraw.repname(final), msg))
+assert final == nbdraw.REP_ERR_UNKNOWN and "failed to open" in msg, msg
+PY
+# the admin attaches it anyway: served as it is, with a warning
+n=$(wc -l <"$T/flashd.log")
+"$FLASHCTL" attach dimm0 --control "$FLASHD_CTL" || fail "attach of the mismatched dimm0"
+tail -n +$((n + 1)) "$T/flashd.log" | grep -q "flashd\[warning\]: dimm0: image .* asks for sector_size = 4096" ||
+	fail "attach does not warn about the mismatch"
+nbd_region_is "$FLASHD_URI0" 0 $((8 * MiB)) "$DATA" || fail "dimm0's data after attach"
+tail -n1 "$T/notify.txt" | grep -q "^STATUS=serving 2 of 2 ioDimm(s)$" || fail "STATUS after the attach: $(tail -n1 "$T/notify.txt")"
+# make the image what the file says
+"$FLASHCTL" detach dimm0 --control "$FLASHD_CTL" >/dev/null || fail "detach dimm0"
+"$FLASHCTL" format dimm0 --yes --control "$FLASHD_CTL" | tee "$T/fmt.out" || fail "format dimm0"
+grep -q "4096 bytes" "$T/fmt.out" || fail "format without keys did not take sector_size = 4096 from the file"
+grep -q "Warning" "$T/fmt.out" && fail "format to the configured keys warns about a mismatch"
+"$FLASHCTL" attach dimm0 --control "$FLASHD_CTL" >/dev/null || fail "attach after the format"
+stop_flashd
+: >"$T/notify.txt"
+start_flashd --config "$T/4k.conf" --timing off
+for _ in $(seq 50); do grep -q READY=1 "$T/notify.txt" && break; sleep 0.1; done
+grep -q "^STATUS=serving 2 of 2 ioDimm(s)$" "$T/notify.txt" || fail "STATUS after fixing: $(cat "$T/notify.txt")"
+flashd_status | "$PYTHON" -c '
+import json, sys
+st = json.load(sys.stdin)
+assert st["degraded"] is False, st["degraded"]
+d = [x for x in st["dimms"] if x["name"] == "dimm0"][0]
+assert d["format"]["sector_size"] == 4096, d["format"]' || fail "dimm0 after the fix"
+stop_flashd
+unset NOTIFY_SOCKET
+ok "--allow-degraded: READY with STATUS=degraded, warning, refused export explained; fixed online"
+
+# ---- 3. allow_degraded in the file ---------------------------------------------------------
+{ printf '[server]\nallow_degraded = yes\n'; sed '/^\[dimm dimm1\]/a capacity = 50%' "$T/4k.conf"; } >"$T/deg.conf"
+start_flashd --config "$T/deg.conf" --timing off
+[ "$(flashd_status | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["failed"])')" = 1 ] ||
+	fail "allow_degraded = yes: want dimm1 failed and flashd up"
+grep -q "flashd\[warning\]: dimm1: .*asks for capacity = 50%" "$T/flashd.log" || fail "no warning for dimm1's capacity"
+stop_flashd
+printf '[server]\nallow_degraded = maybe\n[dimm a]\n' >"$T/bad.conf"
+run_flashd badkey --config "$T/bad.conf"
+[ $rc = 2 ] && grep -q "allow_degraded = 'maybe'" "$T/badkey.log" || fail "allow_degraded = maybe: exit $rc, $(cat "$T/badkey.log")"
+ok "allow_degraded = yes in [server]; a bad value is a configuration error"
+
+# ---- 4. --check-config --------------------------------------------------------------------
+rc=0
+"$FLASHD" --check-config --config "$T/deg.conf" --state-dir "$T/nothing" >"$T/check.out" 2>&1 || rc=$?
+cat "$T/check.out"
+[ $rc = 0 ] || fail "--check-config of a good file: exit $rc"
+grep -q "configuration $T/deg.conf is good: 2 ioDimm(s), degraded start allowed" "$T/check.out" || fail "--check-config summary"
+grep -q "\[dimm dimm1\] export 'dimm1', preset test-1g, image $T/nothing/dimm1.img" "$T/check.out" || fail "--check-config lists the ioDimms"
+[ -e "$T/nothing" ] && fail "--check-config created the state directory"
+printf '[server]\nlisten = 127.0.0.1:99999\n[dimm a]\n' >"$T/port.conf"
+rc=0
+"$FLASHD" --check-config --config "$T/port.conf" --state-dir "$T/nothing" >"$T/check.out" 2>&1 || rc=$?
+[ $rc = 2 ] && grep -q "port 99999 is out of range" "$T/check.out" || fail "--check-config of a bad port: exit $rc, $(cat "$T/check.out")"
+start_flashd --config "$T/base.conf" --timing off
+rc=0
+"$FLASHD" --check-config --config "$T/base.conf" --state-dir "$FLASHD_STATE" >"$T/check.out" 2>&1 || rc=$?
+[ $rc = 0 ] || fail "--check-config while flashd runs on the same images: exit $rc, $(cat "$T/check.out")"
+flashd_running
+stop_flashd
+ok "--check-config: 0 for good, 2 for bad, touches nothing"
+
+# ---- 5. the command line wins -------------------------------------------------------------------
+FILE_PORT=$(free_port)
+cat >"$T/paths.conf" <<EOF
+[server]
+listen = 127.0.0.1:$FILE_PORT
+unix = $T/file.sock
+control = $T/file.ctl
+[dimm dimm0]
+preset = test-1g
+timing = on
+[dimm dimm1]
+preset = test-1g
+EOF
+start_flashd --config "$T/paths.conf" --control "$T/cli.ctl" --timing off
+FLASHD_CTL=$T/cli.ctl
+[ -S "$T/cli.ctl" ] || fail "--control was not used"
+[ -e "$T/file.ctl" ] && fail "the file's control socket won over --control"
+[ -e "$T/file.sock" ] && fail "the file's unix socket won over --unix"
+[ -S "$FLASHD_SOCK" ] || fail "--unix was not used"
+nbdinfo --size "$FLASHD_UNIX_URI0" >/dev/null || fail "the --unix socket does not serve"
+nbdinfo --size "nbd://127.0.0.1:$FILE_PORT/dimm0" >/dev/null 2>&1 && fail "the file's listen address won over --listen"
+nbdinfo --size "$FLASHD_URI0" >/dev/null || fail "the --listen address does not serve"
+[ "$(flashd_status | "$PYTHON" -c 'import json,sys; print([d["timing"] for d in json.load(sys.stdin)["dimms"]])')" = "[False, False]" ] ||
+	fail "--timing off did not win over [dimm] timing = on"
+stop_flashd
+FLASHD_CTL=$FLASHD_STATE/flashd.ctl
+ok "the command line wins over the file (unix, control, listen, timing)"
+
+# ---- 6. /etc/flashd/flashd.conf --------------------------------------------------------------------
+mkdir -p "$T/ov/up/flashd" "$T/ov/wk"
+printf '[dimm etcdimm]\npreset = test-1g\n' >"$T/ov/up/flashd/flashd.conf"
+if [ "$(id -u)" = 0 ]; then ns=(-m); else ns=(-r -m); fi
+if unshare "${ns[@]}" --propagation private sh -c \
+	"mount -t overlay overlay -o lowerdir=/etc,upperdir=$T/ov/up,workdir=$T/ov/wk /etc" 2>"$T/ov.err"; then
+	unshare "${ns[@]}" --propagation private sh -c "
+		mount -t overlay overlay -o lowerdir=/etc,upperdir=$T/ov/up,workdir=$T/ov/wk /etc &&
+		'$FLASHD' --check-config --state-dir '$T/nothing' >'$T/etc.out' 2>&1 &&
+		'$FLASHD' --check-config --no-config --state-dir '$T/nothing' >'$T/noconf.out' 2>&1" ||
+		fail "--check-config in the namespace: $(cat "$T/etc.out" "$T/noconf.out" 2>/dev/null)"
+	cat "$T/etc.out" "$T/noconf.out"
+	grep -q "configuration /etc/flashd/flashd.conf is good: 1 ioDimm(s)" "$T/etc.out" || fail "/etc/flashd/flashd.conf is not the default"
+	grep -q "\[dimm etcdimm\]" "$T/etc.out" || fail "/etc/flashd/flashd.conf was not read"
+	grep -q "configuration (embedded default) is good: 2 ioDimm(s)" "$T/noconf.out" || fail "--no-config did not ignore it"
+	ok "/etc/flashd/flashd.conf is the default configuration; --no-config ignores it"
+else
+	echo "skipped: cannot mount an overlay on /etc in a mount namespace here: $(cat "$T/ov.err")"
+fi
+[ -e "$T/nothing" ] && fail "--check-config created the state directory"
+ok "health and configuration checks"
