@@ -361,6 +361,20 @@ uint32_t band_members_free(const struct ftl *f)
 	return n;
 }
 
+uint32_t band_data_age(const struct ftl *f, uint32_t ppa)
+{
+	return (uint32_t)f->write_clock - f->band[block_band(f, ppa_block(f, ppa))].born;
+}
+
+void band_born_note(struct ftl *f, uint32_t ppa, uint32_t from)
+{
+	struct band *bd = &f->band[block_band(f, ppa_block(f, ppa))];
+	uint32_t src = f->band[block_band(f, ppa_block(f, from))].born;
+	bd->nborn++;
+	int64_t d = (int32_t)(src - bd->born);
+	bd->born += (uint32_t)(int32_t)(d / (int64_t)bd->nborn);
+}
+
 /* Free band of this row with the fewest erases among the ALLOC_LOOK
  * longest free (dynamic wear levelling; bounded: a row of a full-size
  * ioDimm has thousands of free bands when it is young).  A band's members
@@ -384,6 +398,8 @@ uint32_t band_alloc(struct ftl *f, uint32_t row, enum blk_state st)
 	}
 	if (best == FTL_NO_BLOCK)
 		return best;
+	f->band[best].born = (uint32_t)f->write_clock;
+	f->band[best].nborn = 0;
 	for (uint32_t c = 0; c < f->row_width; c++) {
 		uint32_t b = band_block(f, best, c);
 		struct blk *k = &f->blk[b];

@@ -84,14 +84,14 @@ int cp_init(struct ftl *f)
 	 * handed out with programs still buffered (at most one per slot) */
 	/* and blocks closed holding pages newer than cp_seq: at most one per
 	 * page newer than the oldest page buffered (both rings' worth) */
-	c->open_cap = 6 * f->ndies + 2 * (f->stream[STREAM_USER].ring.nslots +
+	c->open_cap = 8 * f->ndies + 2 * (f->stream[STREAM_USER].ring.nslots +
 					  f->stream[STREAM_GC].ring.nslots);
 	c->open_list = ftl_alloc(f, (size_t)c->open_cap * sizeof *c->open_list);
 	if (!c->blocks || !c->cur_blocks || !c->ops || !c->free_idx || !c->open_list)
 		return -ENOMEM;
 	/* the header buffer, sized for every open block and some grown bad
 	 * blocks, so a checkpoint normally allocates nothing */
-	c->hdr_cap = cp_hdr_pages(f, nl, 3 * f->ndies, f->nblocks / 64 + 16);
+	c->hdr_cap = cp_hdr_pages(f, nl, 4 * f->ndies, f->nblocks / 64 + 16);
 	if (c->hdr_cap < 1)
 		c->hdr_cap = 1;
 	if (c->hdr_cap > f->ppb)

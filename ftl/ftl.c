@@ -581,10 +581,11 @@ static int step_memory(struct open_ctx *c)
 		struct stream *s = &f->stream[i];
 		s->f = f;
 		s->id = (enum stream_id)i;
-		s->nsets = i == STREAM_GC ? NSETS : 1;
+		s->nsets = NSETS;
 		for (uint32_t k = 0; k < s->nsets; k++) {
 			struct open_set *set = &s->set[k];
-			set->gc = i == STREAM_GC;
+			set->blkf = (uint8_t)((i == STREAM_GC ? BLKF_GC : 0) |
+					      (k == SET_COLD ? BLKF_COLD : 0));
 			set->row = ftl_alloc(f, f->nrows * sizeof *set->row);
 			if (!set->row)
 				return -ENOMEM;
@@ -831,8 +832,9 @@ void ftl_debug_dump(struct ftl *f)
 				(unsigned long long)v->wait_user_pos);
 	}
 	for (uint32_t r = 0; r < f->nrows; r++)
-		ftl_log("row %u: free bands %u, open bands: user %u gc %u cold %u", r,
-			f->band_free[r].count, f->stream[0].set[0].row[r].band,
+		ftl_log("row %u: free bands %u, open bands: user %u cold %u gc %u cold %u", r,
+			f->band_free[r].count, f->stream[0].set[SET_FIRST].row[r].band,
+			f->stream[0].set[SET_COLD].row[r].band,
 			f->stream[1].set[SET_FIRST].row[r].band, f->stream[1].set[SET_COLD].row[r].band);
 	ftl_log("io: write head %p durable head %p read head %p in flight %u",
 		(void *)f->wq_write.head, (void *)f->wq_durable.head, (void *)f->wq_read.head,

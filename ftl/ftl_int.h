@@ -79,6 +79,7 @@ _Static_assert(sizeof(struct blk) == 16, "one blk per erase block: keep it small
 #define BLKF_GROWN_BAD 1   /* retired by the FTL (persisted in checkpoints) */
 #define BLKF_CP_OPEN 2     /* was open at the loaded checkpoint */
 #define BLKF_GC 4          /* written by the GC stream (holds survivors) */
+#define BLKF_COLD 8        /* written by a set for cold data (SET_COLD) */
 
 struct blist {
 	uint32_t head, tail, count;
@@ -105,6 +106,12 @@ struct band {
 	uint32_t valid;          /* sum of the members' valid counts */
 	uint32_t next, prev;
 	uint32_t closed_at;      /* write clock when it became a GC candidate */
+	uint32_t born;           /* write clock when its data was written by the
+	                          * host: a user band's when it opened, a GC
+	                          * band's the mean over its pages of their
+	                          * source bands' (in memory only: after a
+	                          * restart every band is born at 0) */
+	uint32_t nborn;          /* GC band: pages in that mean */
 	uint16_t members;        /* blocks neither bad nor superblock */
 	uint16_t n_free, n_dirty, n_closed; /* members by state class */
 	uint16_t counted;        /* members counted in nfree (0: not all free) */
@@ -180,7 +187,7 @@ enum stream_id { STREAM_USER = 0, STREAM_GC = 1, NSTREAMS = 2 };
 struct open_set {
 	struct open_row *row;     /* [nrows] */
 	uint32_t next_row;        /* round-robin cursor over the rows */
-	bool gc;                  /* blocks it opens are marked BLKF_GC */
+	uint8_t blkf;             /* BLKF_GC / BLKF_COLD: marks the blocks it opens */
 };
 
 enum { SET_FIRST = 0, SET_COLD = 1, NSETS = 2 };
@@ -189,7 +196,7 @@ struct stream {
 	struct ftl *f;
 	enum stream_id id;
 	struct ring ring;
-	struct open_set set[NSETS]; /* user: set[0] only */
+	struct open_set set[NSETS];
 	uint32_t nsets;
 	bool stalled;             /* waiting for a free block (GC runs unpaced) */
 };
@@ -384,6 +391,9 @@ struct ftl {
 	                             * into it since it was last erased (0 if
 	                             * none since open) */
 	uint64_t write_clock;       /* user pages programmed (band age) */
+	double age_avg;             /* mean age (write clock) of the versions host
+	                             * writes replace: the mean rewrite interval */
+	uint32_t age_n;             /* samples in age_avg, up to AGE_WINDOW */
 	uint32_t nfree;             /* members of bands whose every member is
 	                             * FREE, DIRTY or ERASING */
 
@@ -584,6 +594,10 @@ uint32_t band_alloc(struct ftl *f, uint32_t row, enum blk_state st);
  * row_busy[row] == 0; FTL_NO_BLOCK if none. */
 uint32_t band_victim_pick(struct ftl *f, const uint16_t *row_busy);
 uint32_t band_members_free(const struct ftl *f);    /* members of all free bands */
+/* user pages written since the data of ppa's band was written by the host */
+uint32_t band_data_age(const struct ftl *f, uint32_t ppa);
+/* GC relocated page from into page ppa: fold from's birth into ppa's band */
+void band_born_note(struct ftl *f, uint32_t ppa, uint32_t from);
 int eraser_kick(struct ftl *f);
 void blk_limits(struct ftl *f);
 
@@ -604,6 +618,10 @@ static inline uint32_t ring_free(const struct ring *r)
 int writer_kick(struct ftl *f, struct stream *s);
 uint32_t stream_next_page(struct ftl *f, struct stream *s, uint32_t floor);
 uint32_t set_next_page(struct ftl *f, struct open_set *set, uint32_t floor);
+/* the user set for a host write of a unit whose mapping was prev (O(1)) */
+uint32_t user_set(struct ftl *f, uint32_t prev);
+/* the GC set for the relocation of page from */
+uint32_t gc_set(struct ftl *f, uint32_t from);
 void ring_release(struct ftl *f, struct ring *r); /* advance done over finished slots */
 uint8_t *slot_data(struct ftl *f, uint32_t l2p_entry);
 /* the durable mapping a slot-referenced unit had before (never a slot) */

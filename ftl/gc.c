@@ -283,7 +283,7 @@ static void gc_read_done(struct nand_op *op)
 	sl->ppa = rd->from;
 	sl->from = rd->from;
 	sl->prev = rd->from;
-	sl->cold = f->blk[ppa_block(f, rd->from)].flags & BLKF_GC;
+	sl->cold = gc_set(f, rd->from) == SET_COLD;
 	sl->victim = rd->victim;
 	sl->seq = f->next_seq++;
 	r->fill++;

@@ -313,7 +313,11 @@ static bool write_continue(struct ftl *f, struct ftl_io *io)
 
 		/* the page it will be programmed to, taken now: what the ring
 		 * holds can always drain without GC */
-		uint32_t ppa = stream_next_page(f, &f->stream[STREAM_USER], f->user_min);
+		struct stream *us = &f->stream[STREAM_USER];
+		uint32_t set = user_set(f, e);
+		uint32_t ppa = set_next_page(f, &us->set[set], f->user_min);
+		if (ppa == FTL_NO_BLOCK)
+			ppa = set_next_page(f, &us->set[set ^ 1], f->user_min);
 		if (ppa == FTL_NO_BLOCK) {
 			f->stream[STREAM_USER].stalled = true;
 			return false;

@@ -49,7 +49,7 @@ int footer_init(struct ftl *f)
 	 * all handed out while their footers are not yet programmed, plus the
 	 * user ring's worth of blocks whose pages are handed out but not yet
 	 * submitted */
-	uint32_t n = 6 * f->ndies + f->stream[STREAM_USER].ring.nslots / f->data_pages + 4;
+	uint32_t n = 8 * f->ndies + f->stream[STREAM_USER].ring.nslots / f->data_pages + 4;
 	f->footers = ftl_alloc(f, n * sizeof *f->footers);
 	f->footer_of = ftl_alloc(f, (size_t)f->nblocks * sizeof *f->footer_of);
 	uint8_t *bufs = ftl_alloc_pages(f, (size_t)n * f->footer_pages * f->page_size);
@@ -246,7 +246,7 @@ uint32_t set_next_page(struct ftl *f, struct open_set *set, uint32_t floor)
 				struct blk *k = &f->blk[b];
 				if (k->state != BLK_OPEN || f->footer_of[b])
 					continue;
-				k->flags = (uint8_t)((k->flags & ~BLKF_GC) | (set->gc ? BLKF_GC : 0));
+				k->flags = (uint8_t)((k->flags & ~(BLKF_GC | BLKF_COLD)) | set->blkf);
 				footer_attach(f, b);
 			}
 			orow->band = bi;
@@ -286,6 +286,53 @@ uint32_t set_next_page(struct ftl *f, struct open_set *set, uint32_t floor)
 uint32_t stream_next_page(struct ftl *f, struct stream *s, uint32_t floor)
 {
 	return set_next_page(f, &s->set[SET_FIRST], floor);
+}
+
+/* ---- temperature ---------------------------------------------------------- */
+
+/*
+ * Hot and cold data are told apart by the age of the version a host write
+ * replaces: the user pages written since that version's band was written by
+ * the host (band_data_age; a GC band's birth is the mean of its pages'
+ * source bands', so relocation does not make old data look young).  The
+ * threshold is the running mean of those ages over the recent host writes,
+ * i.e. the mean rewrite interval: a unit rewritten sooner than that is hot
+ * and goes to the user stream's SET_FIRST, one rewritten later is cold and
+ * goes to SET_COLD.  Under 80/20 hot/cold writes the mean is about the
+ * number of units; a hot unit's interval is a quarter of it, a cold one's
+ * four times it, so ~95 % of each set is of its temperature.  Under uniform
+ * writes both sets get statistically the same data: nothing is gained and
+ * nothing lost but one more open band per row.
+ *
+ * GC survivors go to the GC stream's SET_COLD when they come from a cold
+ * set's band (they were cold and survived once more) or are older than the
+ * mean; younger survivors of hot bands go to SET_FIRST.
+ *
+ * test-4g, 80/20 at 20 % OP, 10 passes: WA 2.54 -> 2.34 (last pass 2.60 ->
+ * 2.37); by source band alone (cold: from GC or cold bands) only 2.51.
+ * Memory: two words per band.  Not persisted: after a restart every band is
+ * born at 0 and the mean is learnt again.
+ */
+#define AGE_WINDOW 65536 /* age_avg: a plain mean, then a running mean over
+			  * about this many host writes */
+
+uint32_t user_set(struct ftl *f, uint32_t prev)
+{
+	if (!l2p_is_ppa(prev))
+		return SET_FIRST; /* new, trimmed, lost, or rewritten while still
+				   * buffered (hot) */
+	double age = (double)band_data_age(f, prev);
+	if (f->age_n < AGE_WINDOW)
+		f->age_n++;
+	f->age_avg += (age - f->age_avg) / f->age_n;
+	return age > f->age_avg ? SET_COLD : SET_FIRST;
+}
+
+uint32_t gc_set(struct ftl *f, uint32_t from)
+{
+	if (f->blk[ppa_block(f, from)].flags & BLKF_COLD)
+		return SET_COLD;
+	return band_data_age(f, from) > f->age_avg ? SET_COLD : SET_FIRST;
 }
 
 /* A block whose last program finished: close it, or hand it to GC to retire. */
@@ -364,6 +411,8 @@ static void slot_submit(struct ftl *f, struct stream *s, uint32_t idx, uint32_t 
 
 	sl->ppa = ppa;
 	sl->state = SLOT_SUBMITTED;
+	if (s->id == STREAM_GC && sl->type == FTL_PG_DATA)
+		band_born_note(f, ppa, sl->from);
 	uint32_t crc = sl->crc_known ? sl->data_crc : crc32c(0, data, f->page_size);
 	spare_build_crc(f, spare, sl->type, sl->lba, sl->seq, crc);
 	struct nand_op *op = &sl->op;

@@ -708,8 +708,9 @@ static int cmd_simulate(int argc, char **argv)
 	double t_fill = now_s() - t0;
 
 	/* overwrite: random 4 KiB writes, passes x capacity */
-	struct ftl_stats s0, s1;
+	struct ftl_stats s0, s1, sl;
 	ftl_get_stats(f, &s0);
+	sl = s0;
 	uint64_t nwrites = (uint64_t)(passes * (double)units);
 	uint64_t hot_units = (uint64_t)(hot_s * (double)units);
 	if (hot_w > 0 && !hot_units)
@@ -720,8 +721,10 @@ static int cmd_simulate(int argc, char **argv)
 	uint64_t last_from = nwrites > units ? nwrites - units : 0;
 	double t_last = t0;
 	for (uint64_t i = 0; i < nwrites; i++) {
-		if (i == last_from)
+		if (i == last_from) {
 			t_last = now_s();
+			ftl_get_stats(f, &sl);
+		}
 		uint64_t r = rnd(&seed), u;
 		if (hot_w > 0) {
 			bool hot = (double)(r >> 11) / (double)(1ull << 53) < hot_w;
@@ -753,6 +756,8 @@ static int cmd_simulate(int argc, char **argv)
 	uint64_t host = s1.host_pages_written - s0.host_pages_written;
 	uint64_t nand = s1.nand_pages_programmed - s0.nand_pages_programmed;
 	double wa = host ? (double)nand / (double)host : 0;
+	uint64_t host_l = s1.host_pages_written - sl.host_pages_written;
+	double wa_last = host_l ? (double)(s1.nand_pages_programmed - sl.nand_pages_programmed) / (double)host_l : 0;
 	double a = 100.0 / (100.0 - info.op_percent);
 	/* greedy analytic WA (Hu et al.; Desnoyers): A = a / (a + W0(-a e^-a)) */
 	double x = -a * exp(-a), w = -0.5;
@@ -767,8 +772,9 @@ static int cmd_simulate(int argc, char **argv)
 		       "  \"seed\": %" PRIu64 ",\n  \"media\": \"%s\",\n  \"timing\": %s,\n",
 		       preset, sector, info.op_percent, info.capacity, workload, passes, seed0,
 		       ram ? "ram" : "file", timing ? "true" : "false");
-		printf("  \"write_amplification\": %.4f,\n  \"write_amplification_greedy_model\": %.4f,\n",
-		       wa, wa_model);
+		printf("  \"write_amplification\": %.4f,\n  \"write_amplification_last_pass\": %.4f,\n"
+		       "  \"write_amplification_greedy_model\": %.4f,\n",
+		       wa, wa_last, wa_model);
 		printf("  \"host_pages_written\": %" PRIu64 ",\n  \"nand_pages_programmed\": %" PRIu64 ",\n",
 		       host, nand);
 		printf("  \"gc_pages_relocated\": %" PRIu64 ",\n  \"blocks_erased\": %" PRIu64 ",\n",
@@ -788,7 +794,8 @@ static int cmd_simulate(int argc, char **argv)
 	} else {
 		printf("%s, %u-byte sectors, %.1f%% OP, %s, %g passes of %.2f GiB\n", preset, sector,
 		       info.op_percent, workload, passes, (double)info.capacity / (1 << 30));
-		printf("  write amplification %.3f (greedy model %.3f)\n", wa, wa_model);
+		printf("  write amplification %.3f, last pass %.3f (greedy model %.3f)\n", wa, wa_last,
+		       wa_model);
 		printf("  %" PRIu64 " host pages, %" PRIu64 " NAND pages, %" PRIu64 " erases\n", host, nand,
 		       s1.blocks_erased - s0.blocks_erased);
 		printf("  random 4 KiB writes: %.0f/s (last pass %.0f/s)",
