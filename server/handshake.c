@@ -686,10 +686,19 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
 		/* one line: what OpenSSL says, and what our callbacks saw */
 		char why[768], ssl_err[400] = "";
 		size_t used = 0;
-		unsigned long e;
+		unsigned long errs[8], e;
+		int nerr = 0;
+		bool real = false;
 		while ((e = bufferevent_get_openssl_error(bev)) != 0) {
+			if (nerr < 8)
+				errs[nerr++] = e;
+			real |= e >= 0x100;
+		}
+		for (int i = 0; i < nerr; i++) {
 			char one[256];
-			tls_error_text(e, one, sizeof one);
+			if (real && errs[i] < 0x100)
+				continue; /* libevent's SSL_get_error code: OpenSSL said it better */
+			tls_error_text(errs[i], one, sizeof one);
 			if (used < sizeof ssl_err)
 				used += (size_t)snprintf(ssl_err + used, sizeof ssl_err - used, "%s%s",
 							 used ? "; " : "", one);

@@ -345,7 +345,7 @@ static int load_x509(struct server_cfg *cfg, char *err, size_t errlen)
 	}
 	if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) {
 		ssl_errors(why, sizeof why);
-		snprintf(err, errlen, "%s: %s: not a usable private key: %s", where, key, why);
+		snprintf(err, errlen, "%s: %s: not a usable private key for %s: %s", where, key, cert, why);
 		return -EINVAL;
 	}
 	if (SSL_CTX_check_private_key(ctx) != 1) {
