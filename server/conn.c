@@ -1290,6 +1290,7 @@ int conn_abort_all(struct dimm *d, const char *why)
 		for (struct req *r = c->sendq; r; r = r->next)
 			unsent += r->reply_bytes;
 		unsent -= c->head_sent;
+		unsent += c->tout_len - c->tout_pos; /* TLS: staged, not yet written */
 		log_warn("%s: %s: %u request(s) unanswered, %zu reply bytes unsent", c->peer, why,
 			 c->inflight, unsent);
 		c->why = why;
