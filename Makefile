@@ -59,7 +59,7 @@ $(DEPS_STAMP): scripts/deps.sh
 
 $(BUILD)/obj/%.o: %.c $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS_ALL) $(shell pkg-config --cflags libevent libsystemd inih 2>/dev/null) -MMD -MP -c -o $@ $<
+	$(CC) $(CPPFLAGS_ALL) $(shell pkg-config --cflags libevent libsystemd inih openssl 2>/dev/null) -MMD -MP -c -o $@ $<
 
 $(LIB): $(LIB_OBJS)
 	@rm -f $@
@@ -69,7 +69,7 @@ $(BUILD)/flashctl: $(FLASHCTL_OBJS) $(LIB)
 	$(CC) $(CPPFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
 $(BUILD)/flashd: $(SERVER_OBJS) $(LIB)
-	$(CC) $(CPPFLAGS_ALL) -o $@ $^ $(shell pkg-config --libs libevent_pthreads libevent libsystemd inih) $(LDLIBS_ALL)
+	$(CC) $(CPPFLAGS_ALL) -o $@ $^ $(shell pkg-config --libs libevent_pthreads libevent_openssl libevent libsystemd inih openssl) $(LDLIBS_ALL)
 
 $(BUILD)/nbdkit-flashd-plugin.so: $(wildcard plugins/nbdkit/*.c) $(LIB) $(DEPS_STAMP)
 	$(CC) $(CPPFLAGS_ALL) -shared -o $@ $(wildcard plugins/nbdkit/*.c) $(LIB) $(LDLIBS_ALL)

@@ -4,10 +4,13 @@
  *
  *   [server]   listen (repeatable), unix, control, state_dir, pidfile,
  *              max_connections, handshake_timeout, shutdown_timeout, poll_us,
- *              timing, log, verbose, allow_degraded
+ *              timing, log, verbose, allow_degraded, tls, unix_tls,
+ *              tls_certificates, tls_psk, tls_verify_peer
+ *              (listen = ADDR tls=MODE: that listener's TLS mode)
  *   [card NAME]  model, timing (default for its ioDimms)
  *   [dimm NAME]  card, preset, image, export, description, readonly,
- *              sector_size, capacity (BYTES or PCT% of stock), op, timing, sync
+ *              sector_size, capacity (BYTES or PCT% of stock), op, timing, sync,
+ *              tls
  * See conf/flashd.conf for the documented example.
  *
  * Strictness (every error names the file, line, section, key and value):
@@ -215,6 +218,50 @@ static int check_listen(const char *spec, char *err, size_t errlen)
 	return 0;
 }
 
+/*
+ * "ADDR" or "ADDR tls=MODE" (spaces or tabs between): the address into addr,
+ * the mode into *mode (-1 when not given).
+ */
+int listen_split(const char *spec, char *addr, size_t addrlen, int *mode, char *err, size_t errlen)
+{
+	size_t n = strcspn(spec, " \t");
+	*mode = -1;
+	if (n >= addrlen) {
+		snprintf(err, errlen, "the address is too long");
+		return -EINVAL;
+	}
+	memcpy(addr, spec, n);
+	addr[n] = 0;
+	const char *rest = spec + n;
+	rest += strspn(rest, " \t");
+	if (!*rest)
+		return 0;
+	if (strncmp(rest, "tls=", 4) != 0) {
+		snprintf(err, errlen, "after the address only tls=off|allowed|required may follow, not '%s'",
+			 rest);
+		return -EINVAL;
+	}
+	char m[32];
+	size_t ml = strcspn(rest + 4, " \t");
+	snprintf(m, sizeof m, "%.*s", (int)(ml < sizeof m ? ml : sizeof m - 1), rest + 4);
+	if (rest[4 + ml + strspn(rest + 4 + ml, " \t")] || (*mode = tls_mode_parse(m)) < 0) {
+		snprintf(err, errlen, "tls= takes off, allowed or required, not '%s'", rest + 4);
+		*mode = -1;
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* check_listen, on the address part of "ADDR[ tls=MODE]" */
+static int check_listen_spec(const char *spec, char *err, size_t errlen)
+{
+	char addr[300];
+	int mode;
+	if (listen_split(spec, addr, sizeof addr, &mode, err, errlen))
+		return -EINVAL;
+	return check_listen(addr, err, errlen);
+}
+
 static struct dimm_cfg *dimm_add(struct server_cfg *cfg, const char *name)
 {
 	for (int i = 0; i < cfg->ndimms; i++)
@@ -228,6 +275,7 @@ static struct dimm_cfg *dimm_add(struct server_cfg *cfg, const char *name)
 	d->sector_size = 512;
 	d->timing = -1;
 	d->sync = -1;
+	d->tls = -1;
 	return d;
 }
 
@@ -399,7 +447,7 @@ static int handler(void *user, const char *section, const char *key, const char 
 
 	if (!strcmp(section, "server")) {
 		if (!strcmp(key, "listen")) {
-			if (check_listen(value, why, sizeof why))
+			if (check_listen_spec(value, why, sizeof why))
 				BAD("%s", why);
 			cfg->listen = xrealloc(cfg->listen, (size_t)(cfg->nlisten + 1) * sizeof *cfg->listen);
 			cfg->listen[cfg->nlisten++] = xstrdup(value);
@@ -455,6 +503,31 @@ static int handler(void *user, const char *section, const char *key, const char 
 				BAD("allow_degraded must be yes or no");
 			if (cfg->allow_degraded < 0)
 				cfg->allow_degraded = b;
+		} else if (!strcmp(key, "tls") || !strcmp(key, "unix_tls")) {
+			int m = tls_mode_parse(value);
+			if (m < 0)
+				BAD("%s must be off, allowed or required", key);
+			int *slot = key[0] == 't' ? &cfg->tls : &cfg->unix_tls;
+			if (*slot < 0) /* the command line wins */
+				*slot = m;
+		} else if (!strcmp(key, "tls_certificates") || !strcmp(key, "tls_psk")) {
+			if (!value[0])
+				BAD("the path is empty");
+			bool certs = !strcmp(key, "tls_certificates");
+			char **path = certs ? &cfg->tls_certificates : &cfg->tls_psk;
+			char **where = certs ? &cfg->tls_certificates_where : &cfg->tls_psk_where;
+			if (!*path) {
+				char w[1200];
+				snprintf(w, sizeof w, "%s:%d: [server] %s = '%s'", x->path, x->lineno, key,
+					 value);
+				*path = xstrdup(value);
+				*where = xstrdup(w);
+			}
+		} else if (!strcmp(key, "tls_verify_peer")) {
+			if (parse_bool(value, &b))
+				BAD("tls_verify_peer must be yes or no");
+			if (cfg->tls_verify_peer < 0)
+				cfg->tls_verify_peer = b;
 		} else {
 			BAD("unknown key in [server]");
 		}
@@ -559,6 +632,12 @@ static int handler(void *user, const char *section, const char *key, const char 
 			if (parse_bool(value, &b))
 				BAD("sync must be on or off");
 			d->sync = b;
+		} else if (!strcmp(key, "tls")) {
+			int m = tls_mode_parse(value);
+			if (m < 0)
+				BAD("tls must be off (plaintext sessions only), allowed (both) or required "
+				    "(TLS sessions only)");
+			d->tls = m;
 		} else {
 			BAD("unknown key in a [dimm] section");
 		}
@@ -770,7 +849,7 @@ int config_finish(struct server_cfg *cfg, char *err, size_t errlen)
 	/* those of the file were checked as they were read: these may come
 	 * from the command line */
 	for (int i = 0; i < cfg->nlisten; i++) {
-		if (check_listen(cfg->listen[i], why, sizeof why)) {
+		if (check_listen_spec(cfg->listen[i], why, sizeof why)) {
 			snprintf(err, errlen, "listen address '%s': %s", cfg->listen[i], why);
 			return -EINVAL;
 		}
@@ -796,6 +875,12 @@ int config_finish(struct server_cfg *cfg, char *err, size_t errlen)
 		cfg->poll_us = 50;
 	if (cfg->allow_degraded < 0)
 		cfg->allow_degraded = 0;
+	if (cfg->tls < 0)
+		cfg->tls = TLS_OFF;
+	if (cfg->unix_tls < 0)
+		cfg->unix_tls = cfg->tls;
+	if (cfg->tls_verify_peer < 0)
+		cfg->tls_verify_peer = 0;
 	for (int i = 0; i < cfg->ndimms; i++) {
 		struct dimm_cfg *d = &cfg->dimms[i];
 		if (!d->preset)
@@ -851,5 +936,9 @@ void config_free(struct server_cfg *cfg)
 	free(cfg->pidfile);
 	free(cfg->default_preset);
 	free(cfg->config_file);
+	free(cfg->tls_certificates);
+	free(cfg->tls_certificates_where);
+	free(cfg->tls_psk);
+	free(cfg->tls_psk_where);
 	memset(cfg, 0, sizeof *cfg);
 }

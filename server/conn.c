@@ -45,6 +45,16 @@
  * drains (conn_drain_all, conn_drain_step).  Each answered request is
  * counted in d->io (io_account: its kind, bytes, latency bucket; two clock
  * reads per request, no allocation).
+ * TLS (c->ssl, negotiated by the handshake): reads go through SSL_read
+ * (conn_recv); replies are copied from the send queue into c->tout (up to
+ * TOUT_SIZE, allocated on first use) and written with SSL_write, retried
+ * with the same bytes after SSL_ERROR_WANT_WRITE.  A request is retired
+ * once its reply is in c->tout; a closing connection waits for c->tout to
+ * be written (conn_maybe_free).  Plaintext OpenSSL holds beyond what was
+ * read (SSL_pending) does not wake the socket's read event, so read_cb
+ * activates itself while some is left.  Renegotiation is off (tls.c); a
+ * TLS 1.3 key update that makes SSL_read want to write is finished by
+ * write_cb.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -53,6 +63,8 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #include "server/flashd.h"
 #include "server/nbd_proto.h"
@@ -67,6 +79,7 @@
 #define MAX_EXTENTS 2048
 #define BIG_CACHE 16                  /* big buffers kept per connection */
 #define BIG_CACHE_BYTES (64u << 20)   /* keeps one MAX_PAYLOAD_ANY buffer */
+#define TOUT_SIZE (256u << 10)        /* TLS: replies staged for SSL_write */
 _Static_assert(MAX_PAYLOAD_ANY < MAX_INFLIGHT_BYTES, "a lone request must always fit");
 _Static_assert(MAX_PAYLOAD_ANY <= BIG_CACHE_BYTES, "the largest buffer can be kept");
 _Static_assert(MAX_PAYLOAD <= MAX_PAYLOAD_ANY && MAX_PAYLOAD_ANY <= MAX_WRITE_DISCARD, "limits");
@@ -139,6 +152,12 @@ struct conn {
 	bool reset;                /* close with a TCP reset (replies were dropped) */
 	const char *why;
 	uint64_t nrequests;
+	/* TLS */
+	SSL *ssl;
+	uint8_t *tout;             /* reply bytes taken from sendq, not yet written */
+	size_t tout_len, tout_pos;
+	bool read_wants_write;     /* SSL_read returned WANT_WRITE */
+	char tls_why[256];
 	struct conn *next, *prev, *dirty_next;
 };
 
@@ -813,6 +832,34 @@ static void conn_close_now(struct conn *c, const char *why)
 	drop_partial(c);
 }
 
+/* recv, or SSL_read under TLS: > 0 bytes, 0 at EOF, -1 with errno (EAGAIN:
+ * nothing now; EPROTO: a TLS error, c->tls_why says which). */
+static ssize_t conn_recv(struct conn *c, void *buf, size_t len)
+{
+	if (!c->ssl)
+		return recv(c->fd, buf, len, 0);
+	ERR_clear_error();
+	int n = SSL_read(c->ssl, buf, len > INT32_MAX ? INT32_MAX : (int)len);
+	if (n > 0)
+		return n;
+	switch (SSL_get_error(c->ssl, n)) {
+	case SSL_ERROR_WANT_READ:
+		errno = EAGAIN;
+		return -1;
+	case SSL_ERROR_WANT_WRITE:
+		c->read_wants_write = true;
+		event_add(c->wev, NULL);
+		errno = EAGAIN;
+		return -1;
+	case SSL_ERROR_ZERO_RETURN:
+		return 0; /* close_notify, or EOF (SSL_OP_IGNORE_UNEXPECTED_EOF) */
+	default:
+		tls_last_error(c->ssl, n, c->tls_why, sizeof c->tls_why);
+		errno = EPROTO;
+		return -1;
+	}
+}
+
 static void read_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct conn *c = arg;
@@ -826,7 +873,7 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
 		ssize_t n;
 		if (c->cur) {
 			struct req *r = c->cur;
-			n = recv(c->fd, r->buf + c->cur_got, r->length - c->cur_got, 0);
+			n = conn_recv(c, r->buf + c->cur_got, r->length - c->cur_got);
 			if (n > 0) {
 				d->activity++;
 				c->cur_got += (uint32_t)n;
@@ -844,7 +891,7 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
 				c->in_len -= c->in_pos;
 				c->in_pos = 0;
 			}
-			n = recv(c->fd, c->in + c->in_len, INBUF_SIZE - c->in_len, 0);
+			n = conn_recv(c, c->in + c->in_len, INBUF_SIZE - c->in_len);
 			if (n > 0) {
 				d->activity++;
 				c->in_len += (size_t)n;
@@ -857,7 +904,7 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
 			conn_close_now(c, c->inflight ? "client disconnected with requests in flight"
 						      : "client disconnected");
 		} else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-			conn_close_now(c, strerror(errno));
+			conn_close_now(c, errno == EPROTO && c->ssl ? c->tls_why : strerror(errno));
 		}
 		break;
 	}
@@ -868,6 +915,9 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
 	 * replies that would let us resume. */
 	if (!c->closing && !c->cur && !c->discard_left && (over_limits(c) || d->paused))
 		stop_reading(c);
+	/* TLS: plaintext left inside OpenSSL does not make the socket readable */
+	if (c->ssl && c->reading && !c->closing && SSL_pending(c->ssl) > 0)
+		event_active(c->rev, EV_READ, 0);
 	dimm_kick(d);
 }
 
@@ -876,12 +926,89 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
 static void write_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct conn *c = arg;
+	if (c->read_wants_write) {
+		/* SSL_read wanted to write (a key update): read on */
+		c->read_wants_write = false;
+		if (c->reading)
+			event_active(c->rev, EV_READ, 0);
+	}
 	conn_flush(c);
 	dimm_kick(c->d);
 }
 
+/* TLS: copy queued replies into c->tout (retiring those copied whole). */
+static void tout_fill(struct conn *c)
+{
+	size_t room = TOUT_SIZE;
+	c->tout_pos = c->tout_len = 0;
+	while (c->sendq && room) {
+		struct req *r = c->sendq;
+		size_t skip = c->head_sent, took = 0;
+		for (int i = 0; i < r->niov && room; i++) {
+			size_t l = r->iov[i].iov_len;
+			if (skip >= l) {
+				skip -= l;
+				continue;
+			}
+			size_t k = l - skip < room ? l - skip : room;
+			memcpy(c->tout + c->tout_len, (uint8_t *)r->iov[i].iov_base + skip, k);
+			c->tout_len += k;
+			room -= k;
+			took += k;
+			skip = 0;
+		}
+		c->head_sent += took;
+		if (c->head_sent < r->reply_bytes)
+			break;
+		c->head_sent = 0;
+		c->sendq = r->next;
+		if (!c->sendq)
+			c->sendq_tail = NULL;
+		req_put(c, r);
+	}
+}
+
+/* TLS: write what is queued; false when the socket is full (wev armed). */
+static bool tls_flush(struct conn *c)
+{
+	if (!c->tout && !(c->tout = malloc(TOUT_SIZE))) {
+		conn_close_now(c, "out of memory for the TLS output buffer");
+		return true;
+	}
+	while (!c->dead) {
+		if (c->tout_pos == c->tout_len) {
+			if (!c->sendq)
+				break;
+			tout_fill(c);
+			if (!c->tout_len)
+				break;
+		}
+		ERR_clear_error();
+		int n = SSL_write(c->ssl, c->tout + c->tout_pos, (int)(c->tout_len - c->tout_pos));
+		if (n > 0) {
+			c->tout_pos += (size_t)n;
+			continue;
+		}
+		int e = SSL_get_error(c->ssl, n);
+		if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) {
+			/* WANT_READ needs renegotiation, which is off: treated alike */
+			event_add(c->wev, NULL);
+			return false;
+		}
+		tls_last_error(c->ssl, n, c->tls_why, sizeof c->tls_why);
+		conn_close_now(c, c->tls_why);
+	}
+	return true;
+}
+
 static void conn_flush(struct conn *c)
 {
+	if (c->ssl) {
+		if (!c->dead && !tls_flush(c))
+			return;
+		if (c->dead)
+			c->tout_pos = c->tout_len = 0;
+	}
 	struct iovec iov[MAX_IOV];
 	while (c->sendq && !c->dead) {
 		int n = 0;
@@ -933,6 +1060,11 @@ static void conn_flush(struct conn *c)
 		c->head_sent = 0;
 	}
 	event_del(c->wev);
+	if (c->read_wants_write) {
+		c->read_wants_write = false;
+		if (c->reading)
+			event_active(c->rev, EV_READ, 0);
+	}
 	maybe_resume(c);
 }
 
@@ -945,7 +1077,7 @@ static void maybe_resume(struct conn *c)
 		event_add(c->rev, NULL);
 		c->reading = true;
 		/* requests may be waiting in the input buffer already */
-		if (c->in_pos < c->in_len)
+		if (c->in_pos < c->in_len || (c->ssl && SSL_pending(c->ssl) > 0))
 			event_active(c->rev, EV_READ, 0);
 	}
 }
@@ -978,6 +1110,8 @@ static void conn_maybe_free(struct conn *c)
 {
 	if (!c->closing || c->inflight || c->sendq || c->dirty)
 		return;
+	if (c->ssl && !c->dead && c->tout_pos < c->tout_len)
+		return; /* TLS output still being written (write_cb) */
 	struct dimm *d = c->d;
 	if (c->prev)
 		c->prev->next = c->next;
@@ -993,6 +1127,9 @@ static void conn_maybe_free(struct conn *c)
 		struct linger lg = { .l_onoff = 1, .l_linger = 0 };
 		setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
 	}
+	/* close_notify unless the session broke (or replies were dropped) */
+	tls_close(c->ssl, !c->reset && !(c->dead && c->tls_why[0]));
+	free(c->tout);
 	close(c->fd);
 	while (c->free_reqs) {
 		struct req *r = c->free_reqs;
@@ -1022,6 +1159,7 @@ void conn_adopt(struct dimm *d, struct handoff *h)
 	}
 	if (!c || !c->in || !c->rev || !c->wev) {
 		log_err("%s: out of memory", h->peer);
+		tls_close(h->ssl, false);
 		close(h->fd);
 		if (c) {
 			if (c->rev)
@@ -1041,6 +1179,7 @@ void conn_adopt(struct dimm *d, struct handoff *h)
 	}
 	c->d = d;
 	c->fd = h->fd;
+	c->ssl = h->ssl;
 	c->structured = h->structured;
 	c->meta_allocation = h->meta_allocation;
 	c->strict = h->block_size;
@@ -1062,7 +1201,7 @@ void conn_adopt(struct dimm *d, struct handoff *h)
 	d->conns = c;
 	event_add(c->rev, NULL);
 	c->reading = true;
-	if (c->in_len)
+	if (c->in_len || (c->ssl && SSL_pending(c->ssl) > 0))
 		event_active(c->rev, EV_READ, 0);
 	pthread_mutex_lock(&d->lock);
 	bool stop = d->stop;
@@ -1117,7 +1256,8 @@ int conn_drain_step(struct dimm *d)
 	for (struct conn *c = d->conns, *next; c; c = next) {
 		next = c->next;
 		if (c->draining && !c->closing && !c->inflight && !c->cur && !c->discard_left &&
-		    c->in_pos == c->in_len) {
+		    c->in_pos == c->in_len && !(c->ssl && (SSL_pending(c->ssl) > 0 ||
+							     c->tout_pos < c->tout_len))) {
 			uint8_t b;
 			ssize_t n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
 			if (n <= 0 && (n == 0 || errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -1150,6 +1290,7 @@ int conn_abort_all(struct dimm *d, const char *why)
 		for (struct req *r = c->sendq; r; r = r->next)
 			unsent += r->reply_bytes;
 		unsent -= c->head_sent;
+		unsent += c->tout_len - c->tout_pos; /* TLS: staged, not yet written */
 		log_warn("%s: %s: %u request(s) unanswered, %zu reply bytes unsent", c->peer, why,
 			 c->inflight, unsent);
 		c->why = why;

@@ -110,10 +110,20 @@ struct dimm_cfg {
 	int sync;             /* fdatasync on flush: -1 default (on) */
 	/* given in the file: an existing image's format must match them */
 	bool sector_size_set, capacity_set;
+	int tls;              /* enum tls_mode: TLS_OFF serves plaintext sessions only,
+			       * TLS_REQUIRED TLS sessions only; -1 (unset): both */
 };
 
+/* TLS mode of a listener (doc/proto.md, "TLS support"): TLS_OFF is NOTLS,
+ * TLS_ALLOWED is SELECTIVETLS (STARTTLS offered; exports with tls = required
+ * need it), TLS_REQUIRED is FORCEDTLS (every option but STARTTLS and ABORT
+ * gets NBD_REP_ERR_TLS_REQD until TLS is up). */
+enum tls_mode { TLS_OFF, TLS_ALLOWED, TLS_REQUIRED };
+const char *tls_mode_name(int mode);
+int tls_mode_parse(const char *s);   /* -1 if s is not off|allowed|required */
+
 struct server_cfg {
-	char **listen;        /* "HOST:PORT" */
+	char **listen;        /* "HOST:PORT", optionally followed by " tls=MODE" */
 	int nlisten;
 	char *unix_path;
 	char *control_path;
@@ -129,6 +139,15 @@ struct server_cfg {
 	int timing;              /* default timing model for every ioDimm */
 	int allow_degraded;      /* serve what opens (-1: unset, then no) */
 	char *default_preset;
+	/* TLS (server/tls.c); *_where: where the key was given, for errors
+	 * ("FILE:LINE: [server] tls_certificates = 'DIR'" or "--tls-...") */
+	int tls;                 /* default mode of every listener; -1: unset (off) */
+	int unix_tls;            /* the unix socket's mode; -1: tls */
+	char *tls_certificates;  /* DIR: ca-cert.pem, server-cert.pem, server-key.pem, ca-crl.pem */
+	char *tls_certificates_where;
+	char *tls_psk;           /* FILE: identity:hexkey per line */
+	char *tls_psk_where;
+	int tls_verify_peer;     /* require a client certificate signed by the CA; -1: unset (no) */
 	struct dimm_cfg *dimms;
 	int ndimms;
 	char *config_file;
@@ -156,6 +175,7 @@ struct handoff {
 	uint16_t tflags;        /* transmission flags sent */
 	bool block_size;        /* bound by NBD_INFO_BLOCK_SIZE: GO asked for it */
 	char peer[96];
+	struct ssl_st *ssl;     /* TLS session (OpenSSL SSL), NULL: plaintext */
 	uint8_t *leftover;      /* bytes read past the handshake */
 	size_t nleftover;
 	struct handoff *next;
@@ -352,8 +372,30 @@ struct listener *listener_watch(struct server *srv, struct evconnlistener *evl, 
 				bool owned);
 void listener_close(struct listener *l);
 
+/* Split a listen spec "ADDR[ tls=MODE]": ADDR into addr, the mode (or -1)
+ * into *mode.  0, or -EINVAL with the reason in err. */
+int listen_split(const char *spec, char *addr, size_t addrlen, int *mode, char *err, size_t errlen);
+
+/* tls.c: the OpenSSL context, made from the configuration before any image
+ * opens (a missing or unreadable file is a configuration error there). */
+struct ssl_st;
+/* What the callbacks of one TLS handshake found (owned by the handshake;
+ * detached from the session at hand-off). */
+struct tls_note {
+	char why[256];            /* why the peer was refused, "" if not by us */
+	char psk_identity[128];   /* the PSK identity accepted, "" if none */
+};
+int tls_init(struct server_cfg *cfg, char *err, size_t errlen);
+bool tls_available(void);            /* a context exists: STARTTLS can be answered */
+struct ssl_st *tls_session_new(struct tls_note *note);
+void tls_describe(struct ssl_st *ssl, const struct tls_note *note, char *buf, size_t len);
+void tls_last_error(struct ssl_st *ssl, int ret, char *buf, size_t len);
+void tls_error_text(unsigned long e, char *buf, size_t len);
+void tls_close(struct ssl_st *ssl, bool notify);  /* close_notify (best effort), free */
+void tls_exit(void);
+
 /* handshake.c */
-void handshake_start(struct server *srv, int fd, const char *peer);
+void handshake_start(struct server *srv, int fd, const char *peer, int tls_mode);
 void handshake_shutdown_all(struct server *srv);
 
 /* conn.c (ioDimm thread) */

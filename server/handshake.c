@@ -16,6 +16,20 @@
  * OPT_DISCARD_MAX are read and discarded, then refused with
  * NBD_REP_ERR_TOO_BIG; anything larger is a hard disconnect); the whole
  * handshake must finish within handshake_timeout seconds.
+ * TLS (doc/proto.md, "TLS support"; keys in server/tls.c): the listener's
+ * mode is NOTLS (off: STARTTLS is refused), SELECTIVETLS (allowed: STARTTLS
+ * is offered; INFO and GO on an export with tls = required get
+ * NBD_REP_ERR_TLS_REQD until TLS is up, EXPORT_NAME on one closes, LIST
+ * hides them) or FORCEDTLS (required: every option but STARTTLS and ABORT
+ * gets NBD_REP_ERR_TLS_REQD, its data read first so the stream stays in
+ * sync; EXPORT_NAME closes).  STARTTLS is answered with an ACK in
+ * plaintext; once that is sent, the plain bufferevent is replaced by an
+ * OpenSSL one on the same socket (a client that sent anything after the
+ * STARTTLS is closed on), and everything negotiated before is forgotten
+ * (structured replies, meta contexts).  A failed TLS handshake logs one
+ * line and closes that connection.  The SSL session goes with the socket
+ * to the ioDimm thread (struct handoff), with the plaintext already
+ * decrypted past the handshake as leftover.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -24,6 +38,9 @@
 #include <unistd.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #include "server/flashd.h"
 #include "server/nbd_proto.h"
@@ -39,6 +56,8 @@ enum hs_state {
 	HS_DISCARD,       /* reading and dropping an oversized option */
 	HS_CLOSING,       /* close once the output is sent */
 	HS_HANDOFF,       /* hand over once the output is sent */
+	HS_STARTTLS,      /* start TLS once the ACK is sent */
+	HS_TLS_HANDSHAKE, /* TLS handshake under way */
 };
 
 struct hs {
@@ -58,6 +77,10 @@ struct hs {
 	uint16_t tflags;
 	bool block_size;          /* the GO that picked target asked for NBD_INFO_BLOCK_SIZE */
 	const char *close_reason;
+	int tls_mode;             /* the listener's: enum tls_mode */
+	SSL *ssl;                 /* after STARTTLS */
+	bool tls;                 /* TLS is up */
+	struct tls_note note;
 	struct hs *next, *prev;
 };
 
@@ -75,6 +98,7 @@ static void hs_free(struct hs *h, bool close_fd)
 	if (h->bev)
 		bufferevent_free(h->bev);
 	if (close_fd) {
+		tls_close(h->ssl, h->tls);
 		close(h->fd);
 		server_conn_closed(srv);
 	}
@@ -160,6 +184,32 @@ static void reply_unknown(struct hs *h, const char *name, uint32_t nl)
 	reply_err(h, NBD_REP_ERR_UNKNOWN, msg);
 }
 
+/*
+ * May this session use export d?  0 if so, else the option reply error
+ * (NBD_REP_ERR_TLS_REQD or NBD_REP_ERR_POLICY) with msg saying why.
+ */
+static uint32_t export_tls_check(struct hs *h, struct dimm *d, char *msg, size_t len)
+{
+	int need = d->cfg->tls;
+	if (need == TLS_REQUIRED && !h->tls) {
+		if (h->tls_mode == TLS_OFF) {
+			/* NOTLS mode may never say TLS_REQD */
+			snprintf(msg, len, "export '%s' is served over TLS only, which this listener does "
+				 "not offer", d->cfg->export_name);
+			return NBD_REP_ERR_POLICY;
+		}
+		snprintf(msg, len, "export '%s' requires TLS: send NBD_OPT_STARTTLS first",
+			 d->cfg->export_name);
+		return NBD_REP_ERR_TLS_REQD;
+	}
+	if (need == TLS_OFF && h->tls) {
+		snprintf(msg, len, "export '%s' is served without TLS only (tls = off)",
+			 d->cfg->export_name);
+		return NBD_REP_ERR_POLICY;
+	}
+	return 0;
+}
+
 static void opt_list(struct hs *h)
 {
 	if (h->optlen) {
@@ -168,8 +218,9 @@ static void opt_list(struct hs *h)
 	}
 	for (int i = 0; i < h->srv->ndimms; i++) {
 		struct dimm *d = &h->srv->dimms[i];
-		if (!d->exported)
-			continue;
+		char why[8];
+		if (!d->exported || export_tls_check(h, d, why, sizeof why))
+			continue; /* not for this session (doc/proto.md: MAY omit) */
 		char desc[256];
 		dimm_describe(d, desc, sizeof desc);
 		size_t nl = strlen(d->cfg->export_name), dl = strlen(desc);
@@ -206,6 +257,12 @@ static bool opt_info_go(struct hs *h, const uint8_t *p, bool go)
 	struct dimm *d = server_find_export(h->srv, (const char *)p + 4, nl);
 	if (!d) {
 		reply_unknown(h, (const char *)p + 4, nl);
+		return false;
+	}
+	char msg[512];
+	uint32_t refuse = export_tls_check(h, d, msg, sizeof msg);
+	if (refuse) {
+		reply_err(h, refuse, msg);
 		return false;
 	}
 	if (h->srv->shutting_down) {
@@ -323,9 +380,29 @@ static void handle_option(struct hs *h, const uint8_t *p)
 		reply_err(h, NBD_REP_ERR_SHUTDOWN, "the server is shutting down");
 		return;
 	}
+	if (h->tls_mode == TLS_REQUIRED && !h->tls && h->opt != NBD_OPT_STARTTLS &&
+	    h->opt != NBD_OPT_ABORT) {
+		if (h->opt == NBD_OPT_EXPORT_NAME) {
+			/* it cannot be answered with an error: close */
+			h->state = HS_CLOSING;
+			h->close_reason = "NBD_OPT_EXPORT_NAME without TLS on a listener that requires TLS";
+			return;
+		}
+		reply_err(h, NBD_REP_ERR_TLS_REQD, "TLS is required: send NBD_OPT_STARTTLS first");
+		return;
+	}
 	switch (h->opt) {
 	case NBD_OPT_EXPORT_NAME: {
 		struct dimm *d = server_find_export(h->srv, (const char *)p, h->optlen);
+		char tmsg[512];
+		if (d && export_tls_check(h, d, tmsg, sizeof tmsg)) {
+			h->state = HS_CLOSING;
+			h->close_reason = h->tls ? "NBD_OPT_EXPORT_NAME over TLS names an export served "
+						   "without TLS only" :
+						   "NBD_OPT_EXPORT_NAME without TLS names an export that "
+						   "requires TLS";
+			return;
+		}
 		if (!d) {
 			/* no error path in the protocol: the connection closes */
 			h->state = HS_CLOSING;
@@ -376,7 +453,23 @@ static void handle_option(struct hs *h, const uint8_t *p)
 		opt_meta(h, p, true);
 		return;
 	case NBD_OPT_STARTTLS:
-		reply_err(h, NBD_REP_ERR_UNSUP, "TLS is not supported by this server");
+		if (h->tls) {
+			reply_err(h, NBD_REP_ERR_INVALID, "TLS is already negotiated");
+			return;
+		}
+		if (h->tls_mode == TLS_OFF || !tls_available()) {
+			if (tls_available())
+				reply_err(h, NBD_REP_ERR_POLICY, "TLS is not offered on this listener");
+			else
+				reply_err(h, NBD_REP_ERR_UNSUP, "TLS is not configured on this server");
+			return;
+		}
+		if (h->optlen) {
+			reply_err(h, NBD_REP_ERR_INVALID, "NBD_OPT_STARTTLS takes no data");
+			return;
+		}
+		reply(h, NBD_REP_ACK, NULL, 0);
+		h->state = HS_STARTTLS;
 		return;
 	default:
 		reply_err(h, NBD_REP_ERR_UNSUP, "option not supported");
@@ -447,6 +540,11 @@ static void read_cb(struct bufferevent *bev, void *arg)
 			evbuffer_drain(in, h->optlen);
 			if (h->state == HS_OPT_DATA)
 				h->state = HS_OPT_HEADER;
+			if (h->state == HS_STARTTLS) {
+				/* the ACK goes first; write_cb switches to TLS */
+				bufferevent_disable(bev, EV_READ);
+				return;
+			}
 			if (h->state == HS_CLOSING || h->state == HS_HANDOFF) {
 				bufferevent_disable(bev, EV_READ);
 				/* nothing left to send: act now, write_cb will not run */
@@ -465,20 +563,62 @@ static void read_cb(struct bufferevent *bev, void *arg)
 			h->discard_left -= n;
 			if (h->discard_left)
 				return;
-			reply_err(h, NBD_REP_ERR_TOO_BIG, "option data too large");
+			if (h->tls_mode == TLS_REQUIRED && !h->tls && h->opt != NBD_OPT_ABORT)
+				reply_err(h, NBD_REP_ERR_TLS_REQD, "TLS is required: send NBD_OPT_STARTTLS first");
+			else
+				reply_err(h, NBD_REP_ERR_TOO_BIG, "option data too large");
 			h->state = HS_OPT_HEADER;
 			break;
 		}
 		case HS_CLOSING:
 		case HS_HANDOFF:
+		case HS_STARTTLS:
+		case HS_TLS_HANDSHAKE:
 			return;
 		}
 	}
 }
 
+static void event_cb(struct bufferevent *bev, short what, void *arg);
+static void write_cb(struct bufferevent *bev, void *arg);
+
+/* The STARTTLS ACK is sent: the same socket goes on under TLS. */
+static void start_tls(struct hs *h)
+{
+	if (evbuffer_get_length(bufferevent_get_input(h->bev))) {
+		hs_close(h, "client sent data after NBD_OPT_STARTTLS before the TLS handshake");
+		return;
+	}
+	bufferevent_free(h->bev);
+	h->bev = NULL;
+	/* everything negotiated before is forgotten (doc/proto.md; the CVEs
+	 * of servers that kept it) */
+	h->structured = false;
+	free(h->meta_export);
+	h->meta_export = NULL;
+	h->meta_allocation = false;
+	h->note.why[0] = h->note.psk_identity[0] = 0;
+	h->ssl = tls_session_new(&h->note);
+	if (h->ssl)
+		h->bev = bufferevent_openssl_socket_new(h->srv->base, h->fd, h->ssl,
+							BUFFEREVENT_SSL_ACCEPTING, 0);
+	if (!h->bev) {
+		hs_close(h, "cannot start TLS: out of memory");
+		return;
+	}
+	bufferevent_openssl_set_allow_dirty_shutdown(h->bev, 1);
+	h->state = HS_TLS_HANDSHAKE;
+	bufferevent_setcb(h->bev, read_cb, write_cb, event_cb, h);
+	bufferevent_enable(h->bev, EV_READ | EV_WRITE);
+}
+
 static void write_cb(struct bufferevent *bev, void *arg)
 {
 	struct hs *h = arg;
+	if (h->state == HS_STARTTLS) {
+		start_tls(h);
+		return;
+	}
 	if (h->state == HS_CLOSING) {
 		hs_close(h, h->close_reason ? h->close_reason : "closing");
 		return;
@@ -508,6 +648,13 @@ static void write_cb(struct bufferevent *bev, void *arg)
 		evbuffer_remove(in, ho->leftover, ho->nleftover);
 	}
 	ho->fd = h->fd;
+	if (h->ssl) {
+		/* bytes OpenSSL decrypted but the bufferevent did not take
+		 * stay in the session: the ioDimm thread reads them first */
+		SSL_set_app_data(h->ssl, NULL);
+		ho->ssl = h->ssl;
+		h->ssl = NULL;
+	}
 	ho->structured = h->structured;
 	ho->meta_allocation = h->meta_allocation && h->meta_export &&
 			      server_find_export(h->srv, h->meta_export, strlen(h->meta_export)) ==
@@ -516,7 +663,7 @@ static void write_cb(struct bufferevent *bev, void *arg)
 	ho->block_size = h->block_size;
 	snprintf(ho->peer, sizeof ho->peer, "%s", h->peer);
 	struct dimm *d = h->target;
-	log_info("%s: export %s%s%s%s", h->peer, d->cfg->export_name,
+	log_info("%s: export %s%s%s%s%s", h->peer, d->cfg->export_name, ho->ssl ? ", TLS" : "",
 		 ho->structured ? ", structured replies" : "",
 		 ho->meta_allocation ? ", base:allocation" : "",
 		 ho->block_size ? ", block sizes negotiated" : ", no block size constraints");
@@ -527,10 +674,57 @@ static void write_cb(struct bufferevent *bev, void *arg)
 static void event_cb(struct bufferevent *bev, short what, void *arg)
 {
 	struct hs *h = arg;
+	if (h->state == HS_TLS_HANDSHAKE) {
+		if (what & BEV_EVENT_CONNECTED) {
+			h->tls = true;
+			h->state = HS_OPT_HEADER;
+			char desc[400];
+			tls_describe(h->ssl, &h->note, desc, sizeof desc);
+			log_info("%s: TLS established: %s", h->peer, desc);
+			return;
+		}
+		/* one line: what OpenSSL says, and what our callbacks saw */
+		char why[768], ssl_err[400] = "";
+		size_t used = 0;
+		unsigned long errs[8], e;
+		int nerr = 0;
+		bool real = false;
+		while ((e = bufferevent_get_openssl_error(bev)) != 0) {
+			if (nerr < 8)
+				errs[nerr++] = e;
+			real |= e >= 0x100;
+		}
+		for (int i = 0; i < nerr; i++) {
+			char one[256];
+			if (real && errs[i] < 0x100)
+				continue; /* libevent's SSL_get_error code: OpenSSL said it better */
+			tls_error_text(errs[i], one, sizeof one);
+			if (used < sizeof ssl_err)
+				used += (size_t)snprintf(ssl_err + used, sizeof ssl_err - used, "%s%s",
+							 used ? "; " : "", one);
+		}
+		if (!ssl_err[0])
+			snprintf(ssl_err, sizeof ssl_err, "%s",
+				 (what & BEV_EVENT_EOF) ? "client closed the connection" :
+				 EVUTIL_SOCKET_ERROR() ? strerror(EVUTIL_SOCKET_ERROR()) : "failed");
+		snprintf(why, sizeof why, "TLS handshake failed: %s%s%s", ssl_err,
+			 h->note.why[0] ? "; " : "", h->note.why);
+		log_warn("%s: %s", h->peer, why);
+		h->tls = false; /* no close_notify on a failed session */
+		hs_free(h, true);
+		return;
+	}
 	if (what & BEV_EVENT_EOF)
 		hs_close(h, "client disconnected");
-	else if (what & BEV_EVENT_ERROR)
-		hs_close(h, strerror(EVUTIL_SOCKET_ERROR()));
+	else if (what & BEV_EVENT_ERROR) {
+		unsigned long e = h->ssl ? bufferevent_get_openssl_error(bev) : 0;
+		char msg[256];
+		if (e)
+			tls_error_text(e, msg, sizeof msg);
+		else
+			snprintf(msg, sizeof msg, "%s", strerror(EVUTIL_SOCKET_ERROR()));
+		hs_close(h, msg);
+	}
 }
 
 static void timeout_cb(evutil_socket_t fd, short what, void *arg)
@@ -546,7 +740,7 @@ static void start_transmission(struct hs *h)
 		write_cb(h->bev, h);
 }
 
-void handshake_start(struct server *srv, int fd, const char *peer)
+void handshake_start(struct server *srv, int fd, const char *peer, int tls_mode)
 {
 	struct hs *h = calloc(1, sizeof *h);
 	if (!h) {
@@ -556,6 +750,7 @@ void handshake_start(struct server *srv, int fd, const char *peer)
 	}
 	h->srv = srv;
 	h->fd = fd;
+	h->tls_mode = tls_mode;
 	snprintf(h->peer, sizeof h->peer, "%s", peer);
 	h->next = srv->handshakes;
 	if (h->next)

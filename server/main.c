@@ -73,7 +73,16 @@ static void usage(FILE *out)
 		"                          else /var/lib/flashd)\n"
 		"  -l, --listen HOST:PORT  NBD on TCP; repeatable; IPv6 as [ADDR]:PORT\n"
 		"                          (default 127.0.0.1:10809)\n"
+		"                          HOST:PORT' tls=MODE': that listener's TLS mode\n"
 		"  -u, --unix PATH         NBD on a unix socket too (default STATE_DIR/flashd.sock)\n"
+		"      --tls off|allowed|required\n"
+		"                          STARTTLS on every listener: off (default), allowed\n"
+		"                          (the client chooses), required (nothing without TLS)\n"
+		"      --unix-tls MODE     the unix socket's TLS mode (default: --tls)\n"
+		"      --tls-certificates DIR\n"
+		"                          server-cert.pem, server-key.pem, ca-cert.pem [ca-crl.pem]\n"
+		"      --tls-psk FILE      pre-shared keys, identity:hexkey per line (psktool)\n"
+		"      --tls-verify-peer   require a client certificate signed by ca-cert.pem\n"
 		"      --control PATH      control socket (default STATE_DIR/flashd.ctl)\n"
 		"  -p, --preset NAME       preset of the default card's ioDimms (iodimm-mlc-320)\n"
 		"      --timing on|off     NAND timing model of the simulated media (default on)\n"
@@ -333,7 +342,7 @@ static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct soc
 		close(fd);
 		return;
 	}
-	handshake_start(&srv, fd, peer);
+	handshake_start(&srv, fd, peer, (int)(intptr_t)arg);
 }
 
 struct listener *listener_watch(struct server *s, struct evconnlistener *evl, const char *name,
@@ -379,10 +388,15 @@ static int add_listener(struct evconnlistener *evl, const char *name)
 	return 0;
 }
 
-static int listen_tcp(const char *spec, char *err, size_t errlen)
+static int listen_tcp(const char *fullspec, char *err, size_t errlen)
 {
-	char host[256];
+	char host[256], spec[300];
 	const char *port;
+	int mode;
+	if (listen_split(fullspec, spec, sizeof spec, &mode, err, errlen))
+		return -EINVAL;
+	if (mode < 0)
+		mode = srv.cfg.tls;
 	if (spec[0] == '[') {
 		const char *e = strchr(spec, ']');
 		if (!e || e[1] != ':') {
@@ -411,7 +425,7 @@ static int listen_tcp(const char *spec, char *err, size_t errlen)
 	int made = 0;
 	for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
 		struct evconnlistener *l = evconnlistener_new_bind(
-			srv.base, accept_cb, NULL,
+			srv.base, accept_cb, (void *)(intptr_t)mode,
 			LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC, 128,
 			ai->ai_addr, (int)ai->ai_addrlen);
 		if (!l) {
@@ -428,7 +442,8 @@ static int listen_tcp(const char *spec, char *err, size_t errlen)
 		made++;
 	}
 	freeaddrinfo(res);
-	log_info("listening on %s", spec);
+	log_info("listening on %s%s%s", spec, mode != TLS_OFF ? ", TLS " : "",
+		 mode != TLS_OFF ? tls_mode_name(mode) : "");
 	return made ? 0 : -EINVAL;
 }
 
@@ -457,14 +472,16 @@ static int listen_unix(const char *path, char *err, size_t errlen)
 		return -e;
 	}
 	chmod(path, 0660);
-	struct evconnlistener *l = evconnlistener_new(srv.base, accept_cb, NULL, LEV_OPT_CLOSE_ON_FREE, -1, fd);
+	struct evconnlistener *l = evconnlistener_new(srv.base, accept_cb, (void *)(intptr_t)srv.cfg.unix_tls,
+						      LEV_OPT_CLOSE_ON_FREE, -1, fd);
 	if (!l)
 		close(fd);
 	if (add_listener(l, path) < 0) {
 		snprintf(err, errlen, "cannot listen on %s", path);
 		return -ENOMEM;
 	}
-	log_info("listening on %s", path);
+	log_info("listening on %s%s%s", path, srv.cfg.unix_tls != TLS_OFF ? ", TLS " : "",
+		 srv.cfg.unix_tls != TLS_OFF ? tls_mode_name(srv.cfg.unix_tls) : "");
 	return 0;
 }
 
@@ -582,9 +599,15 @@ int main(int argc, char **argv)
 		{ "allow-degraded", no_argument, 0, 'A' },
 		{ "check-config", no_argument, 0, 'K' },
 		{ "no-config", no_argument, 0, 'N' },
+		{ "tls", required_argument, 0, 1001 },
+		{ "unix-tls", required_argument, 0, 1002 },
+		{ "tls-certificates", required_argument, 0, 1003 },
+		{ "tls-psk", required_argument, 0, 1004 },
+		{ "tls-verify-peer", no_argument, 0, 1005 },
 		{ 0, 0, 0, 0 },
 	};
-	struct server_cfg cli = { .timing = -1, .poll_us = -1, .allow_degraded = -1 };
+	struct server_cfg cli = { .timing = -1, .poll_us = -1, .allow_degraded = -1, .tls = -1,
+				  .unix_tls = -1, .tls_verify_peer = -1 };
 	const char *config = NULL;
 	bool check_only = false, no_config = false;
 	char err[1024] = "";
@@ -647,6 +670,31 @@ int main(int argc, char **argv)
 		case 'A': cli.allow_degraded = 1; break;
 		case 'K': check_only = true; break;
 		case 'N': no_config = true; break;
+		case 1001:
+		case 1002: {
+			int m = tls_mode_parse(optarg);
+			if (m < 0) {
+				fprintf(stderr, "flashd: --%s takes off, allowed or required, not '%s'\n",
+					c == 1001 ? "tls" : "unix-tls", optarg);
+				return 2;
+			}
+			*(c == 1001 ? &cli.tls : &cli.unix_tls) = m;
+			break;
+		}
+		case 1003:
+		case 1004: {
+			char w[4200];
+			snprintf(w, sizeof w, "--%s '%s'", c == 1003 ? "tls-certificates" : "tls-psk", optarg);
+			if (c == 1003) {
+				cli.tls_certificates = strdup(optarg);
+				cli.tls_certificates_where = strdup(w);
+			} else {
+				cli.tls_psk = strdup(optarg);
+				cli.tls_psk_where = strdup(w);
+			}
+			break;
+		}
+		case 1005: cli.tls_verify_peer = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -689,6 +737,13 @@ int main(int argc, char **argv)
 	}
 	if (srv.cfg.shutdown_timeout <= 0)
 		srv.cfg.shutdown_timeout = 10;
+	/* TLS keys are read now: a missing or bad file stops flashd before any
+	 * image opens (and --check-config reports it) */
+	if (tls_init(&srv.cfg, err, sizeof err)) {
+		fprintf(stderr, "flashd: %s\n", err);
+		config_free(&srv.cfg);
+		return 2;
+	}
 	if (check_only) {
 		printf("flashd: configuration %s is good: %d ioDimm(s)%s\n",
 		       srv.cfg.config_file ? srv.cfg.config_file : "(embedded default)", srv.cfg.ndimms,
@@ -703,6 +758,14 @@ int main(int argc, char **argv)
 		if (srv.cfg.unix_path && srv.cfg.unix_path[0])
 			printf("  unix socket %s\n", srv.cfg.unix_path);
 		printf("  control socket %s\n", srv.cfg.control_path);
+		if (tls_available())
+			printf("  TLS: %s%s%s%s, default mode %s, unix socket %s\n",
+			       srv.cfg.tls_certificates ? "certificates " : "",
+			       srv.cfg.tls_certificates ? srv.cfg.tls_certificates : "",
+			       srv.cfg.tls_psk ? (srv.cfg.tls_certificates ? ", PSK file " : "PSK file ") : "",
+			       srv.cfg.tls_psk ? srv.cfg.tls_psk : "", tls_mode_name(srv.cfg.tls),
+			       tls_mode_name(srv.cfg.unix_tls));
+		tls_exit();
 		config_free(&srv.cfg);
 		return 0;
 	}
@@ -858,6 +921,7 @@ int main(int argc, char **argv)
 	event_base_free(srv.base);
 	free(srv.dimms);
 	config_free(&srv.cfg);
+	tls_exit();
 	log_info("stopped");
 	return 0;
 
