@@ -151,12 +151,7 @@ $(BUILD)/man/%: man/%.in server/version.h
 	@mkdir -p $(dir $@)
 	sed 's/@VERSION@/$(FLASHD_VERSION_STR)/g' $< >$@
 
-# the unit with ExecStart's path for this PREFIX
-$(BUILD)/flashd.service: deploy/flashd.service Makefile
-	@mkdir -p $(dir $@)
-	sed 's|/usr/sbin/flashd|$(SBINDIR)/flashd|g' $< >$@
-
-install: $(PROGS) $(MAN_PAGES:%=$(BUILD)/man/%) $(BUILD)/flashd.service
+install: $(PROGS) $(MAN_PAGES:%=$(BUILD)/man/%)
 	install -D -m 0755 $(BUILD)/flashd $(DESTDIR)$(SBINDIR)/flashd
 	install -D -m 0755 $(BUILD)/flashctl $(DESTDIR)$(BINDIR)/flashctl
 ifneq ($(filter %/handler_flashd.so,$(PROGS)),)
@@ -165,6 +160,8 @@ endif
 ifneq ($(filter %/nbdkit-flashd-plugin.so,$(PROGS)),)
 	install -D -m 0644 $(BUILD)/nbdkit-flashd-plugin.so $(DESTDIR)$(NBDKIT_PLUGINDIR)/nbdkit-flashd-plugin.so
 endif
+	@# the unit with ExecStart's path for this PREFIX (made here: it depends on SBINDIR)
+	sed 's|/usr/sbin/flashd|$(SBINDIR)/flashd|g' deploy/flashd.service >$(BUILD)/flashd.service
 	install -D -m 0644 $(BUILD)/flashd.service $(DESTDIR)$(SYSTEMDUNITDIR)/flashd.service
 	install -D -m 0644 $(BUILD)/man/flashd.8 $(DESTDIR)$(MANDIR)/man8/flashd.8
 	install -D -m 0644 $(BUILD)/man/flashctl.8 $(DESTDIR)$(MANDIR)/man8/flashctl.8
