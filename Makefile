@@ -4,6 +4,9 @@
 #   make run        build, then serve the embedded default (simulated ioDrive Duo)
 #   make check      build and run every test; ends with "N passed, N failed"
 #   make bench      benchmark flashd against nbdkit and qemu-nbd (not part of check)
+#   make install    install programs, plugins, unit, man pages, example config
+#                   (PREFIX=/usr/local, DESTDIR=; see "Installing" below)
+#   make uninstall  remove what make install installed (same PREFIX and DESTDIR)
 #
 # Missing Debian packages are installed by scripts/deps.sh (apt-get).
 
@@ -48,7 +51,7 @@ ifneq ($(wildcard plugins/tcmu/*.c),)
 PROGS += $(BUILD)/handler_flashd.so
 endif
 
-.PHONY: all run check bench deps clean
+.PHONY: all run check bench deps clean install uninstall
 all: $(PROGS) $(UNIT_BINS) $(SAN_BINS)
 
 # Debian packages: checked once per build directory, re-checked when deps.sh changes.
@@ -110,5 +113,88 @@ bench: all
 
 clean:
 	rm -rf $(BUILD)
+
+# ---- Installing -----------------------------------------------------------
+#
+#   make install [PREFIX=/usr/local] [DESTDIR=]
+#
+# PREFIX decides the programs, man pages, docs and the unit's directory; the
+# tcmu-runner handler and the nbdkit plugin go where those programs look for
+# them whatever PREFIX is, and the configuration is always
+# /etc/flashd/flashd.conf (flashd's default path).  That file is installed
+# only if $(DESTDIR)/etc/flashd/flashd.conf does not exist yet; uninstall
+# removes it only while it is still the unmodified example.  The installed
+# unit's ExecStart names $(SBINDIR)/flashd (deploy/flashd.service says
+# /usr/sbin/flashd, the PREFIX=/usr layout).  Every directory is a variable.
+PREFIX      ?= /usr/local
+SBINDIR     ?= $(PREFIX)/sbin
+BINDIR      ?= $(PREFIX)/bin
+DATADIR     ?= $(PREFIX)/share
+MANDIR      ?= $(DATADIR)/man
+DOCDIR      ?= $(DATADIR)/doc/flashd
+CONFDIR     ?= /etc/flashd
+# /lib/systemd/system for PREFIX=/usr (Debian 12's systemdsystemunitdir),
+# else PREFIX/lib/systemd/system (/usr/local/lib/systemd/system is in
+# systemd's unit search path)
+SYSTEMDUNITDIR ?= $(if $(filter /usr /usr/,$(PREFIX)),/lib/systemd/system,$(PREFIX)/lib/systemd/system)
+MULTIARCH   ?= $(or $(shell $(CC) -print-multiarch 2>/dev/null),x86_64-linux-gnu)
+# Debian's tcmu-runner 1.5.4 loads handler_*.so from here
+TCMU_HANDLERDIR ?= /usr/lib/$(MULTIARCH)/tcmu-runner
+# nbdkit --dump-config's plugindir: then "nbdkit flashd image=..." finds it
+NBDKIT_PLUGINDIR ?= $(or $(shell nbdkit --dump-config 2>/dev/null | sed -n 's/^plugindir=//p'),/usr/lib/$(MULTIARCH)/nbdkit/plugins)
+
+MAN_PAGES := flashd.8 flashctl.8 flashd.conf.5
+FLASHD_VERSION_STR = $(shell sed -n 's/^\#define FLASHD_VERSION "\(.*\)"/\1/p' server/version.h)
+
+# man/*.in with the version filled in
+$(BUILD)/man/%: man/%.in server/version.h
+	@mkdir -p $(dir $@)
+	sed 's/@VERSION@/$(FLASHD_VERSION_STR)/g' $< >$@
+
+install: $(PROGS) $(MAN_PAGES:%=$(BUILD)/man/%)
+	install -D -m 0755 $(BUILD)/flashd $(DESTDIR)$(SBINDIR)/flashd
+	install -D -m 0755 $(BUILD)/flashctl $(DESTDIR)$(BINDIR)/flashctl
+ifneq ($(filter %/handler_flashd.so,$(PROGS)),)
+	install -D -m 0644 $(BUILD)/handler_flashd.so $(DESTDIR)$(TCMU_HANDLERDIR)/handler_flashd.so
+endif
+ifneq ($(filter %/nbdkit-flashd-plugin.so,$(PROGS)),)
+	install -D -m 0644 $(BUILD)/nbdkit-flashd-plugin.so $(DESTDIR)$(NBDKIT_PLUGINDIR)/nbdkit-flashd-plugin.so
+endif
+	@# the unit with ExecStart's path for this PREFIX (made here: it depends on SBINDIR)
+	sed 's|/usr/sbin/flashd|$(SBINDIR)/flashd|g' deploy/flashd.service >$(BUILD)/flashd.service
+	install -D -m 0644 $(BUILD)/flashd.service $(DESTDIR)$(SYSTEMDUNITDIR)/flashd.service
+	install -D -m 0644 $(BUILD)/man/flashd.8 $(DESTDIR)$(MANDIR)/man8/flashd.8
+	install -D -m 0644 $(BUILD)/man/flashctl.8 $(DESTDIR)$(MANDIR)/man8/flashctl.8
+	install -D -m 0644 $(BUILD)/man/flashd.conf.5 $(DESTDIR)$(MANDIR)/man5/flashd.conf.5
+	install -D -m 0644 conf/flashd.conf $(DESTDIR)$(DOCDIR)/flashd.conf.example
+	install -D -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
+	install -D -m 0644 deploy/README.md $(DESTDIR)$(DOCDIR)/README.deploy.md
+	install -D -m 0755 deploy/iscsi-lun.sh $(DESTDIR)$(DOCDIR)/examples/iscsi-lun.sh
+	@if [ -e $(DESTDIR)$(CONFDIR)/flashd.conf ]; then \
+		echo "$(DESTDIR)$(CONFDIR)/flashd.conf exists: kept (the example is $(DOCDIR)/flashd.conf.example)"; \
+	else \
+		echo "install -D -m 0644 conf/flashd.conf $(DESTDIR)$(CONFDIR)/flashd.conf"; \
+		install -D -m 0644 conf/flashd.conf $(DESTDIR)$(CONFDIR)/flashd.conf; \
+	fi
+
+uninstall:
+	rm -f $(DESTDIR)$(SBINDIR)/flashd $(DESTDIR)$(BINDIR)/flashctl
+	rm -f $(DESTDIR)$(TCMU_HANDLERDIR)/handler_flashd.so
+	rm -f $(DESTDIR)$(NBDKIT_PLUGINDIR)/nbdkit-flashd-plugin.so
+	rm -f $(DESTDIR)$(SYSTEMDUNITDIR)/flashd.service
+	rm -f $(DESTDIR)$(MANDIR)/man8/flashd.8 $(DESTDIR)$(MANDIR)/man8/flashctl.8 \
+		$(DESTDIR)$(MANDIR)/man5/flashd.conf.5
+	rm -f $(DESTDIR)$(DOCDIR)/flashd.conf.example $(DESTDIR)$(DOCDIR)/README.md \
+		$(DESTDIR)$(DOCDIR)/README.deploy.md $(DESTDIR)$(DOCDIR)/examples/iscsi-lun.sh
+	rmdir $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) 2>/dev/null || true
+	@if [ -e $(DESTDIR)$(CONFDIR)/flashd.conf ]; then \
+		if cmp -s conf/flashd.conf $(DESTDIR)$(CONFDIR)/flashd.conf; then \
+			echo "rm -f $(DESTDIR)$(CONFDIR)/flashd.conf"; \
+			rm -f $(DESTDIR)$(CONFDIR)/flashd.conf; \
+			rmdir $(DESTDIR)$(CONFDIR) 2>/dev/null || true; \
+		else \
+			echo "$(DESTDIR)$(CONFDIR)/flashd.conf differs from the example: kept"; \
+		fi; \
+	fi
 
 -include $(shell find $(BUILD)/obj $(BUILD)/san/obj -name '*.d' 2>/dev/null)

@@ -16,7 +16,7 @@
 set -eu
 
 build_pkgs="gcc make pkg-config libevent-dev libssl-dev libnbd-dev nbdkit-plugin-dev libsystemd-dev libinih-dev"
-check_pkgs="nbdkit libnbd-bin python3-libnbd qemu-utils fio iproute2 python3 curl gnutls-bin openssl"
+check_pkgs="nbdkit libnbd-bin python3-libnbd qemu-utils fio iproute2 python3 curl gnutls-bin openssl man-db groff-base"
 bench_pkgs="nbdkit qemu-utils fio procps gnuplot-nox"
 vm_pkgs="qemu-system-x86 busybox-static cpio debootstrap kmod gzip"
 
