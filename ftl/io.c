@@ -373,6 +373,40 @@ static int durable_kick(struct ftl *f)
 	return n;
 }
 
+/*
+ * The head write waits for a read-modify-write pre-read: issue the
+ * pre-reads of the partial units of the next RMW_AHEAD writes now, so
+ * their reads overlap instead of each stalling the queue in turn for a
+ * NAND read (one die's queue, milliseconds when it is busy).  Buffering
+ * stays in arrival order: write_continue checks that a pre-read still
+ * reads the unit's current mapping and issues it again if not.
+ */
+#define RMW_AHEAD 64
+
+static void rmw_prefetch(struct ftl *f, struct ftl_io *head)
+{
+	struct ftl_io *io = head->wait_next;
+	for (int k = 0; io && k < RMW_AHEAD && f->rop_free; io = io->wait_next, k++) {
+		if (io->type == FTL_IO_FLUSH || !io->length)
+			continue;
+		uint64_t end = io->offset + io->length;
+		uint64_t first = io->offset / FTL_UNIT_SIZE, last = (end - 1) / FTL_UNIT_SIZE;
+		for (int which = 0; which < 2; which++) {
+			uint64_t u = which ? last : first;
+			if (which && last == first)
+				break;
+			bool partial = which ? end % FTL_UNIT_SIZE != 0
+					     : io->offset % FTL_UNIT_SIZE != 0 ||
+					       end < (first + 1) * FTL_UNIT_SIZE;
+			uint32_t e = f->l2p[u];
+			if (!partial || io->rmw_op[which] || !l2p_is_ppa(e) || e == L2P_UNMAPPED ||
+			    e == L2P_LOST || !f->rop_free)
+				continue;
+			rmw_issue(f, io, which, u, e);
+		}
+	}
+}
+
 int io_kick(struct ftl *f)
 {
 	int n = 0;
@@ -397,7 +431,10 @@ int io_kick(struct ftl *f)
 			continue;
 		}
 		if (!write_continue(f, io)) {
-			/* an RMW pre-read without a free read op: try again later */
+			/* waiting: for ring slots, a checkpoint, or an RMW
+			 * pre-read (then the next writes' pre-reads start too) */
+			if (io->rmw_op[0] || io->rmw_op[1])
+				rmw_prefetch(f, io);
 			break;
 		}
 		ioq_pop(&f->wq_write);
