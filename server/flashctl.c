@@ -8,6 +8,7 @@
  *   flashctl beacon DIMM [on|off]
  *   flashctl format DIMM [--sector-size N] [--capacity X] [--op X] --yes
  *   flashctl stats [--live [--interval S] [--count N]] [--json] [DIMM...]
+ *   flashctl reload
  *   flashctl version
  * (all take --control SOCKET).  Image files flashd does not have open:
  *   flashctl format IMAGE --preset P [--sector-size 512|4096]
@@ -63,6 +64,9 @@ static void usage(FILE *out)
 		"      the ioDimm's locate beacon (shown by status and /metrics)\n"
 		"  %s stats [--live [--interval S] [--count N]] [--json] [DIMM...]\n"
 		"      requests, bandwidth, latency percentiles, GC: since start, or per interval\n"
+		"  %s reload [--json]\n"
+		"      read flashd's configuration file again (as SIGHUP): apply what can change\n"
+		"      while serving, list what needs a restart; a file with an error changes nothing\n"
 		"  %s version | --version\n"
 		"Image files (not in use):\n"
 		"  %s format IMAGE --preset P [--sector-size 512|4096] [--capacity BYTES|PCT%%] [--op PCT]\n"
@@ -88,7 +92,7 @@ static void usage(FILE *out)
 		"      the reviewers' protocol on the simulator's virtual clock (full-size devices\n"
 		"      fit: only page metadata is kept); prints IOPS, latency, WA and the physical bound\n"
 		"  %s presets\n",
-		prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog);
+		prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog);
 }
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -1434,6 +1438,109 @@ static int cmd_stats(int argc, char **argv)
 	return 0;
 }
 
+/* A JSON string at *p (at its opening quote) into out, unescaped; *p moves
+ * past it.  false if *p is not at a string. */
+static bool json_read_str(const char **p, char *out, size_t len)
+{
+	const char *s = *p;
+	size_t o = 0;
+	if (*s != '"')
+		return false;
+	for (s++; *s && *s != '"'; s++) {
+		char ch = *s;
+		if (ch == '\\' && s[1]) {
+			s++;
+			if (*s == 'u' && strlen(s) >= 5) {
+				unsigned v = (unsigned)strtoul((char[]){ s[1], s[2], s[3], s[4], 0 }, NULL, 16);
+				ch = v < 0x80 ? (char)v : '?';
+				s += 4;
+			} else {
+				ch = *s == 'n' ? '\n' : *s == 't' ? '\t' : *s;
+			}
+		}
+		if (o + 1 < len)
+			out[o++] = ch;
+	}
+	if (len)
+		out[o] = 0;
+	if (*s != '"')
+		return false;
+	*p = s + 1;
+	return true;
+}
+
+/* Print the {"key", "message"} items of flashd's list "name" as
+ * "  PREFIX KEY: MESSAGE" lines; how many there were. */
+static int print_reload_items(const char *json, const char *name, const char *prefix)
+{
+	char pat[64], key[256], msg[1200];
+	snprintf(pat, sizeof pat, "\"%s\": [", name);
+	const char *p = strstr(json, pat);
+	int n = 0;
+	if (!p)
+		return 0;
+	p += strlen(pat);
+	for (;;) {
+		while (*p == ' ' || *p == ',')
+			p++;
+		if (strncmp(p, "{\"key\": ", 8) != 0)
+			break;
+		p += 8;
+		if (!json_read_str(&p, key, sizeof key) || strncmp(p, ", \"message\": ", 13) != 0)
+			break;
+		p += 13;
+		if (!json_read_str(&p, msg, sizeof msg))
+			break;
+		printf("  %s %s: %s\n", prefix, key, msg);
+		n++;
+		if (*p == '}')
+			p++;
+	}
+	return n;
+}
+
+/* flashctl reload [--control SOCKET] [--json]: what SIGHUP does, with the result */
+static int cmd_reload(int argc, char **argv)
+{
+	const char *control = NULL;
+	bool json = false;
+	static const struct option opts[] = {
+		{ "control", required_argument, 0, 'c' },
+		{ "json", no_argument, 0, 'j' },
+		{ "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
+	};
+	int c;
+	while ((c = getopt_long(argc, argv, "c:jh", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c': control = optarg; break;
+		case 'j': json = true; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind != argc)
+		die("reload takes no arguments");
+	struct http_resp r;
+	ctl_call_or_die(opt_control(control), "POST", "/v1/reload", &r);
+	char msg[1400];
+	if (json) {
+		fputs(r.body, stdout);
+	} else if (r.code != 200) {
+		if (json_string(r.body, "error", msg, sizeof msg))
+			fprintf(stderr, "%s: reload refused, nothing changed: %s\n", prog, msg);
+		else
+			fprintf(stderr, "%s: HTTP %d: %s", prog, r.code, r.body);
+	} else {
+		if (json_string(r.body, "message", msg, sizeof msg))
+			printf("%s\n", msg);
+		print_reload_items(r.body, "applied", "applied:");
+		print_reload_items(r.body, "not_applied", "not applied:");
+	}
+	free(r.body);
+	return r.code == 200 ? 0 : 1;
+}
+
 /* flashctl version [--control SOCKET]: this tool's and the running flashd's */
 static int cmd_version(int argc, char **argv)
 {
@@ -1508,6 +1615,8 @@ int main(int argc, char **argv)
 		return cmd_stats(argc, argv);
 	if (strcmp(cmd, "version") == 0)
 		return cmd_version(argc, argv);
+	if (strcmp(cmd, "reload") == 0)
+		return cmd_reload(argc, argv);
 	if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0) {
 		printf("flashctl %s\n", FLASHD_VERSION);
 		return 0;
