@@ -26,6 +26,9 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <grp.h>
+#include <libgen.h>
+#include <pwd.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -34,6 +37,7 @@
 #include <string.h>
 #include <time.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -212,6 +216,93 @@ static void image_contents(struct nand_dev *d, char *buf, size_t len)
 	}
 }
 
+/* 'path' quoted for a shell (single quotes) into buf */
+static void shell_quote(char *buf, size_t len, const char *path)
+{
+	size_t o = 0;
+	if (strspn(path, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+:@,%") ==
+	    strlen(path)) {
+		snprintf(buf, len, "%s", path);
+		return;
+	}
+	buf[o++] = '\'';
+	for (const char *p = path; *p && o + 6 < len; p++) {
+		if (*p == '\'') {
+			memcpy(buf + o, "'\\''", 4);
+			o += 4;
+		} else {
+			buf[o++] = *p;
+		}
+	}
+	buf[o++] = '\'';
+	buf[o] = 0;
+}
+
+static const char *user_name(uid_t uid, char *buf, size_t len)
+{
+	struct passwd *pw = getpwuid(uid);
+	if (pw)
+		snprintf(buf, len, "%s", pw->pw_name);
+	else
+		snprintf(buf, len, "%u", (unsigned)uid);
+	return buf;
+}
+
+static const char *group_name(gid_t gid, char *buf, size_t len)
+{
+	struct group *gr = getgrgid(gid);
+	if (gr)
+		snprintf(buf, len, "%s", gr->gr_name);
+	else
+		snprintf(buf, len, "%u", (unsigned)gid);
+	return buf;
+}
+
+/*
+ * After a format: an image in a directory that belongs to another user (the
+ * service's state directory, /var/lib/flashd, owned by its user) is given to
+ * the directory's owner and group when flashctl runs as root, so that the
+ * service can open it; its mode stays.  If that cannot be done, the chown to
+ * run is printed.
+ */
+static void give_to_dir_owner(const char *path)
+{
+	char *copy = strdup(path);
+	if (!copy)
+		return;
+	const char *dir = dirname(copy);
+	struct stat ds, fs;
+	if (stat(dir, &ds) < 0 || stat(path, &fs) < 0 || ds.st_uid == geteuid() ||
+	    (fs.st_uid == ds.st_uid && fs.st_gid == ds.st_gid)) {
+		free(copy);
+		return;
+	}
+	char u[64], g[64], q[4400];
+	user_name(ds.st_uid, u, sizeof u);
+	group_name(ds.st_gid, g, sizeof g);
+	char *abs = realpath(path, NULL);  /* the command works from any directory */
+	shell_quote(q, sizeof q, abs ? abs : path);
+	free(abs);
+	int e = EPERM;
+	if (geteuid() == 0) {
+		if (chown(path, ds.st_uid, ds.st_gid) == 0) {
+			printf("%s: owner set to %s:%s, the owner of %s (the service running as that user "
+			       "can open it)\n", path, u, g, dir);
+			free(copy);
+			return;
+		}
+		e = errno;
+	}
+	char fu[64], fg[64];
+	fprintf(stderr, "%s: warning: %s is owned by %s:%s but its directory %s by %s:%s, and flashctl "
+		"could not change that (%s); if flashd runs as %s, it cannot open the image until you run:\n"
+		"    chown %u:%u %s\n", prog, path, user_name(fs.st_uid, fu, sizeof fu),
+		group_name(fs.st_gid, fg, sizeof fg), dir, u, g,
+		geteuid() == 0 ? strerror(e) : "not running as root", u, (unsigned)ds.st_uid,
+		(unsigned)ds.st_gid, q);
+	free(copy);
+}
+
 static int cmd_format(int argc, char **argv)
 {
 	const char *preset = NULL, *cap = NULL, *control = NULL;
@@ -316,6 +407,7 @@ static int cmd_format(int argc, char **argv)
 	       path, d->preset, info.capacity / info.sector_size, info.sector_size,
 	       (double)info.capacity / (1 << 30), info.op_percent);
 	nand_close(d);
+	give_to_dir_owner(path);
 	return 0;
 }
 
