@@ -22,6 +22,9 @@
  * stop accepting, drop connections still negotiating, let every ioDimm
  * answer what is in flight (for at most shutdown_timeout seconds, then the
  * connections left are force-closed) and close its FTL with a checkpoint.
+ * SIGHUP (and POST /v1/reload): server_reload reads the configuration file
+ * again through config_build, as at start-up, applies what can change while
+ * serving and logs, one warning per key, what needs a restart.
  */
 #include <arpa/inet.h>
 #include <netdb.h>
