@@ -942,3 +942,69 @@ void config_free(struct server_cfg *cfg)
 	free(cfg->tls_psk_where);
 	memset(cfg, 0, sizeof *cfg);
 }
+
+/* ---- reload (SIGHUP, POST /v1/reload) ------------------------------------ */
+
+static char *dup_or_null(const char *s)
+{
+	return s ? xstrdup(s) : NULL;
+}
+
+/* A deep copy of the command line's configuration (it has no ioDimms). */
+static void cli_copy(struct server_cfg *out, const struct server_cfg *cli)
+{
+	*out = *cli;
+	out->listen = cli->nlisten ? xrealloc(NULL, (size_t)cli->nlisten * sizeof *out->listen) : NULL;
+	for (int i = 0; i < cli->nlisten; i++)
+		out->listen[i] = xstrdup(cli->listen[i]);
+	out->unix_path = dup_or_null(cli->unix_path);
+	out->control_path = dup_or_null(cli->control_path);
+	out->state_dir = dup_or_null(cli->state_dir);
+	out->pidfile = dup_or_null(cli->pidfile);
+	out->default_preset = dup_or_null(cli->default_preset);
+	out->config_file = NULL;
+	out->tls_certificates = dup_or_null(cli->tls_certificates);
+	out->tls_certificates_where = dup_or_null(cli->tls_certificates_where);
+	out->tls_psk = dup_or_null(cli->tls_psk);
+	out->tls_psk_where = dup_or_null(cli->tls_psk_where);
+	out->dimms = NULL;
+	out->ndimms = 0;
+}
+
+/*
+ * The whole configuration as at start-up: the command line (cli, left as it
+ * is), then the file (path; NULL: none) through config_load, the command
+ * line's overrides of --timing and --listen, fallback_state_dir when neither
+ * sets state_dir, config_finish.  Start-up and reload both come here, so a
+ * reload checks the file exactly as a start does.  0 with *out made (free it
+ * with config_free), or -errno with err (FILE:LINE: ... for the file's
+ * mistakes) and *out zeroed.
+ */
+int config_build(const struct server_cfg *cli, const char *path, const char *fallback_state_dir,
+		 struct server_cfg *out, char *err, size_t errlen)
+{
+	int rc = 0;
+	cli_copy(out, cli);
+	if (path && (rc = config_load(out, path, err, errlen)))
+		goto fail;
+	/* --timing wins over every timing key of the file, [card] and [dimm] too */
+	if (cli->timing >= 0)
+		for (int i = 0; i < out->ndimms; i++)
+			out->dimms[i].timing = cli->timing;
+	if (cli->nlisten && path) {
+		/* --listen replaces the file's addresses: keep only the first cli->nlisten */
+		for (int i = cli->nlisten; i < out->nlisten; i++)
+			free(out->listen[i]);
+		out->nlisten = cli->nlisten;
+	}
+	if (!out->state_dir)
+		out->state_dir = xstrdup(fallback_state_dir);
+	if ((rc = config_finish(out, err, errlen)))
+		goto fail;
+	if (out->shutdown_timeout <= 0)
+		out->shutdown_timeout = 10;
+	return 0;
+fail:
+	config_free(out);
+	return rc;
+}

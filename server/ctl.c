@@ -18,6 +18,11 @@
  *                                        low-level format, detached only;
  *                                        unset: the [dimm] keys
  *   POST /v1/dimms/NAME/checkpoint       write a checkpoint now
+ *   POST /v1/reload                      read the configuration file again (as
+ *                                        SIGHUP): {"ok", "config", "applied":
+ *                                        [{"key", "message"}...], "not_applied":
+ *                                        [...]}; a file with an error: 400 and
+ *                                        nothing changes
  *   GET  /metrics                        Prometheus text exposition (0.0.4)
  * NAME is the [dimm] name (or its export name).  An action answers 200 with
  * {"ok": true, ...}, or 400 (bad parameter), 404 (no such ioDimm), 409 (not
@@ -1295,6 +1300,49 @@ static void do_action(struct server *srv, struct evhttp_request *req, struct evk
 	dimm_post(d, cmd);
 }
 
+/* POST /v1/reload: what SIGHUP does (main.c, server_reload), with the result. */
+static void do_reload(struct server *srv, struct evhttp_request *req)
+{
+	struct reload_result r;
+	server_reload(srv, "control socket", &r);
+	if (r.rc) {
+		send_error(req, r.rc == -ENOENT ? 409 : 400, r.rc == -ENOENT ? "Conflict" : "Bad Request",
+			   r.error);
+		reload_result_free(&r);
+		return;
+	}
+	struct evbuffer *b = evbuffer_new();
+	if (!b) {
+		evhttp_send_error(req, 500, "out of memory");
+		reload_result_free(&r);
+		return;
+	}
+	char msg[1400];
+	snprintf(msg, sizeof msg, "reloaded %s: %d change(s) applied, %d not applied%s", r.config,
+		 r.napplied, r.nnot_applied, r.nnot_applied ? " (they need a restart)" : "");
+	evbuffer_add_printf(b, "{\"ok\": true, \"config\": ");
+	json_str(b, r.config);
+	evbuffer_add_printf(b, ", \"message\": ");
+	json_str(b, msg);
+	for (int list = 0; list < 2; list++) {
+		const struct reload_item *it = list ? r.not_applied : r.applied;
+		int n = list ? r.nnot_applied : r.napplied;
+		evbuffer_add_printf(b, ", \"%s\": [", list ? "not_applied" : "applied");
+		for (int i = 0; i < n; i++) {
+			evbuffer_add_printf(b, "%s{\"key\": ", i ? ", " : "");
+			json_str(b, it[i].key);
+			evbuffer_add_printf(b, ", \"message\": ");
+			json_str(b, it[i].msg);
+			evbuffer_add_printf(b, "}");
+		}
+		evbuffer_add_printf(b, "]");
+	}
+	evbuffer_add_printf(b, "}\n");
+	send_json(req, 200, "OK", b);
+	evbuffer_free(b);
+	reload_result_free(&r);
+}
+
 static struct dimm *find_dimm(struct server *srv, const char *name)
 {
 	for (int i = 0; i < srv->ndimms; i++)
@@ -1336,6 +1384,13 @@ static void router(struct evhttp_request *req, void *arg)
 		if (!get)
 			goto only_get;
 		do_version(srv, req);
+	} else if (!strcmp(path, "/v1/reload")) {
+		if (!post) {
+			evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "POST");
+			send_error(req, 405, "Method Not Allowed", "reload takes POST");
+			goto out;
+		}
+		do_reload(srv, req);
 	} else if (!strncmp(path, "/v1/dimms/", 10)) {
 		char name[256];
 		const char *p = path + 10, *slash = strchr(p, '/');
@@ -1358,7 +1413,7 @@ static void router(struct evhttp_request *req, void *arg)
 		}
 	} else {
 		send_error(req, 404, "Not Found", "unknown path (GET /v1/status, /v1/version, /metrics, "
-			   "/v1/dimms/NAME; POST /v1/dimms/NAME/{attach,detach,format,checkpoint,beacon})");
+			   "/v1/dimms/NAME; POST /v1/reload, /v1/dimms/NAME/{attach,detach,format,checkpoint,beacon})");
 	}
 	goto out;
 only_get:

@@ -8,6 +8,7 @@
  *   flashctl beacon DIMM [on|off]
  *   flashctl format DIMM [--sector-size N] [--capacity X] [--op X] --yes
  *   flashctl stats [--live [--interval S] [--count N]] [--json] [DIMM...]
+ *   flashctl reload
  *   flashctl version
  * (all take --control SOCKET).  Image files flashd does not have open:
  *   flashctl format IMAGE --preset P [--sector-size 512|4096]
@@ -25,6 +26,9 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <grp.h>
+#include <libgen.h>
+#include <pwd.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -33,6 +37,7 @@
 #include <string.h>
 #include <time.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -63,6 +68,9 @@ static void usage(FILE *out)
 		"      the ioDimm's locate beacon (shown by status and /metrics)\n"
 		"  %s stats [--live [--interval S] [--count N]] [--json] [DIMM...]\n"
 		"      requests, bandwidth, latency percentiles, GC: since start, or per interval\n"
+		"  %s reload [--json]\n"
+		"      read flashd's configuration file again (as SIGHUP): apply what can change\n"
+		"      while serving, list what needs a restart; a file with an error changes nothing\n"
 		"  %s version | --version\n"
 		"Image files (not in use):\n"
 		"  %s format IMAGE --preset P [--sector-size 512|4096] [--capacity BYTES|PCT%%] [--op PCT]\n"
@@ -88,7 +96,7 @@ static void usage(FILE *out)
 		"      the reviewers' protocol on the simulator's virtual clock (full-size devices\n"
 		"      fit: only page metadata is kept); prints IOPS, latency, WA and the physical bound\n"
 		"  %s presets\n",
-		prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog);
+		prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog);
 }
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -208,6 +216,93 @@ static void image_contents(struct nand_dev *d, char *buf, size_t len)
 	}
 }
 
+/* 'path' quoted for a shell (single quotes) into buf */
+static void shell_quote(char *buf, size_t len, const char *path)
+{
+	size_t o = 0;
+	if (strspn(path, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+:@,%") ==
+	    strlen(path)) {
+		snprintf(buf, len, "%s", path);
+		return;
+	}
+	buf[o++] = '\'';
+	for (const char *p = path; *p && o + 6 < len; p++) {
+		if (*p == '\'') {
+			memcpy(buf + o, "'\\''", 4);
+			o += 4;
+		} else {
+			buf[o++] = *p;
+		}
+	}
+	buf[o++] = '\'';
+	buf[o] = 0;
+}
+
+static const char *user_name(uid_t uid, char *buf, size_t len)
+{
+	struct passwd *pw = getpwuid(uid);
+	if (pw)
+		snprintf(buf, len, "%s", pw->pw_name);
+	else
+		snprintf(buf, len, "%u", (unsigned)uid);
+	return buf;
+}
+
+static const char *group_name(gid_t gid, char *buf, size_t len)
+{
+	struct group *gr = getgrgid(gid);
+	if (gr)
+		snprintf(buf, len, "%s", gr->gr_name);
+	else
+		snprintf(buf, len, "%u", (unsigned)gid);
+	return buf;
+}
+
+/*
+ * After a format: an image in a directory that belongs to another user (the
+ * service's state directory, /var/lib/flashd, owned by its user) is given to
+ * the directory's owner and group when flashctl runs as root, so that the
+ * service can open it; its mode stays.  If that cannot be done, the chown to
+ * run is printed.
+ */
+static void give_to_dir_owner(const char *path)
+{
+	char *copy = strdup(path);
+	if (!copy)
+		return;
+	const char *dir = dirname(copy);
+	struct stat ds, fs;
+	if (stat(dir, &ds) < 0 || stat(path, &fs) < 0 || ds.st_uid == geteuid() ||
+	    (fs.st_uid == ds.st_uid && fs.st_gid == ds.st_gid)) {
+		free(copy);
+		return;
+	}
+	char u[64], g[64], q[4400];
+	user_name(ds.st_uid, u, sizeof u);
+	group_name(ds.st_gid, g, sizeof g);
+	char *abs = realpath(path, NULL);  /* the command works from any directory */
+	shell_quote(q, sizeof q, abs ? abs : path);
+	free(abs);
+	int e = EPERM;
+	if (geteuid() == 0) {
+		if (chown(path, ds.st_uid, ds.st_gid) == 0) {
+			printf("%s: owner set to %s:%s, the owner of %s (the service running as that user "
+			       "can open it)\n", path, u, g, dir);
+			free(copy);
+			return;
+		}
+		e = errno;
+	}
+	char fu[64], fg[64];
+	fprintf(stderr, "%s: warning: %s is owned by %s:%s but its directory %s by %s:%s, and flashctl "
+		"could not change that (%s); if flashd runs as %s, it cannot open the image until you run:\n"
+		"    chown %u:%u %s\n", prog, path, user_name(fs.st_uid, fu, sizeof fu),
+		group_name(fs.st_gid, fg, sizeof fg), dir, u, g,
+		geteuid() == 0 ? strerror(e) : "not running as root", u, (unsigned)ds.st_uid,
+		(unsigned)ds.st_gid, q);
+	free(copy);
+}
+
 static int cmd_format(int argc, char **argv)
 {
 	const char *preset = NULL, *cap = NULL, *control = NULL;
@@ -312,6 +407,7 @@ static int cmd_format(int argc, char **argv)
 	       path, d->preset, info.capacity / info.sector_size, info.sector_size,
 	       (double)info.capacity / (1 << 30), info.op_percent);
 	nand_close(d);
+	give_to_dir_owner(path);
 	return 0;
 }
 
@@ -1434,6 +1530,109 @@ static int cmd_stats(int argc, char **argv)
 	return 0;
 }
 
+/* A JSON string at *p (at its opening quote) into out, unescaped; *p moves
+ * past it.  false if *p is not at a string. */
+static bool json_read_str(const char **p, char *out, size_t len)
+{
+	const char *s = *p;
+	size_t o = 0;
+	if (*s != '"')
+		return false;
+	for (s++; *s && *s != '"'; s++) {
+		char ch = *s;
+		if (ch == '\\' && s[1]) {
+			s++;
+			if (*s == 'u' && strlen(s) >= 5) {
+				unsigned v = (unsigned)strtoul((char[]){ s[1], s[2], s[3], s[4], 0 }, NULL, 16);
+				ch = v < 0x80 ? (char)v : '?';
+				s += 4;
+			} else {
+				ch = *s == 'n' ? '\n' : *s == 't' ? '\t' : *s;
+			}
+		}
+		if (o + 1 < len)
+			out[o++] = ch;
+	}
+	if (len)
+		out[o] = 0;
+	if (*s != '"')
+		return false;
+	*p = s + 1;
+	return true;
+}
+
+/* Print the {"key", "message"} items of flashd's list "name" as
+ * "  PREFIX KEY: MESSAGE" lines; how many there were. */
+static int print_reload_items(const char *json, const char *name, const char *prefix)
+{
+	char pat[64], key[256], msg[1200];
+	snprintf(pat, sizeof pat, "\"%s\": [", name);
+	const char *p = strstr(json, pat);
+	int n = 0;
+	if (!p)
+		return 0;
+	p += strlen(pat);
+	for (;;) {
+		while (*p == ' ' || *p == ',')
+			p++;
+		if (strncmp(p, "{\"key\": ", 8) != 0)
+			break;
+		p += 8;
+		if (!json_read_str(&p, key, sizeof key) || strncmp(p, ", \"message\": ", 13) != 0)
+			break;
+		p += 13;
+		if (!json_read_str(&p, msg, sizeof msg))
+			break;
+		printf("  %s %s: %s\n", prefix, key, msg);
+		n++;
+		if (*p == '}')
+			p++;
+	}
+	return n;
+}
+
+/* flashctl reload [--control SOCKET] [--json]: what SIGHUP does, with the result */
+static int cmd_reload(int argc, char **argv)
+{
+	const char *control = NULL;
+	bool json = false;
+	static const struct option opts[] = {
+		{ "control", required_argument, 0, 'c' },
+		{ "json", no_argument, 0, 'j' },
+		{ "help", no_argument, 0, 'h' },
+		{ 0, 0, 0, 0 },
+	};
+	int c;
+	while ((c = getopt_long(argc, argv, "c:jh", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c': control = optarg; break;
+		case 'j': json = true; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind != argc)
+		die("reload takes no arguments");
+	struct http_resp r;
+	ctl_call_or_die(opt_control(control), "POST", "/v1/reload", &r);
+	char msg[1400];
+	if (json) {
+		fputs(r.body, stdout);
+	} else if (r.code != 200) {
+		if (json_string(r.body, "error", msg, sizeof msg))
+			fprintf(stderr, "%s: reload refused, nothing changed: %s\n", prog, msg);
+		else
+			fprintf(stderr, "%s: HTTP %d: %s", prog, r.code, r.body);
+	} else {
+		if (json_string(r.body, "message", msg, sizeof msg))
+			printf("%s\n", msg);
+		print_reload_items(r.body, "applied", "applied:");
+		print_reload_items(r.body, "not_applied", "not applied:");
+	}
+	free(r.body);
+	return r.code == 200 ? 0 : 1;
+}
+
 /* flashctl version [--control SOCKET]: this tool's and the running flashd's */
 static int cmd_version(int argc, char **argv)
 {
@@ -1508,6 +1707,8 @@ int main(int argc, char **argv)
 		return cmd_stats(argc, argv);
 	if (strcmp(cmd, "version") == 0)
 		return cmd_version(argc, argv);
+	if (strcmp(cmd, "reload") == 0)
+		return cmd_reload(argc, argv);
 	if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0) {
 		printf("flashctl %s\n", FLASHD_VERSION);
 		return 0;

@@ -157,6 +157,10 @@ int config_load(struct server_cfg *cfg, const char *path, char *err, size_t errl
 void config_default_duo(struct server_cfg *cfg);
 int config_finish(struct server_cfg *cfg, char *err, size_t errlen);
 void config_free(struct server_cfg *cfg);
+/* Start-up and reload: the command line cli (kept as it is), the file path
+ * (NULL: none), fallback_state_dir, config_finish; see config.c. */
+int config_build(const struct server_cfg *cli, const char *path, const char *fallback_state_dir,
+		 struct server_cfg *out, char *err, size_t errlen);
 uint64_t parse_bytes(const char *s, bool *ok);
 
 /* ---- ioDimms ------------------------------------------------------------ */
@@ -358,6 +362,28 @@ struct server {
 	struct dimm_cmd *done, *done_tail;
 	struct event *cmd_ev;
 };
+
+/*
+ * Reload (SIGHUP, POST /v1/reload; main.c): the configuration file flashd
+ * started with is read again through config_build, as at start-up; a file
+ * with an error changes nothing (rc, error).  Otherwise what can change
+ * while serving is applied (applied[]) and every other key that differs is
+ * listed with why it was not (not_applied[]: "needs a restart"); both are
+ * logged, the second at warning level.  No connection is touched.
+ */
+struct reload_item {
+	char key[160];      /* "[server] listen", "[dimm dimm0] description" */
+	char msg[900];      /* what changed, and for not_applied why not */
+};
+struct reload_result {
+	int rc;             /* 0, or -errno: error says why, nothing changed */
+	char error[1200];
+	char config[1024];  /* the file read ("" if flashd runs without one) */
+	struct reload_item *applied, *not_applied;
+	int napplied, nnot_applied;
+};
+void server_reload(struct server *srv, const char *why, struct reload_result *r);
+void reload_result_free(struct reload_result *r);
 
 /* An exported ioDimm (the default export: the first exported one). */
 struct dimm *server_find_export(struct server *srv, const char *name, size_t len);

@@ -22,6 +22,9 @@
  * stop accepting, drop connections still negotiating, let every ioDimm
  * answer what is in flight (for at most shutdown_timeout seconds, then the
  * connections left are force-closed) and close its FTL with a checkpoint.
+ * SIGHUP (and POST /v1/reload): server_reload reads the configuration file
+ * again through config_build, as at start-up, applies what can change while
+ * serving and logs, one warning per key, what needs a restart.
  */
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -32,6 +35,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +59,10 @@
 
 static struct server srv;
 static int pidfile_fd = -1;
+/* what the command line set, and the state directory used when neither it
+ * nor the file sets one: a reload builds the configuration from them again */
+static struct server_cfg cli_cfg;
+static char *fallback_state_dir;
 
 static void usage(FILE *out)
 {
@@ -561,10 +569,259 @@ static void shutdown_server(void)
 	ctl_shutdown(&srv);
 }
 
+/* ---- reload ------------------------------------------------------------- */
+
+/*
+ * Descriptions replaced by a reload.  An ioDimm thread may be reading the
+ * old one (dimm_describe, while it opens), so they are freed only at exit.
+ */
+static char **retired;
+static int nretired;
+
+static void retire(char *p)
+{
+	if (!p)
+		return;
+	char **n = realloc(retired, (size_t)(nretired + 1) * sizeof *retired);
+	if (!n)
+		return; /* leaked: better than freed under a reader */
+	retired = n;
+	retired[nretired++] = p;
+}
+
+static void __attribute__((format(printf, 4, 5)))
+reload_item(struct reload_result *r, bool applied, const char *key, const char *fmt, ...)
+{
+	struct reload_item **list = applied ? &r->applied : &r->not_applied;
+	int *n = applied ? &r->napplied : &r->nnot_applied;
+	struct reload_item *l = realloc(*list, (size_t)(*n + 1) * sizeof **list);
+	if (!l)
+		return;
+	*list = l;
+	struct reload_item *it = &l[(*n)++];
+	va_list ap;
+	va_start(ap, fmt);
+	snprintf(it->key, sizeof it->key, "%s", key);
+	vsnprintf(it->msg, sizeof it->msg, fmt, ap);
+	va_end(ap);
+	if (applied)
+		log_info("reload: %s: %s", it->key, it->msg);
+	else
+		log_warn("reload: %s: %s", it->key, it->msg);
+}
+
+void reload_result_free(struct reload_result *r)
+{
+	free(r->applied);
+	free(r->not_applied);
+	r->applied = r->not_applied = NULL;
+	r->napplied = r->nnot_applied = 0;
+}
+
+static const char *show(const char *s)
+{
+	return s ? s : "(unset)";
+}
+
+static bool same_str(const char *a, const char *b)
+{
+	return (!a && !b) || (a && b && !strcmp(a, b));
+}
+
+static const char *show_tri(int v)
+{
+	return v < 0 ? "(unset)" : v ? "yes" : "no";
+}
+
+static void join_listen(const struct server_cfg *c, char *buf, size_t len)
+{
+	buf[0] = 0;
+	for (int i = 0; i < c->nlisten; i++)
+		snprintf(buf + strlen(buf), len - strlen(buf), "%s%s", i ? ", " : "", c->listen[i]);
+	if (!c->nlisten)
+		snprintf(buf, len, "(none)");
+}
+
+#define RESTART "needs a restart (the running value is kept)"
+
+/* A string key that cannot change while running. */
+static void cmp_str(struct reload_result *r, const char *key, const char *was, const char *now)
+{
+	if (!same_str(was, now))
+		reload_item(r, false, key, "'%s' -> '%s': " RESTART, show(was), show(now));
+}
+
+static void cmp_int(struct reload_result *r, const char *key, long was, long now)
+{
+	if (was != now)
+		reload_item(r, false, key, "%ld -> %ld: " RESTART, was, now);
+}
+
+/* What differs between ioDimm a (running) and b (the file now). */
+static void reload_dimm(struct reload_result *r, struct dimm_cfg *a, const struct dimm_cfg *b)
+{
+	char key[160];
+#define K(k_) (snprintf(key, sizeof key, "[dimm %s] %s", a->name, k_), key)
+	if (!same_str(a->description, b->description)) {
+		/* read by the main thread's handshakes and an opening ioDimm
+		 * thread (dimm_describe): the old string is kept (retire) */
+		char *old = a->description;
+		char *nd = b->description ? strdup(b->description) : NULL;
+		if (b->description && !nd) {
+			reload_item(r, false, K("description"), "out of memory");
+		} else {
+			__atomic_store_n(&a->description, nd, __ATOMIC_RELEASE);
+			reload_item(r, true, K("description"), "'%s' -> '%s' (new handshakes and export lists)",
+				    show(old), show(nd));
+			retire(old);
+		}
+	}
+	cmp_str(r, K("card"), a->card, b->card);
+	cmp_str(r, K("export"), a->export_name, b->export_name);
+	cmp_str(r, K("preset"), a->preset, b->preset);
+	cmp_str(r, K("image"), a->image, b->image);
+	if (a->readonly != b->readonly)
+		reload_item(r, false, K("readonly"), "%s -> %s: " RESTART, a->readonly ? "yes" : "no",
+			    b->readonly ? "yes" : "no");
+	if (a->sector_size != b->sector_size || a->sector_size_set != b->sector_size_set)
+		reload_item(r, false, K("sector_size"), "%s%u -> %s%u: " RESTART " (a different format "
+			    "also needs flashctl format)", a->sector_size_set ? "" : "unset, ", a->sector_size,
+			    b->sector_size_set ? "" : "unset, ", b->sector_size);
+	if (a->capacity != b->capacity || a->capacity_pct != b->capacity_pct ||
+	    a->op_percent != b->op_percent || a->capacity_set != b->capacity_set)
+		reload_item(r, false, K("capacity/op"), "changed: " RESTART " (a different format also "
+			    "needs flashctl format)");
+	cmp_int(r, K("timing"), a->timing, b->timing);
+	cmp_int(r, K("sync"), a->sync, b->sync);
+	if (a->tls != b->tls)
+		reload_item(r, false, K("tls"), "%s -> %s: " RESTART, tls_mode_name(a->tls),
+			    tls_mode_name(b->tls));
+#undef K
+}
+
+/*
+ * Main thread.  See flashd.h, "Reload".  Applied live: per-ioDimm
+ * description, verbose, max_connections, handshake_timeout (new
+ * handshakes), shutdown_timeout and poll_us (read by the ioDimm threads:
+ * atomic stores of ints).  Everything else that differs is reported.
+ */
+void server_reload(struct server *s, const char *why, struct reload_result *r)
+{
+	memset(r, 0, sizeof *r);
+	struct server_cfg *o = &s->cfg, n;
+	char err[1100];
+	if (!o->config_file) {
+		r->rc = -ENOENT;
+		snprintf(r->error, sizeof r->error, "flashd runs without a configuration file "
+			 "(the embedded default): nothing to reload");
+		log_warn("%s: reload: %s", why, r->error);
+		return;
+	}
+	snprintf(r->config, sizeof r->config, "%s", o->config_file);
+	sd_notifyf(0, "RELOADING=1\nSTATUS=reloading %s\nMONOTONIC_USEC=%llu", o->config_file,
+		   (unsigned long long)(mono_ns() / 1000));
+	log_info("%s: reloading %s", why, o->config_file);
+	if (config_build(&cli_cfg, o->config_file, fallback_state_dir, &n, err, sizeof err)) {
+		r->rc = -EINVAL;
+		snprintf(r->error, sizeof r->error, "%s", err);
+		log_err("reload: %s; nothing changed, the running configuration is kept", err);
+		goto out;
+	}
+	char a[2048], b[2048];
+	join_listen(o, a, sizeof a);
+	join_listen(&n, b, sizeof b);
+	if (strcmp(a, b))
+		reload_item(r, false, "[server] listen", "%s -> %s: " RESTART, a, b);
+	cmp_str(r, "[server] unix", o->unix_path, n.unix_path);
+	cmp_str(r, "[server] control", o->control_path, n.control_path);
+	cmp_str(r, "[server] state_dir", o->state_dir, n.state_dir);
+	cmp_str(r, "[server] pidfile", o->pidfile, n.pidfile);
+	if (o->use_syslog != n.use_syslog)
+		reload_item(r, false, "[server] log", "%s -> %s: " RESTART, o->use_syslog ? "syslog" : "stderr",
+			    n.use_syslog ? "syslog" : "stderr");
+	cmp_int(r, "[server] timing", o->timing, n.timing);
+	if (o->allow_degraded != n.allow_degraded)
+		reload_item(r, false, "[server] allow_degraded", "%s -> %s: used at start-up only, "
+			    "takes effect at the next start", show_tri(o->allow_degraded),
+			    show_tri(n.allow_degraded));
+	if (o->tls != n.tls)
+		reload_item(r, false, "[server] tls", "%s -> %s: " RESTART, tls_mode_name(o->tls),
+			    tls_mode_name(n.tls));
+	if (o->unix_tls != n.unix_tls)
+		reload_item(r, false, "[server] unix_tls", "%s -> %s: " RESTART, tls_mode_name(o->unix_tls),
+			    tls_mode_name(n.unix_tls));
+	cmp_str(r, "[server] tls_certificates", o->tls_certificates, n.tls_certificates);
+	cmp_str(r, "[server] tls_psk", o->tls_psk, n.tls_psk);
+	if (o->tls_verify_peer != n.tls_verify_peer)
+		reload_item(r, false, "[server] tls_verify_peer", "%s -> %s: " RESTART,
+			    show_tri(o->tls_verify_peer), show_tri(n.tls_verify_peer));
+	/* ioDimms by [dimm] name */
+	for (int i = 0; i < o->ndimms; i++) {
+		const struct dimm_cfg *m = NULL;
+		for (int j = 0; j < n.ndimms && !m; j++)
+			if (!strcmp(n.dimms[j].name, o->dimms[i].name))
+				m = &n.dimms[j];
+		char key[160];
+		snprintf(key, sizeof key, "[dimm %s]", o->dimms[i].name);
+		if (!m)
+			reload_item(r, false, key, "removed from the file: removing an ioDimm needs a restart "
+				    "(it is still served; flashctl detach stops serving it now)");
+		else
+			reload_dimm(r, &o->dimms[i], m);
+	}
+	for (int j = 0; j < n.ndimms; j++) {
+		bool known = false;
+		for (int i = 0; i < o->ndimms && !known; i++)
+			known = !strcmp(n.dimms[j].name, o->dimms[i].name);
+		char key[160];
+		snprintf(key, sizeof key, "[dimm %s]", n.dimms[j].name);
+		if (!known)
+			reload_item(r, false, key, "new in the file: adding an ioDimm needs a restart");
+	}
+	/* live limits and the log level */
+	if (o->verbose != n.verbose) {
+		reload_item(r, true, "[server] verbose", "%s -> %s", o->verbose ? "yes" : "no",
+			    n.verbose ? "yes" : "no");
+		o->verbose = n.verbose;
+		__atomic_store_n(&log_verbose, n.verbose, __ATOMIC_RELAXED);
+	}
+	if (o->max_connections != n.max_connections) {
+		reload_item(r, true, "[server] max_connections", "%d -> %d (open connections stay; new "
+			    "ones are refused while that many are open)", o->max_connections, n.max_connections);
+		pthread_mutex_lock(&s->lock);
+		o->max_connections = n.max_connections;
+		pthread_mutex_unlock(&s->lock);
+	}
+	if (o->handshake_timeout != n.handshake_timeout) {
+		reload_item(r, true, "[server] handshake_timeout", "%d s -> %d s (new connections)",
+			    o->handshake_timeout, n.handshake_timeout);
+		o->handshake_timeout = n.handshake_timeout;
+	}
+	if (o->shutdown_timeout != n.shutdown_timeout) {
+		reload_item(r, true, "[server] shutdown_timeout", "%d s -> %d s", o->shutdown_timeout,
+			    n.shutdown_timeout);
+		__atomic_store_n(&o->shutdown_timeout, n.shutdown_timeout, __ATOMIC_RELAXED);
+	}
+	if (o->poll_us != n.poll_us) {
+		reload_item(r, true, "[server] poll_us", "%d us -> %d us", o->poll_us, n.poll_us);
+		__atomic_store_n(&o->poll_us, n.poll_us, __ATOMIC_RELAXED);
+	}
+	log_info("reload of %s done: %d change(s) applied, %d not applied%s", o->config_file,
+		 r->napplied, r->nnot_applied, r->nnot_applied ? " (they need a restart)" : "");
+	config_free(&n);
+out:
+	server_update_status(s);
+	sd_notify(0, "READY=1");
+}
+
 static void signal_cb(evutil_socket_t sig, short what, void *arg)
 {
 	if (sig == SIGHUP) {
-		log_info("SIGHUP: nothing to reload (restart flashd to apply configuration changes)");
+		if (srv.shutting_down)
+			return;
+		struct reload_result r;
+		server_reload(&srv, "SIGHUP", &r);
+		reload_result_free(&r);
 		return;
 	}
 	log_info("received %s", sig == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -713,30 +970,13 @@ int main(int argc, char **argv)
 		config = DEFAULT_CONFIG;
 
 	/* command line first, so it wins over the file (config.c keeps a key
-	 * the command line set) */
-	srv.cfg = cli;
-	if (config && config_load(&srv.cfg, config, err, sizeof err)) {
+	 * the command line set); cli is kept for SIGHUP's reload */
+	fallback_state_dir = default_state_dir();
+	cli_cfg = cli;
+	if (config_build(&cli_cfg, config, fallback_state_dir, &srv.cfg, err, sizeof err)) {
 		fprintf(stderr, "flashd: %s\n", err);
 		return 2;
 	}
-	/* --timing wins over every timing key of the file, [card] and [dimm] too */
-	if (cli.timing >= 0)
-		for (int i = 0; i < srv.cfg.ndimms; i++)
-			srv.cfg.dimms[i].timing = cli.timing;
-	if (cli.nlisten && config) {
-		/* --listen replaces the file's addresses: keep only the first cli.nlisten */
-		for (int i = cli.nlisten; i < srv.cfg.nlisten; i++)
-			free(srv.cfg.listen[i]);
-		srv.cfg.nlisten = cli.nlisten;
-	}
-	if (!srv.cfg.state_dir)
-		srv.cfg.state_dir = default_state_dir();
-	if (config_finish(&srv.cfg, err, sizeof err)) {
-		fprintf(stderr, "flashd: %s\n", err);
-		return 2;
-	}
-	if (srv.cfg.shutdown_timeout <= 0)
-		srv.cfg.shutdown_timeout = 10;
 	/* TLS keys are read now: a missing or bad file stops flashd before any
 	 * image opens (and --check-config reports it) */
 	if (tls_init(&srv.cfg, err, sizeof err)) {
@@ -921,6 +1161,11 @@ int main(int argc, char **argv)
 	event_base_free(srv.base);
 	free(srv.dimms);
 	config_free(&srv.cfg);
+	config_free(&cli_cfg);
+	free(fallback_state_dir);
+	for (int i = 0; i < nretired; i++)
+		free(retired[i]);
+	free(retired);
 	tls_exit();
 	log_info("stopped");
 	return 0;

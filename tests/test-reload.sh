@@ -1,0 +1,250 @@
+#!/bin/bash
+# timeout: 300
+# Reload and root-formatted images (issue 13):
+#   1. SIGHUP with a changed [dimm] description (and verbose, poll_us,
+#      max_connections): nbdinfo --list shows the new description, a
+#      connection opened before the reload still reads and writes, the log
+#      has one info line per applied key and no warning;
+#   2. a file with an error on SIGHUP and on `flashctl reload`: flashd keeps
+#      running with the old configuration (description unchanged), the log
+#      and flashctl's message name the file and line, flashctl exits 1;
+#      the same connection still works afterwards;
+#   3. a changed listen address (flashd started with the address in the
+#      file): a warning "needs a restart" per key not applied, the old port
+#      still serves, the new one is not bound; `flashctl reload` lists it
+#      under "not applied" (and --json as not_applied), exit 0;
+#   4. as root, `flashctl format` into a directory owned by nobody:nogroup
+#      gives an image owned by nobody:nogroup that nobody can open with
+#      `flashctl info`; in a user namespace, where chown fails, it prints
+#      the chown command to run.
+source "$(dirname "$0")/functions.sh"
+
+CONF=$T/flashd.conf
+cat >"$CONF" <<EOF
+[server]
+shutdown_timeout = 5
+[dimm dimm0]
+preset = test-1g
+description = first description
+[dimm dimm1]
+preset = test-1g
+EOF
+start_flashd --config "$CONF" --timing off
+
+# list_desc URI_BASE EXPORT: the description nbdinfo --list shows for EXPORT
+list_desc() {
+	nbdinfo --list --json "$1" | $PYTHON -c '
+import json, sys
+for e in json.load(sys.stdin)["exports"]:
+    if e["export-name"] == sys.argv[1]:
+        print(e.get("description", ""))
+' "$2"
+}
+base=nbd://127.0.0.1:$FLASHD_PORT
+[ "$(list_desc "$base" dimm0)" = "first description" ] || fail "dimm0's description at start: $(list_desc "$base" dimm0)"
+
+# ---- 1 and 2: one connection open across both reloads ------------------------------------
+$PYTHON - "$FLASHD_URI0" "$FLASHD_PID" "$CONF" "$FLASHCTL" "$FLASHD_CTL" "$base" "$T/flashd.log" <<'EOF'
+import json, os, re, signal, subprocess, sys, time
+import nbd
+
+uri, pid, conf, flashctl, ctl, base, log = sys.argv[1:]
+pid = int(pid)
+
+def fail(msg):
+    sys.exit("FAIL: " + msg)
+
+def desc(export):
+    out = subprocess.run(["nbdinfo", "--list", "--json", base], check=True, capture_output=True,
+                         text=True).stdout
+    for e in json.loads(out)["exports"]:
+        if e["export-name"] == export:
+            return e.get("description", "")
+    fail("no export " + export)
+
+def log_since(n):
+    with open(log) as f:
+        return f.read()[n:]
+
+def wait_log(n, pattern):
+    for _ in range(100):
+        text = log_since(n)
+        if re.search(pattern, text):
+            return text
+        time.sleep(0.05)
+    fail("the log has no line matching %r after the reload:\n%s" % (pattern, log_since(n)))
+
+h = nbd.NBD()
+h.connect_uri(uri)
+a = os.urandom(1 << 20)
+h.pwrite(a, 0)
+h.flush()
+
+# 1. description, verbose, poll_us, max_connections
+with open(conf) as f:
+    text = f.read()
+good = text.replace("first description", "second description").replace(
+    "shutdown_timeout = 5", "shutdown_timeout = 5\nverbose = yes\npoll_us = 20\nmax_connections = 100")
+with open(conf, "w") as f:
+    f.write(good)
+n = len(open(log).read())
+os.kill(pid, signal.SIGHUP)
+got = wait_log(n, r"reload of .* done")
+for key in [r"\[dimm dimm0\] description: 'first description' -> 'second description'",
+            r"\[server\] verbose: no -> yes", r"\[server\] poll_us: 50 us -> 20 us",
+            r"\[server\] max_connections: 1024 -> 100"]:
+    if not re.search(r"flashd\[info\]: reload: " + key, got):
+        fail("no info line for %s:\n%s" % (key, got))
+if "flashd[warning]" in got or "flashd[error]" in got:
+    fail("a reload that applies everything logged a warning or error:\n" + got)
+if "4 change(s) applied, 0 not applied" not in got:
+    fail("the summary line is wrong:\n" + got)
+if desc("dimm0") != "second description":
+    fail("nbdinfo --list shows %r after the reload" % desc("dimm0"))
+if h.pread(len(a), 0) != a:
+    fail("the connection opened before the reload reads other data")
+b = os.urandom(1 << 20)
+h.pwrite(b, 1 << 20)
+h.flush()
+if h.pread(len(b), 1 << 20) != b:
+    fail("a write after the reload does not read back")
+print("ok: SIGHUP applied the description, verbose, poll_us and max_connections; the open connection works")
+
+# 2. a file with an error: nothing changes
+lines = good.replace("second description", "third description").split("\n")
+bad_line = next(i for i, l in enumerate(lines) if l.startswith("poll_us")) + 1
+lines[bad_line - 1] = "poll_us = 20x"
+with open(conf, "w") as f:
+    f.write("\n".join(lines))
+n = len(open(log).read())
+os.kill(pid, signal.SIGHUP)
+where = "%s:%d: [server] poll_us = '20x'" % (conf, bad_line)
+got = wait_log(n, re.escape(where))
+if not re.search(r"flashd\[error\]: reload: " + re.escape(where) + r".*nothing changed", got):
+    fail("the bad file is not logged at error level with file and line:\n" + got)
+if "description" in got:
+    fail("a rejected reload applied something:\n" + got)
+r = subprocess.run([flashctl, "reload", "--control", ctl], capture_output=True, text=True)
+if r.returncode != 1 or where not in r.stderr or "nothing changed" not in r.stderr:
+    fail("flashctl reload with a bad file: exit %d, %r" % (r.returncode, r.stderr))
+os.kill(pid, 0)
+if desc("dimm0") != "second description":
+    fail("a rejected reload changed the description to %r" % desc("dimm0"))
+if h.pread(len(a), 0) != a or h.pread(len(b), 1 << 20) != b:
+    fail("the connection reads other data after the rejected reload")
+h.pwrite(a, 2 << 20)
+h.flush()
+if h.pread(len(a), 2 << 20) != a:
+    fail("a write after the rejected reload does not read back")
+h.shutdown()
+with open(conf, "w") as f:
+    f.write(good)
+print("ok: a file with an error (%s) changed nothing; flashd and the connection go on" % where)
+EOF
+flashd_running
+ok "SIGHUP: description and limits applied live, a bad file rejected as a whole"
+stop_flashd
+
+# ---- 3. a changed listen address -----------------------------------------------------------
+PORT2=$(free_port)
+PORT3=$(free_port)
+cat >"$CONF" <<EOF
+[server]
+listen = 127.0.0.1:$PORT2
+[dimm dimm0]
+preset = test-1g
+description = served
+[dimm dimm1]
+preset = test-1g
+EOF
+"$FLASHD" --foreground --state-dir "$FLASHD_STATE" --config "$CONF" --timing off \
+	--pidfile "$FLASHD_STATE/flashd.pid" >"$T/flashd2.log" 2>&1 &
+FLASHD_PID=$!
+track_pid "$FLASHD_PID"
+for _ in $(seq 1 300); do
+	[ "$(cat "$FLASHD_STATE/flashd.pid" 2>/dev/null)" = "$FLASHD_PID" ] && break
+	kill -0 "$FLASHD_PID" || fail "flashd (listen from the file) did not start"
+	sleep 0.1
+done
+sed -i "s/127.0.0.1:$PORT2/127.0.0.1:$PORT3/; s/^description = served/description = still served/" "$CONF"
+sed -i '/^\[dimm dimm1\]/a readonly = yes' "$CONF"
+kill -HUP "$FLASHD_PID"
+for _ in $(seq 1 50); do
+	grep -q 'reload of .* done' "$T/flashd2.log" && break
+	sleep 0.1
+done
+cat "$T/flashd2.log"
+grep -q "flashd\[warning\]: reload: \[server\] listen: 127.0.0.1:$PORT2 -> 127.0.0.1:$PORT3: needs a restart" "$T/flashd2.log" ||
+	fail "no warning that the listen address needs a restart"
+grep -q "flashd\[warning\]: reload: \[dimm dimm1\] readonly: no -> yes: needs a restart" "$T/flashd2.log" ||
+	fail "no warning that readonly needs a restart"
+[ "$(grep -c 'flashd\[warning\]: reload:' "$T/flashd2.log")" = 2 ] || fail "not one warning per key"
+grep -q "1 change(s) applied, 2 not applied" "$T/flashd2.log" || fail "wrong summary"
+[ "$(list_desc "nbd://127.0.0.1:$PORT2" dimm0)" = "still served" ] ||
+	fail "the old address does not serve the new description"
+if nbdinfo --list "nbd://127.0.0.1:$PORT3" >/dev/null 2>&1; then
+	fail "the new listen address is bound without a restart"
+fi
+nbdsh_sys -u "nbd://127.0.0.1:$PORT2/dimm1" -c 'h.pwrite(b"x" * 512, 0); h.flush()' ||
+	fail "dimm1 became read-only on reload"
+out=$("$FLASHCTL" reload --control "$FLASHD_CTL")
+echo "$out"
+grep -q "^reloaded $CONF: 0 change(s) applied, 2 not applied" <<<"$out" || fail "flashctl reload: no summary"
+grep -q "^  not applied: \[server\] listen: 127.0.0.1:$PORT2 -> 127.0.0.1:$PORT3: needs a restart" <<<"$out" ||
+	fail "flashctl reload does not list the listen address"
+grep -q "^  not applied: \[dimm dimm1\] readonly" <<<"$out" || fail "flashctl reload does not list readonly"
+! grep -q "^  applied:" <<<"$out" || fail "flashctl reload lists something as applied the second time"
+"$FLASHCTL" reload --control "$FLASHD_CTL" --json | $PYTHON -c '
+import json, sys
+r = json.load(sys.stdin)
+assert r["ok"] is True and r["applied"] == [], r
+keys = [i["key"] for i in r["not_applied"]]
+assert keys == ["[server] listen", "[dimm dimm1] readonly"], keys
+assert all("needs a restart" in i["message"] for i in r["not_applied"]), r
+' || fail "flashctl reload --json"
+code=$(curl -s -o /dev/null -w '%{http_code}' --unix-socket "$FLASHD_CTL" http://x/v1/reload)
+[ "$code" = 405 ] || fail "GET /v1/reload answers $code, want 405"
+kill -0 "$FLASHD_PID" || fail "flashd died"
+kill -TERM "$FLASHD_PID"
+wait "$FLASHD_PID" || fail "flashd exited $? after SIGTERM"
+! grep -qE 'flashd\[(error|crit)\]' "$T/flashd2.log" || fail "error lines in the log"
+ok "a changed listen address (and readonly): one warning each, needs a restart; flashctl reload lists them"
+
+# ---- 4. root formats into the service's directory -----------------------------------------
+if [ "$(id -u)" != 0 ]; then
+	echo "skip: not root, no format-as-root check"
+	exit 0
+fi
+chmod 0711 "$T" # nobody must reach its directory below
+SVC=$T/svc
+mkdir "$SVC"
+chown nobody:nogroup "$SVC"
+chmod 0750 "$SVC"
+out=$("$FLASHCTL" format "$SVC/dimm0.img" --preset test-1g)
+echo "$out"
+grep -q "^$SVC/dimm0.img: owner set to nobody:nogroup, the owner of $SVC" <<<"$out" ||
+	fail "format does not say it gave the image to nobody:nogroup"
+[ "$(stat -c %U:%G "$SVC/dimm0.img")" = nobody:nogroup ] || fail "image owned by $(stat -c %U:%G "$SVC/dimm0.img")"
+setpriv --reuid nobody --regid nogroup --clear-groups "$FLASHCTL" info "$SVC/dimm0.img" >"$T/info.txt" ||
+	fail "nobody cannot open the image with flashctl info"
+grep -q "format: 1677720 sectors of 512 bytes" "$T/info.txt" || fail "flashctl info as nobody: $(cat "$T/info.txt")"
+# again on the existing image (now owned by nobody): nothing to change
+out=$("$FLASHCTL" format "$SVC/dimm0.img" --preset test-1g --yes)
+! grep -q "owner set" <<<"$out" || fail "a second format changed the owner again"
+ok "format as root into nobody's directory: the image is nobody's and nobody opens it"
+
+# chown impossible: root in a user namespace cannot give a file to an unmapped user
+SVC2=$T/svc2
+mkdir "$SVC2"
+chown nobody:nogroup "$SVC2"
+chmod 0777 "$SVC2"
+if unshare --user --map-root-user true 2>/dev/null; then
+	unshare --user --map-root-user "$FLASHCTL" format "$SVC2/dimm0.img" --preset test-1g \
+		>"$T/ns.out" 2>"$T/ns.err" || fail "format in a user namespace failed: $(cat "$T/ns.err")"
+	cat "$T/ns.out" "$T/ns.err"
+	grep -q "could not change that (Invalid argument)" "$T/ns.err" || fail "no warning that chown failed"
+	grep -qx "    chown 65534:65534 $SVC2/dimm0.img" "$T/ns.err" || fail "the chown command is not printed"
+	ok "where chown fails, format prints the chown to run"
+else
+	echo "skip: no user namespaces, chown failure not provoked"
+fi
