@@ -5,12 +5,13 @@
  *   [server]   listen (repeatable), unix, control, state_dir, pidfile,
  *              max_connections, handshake_timeout, shutdown_timeout, poll_us,
  *              timing, log, verbose, allow_degraded, tls, unix_tls,
- *              tls_certificates, tls_psk, tls_verify_peer
+ *              tls_certificates, tls_psk, tls_verify_peer, unix_mode,
+ *              unix_group, control_mode, control_group, umask
  *              (listen = ADDR tls=MODE: that listener's TLS mode)
  *   [card NAME]  model, timing (default for its ioDimms)
  *   [dimm NAME]  card, preset, image, export, description, readonly,
  *              sector_size, capacity (BYTES or PCT% of stock), op, timing, sync,
- *              tls
+ *              tls, allow and allow_ro (repeatable; common/acl.h), list_denied
  * See conf/flashd.conf for the documented example.
  *
  * Strictness (every error names the file, line, section, key and value):
@@ -31,6 +32,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <grp.h>
 #include <ini.h>
 #include <limits.h>
 #include <netdb.h>
@@ -401,6 +403,36 @@ static char *read_line(char *buf, int size, void *stream)
 	return buf;
 }
 
+/* An octal mode of at most 0777 (three or four octal digits). */
+static int parse_mode(const char *v, int *out)
+{
+	size_t n = strlen(v);
+	if (n < 3 || n > 4 || strspn(v, "01234567") != n)
+		return -EINVAL;
+	long m = strtol(v, NULL, 8);
+	if (m > 0777)
+		return -ERANGE;
+	*out = (int)m;
+	return 0;
+}
+
+/* A group name or a numeric gid that exists. */
+static int parse_group(const char *v, long *gid, char *why, size_t len)
+{
+	struct group *g = getgrnam(v);
+	uint64_t u;
+	if (g) {
+		*gid = (long)g->gr_gid;
+		return 0;
+	}
+	if (!parse_uint(v, 0, UINT32_MAX - 1, &u)) {
+		*gid = (long)u;
+		return 0;
+	}
+	snprintf(why, len, "no such group");
+	return -EINVAL;
+}
+
 /* A whole number of UNIT in [min, max]; on error, why says so. */
 static int get_uint(const char *value, uint64_t min, uint64_t max, const char *unit, uint64_t *out,
 		    char *why, size_t len)
@@ -436,7 +468,7 @@ static int handler(void *user, const char *section, const char *key, const char 
 		set_err(x, "%s:%d: key '%s' before any [section]", x->path, x->lineno, key);
 		return 0;
 	}
-	if (strcmp(key, "listen") != 0) {
+	if (strcmp(key, "listen") != 0 && strcmp(key, "allow") != 0 && strcmp(key, "allow_ro") != 0) {
 		for (int i = 0; i < x->nkeys; i++)
 			if (!strcmp(x->keys[i].name, key))
 				BAD("%s is given a second time in [%s] (first on line %d)", key, section,
@@ -528,6 +560,17 @@ static int handler(void *user, const char *section, const char *key, const char 
 				BAD("tls_verify_peer must be yes or no");
 			if (cfg->tls_verify_peer < 0)
 				cfg->tls_verify_peer = b;
+		} else if (!strcmp(key, "unix_mode") || !strcmp(key, "control_mode") ||
+			   !strcmp(key, "umask")) {
+			int m;
+			if (parse_mode(value, &m))
+				BAD("%s must be an octal mode from 000 to 0777 (e.g. 0660)", key);
+			*(key[0] == 'u' ? key[1] == 'n' ? &cfg->unix_mode : &cfg->umask : &cfg->control_mode) = m;
+		} else if (!strcmp(key, "unix_group") || !strcmp(key, "control_group")) {
+			long gid;
+			if (parse_group(value, &gid, why, sizeof why))
+				BAD("%s", why);
+			*(key[0] == 'u' ? &cfg->unix_gid : &cfg->control_gid) = gid;
 		} else {
 			BAD("unknown key in [server]");
 		}
@@ -638,6 +681,20 @@ static int handler(void *user, const char *section, const char *key, const char 
 				BAD("tls must be off (plaintext sessions only), allowed (both) or required "
 				    "(TLS sessions only)");
 			d->tls = m;
+		} else if (!strcmp(key, "allow") || !strcmp(key, "allow_ro")) {
+			int before = d->acl.n;
+			if (acl_parse(&d->acl, value, key[5] == '_', why, sizeof why))
+				BAD("%s", why);
+			struct acl added = { d->acl.e + before, d->acl.n - before };
+			if (!d->acl_cert_line && acl_has_cert_rules(&added))
+				d->acl_cert_line = x->lineno;
+			if (!d->acl_psk_line && acl_has_psk_rules(&added))
+				d->acl_psk_line = x->lineno;
+			if (!d->acl_tls_line && acl_has_tls_rules(&added))
+				d->acl_tls_line = x->lineno;
+		} else if (!strcmp(key, "list_denied")) {
+			if (parse_bool(value, &d->list_denied))
+				BAD("list_denied must be yes or no");
 		} else {
 			BAD("unknown key in a [dimm] section");
 		}
@@ -881,6 +938,40 @@ int config_finish(struct server_cfg *cfg, char *err, size_t errlen)
 		cfg->unix_tls = cfg->tls;
 	if (cfg->tls_verify_peer < 0)
 		cfg->tls_verify_peer = 0;
+	if (cfg->unix_mode < 0)
+		cfg->unix_mode = 0660;
+	if (cfg->control_mode < 0)
+		cfg->control_mode = 0660;
+	if (cfg->umask < 0)
+		cfg->umask = 077;
+	/* tls: entries need a way to prove that identity */
+	for (int i = 0; i < cfg->ndimms; i++) {
+		struct dimm_cfg *d = &cfg->dimms[i];
+		const char *f = cfg->config_file ? cfg->config_file : "(config)";
+		bool psk = cfg->tls_psk != NULL, certs = cfg->tls_verify_peer > 0;
+		if (d->acl_tls_line && !psk && !certs) {
+			snprintf(err, errlen, "%s:%d: [dimm %s]: a tls: entry, but no TLS identity can be "
+				 "proven: set tls_psk (PSK identities) or tls_certificates with "
+				 "tls_verify_peer = yes (client certificates)", f, d->acl_tls_line, d->name);
+			return -EINVAL;
+		}
+		for (int k = 0; k < d->acl.n; k++) {
+			enum acl_kind kind = d->acl.e[k].kind;
+			char ent[300];
+			acl_entry_format(&d->acl.e[k], ent, sizeof ent);
+			if ((kind == ACL_TLS_CN || kind == ACL_TLS_SAN) && !certs) {
+				snprintf(err, errlen, "%s:%d: [dimm %s]: '%s' needs tls_verify_peer = yes (an "
+					 "unverified client certificate proves nothing)", f, d->acl_cert_line,
+					 d->name, ent);
+				return -EINVAL;
+			}
+			if (kind == ACL_TLS_PSK && !psk) {
+				snprintf(err, errlen, "%s:%d: [dimm %s]: '%s' needs tls_psk = FILE", f,
+					 d->acl_psk_line, d->name, ent);
+				return -EINVAL;
+			}
+		}
+	}
 	for (int i = 0; i < cfg->ndimms; i++) {
 		struct dimm_cfg *d = &cfg->dimms[i];
 		if (!d->preset)
@@ -928,6 +1019,7 @@ void config_free(struct server_cfg *cfg)
 		free(d->description);
 		free(d->preset);
 		free(d->image);
+		acl_free(&d->acl);
 	}
 	free(cfg->dimms);
 	free(cfg->unix_path);

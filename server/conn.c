@@ -120,6 +120,7 @@ struct conn {
 	char peer[96];
 	bool structured, meta_allocation;
 	bool strict;               /* bound by NBD_INFO_BLOCK_SIZE (its GO asked) */
+	bool readonly;             /* read-only for this client (allow_ro) */
 	uint32_t max_payload;      /* READ/WRITE limit: MAX_PAYLOAD or MAX_PAYLOAD_ANY */
 	uint16_t tflags;
 	struct event *rev, *wev;
@@ -572,7 +573,7 @@ static int req_check(struct conn *c, struct req *r)
 		return 0;
 	bool writes = r->type == NBD_CMD_WRITE || r->type == NBD_CMD_WRITE_ZEROES ||
 		      r->type == NBD_CMD_TRIM;
-	if (writes && d->cfg->readonly)
+	if (writes && (d->cfg->readonly || c->readonly))
 		return NBD_EPERM;
 	if (r->offset > d->size || r->length > d->size - r->offset)
 		return r->type == NBD_CMD_WRITE || r->type == NBD_CMD_WRITE_ZEROES ? NBD_ENOSPC
@@ -1183,6 +1184,7 @@ void conn_adopt(struct dimm *d, struct handoff *h)
 	c->structured = h->structured;
 	c->meta_allocation = h->meta_allocation;
 	c->strict = h->block_size;
+	c->readonly = h->readonly;
 	c->max_payload = c->strict ? MAX_PAYLOAD : MAX_PAYLOAD_ANY;
 	c->tflags = h->tflags;
 	snprintf(c->peer, sizeof c->peer, "%s", h->peer);

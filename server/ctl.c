@@ -28,8 +28,10 @@
  * {"ok": true, ...}, or 400 (bad parameter), 404 (no such ioDimm), 409 (not
  * in a state that allows it), 503 (shutting down), 500 (it failed), each
  * with {"ok": false, "error": "..."}.
- * The socket is created with mode 0660; whoever can open it can manage
- * flashd.
+ * The socket's mode and group are control_mode (default 0660) and
+ * control_group (default: flashd's group).  Whoever can open it may GET;
+ * actions (POST) need a peer (SO_PEERCRED) that is root, flashd's user or
+ * in the socket's group (primary or supplementary), else 403.
  *
  * Nothing here waits for an ioDimm thread (flashd.h, "Command channel"):
  * each request is a struct ctl_req; snapshots and actions go to the ioDimm
@@ -55,6 +57,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 
@@ -1351,6 +1354,34 @@ static struct dimm *find_dimm(struct server *srv, const char *name)
 	return server_find_dimm_by_export(srv, name, strlen(name));
 }
 
+/* May the peer of req change things (POST)?  Root, flashd's user, or a
+ * member of the control socket's group.  If not, why says who it is. */
+static bool peer_may_act(struct server *srv, struct evhttp_request *req, char *why, size_t len)
+{
+	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+	struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
+	int fd = bev ? (int)bufferevent_getfd(bev) : -1;
+	struct ucred cr;
+	socklen_t sl = sizeof cr;
+	if (fd < 0 || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &sl) < 0) {
+		snprintf(why, len, "cannot tell who the peer is: %s", strerror(errno));
+		return false;
+	}
+	gid_t g = srv->cfg.control_gid >= 0 ? (gid_t)srv->cfg.control_gid : getegid();
+	if (cr.uid == 0 || cr.uid == geteuid() || cr.gid == g)
+		return true;
+	gid_t groups[256];
+	sl = sizeof groups;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &sl) == 0)
+		for (size_t i = 0; i < sl / sizeof *groups; i++)
+			if (groups[i] == g)
+				return true;
+	snprintf(why, len, "uid %u (pid %d) is not root, not flashd's user and not in the control "
+		 "socket's group %u: actions are refused, GET requests are allowed", (unsigned)cr.uid,
+		 (int)cr.pid, (unsigned)g);
+	return false;
+}
+
 static void router(struct evhttp_request *req, void *arg)
 {
 	struct server *srv = arg;
@@ -1409,7 +1440,13 @@ static void router(struct evhttp_request *req, void *arg)
 			evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "POST");
 			send_error(req, 405, "Method Not Allowed", "actions take POST");
 		} else {
-			do_action(srv, req, &q, d, slash + 1);
+			char why[300];
+			if (peer_may_act(srv, req, why, sizeof why)) {
+				do_action(srv, req, &q, d, slash + 1);
+			} else {
+				log_warn("control socket: %s refused: %s", path, why);
+				send_error(req, 403, "Forbidden", why);
+			}
 		}
 	} else {
 		send_error(req, 404, "Not Found", "unknown path (GET /v1/status, /v1/version, /metrics, "
@@ -1444,7 +1481,12 @@ int ctl_start(struct server *srv, char *err, size_t errlen)
 			close(fd);
 		return -e;
 	}
-	chmod(path, 0660);
+	int prc = socket_perms(path, "control socket", srv->cfg.control_mode, srv->cfg.control_gid, err,
+			       errlen);
+	if (prc) {
+		close(fd);
+		return prc;
+	}
 	the_srv = srv;
 	srv->ctl = evhttp_new(srv->base);
 	struct evhttp_bound_socket *bs = srv->ctl ? evhttp_accept_socket_with_handle(srv->ctl, fd) : NULL;

@@ -60,6 +60,7 @@
 #include <syslog.h>
 #include <event2/event.h>
 
+#include "common/acl.h"
 #include "ftl/ftl.h"
 #include "server/version.h"
 /*
@@ -112,6 +113,12 @@ struct dimm_cfg {
 	bool sector_size_set, capacity_set;
 	int tls;              /* enum tls_mode: TLS_OFF serves plaintext sessions only,
 			       * TLS_REQUIRED TLS sessions only; -1 (unset): both */
+	/* access rules (common/acl.h): allow (read-write) and allow_ro
+	 * entries; none: every client.  *_line: the first line with a
+	 * tls: entry of that kind, for the cross-checks of config_finish */
+	struct acl acl;
+	bool list_denied;     /* list this export to clients the rules refuse */
+	int acl_cert_line, acl_psk_line, acl_tls_line;
 };
 
 /* TLS mode of a listener (doc/proto.md, "TLS support"): TLS_OFF is NOTLS,
@@ -148,6 +155,9 @@ struct server_cfg {
 	char *tls_psk;           /* FILE: identity:hexkey per line */
 	char *tls_psk_where;
 	int tls_verify_peer;     /* require a client certificate signed by the CA; -1: unset (no) */
+	/* sockets and files: -1 unset (modes 0660, umask 077, group: flashd's) */
+	int unix_mode, control_mode, umask;
+	long unix_gid, control_gid;
 	struct dimm_cfg *dimms;
 	int ndimms;
 	char *config_file;
@@ -178,6 +188,7 @@ struct handoff {
 	bool meta_allocation;   /* base:allocation selected for this export */
 	uint16_t tflags;        /* transmission flags sent */
 	bool block_size;        /* bound by NBD_INFO_BLOCK_SIZE: GO asked for it */
+	bool readonly;          /* read-only for this client (allow_ro) */
 	char peer[96];
 	struct ssl_st *ssl;     /* TLS session (OpenSSL SSL), NULL: plaintext */
 	uint8_t *leftover;      /* bytes read past the handshake */
@@ -401,6 +412,9 @@ void listener_close(struct listener *l);
 /* Split a listen spec "ADDR[ tls=MODE]": ADDR into addr, the mode (or -1)
  * into *mode.  0, or -EINVAL with the reason in err. */
 int listen_split(const char *spec, char *addr, size_t addrlen, int *mode, char *err, size_t errlen);
+/* main.c: give a socket file its group (gid -1: keep) and mode; 0 or -errno
+ * with err saying why */
+int socket_perms(const char *path, const char *what, int mode, long gid, char *err, size_t errlen);
 
 /* tls.c: the OpenSSL context, made from the configuration before any image
  * opens (a missing or unreadable file is a configuration error there). */
@@ -423,6 +437,9 @@ void tls_exit(void);
 /* handshake.c */
 void handshake_start(struct server *srv, int fd, const char *peer, int tls_mode);
 void handshake_shutdown_all(struct server *srv);
+/* Start-up: warn about exports without access rules that a non-loopback
+ * TCP listener serves without TLS required (every host may use them). */
+void handshake_acl_warnings(const struct server_cfg *cfg);
 
 /* conn.c (ioDimm thread) */
 void conn_adopt(struct dimm *d, struct handoff *h);

@@ -30,6 +30,17 @@
  * line and closes that connection.  The SSL session goes with the socket
  * to the ioDimm thread (struct handoff), with the plaintext already
  * decrypted past the handshake as leftover.
+ * Access control (common/acl.h; [dimm] allow, allow_ro): decided for each
+ * NBD_OPT_INFO, NBD_OPT_GO and NBD_OPT_EXPORT_NAME from the peer's address
+ * (IPv4-mapped IPv6 taken as IPv4; unix socket clients are "unix") and the
+ * identities the TLS session proved: its PSK identity, or the subject CNs
+ * and subjectAltNames of a client certificate the CA verified (only with
+ * tls_verify_peer; after STARTTLS, so they count from then on).  A client
+ * the rules refuse gets NBD_REP_ERR_POLICY (EXPORT_NAME: the connection
+ * closes) and a warning in the log; one an allow_ro entry admits gets the
+ * export read-only (NBD_FLAG_READ_ONLY; writes EPERM, struct handoff).
+ * NBD_OPT_LIST shows only exports the client may use, unless the export
+ * has list_denied = yes.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -39,8 +50,12 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
 #include "server/flashd.h"
 #include "server/nbd_proto.h"
@@ -48,6 +63,7 @@
 #define OPT_MAX (64u << 10)
 #define OPT_DISCARD_MAX (16u << 20)
 #define META_ALLOCATION_ID 1
+#define ACL_MAX_IDS 32            /* identities kept of a client certificate */
 
 enum hs_state {
 	HS_CLIENT_FLAGS,
@@ -81,8 +97,68 @@ struct hs {
 	SSL *ssl;                 /* after STARTTLS */
 	bool tls;                 /* TLS is up */
 	struct tls_note note;
+	struct acl_peer who;      /* address and proven identities (common/acl.h) */
+	struct acl_id ids[ACL_MAX_IDS];
+	bool readonly;            /* the target is read-only for this client (allow_ro) */
 	struct hs *next, *prev;
 };
+
+static void ids_clear(struct hs *h)
+{
+	for (int i = 0; i < h->who.nids; i++)
+		free((char *)h->ids[i].name);
+	h->who.nids = 0;
+	h->who.tls = false;
+}
+
+static void ids_add(struct hs *h, enum acl_id_kind kind, const char *name, size_t len)
+{
+	if (h->who.nids >= ACL_MAX_IDS || !len || len > ACL_NAME_MAX || memchr(name, 0, len))
+		return; /* an embedded NUL: never a match (no CN=alice\0.evil) */
+	char *p = strndup(name, len);
+	if (p)
+		h->ids[h->who.nids++] = (struct acl_id){ kind, p };
+}
+
+/* TLS is up: what identities did the session prove? */
+static void ids_collect(struct hs *h)
+{
+	ids_clear(h);
+	h->who.tls = true;
+	h->who.ids = h->ids;
+	if (h->note.psk_identity[0])
+		ids_add(h, ACL_ID_PSK, h->note.psk_identity, strlen(h->note.psk_identity));
+	X509 *cert = SSL_get0_peer_certificate(h->ssl);
+	if (!cert || SSL_get_verify_result(h->ssl) != X509_V_OK ||
+	    !(SSL_get_verify_mode(h->ssl) & SSL_VERIFY_PEER))
+		return; /* an unverified certificate proves nothing */
+	X509_NAME *subj = X509_get_subject_name(cert);
+	for (int i = -1; (i = X509_NAME_get_index_by_NID(subj, NID_commonName, i)) >= 0;) {
+		ASN1_STRING *a = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subj, i));
+		unsigned char *u = NULL;
+		int n = ASN1_STRING_to_UTF8(&u, a);
+		if (n > 0)
+			ids_add(h, ACL_ID_CN, (const char *)u, (size_t)n);
+		OPENSSL_free(u);
+	}
+	GENERAL_NAMES *sans = X509_get_ext_d2i(cert, NID_subject_alt_name, NULL, NULL);
+	for (int i = 0; sans && i < sk_GENERAL_NAME_num(sans); i++) {
+		GENERAL_NAME *g = sk_GENERAL_NAME_value(sans, i);
+		if (g->type == GEN_DNS || g->type == GEN_EMAIL || g->type == GEN_URI) {
+			ASN1_IA5STRING *a = g->d.ia5;
+			ids_add(h, ACL_ID_SAN, (const char *)ASN1_STRING_get0_data(a),
+				(size_t)ASN1_STRING_length(a));
+		} else if (g->type == GEN_IPADD) {
+			char txt[INET6_ADDRSTRLEN];
+			int l = ASN1_STRING_length(g->d.ip);
+			if ((l == 4 || l == 16) &&
+			    inet_ntop(l == 4 ? AF_INET : AF_INET6, ASN1_STRING_get0_data(g->d.ip), txt,
+				      sizeof txt))
+				ids_add(h, ACL_ID_SAN, txt, strlen(txt));
+		}
+	}
+	GENERAL_NAMES_free(sans);
+}
 
 static void hs_free(struct hs *h, bool close_fd)
 {
@@ -103,6 +179,7 @@ static void hs_free(struct hs *h, bool close_fd)
 		server_conn_closed(srv);
 	}
 	free(h->meta_export);
+	ids_clear(h);
 	free(h);
 }
 
@@ -210,6 +287,45 @@ static uint32_t export_tls_check(struct hs *h, struct dimm *d, char *msg, size_t
 	return 0;
 }
 
+/* What do export d's rules say about this client? */
+static enum acl_verdict export_acl(struct hs *h, struct dimm *d)
+{
+	return acl_check(&d->cfg->acl, &h->who);
+}
+
+/* The client, for a refusal in the log: address and identities. */
+static void describe_client(struct hs *h, char *buf, size_t len)
+{
+	size_t used = (size_t)snprintf(buf, len, "%s", h->peer);
+	if (h->who.tls && used < len)
+		used += (size_t)snprintf(buf + used, len - used, ", TLS");
+	for (int i = 0; i < h->who.nids && used < len; i++)
+		used += (size_t)snprintf(buf + used, len - used, "%s%s %s", i ? "," : " as",
+					 h->ids[i].kind == ACL_ID_PSK ? " PSK identity" :
+					 h->ids[i].kind == ACL_ID_CN ? " CN" : " SAN", h->ids[i].name);
+	if (h->who.tls && !h->who.nids && used < len)
+		snprintf(buf + used, len - used, " without an identity");
+}
+
+static void log_denied(struct hs *h, struct dimm *d, const char *opt)
+{
+	char who[600];
+	describe_client(h, who, sizeof who);
+	log_warn("%s: %s refused: export '%s' ([dimm %s]) does not allow this client (%s)", h->peer,
+		 opt, d->cfg->export_name, d->cfg->name, who);
+}
+
+/* Transmission flags for this client: read-only if its rule says so. */
+static uint16_t client_tflags(struct hs *h, struct dimm *d, bool readonly)
+{
+	uint16_t f = dimm_tflags(d, h->structured);
+	if (readonly) {
+		f |= NBD_FLAG_READ_ONLY;
+		f &= (uint16_t)~(NBD_FLAG_SEND_TRIM | NBD_FLAG_SEND_WRITE_ZEROES | NBD_FLAG_SEND_FAST_ZERO);
+	}
+	return f;
+}
+
 static void opt_list(struct hs *h)
 {
 	if (h->optlen) {
@@ -221,6 +337,8 @@ static void opt_list(struct hs *h)
 		char why[8];
 		if (!d->exported || export_tls_check(h, d, why, sizeof why))
 			continue; /* not for this session (doc/proto.md: MAY omit) */
+		if (!d->cfg->list_denied && export_acl(h, d) == ACL_DENY)
+			continue; /* hidden from clients its rules refuse */
 		char desc[256];
 		dimm_describe(d, desc, sizeof desc);
 		size_t nl = strlen(d->cfg->export_name), dl = strlen(desc);
@@ -265,6 +383,14 @@ static bool opt_info_go(struct hs *h, const uint8_t *p, bool go)
 		reply_err(h, refuse, msg);
 		return false;
 	}
+	enum acl_verdict v = export_acl(h, d);
+	if (v == ACL_DENY) {
+		log_denied(h, d, go ? "NBD_OPT_GO" : "NBD_OPT_INFO");
+		snprintf(msg, sizeof msg, "export '%s' is not available to this client (access rules)%s",
+			 d->cfg->export_name, h->who.tls ? "" : "; a TLS identity may be needed");
+		reply_err(h, NBD_REP_ERR_POLICY, msg);
+		return false;
+	}
 	if (h->srv->shutting_down) {
 		reply_err(h, NBD_REP_ERR_SHUTDOWN, "the server is shutting down");
 		return false;
@@ -276,7 +402,7 @@ static bool opt_info_go(struct hs *h, const uint8_t *p, bool go)
 		want_desc |= t == NBD_INFO_DESCRIPTION;
 		want_bs |= t == NBD_INFO_BLOCK_SIZE;
 	}
-	uint16_t tflags = dimm_tflags(d, h->structured);
+	uint16_t tflags = client_tflags(h, d, v == ACL_READONLY);
 	reply_info_export(h, d, tflags);
 	if (want_name)
 		reply_info_string(h, NBD_INFO_NAME, d->cfg->export_name);
@@ -293,6 +419,7 @@ static bool opt_info_go(struct hs *h, const uint8_t *p, bool go)
 		h->target = d;
 		h->tflags = tflags;
 		h->block_size = want_bs;
+		h->readonly = v == ACL_READONLY;
 	}
 	return go;
 }
@@ -403,6 +530,14 @@ static void handle_option(struct hs *h, const uint8_t *p)
 						   "requires TLS";
 			return;
 		}
+		enum acl_verdict v = d ? export_acl(h, d) : ACL_DENY;
+		if (d && v == ACL_DENY) {
+			log_denied(h, d, "NBD_OPT_EXPORT_NAME");
+			h->state = HS_CLOSING;
+			h->close_reason = "NBD_OPT_EXPORT_NAME names an export the access rules refuse "
+					  "this client";
+			return;
+		}
 		if (!d) {
 			/* no error path in the protocol: the connection closes */
 			h->state = HS_CLOSING;
@@ -413,7 +548,8 @@ static void handle_option(struct hs *h, const uint8_t *p)
 			return;
 		}
 		h->target = d;
-		h->tflags = dimm_tflags(d, h->structured);
+		h->readonly = v == ACL_READONLY;
+		h->tflags = client_tflags(h, d, h->readonly);
 		h->block_size = false; /* nothing was advertised */
 		uint8_t b[10 + 124];
 		memset(b, 0, sizeof b);
@@ -598,6 +734,7 @@ static void start_tls(struct hs *h)
 	h->meta_export = NULL;
 	h->meta_allocation = false;
 	h->note.why[0] = h->note.psk_identity[0] = 0;
+	ids_clear(h);
 	h->ssl = tls_session_new(&h->note);
 	if (h->ssl)
 		h->bev = bufferevent_openssl_socket_new(h->srv->base, h->fd, h->ssl,
@@ -661,12 +798,14 @@ static void write_cb(struct bufferevent *bev, void *arg)
 				      h->target;
 	ho->tflags = h->tflags;
 	ho->block_size = h->block_size;
+	ho->readonly = h->readonly;
 	snprintf(ho->peer, sizeof ho->peer, "%s", h->peer);
 	struct dimm *d = h->target;
-	log_info("%s: export %s%s%s%s%s", h->peer, d->cfg->export_name, ho->ssl ? ", TLS" : "",
+	log_info("%s: export %s%s%s%s%s%s", h->peer, d->cfg->export_name, ho->ssl ? ", TLS" : "",
 		 ho->structured ? ", structured replies" : "",
 		 ho->meta_allocation ? ", base:allocation" : "",
-		 ho->block_size ? ", block sizes negotiated" : ", no block size constraints");
+		 ho->block_size ? ", block sizes negotiated" : ", no block size constraints",
+		 ho->readonly && !d->cfg->readonly ? ", read-only (allow_ro)" : "");
 	hs_free(h, false);
 	dimm_adopt(d, ho);
 }
@@ -678,6 +817,7 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
 		if (what & BEV_EVENT_CONNECTED) {
 			h->tls = true;
 			h->state = HS_OPT_HEADER;
+			ids_collect(h);
 			char desc[400];
 			tls_describe(h->ssl, &h->note, desc, sizeof desc);
 			log_info("%s: TLS established: %s", h->peer, desc);
@@ -752,6 +892,13 @@ void handshake_start(struct server *srv, int fd, const char *peer, int tls_mode)
 	h->fd = fd;
 	h->tls_mode = tls_mode;
 	snprintf(h->peer, sizeof h->peer, "%s", peer);
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof ss;
+	if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0)
+		acl_peer_from_sockaddr(&h->who, (struct sockaddr *)&ss);
+	else
+		h->who.family = AF_UNSPEC; /* matches no address entry */
+	h->who.ids = h->ids;
 	h->next = srv->handshakes;
 	if (h->next)
 		h->next->prev = h;
@@ -781,4 +928,48 @@ void handshake_shutdown_all(struct server *srv)
 {
 	while (srv->handshakes)
 		hs_close(srv->handshakes, "server shutting down");
+}
+
+/* Is the host part of a listen address loopback only? */
+static bool loopback_host(const char *spec)
+{
+	char host[300];
+	if (spec[0] == '[') {
+		const char *e = strchr(spec, ']');
+		snprintf(host, sizeof host, "%.*s", e ? (int)(e - spec - 1) : 0, spec + 1);
+	} else {
+		const char *c = strrchr(spec, ':');
+		snprintf(host, sizeof host, "%.*s", c ? (int)(c - spec) : 0, spec);
+	}
+	uint8_t a[16];
+	if (inet_pton(AF_INET, host, a) == 1)
+		return a[0] == 127;
+	if (inet_pton(AF_INET6, host, a) == 1) {
+		static const uint8_t one[16] = { [15] = 1 };
+		static const uint8_t mapped[12] = { [10] = 0xff, [11] = 0xff };
+		return !memcmp(a, one, 16) || (!memcmp(a, mapped, 12) && a[12] == 127);
+	}
+	return !strcmp(host, "localhost");
+}
+
+void handshake_acl_warnings(const struct server_cfg *cfg)
+{
+	for (int i = 0; i < cfg->nlisten; i++) {
+		char addr[300], err[200];
+		int mode;
+		if (listen_split(cfg->listen[i], addr, sizeof addr, &mode, err, sizeof err))
+			continue;
+		if (mode < 0)
+			mode = cfg->tls;
+		if (mode == TLS_REQUIRED || loopback_host(addr))
+			continue;
+		for (int k = 0; k < cfg->ndimms; k++) {
+			const struct dimm_cfg *d = &cfg->dimms[k];
+			if (!d->acl.n && d->tls != TLS_REQUIRED)
+				log_warn("export '%s' ([dimm %s]) has no allow rule and listener %s is not "
+					 "loopback and does not require TLS: every host that reaches it may read "
+					 "and write it (set allow = ... in [dimm %s], or tls = required)",
+					 d->export_name, d->name, addr, d->name);
+		}
+	}
 }

@@ -479,7 +479,11 @@ static int listen_unix(const char *path, char *err, size_t errlen)
 			close(fd);
 		return -e;
 	}
-	chmod(path, 0660);
+	int prc = socket_perms(path, "unix socket", srv.cfg.unix_mode, srv.cfg.unix_gid, err, errlen);
+	if (prc) {
+		close(fd);
+		return prc;
+	}
 	struct evconnlistener *l = evconnlistener_new(srv.base, accept_cb, (void *)(intptr_t)srv.cfg.unix_tls,
 						      LEV_OPT_CLOSE_ON_FREE, -1, fd);
 	if (!l)
@@ -490,6 +494,24 @@ static int listen_unix(const char *path, char *err, size_t errlen)
 	}
 	log_info("listening on %s%s%s", path, srv.cfg.unix_tls != TLS_OFF ? ", TLS " : "",
 		 srv.cfg.unix_tls != TLS_OFF ? tls_mode_name(srv.cfg.unix_tls) : "");
+	return 0;
+}
+
+/* The unix and control sockets: group first, then the mode (bind made the
+ * file under the umask, 077 by default: nobody else could use it before). */
+int socket_perms(const char *path, const char *what, int mode, long gid, char *err, size_t errlen)
+{
+	if (gid >= 0 && chown(path, (uid_t)-1, (gid_t)gid) < 0) {
+		int e = errno;
+		snprintf(err, errlen, "%s %s: cannot give it group %ld: %s%s", what, path, gid, strerror(e),
+			 e == EPERM ? " (flashd's user must be a member of that group, or root)" : "");
+		return -e;
+	}
+	if (chmod(path, (mode_t)mode) < 0) {
+		int e = errno;
+		snprintf(err, errlen, "%s %s: cannot set mode %04o: %s", what, path, mode, strerror(e));
+		return -e;
+	}
 	return 0;
 }
 
@@ -696,6 +718,11 @@ static void reload_dimm(struct reload_result *r, struct dimm_cfg *a, const struc
 	if (a->tls != b->tls)
 		reload_item(r, false, K("tls"), "%s -> %s: " RESTART, tls_mode_name(a->tls),
 			    tls_mode_name(b->tls));
+	if (!acl_equal(&a->acl, &b->acl))
+		reload_item(r, false, K("allow/allow_ro"), "rules changed: " RESTART);
+	if (a->list_denied != b->list_denied)
+		reload_item(r, false, K("list_denied"), "%s -> %s: " RESTART, a->list_denied ? "yes" : "no",
+			    b->list_denied ? "yes" : "no");
 #undef K
 }
 
@@ -752,6 +779,11 @@ void server_reload(struct server *s, const char *why, struct reload_result *r)
 			    tls_mode_name(n.unix_tls));
 	cmp_str(r, "[server] tls_certificates", o->tls_certificates, n.tls_certificates);
 	cmp_str(r, "[server] tls_psk", o->tls_psk, n.tls_psk);
+	cmp_int(r, "[server] unix_mode", o->unix_mode, n.unix_mode);
+	cmp_int(r, "[server] unix_group", o->unix_gid, n.unix_gid);
+	cmp_int(r, "[server] control_mode", o->control_mode, n.control_mode);
+	cmp_int(r, "[server] control_group", o->control_gid, n.control_gid);
+	cmp_int(r, "[server] umask", o->umask, n.umask);
 	if (o->tls_verify_peer != n.tls_verify_peer)
 		reload_item(r, false, "[server] tls_verify_peer", "%s -> %s: " RESTART,
 			    show_tri(o->tls_verify_peer), show_tri(n.tls_verify_peer));
@@ -864,7 +896,9 @@ int main(int argc, char **argv)
 		{ 0, 0, 0, 0 },
 	};
 	struct server_cfg cli = { .timing = -1, .poll_us = -1, .allow_degraded = -1, .tls = -1,
-				  .unix_tls = -1, .tls_verify_peer = -1 };
+				  .unix_tls = -1, .tls_verify_peer = -1,
+				  .unix_mode = -1, .control_mode = -1, .umask = -1, .unix_gid = -1,
+				  .control_gid = -1 };
 	const char *config = NULL;
 	bool check_only = false, no_config = false;
 	char err[1024] = "";
@@ -984,6 +1018,7 @@ int main(int argc, char **argv)
 		config_free(&srv.cfg);
 		return 2;
 	}
+	handshake_acl_warnings(&srv.cfg);
 	if (check_only) {
 		printf("flashd: configuration %s is good: %d ioDimm(s)%s\n",
 		       srv.cfg.config_file ? srv.cfg.config_file : "(embedded default)", srv.cfg.ndimms,
@@ -1013,6 +1048,9 @@ int main(int argc, char **argv)
 	log_init(srv.cfg.use_syslog, srv.cfg.verbose);
 	ftl_set_logger(ftl_logger, NULL);
 
+	/* images, the state directory and everything else flashd makes:
+	 * 0600 / 0700 by default (umask = in [server]) */
+	umask((mode_t)srv.cfg.umask);
 	int rc = mkdir_p(srv.cfg.state_dir);
 	if (rc) {
 		log_err("cannot create state directory %s: %s", srv.cfg.state_dir, strerror(-rc));
@@ -1054,6 +1092,8 @@ int main(int argc, char **argv)
 
 	if (srv.cfg.pidfile) {
 		pidfile_fd = open(srv.cfg.pidfile, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+		if (pidfile_fd >= 0)
+			fchmod(pidfile_fd, 0644); /* readable by all whatever the umask */
 		if (pidfile_fd < 0 || flock(pidfile_fd, LOCK_EX | LOCK_NB) < 0) {
 			log_err("pidfile %s: %s", srv.cfg.pidfile,
 				errno == EWOULDBLOCK ? "another flashd holds it" : strerror(errno));

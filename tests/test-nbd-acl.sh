@@ -1,0 +1,213 @@
+#!/bin/bash
+# test-nbd-acl.sh - access control per export ([dimm] allow, allow_ro,
+# list_denied), socket and file permissions, the control socket's check.
+#
+#   0. configuration errors (bad CIDR, host bits, unknown keyword, tls:CN=
+#      without tls_verify_peer, bad mode, unknown group) name FILE:LINE, in
+#      --check-config too, and nothing is created; the start-up warning for
+#      an export without rules behind a non-loopback listener without TLS
+#   1. networks: listeners on 127.0.0.1, [::1], [::ffff:127.0.0.1] and a
+#      unix socket; dimm0 allows 127.0.0.1/32, unix and tls:alice: ::1 gets
+#      NBD_REP_ERR_POLICY and does not see it in nbdinfo --list, 127.0.0.1
+#      and the IPv4-mapped client (matched as 127.0.0.1) do
+#   2. read-only rule (dimm1: allow_ro = 127.0.0.0/8): reads work, writes
+#      get EPERM from flashd (libnbd strict mode off) and qemu-io refuses
+#   3. TLS identities over ::1 (PSK): alice allowed, bob denied
+#   4. control socket: `nobody` gets 403 for detach and 200 for status;
+#      socket modes and groups as configured
+#   5. images 0600, a state directory flashd makes 0700
+# timeout: 300
+source "$(dirname "$0")/functions.sh"
+
+mkdir -p "$T/pub"
+chmod 0711 "$T"
+chmod 0755 "$T/pub"
+psktool -u alice -p "$T/keys.psk" >/dev/null
+psktool -u bob -p "$T/keys.psk" >/dev/null
+grep '^alice:' "$T/keys.psk" >"$T/alice.psk"
+grep '^bob:' "$T/keys.psk" >"$T/bob.psk"
+ok "keys made"
+
+# ---- 0. configuration errors ----------------------------------------------------------
+conf_err() { # conf_err NAME EXPECTED-TEXT
+	local name=$1 want=$2 out rc=0
+	out=$("$FLASHD" --check-config --config "$T/$name.conf" 2>&1) || rc=$?
+	[ $rc -eq 2 ] || fail "$name: --check-config exit $rc, want 2: $out"
+	grep -qF -- "$want" <<<"$out" || fail "$name: --check-config says '$out', want '$want'"
+	rc=0
+	out=$("$FLASHD" --foreground --config "$T/$name.conf" --state-dir "$T/cfgstate" \
+		--listen 127.0.0.1:"$(free_port)" 2>&1) || rc=$?
+	[ $rc -eq 2 ] || fail "$name: flashd exit $rc, want 2: $out"
+	grep -qF -- "$want" <<<"$out" || fail "$name: flashd says '$out', want '$want'"
+	[ ! -e "$T/cfgstate/dimm0.img" ] || fail "$name: an image was created before the error"
+	ok "config error $name: $out"
+}
+bad_rule() { # bad_rule NAME 'allow line' EXPECTED
+	printf '[dimm dimm0]\npreset = test-1g\n%s\n' "$2" >"$T/$1.conf"
+	conf_err "$1" "$1.conf:3: [dimm dimm0] ${2%% =*} = '${2#*= }': $3"
+}
+bad_rule cidr 'allow = 127.0.0.1 10.0.0.0/33' "'10.0.0.0/33': the prefix length must be a number from 0 to 32"
+bad_rule hostbits 'allow_ro = 10.1.2.3/8' "'10.1.2.3/8' has host bits set (the network is 10.0.0.0/8)"
+bad_rule keyword 'allow = unix everyone' "'everyone' is not an IPv4 or IPv6 address, nor all, unix or tls:NAME"
+bad_rule v6 'allow = 2001:db8::/129' "'2001:db8::/129': the prefix length must be a number from 0 to 128"
+bad_rule tlskind 'allow = tls:O=acme' "'tls:O=acme': unknown identity kind"
+bad_rule listd 'list_denied = maybe' "list_denied must be yes or no"
+printf '[server]\ntls_psk = %s\n[dimm dimm0]\npreset = test-1g\nallow = 127.0.0.1\nallow = tls:CN=host1\n' \
+	"$T/keys.psk" >"$T/cn.conf"
+conf_err cn "cn.conf:6: [dimm dimm0]: 'tls:CN=host1' needs tls_verify_peer = yes"
+printf '[dimm dimm0]\npreset = test-1g\n\nallow = tls:alice\n' >"$T/noid.conf"
+conf_err noid "noid.conf:4: [dimm dimm0]: a tls: entry, but no TLS identity can be proven"
+printf '[server]\nunix_mode = 0999\n[dimm dimm0]\npreset = test-1g\n' >"$T/mode.conf"
+conf_err mode "mode.conf:2: [server] unix_mode = '0999': unix_mode must be an octal mode"
+printf '[server]\ncontrol_group = no-such-group-here\n[dimm dimm0]\npreset = test-1g\n' >"$T/grp.conf"
+conf_err grp "grp.conf:2: [server] control_group = 'no-such-group-here': no such group"
+# start-up warning: no rule, a listener on every address, no TLS required
+printf '[server]\nlisten = 0.0.0.0:10809\nlisten = 127.0.0.1:10810\n[dimm dimm0]\npreset = test-1g\n[dimm dimm1]\npreset = test-1g\nallow = 10.0.0.0/8\n' >"$T/open.conf"
+out=$("$FLASHD" --check-config --config "$T/open.conf" 2>&1) || fail "open.conf: $out"
+grep -qF "export 'dimm0' ([dimm dimm0]) has no allow rule and listener 0.0.0.0:10809 is not loopback" <<<"$out" ||
+	fail "no warning for an open export: $out"
+! grep -q "dimm1.*has no allow rule" <<<"$out" || fail "warning for an export with rules: $out"
+! grep -q "listener 127.0.0.1:10810" <<<"$out" || fail "warning for a loopback listener: $out"
+printf '[server]\nlisten = 0.0.0.0:10809 tls=required\ntls_psk = %s\n[dimm dimm0]\npreset = test-1g\n' "$T/keys.psk" >"$T/req.conf"
+out=$("$FLASHD" --check-config --config "$T/req.conf" 2>&1) || fail "req.conf: $out"
+! grep -q "no allow rule" <<<"$out" || fail "warning although TLS is required: $out"
+ok "warning for an export without rules on a non-loopback listener without TLS"
+
+# ---- 1. the server ---------------------------------------------------------------------
+P=$(free_port)
+P3=$(free_port)
+cat >"$T/acl.conf" <<CONF
+[server]
+tls = allowed
+tls_psk = $T/keys.psk
+control = $T/pub/flashd.ctl
+control_mode = 0666
+unix_mode = 0660
+unix_group = nogroup
+
+[dimm dimm0]
+preset = test-1g
+allow = 127.0.0.1/32 unix
+allow = tls:alice
+
+[dimm dimm1]
+preset = test-1g
+allow_ro = 127.0.0.0/8
+CONF
+FLASHD_PORT=$P
+start_flashd --config "$T/acl.conf" --timing off --listen "[::1]:$P" --listen "[::ffff:127.0.0.1]:$P3"
+CTL=$T/pub/flashd.ctl
+V4="nbd://127.0.0.1:$P"
+V6="nbd://[::1]:$P"
+MAPPED="nbd://[::ffff:127.0.0.1]:$P3"
+
+# 1. networks
+nbdinfo --list "$V4" >"$T/l4" 2>&1 || { cat "$T/l4"; fail "nbdinfo --list over 127.0.0.1"; }
+grep -q 'export="dimm0"' "$T/l4" && grep -q 'export="dimm1"' "$T/l4" || { cat "$T/l4"; fail "list over 127.0.0.1 lacks an export"; }
+nbdinfo --list "$V6" >"$T/l6" 2>&1 || true
+! grep -q 'dimm[01]' "$T/l6" || { cat "$T/l6"; fail "::1 sees exports it may not use"; }
+ok "nbdinfo --list: both exports over 127.0.0.1, none over ::1"
+
+goinfo() { # goinfo URI [PSKFILE]: prints ok / ro / the error
+	"$PYTHON" - "$@" <<'PY'
+import nbd, sys
+h = nbd.NBD()
+h.set_uri_allow_local_file(True)
+try:
+    h.connect_uri(sys.argv[1])
+    print("ro" if h.is_read_only() else "ok")
+    h.shutdown()
+except nbd.Error as e:
+    print("error: %s (errno %s)" % (e.string, e.errno))
+PY
+}
+r=$(goinfo "$V4/dimm0"); [ "$r" = ok ] || fail "127.0.0.1 dimm0: $r"
+r=$(goinfo "$V6/dimm0")
+[[ $r == error:* ]] || fail "::1 dimm0 was served: $r"
+grep -q "NBD_OPT_GO refused: export 'dimm0' (\[dimm dimm0\]) does not allow this client (\[::1\]:" "$T/flashd.log" ||
+	fail "no refusal in the log"
+LIBNBD_DEBUG=1 nbdinfo "$V6/dimm0" >"$T/dbg" 2>&1 && fail "nbdinfo ::1 dimm0 succeeded"
+grep -qE 'NBD_REP_ERR_POLICY|policy|not available to this client' "$T/dbg" || { tail -5 "$T/dbg"; fail "::1 did not get NBD_REP_ERR_POLICY"; }
+grep -q 'not available to this client (access rules)' "$T/dbg" || { tail -5 "$T/dbg"; fail "no reason for ::1"; }
+ok "::1 gets NBD_REP_ERR_POLICY for dimm0 ($r), logged"
+r=$(goinfo "$FLASHD_UNIX_URI0"); [ "$r" = ok ] || fail "unix dimm0: $r"
+r=$(goinfo "$FLASHD_UNIX_URI1"); [[ $r == error:* ]] || fail "unix dimm1 was served: $r"
+ok "unix socket: dimm0 (unix) served, dimm1 refused"
+r=$(goinfo "$MAPPED/dimm0"); [ "$r" = ok ] || fail "IPv4-mapped dimm0: $r"
+grep -q '\[::ffff:127.0.0.1\]:[0-9]*: export dimm0' "$T/flashd.log" || fail "the mapped client is not in the log"
+nbdinfo --list "$MAPPED" >"$T/lm" 2>&1 || { cat "$T/lm"; fail "nbdinfo --list mapped"; }
+grep -q 'export="dimm0"' "$T/lm" || fail "the IPv4-mapped client does not see dimm0"
+ok "IPv4-mapped client [::ffff:127.0.0.1] matched as 127.0.0.1"
+
+# 2. read-only rule
+r=$(goinfo "$V4/dimm1"); [ "$r" = ro ] || fail "127.0.0.1 dimm1: $r, want read-only"
+"$PYTHON" - "$V4/dimm1" <<'PY' || fail "read-only rule"
+import errno, nbd, sys
+h = nbd.NBD()
+h.connect_uri(sys.argv[1])
+assert h.is_read_only()
+assert len(h.pread(65536, 0)) == 65536
+h.set_strict_mode(0)  # send the write anyway: flashd must refuse it
+for op in (lambda: h.pwrite(b"x" * 4096, 0), lambda: h.trim(4096, 0), lambda: h.zero(4096, 0)):
+    try:
+        op()
+        sys.exit("a write to a read-only rule succeeded")
+    except nbd.Error as e:
+        assert e.errno == errno.EPERM or "(EPERM)" in str(e), e
+h.flush()
+h.shutdown()
+PY
+qemu-io -r -f raw -c 'read 0 64k' "$V4/dimm1" >"$T/qr" 2>&1 || { cat "$T/qr"; fail "qemu-io read"; }
+qemu-io -f raw -c 'write 0 4k' "$V4/dimm1" >"$T/qw" 2>&1 && ! grep -qi 'error\|read-only\|denied' "$T/qw" && fail "qemu-io write succeeded"
+qemu-img info "$V4/dimm1" >/dev/null 2>&1 || fail "qemu-img info dimm1"
+r=$(goinfo "$V6/dimm1"); [[ $r == error:* ]] || fail "::1 dimm1 was served: $r"
+grep -q "export dimm1.*read-only (allow_ro)" "$T/flashd.log" || fail "read-only not logged"
+ok "allow_ro: reads work, writes EPERM from flashd, qemu-io refuses; ::1 denied"
+
+# 3. TLS identities
+r=$(goinfo "nbds://alice@[::1]:$P/dimm0?tls-psk-file=$T/alice.psk"); [ "$r" = ok ] || fail "alice over ::1: $r"
+r=$(goinfo "nbds://bob@[::1]:$P/dimm0?tls-psk-file=$T/bob.psk"); [[ $r == error:* ]] || fail "bob over ::1 was served: $r"
+grep -q "does not allow this client (\[::1\]:[0-9]*, TLS as PSK identity bob)" "$T/flashd.log" || fail "bob's refusal not logged"
+nbdinfo --list "nbds://alice@[::1]:$P/?tls-psk-file=$T/alice.psk" 2>&1 | grep -q 'export="dimm0"' || fail "alice does not see dimm0"
+nbdinfo --list "nbds://bob@[::1]:$P/?tls-psk-file=$T/bob.psk" 2>&1 | grep -q 'export="dimm0"' && fail "bob sees dimm0"
+ok "PSK identities: alice allowed and listed, bob refused and not listed"
+
+# 4. sockets and the control socket
+[ "$(stat -c %a "$CTL")" = 666 ] || fail "control socket mode $(stat -c %a "$CTL")"
+[ "$(stat -c '%a %G' "$FLASHD_SOCK")" = "660 nogroup" ] || fail "unix socket: $(stat -c '%a %G' "$FLASHD_SOCK")"
+NOBODY=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
+"${NOBODY[@]}" "$FLASHCTL" status --control "$CTL" >"$T/ns" 2>&1 || { cat "$T/ns"; fail "nobody: status"; }
+code=$("${NOBODY[@]}" curl -s -o /dev/null -w '%{http_code}' --unix-socket "$CTL" http://x/v1/status) || true
+[ "$code" = 200 ] || fail "nobody: GET /v1/status: $code"
+body=$("${NOBODY[@]}" curl -s -w '\n%{http_code}' -X POST --unix-socket "$CTL" http://x/v1/dimms/dimm0/detach) || true
+[ "${body##*$'\n'}" = 403 ] || fail "nobody: POST detach: $body"
+grep -q 'not in the control socket' <<<"$body" || fail "403 without a reason: $body"
+"${NOBODY[@]}" "$FLASHCTL" detach dimm0 --control "$CTL" >"$T/nd" 2>&1 && fail "nobody could detach"
+r=$(goinfo "$V4/dimm0"); [ "$r" = ok ] || fail "dimm0 gone after nobody's detach: $r"
+grep -q "control socket: /v1/dimms/dimm0/detach refused: uid 65534" "$T/flashd.log" || fail "403 not logged"
+"$FLASHCTL" checkpoint dimm0 --control "$CTL" >/dev/null || fail "root: checkpoint"
+ok "control socket: nobody gets 200 for status and 403 for detach; root may act"
+
+# 5. files
+for f in "$FLASHD_STATE"/dimm0.img "$FLASHD_STATE"/dimm1.img; do
+	[ "$(stat -c %a "$f")" = 600 ] || fail "$f has mode $(stat -c %a "$f")"
+done
+ok "images created 0600"
+stop_flashd
+P2=$(free_port)
+"$FLASHD" --foreground --no-config --preset test-1g --timing off --state-dir "$T/fresh/state" \
+	--listen "127.0.0.1:$P2" --pidfile "$T/fresh.pid" >>"$T/flashd.log" 2>&1 &
+pid=$!
+track_pid $pid
+for i in $(seq 1 300); do
+	[ "$(cat "$T/fresh.pid" 2>/dev/null)" = "$pid" ] && break
+	kill -0 $pid 2>/dev/null || fail "second flashd exited"
+	sleep 0.1
+done
+[ "$(stat -c %a "$T/fresh/state")" = 700 ] || fail "state dir mode $(stat -c %a "$T/fresh/state")"
+[ "$(stat -c %a "$T/fresh/state/dimm0.img")" = 600 ] || fail "fresh image mode"
+[ "$(stat -c %a "$T/fresh/state/flashd.ctl")" = 660 ] || fail "default control socket mode $(stat -c %a "$T/fresh/state/flashd.ctl")"
+kill -TERM $pid
+wait $pid || fail "second flashd exit status"
+ok "state directory created 0700, images 0600, control socket 0660 by default"
+echo "all ACL tests passed"
