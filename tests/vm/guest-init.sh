@@ -8,6 +8,12 @@
 # overlay, mounts the per-run share (9p tag "vmtest", read-write: test
 # scripts, handler, config in; host requests, acks and logs both ways) on
 # /vmtest, chroots into /vmtest/guest-test.sh and powers off.
+#
+# vmtest=systemd (tests/vm/test-systemd.sh; the rootfs is then prepare.sh's
+# rootfs-systemd): copies the share's root/ (make install DESTDIR=, PREFIX=/usr)
+# and the oneshot unit flashd-vmtest.service into the overlay, moves /dev,
+# /proc, /sys into it and switch_roots into /lib/systemd/systemd as PID 1.
+# The unit runs /vmtest/guest-systemd.sh and powers the VM off.
 # Serial console markers: "@@ t=<guest uptime> ...".
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
 
@@ -66,6 +72,37 @@ ln -sf /proc/self/fd /dev/fd
 ln -sf /proc/self/fd/0 /dev/stdin
 ln -sf /proc/self/fd/1 /dev/stdout
 ln -sf /proc/self/fd/2 /dev/stderr
+T=$(sed -n 's/.*vmtest=\([a-z0-9,]*\).*/\1/p' /proc/cmdline)
+if [ "$T" = systemd ]; then
+	mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000,cache=none vmtest $R/vmtest ||
+		die "9p mount of the run share failed"
+	[ -r $R/vmtest/guest-systemd.sh ] && [ -r $R/vmtest/flashd-vmtest.service ] ||
+		die "no guest-systemd.sh / flashd-vmtest.service in the run share"
+	[ -x $R/lib/systemd/systemd ] || die "no /lib/systemd/systemd in the rootfs (prepare.sh --systemd)"
+	# the freshly installed tree (make install DESTDIR=share/root PREFIX=/usr)
+	[ -x $R/vmtest/root/usr/sbin/flashd ] || die "no make install tree in the run share"
+	# top-level directories may be merged-/usr symlinks here (lib -> usr/lib)
+	for d in $R/vmtest/root/*; do
+		dst=$R/${d##*/}
+		[ -L "$dst" ] && dst=$R/$(readlink "$dst")
+		mkdir -p "$dst" && cp -a "$d/." "$dst/" || die "copying the installed tree ($d) failed"
+	done
+	cp $R/vmtest/flashd-vmtest.service $R/etc/systemd/system/ &&
+		mkdir -p $R/etc/systemd/system/multi-user.target.wants &&
+		ln -sf ../flashd-vmtest.service $R/etc/systemd/system/multi-user.target.wants/ ||
+		die "installing flashd-vmtest.service failed"
+	# no login prompt on the test console
+	ln -sf /dev/null $R/etc/systemd/system/serial-getty@ttyS0.service
+	ln -sf /dev/null $R/etc/systemd/system/getty@tty1.service
+	umount /dev/pts /dev/shm
+	mount --move /dev $R/dev && mount --move /sys $R/sys && mount --move /proc $R/proc ||
+		die "moving /dev, /sys, /proc into the new root failed"
+	echo "@@ t=$(cut -d' ' -f1 $R/proc/uptime) stage1: switch_root into systemd"
+	exec switch_root $R /lib/systemd/systemd
+	# switch_root only returns on failure (and /proc is gone by now)
+	echo "@@ STAGE1 FAIL: switch_root failed"
+	poweroff -n -f
+fi
 mount -t proc proc $R/proc
 mount -o rbind /sys $R/sys
 mount -o rbind /dev $R/dev
@@ -77,6 +114,5 @@ mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000,cache=none vmtest $R/v
 [ -r $R/vmtest/guest-test.sh ] || die "no guest-test.sh in the run share"
 log "stage1: rootfs (9p ro + tmpfs overlay) and run share mounted"
 
-T=$(sed -n 's/.*vmtest=\([a-z0-9,]*\).*/\1/p' /proc/cmdline)
 chroot $R /bin/bash /vmtest/guest-test.sh "$T"
 finish $?

@@ -2,6 +2,7 @@
 # prepare.sh - build (once) the cache the kernel-client VM tests boot from.
 #
 #   tests/vm/prepare.sh        run as root; idempotent: rebuilds only what is missing
+#   tests/vm/prepare.sh --systemd   also the systemd rootfs (tests/vm/test-systemd.sh)
 #
 # The cache lives OUTSIDE the repository, in ${FLASHD_VM_CACHE:-/var/cache/flashd-vm}
 # (root-owned, like the rootfs it holds; /var/cache because it can be rebuilt
@@ -14,6 +15,9 @@
 #                                 prepends guest-init.sh as /init on every run
 #   rootfs/ (+ .flashd-rootfs-ok) debootstrap'd bookworm (minbase) with the
 #                                 client tools, stripped, same modules + depmod
+#   rootfs-systemd/ (+ .flashd-systemd-ok)  only with --systemd: a copy of
+#                                 rootfs/ plus $SYSTEMD_PKGS (chroot apt-get),
+#                                 rebuilt when rootfs/ or the list changes
 #   runs/<stamp>/                 console logs of the newest runs (run.sh)
 #   .lock                         flock: prepare.sh exclusive, run.sh shared
 #
@@ -23,6 +27,12 @@
 # Host packages come from scripts/deps.sh vm (apt-get, only when missing).
 set -euo pipefail
 
+WANT_SYSTEMD=0
+case ${1:-} in
+--systemd) WANT_SYSTEMD=1 ;;
+'') ;;
+*) echo "usage: prepare.sh [--systemd]" >&2; exit 2 ;;
+esac
 HERE=$(cd "$(dirname "$0")" && pwd)
 TOP=$(cd "$HERE/../.." && pwd)
 CACHE=${FLASHD_VM_CACHE:-/var/cache/flashd-vm}
@@ -37,6 +47,10 @@ ROOTFS_PKGS=tcmu-runner,targetcli-fb,open-iscsi,nbd-client,dbus,kmod,iproute2,py
 #   nbd ext4        kernel NBD client test
 #   configfs target_core_mod target_core_user iscsi_target_mod  LIO + TCMU
 #   iscsi_tcp sd_mod  open-iscsi initiator + SCSI disk
+# The systemd test's rootfs adds these (Debian 12 packages; dbus is already
+# in ROOTFS_PKGS; curl for the control socket's /metrics; the libraries
+# flashd links that the client rootfs lacks: libevent, libinih).
+SYSTEMD_PKGS="systemd systemd-sysv curl libevent-2.1-7 libevent-core-2.1-7 libevent-pthreads-2.1-7 libevent-openssl-2.1-7 libinih1"
 MODS="virtio_pci virtio_net 9pnet_virtio 9p overlay crc32c_generic nbd ext4 configfs \
 target_core_mod target_core_user iscsi_target_mod iscsi_tcp sd_mod"
 
@@ -233,6 +247,54 @@ if [ "$(cat "$ROOTFS/.flashd-modules-ok" 2>/dev/null)" != "$KSTAMP" ]; then
 else
 	echo "cached"
 fi
+# ---------------------------------------------------------------- systemd rootfs
+if [ "$WANT_SYSTEMD" = 1 ]; then
+	SROOT=$CACHE/rootfs-systemd
+	SSTAMP="$RSTAMP | $KSTAMP | $SYSTEMD_PKGS"
+	step "systemd rootfs (rootfs + $SYSTEMD_PKGS)"
+	if [ "$(cat "$SROOT/.flashd-systemd-ok" 2>/dev/null)" != "$SSTAMP" ]; then
+		rm -rf "$SROOT" "$SROOT.partial"
+		S=$SROOT.partial
+		cp -a "$ROOTFS" "$S"
+		rm -f "$S/.flashd-rootfs-ok" "$S/.flashd-modules-ok"
+		chroot_umount() {
+			local m
+			for m in dev/pts dev proc sys; do
+				mountpoint -q "$S/$m" && umount -l "$S/$m"
+			done
+			return 0
+		}
+		trap 'chroot_umount' EXIT
+		mount -t proc proc "$S/proc"
+		mount -t sysfs sysfs "$S/sys"
+		mount --bind /dev "$S/dev"
+		mount --bind /dev/pts "$S/dev/pts"
+		cp -L /etc/resolv.conf "$S/etc/resolv.conf"
+		# no daemon starts inside the chroot
+		printf '#!/bin/sh\nexit 101\n' >"$S/usr/sbin/policy-rc.d"
+		chmod 755 "$S/usr/sbin/policy-rc.d"
+		t=$(date +%s)
+		if ! { chroot "$S" apt-get update -qq &&
+			chroot "$S" apt-get install -y -q --no-install-recommends $SYSTEMD_PKGS; } \
+			>"$CACHE/systemd-apt.log" 2>&1; then
+			chroot_umount
+			tail -n 30 "$CACHE/systemd-apt.log"
+			die "apt-get install $SYSTEMD_PKGS in the chroot failed (log: $CACHE/systemd-apt.log)"
+		fi
+		echo "apt-get install $SYSTEMD_PKGS took $(($(date +%s) - t))s"
+		chroot_umount
+		trap - EXIT
+		rm -f "$S/usr/sbin/policy-rc.d" "$S/etc/resolv.conf"
+		rm -rf "$S"/var/cache/apt/*.bin "$S"/var/cache/apt/archives/*.deb "$S"/var/lib/apt/lists/* \
+			"$S"/usr/share/doc/* "$S"/usr/share/man/*
+		[ -x "$S/lib/systemd/systemd" ] || die "no /lib/systemd/systemd in $S"
+		echo "$SSTAMP" >"$S/.flashd-systemd-ok"
+		mv "$S" "$SROOT"
+	else
+		echo "cached: $SROOT"
+	fi
+fi
+
 echo "$KV" >"$CACHE/kernel-version.tmp"
 mv "$CACHE/kernel-version.tmp" "$CACHE/kernel-version"
 

@@ -3,11 +3,17 @@
 # test steps in it; prints PASS/FAIL per step.
 #
 #   tests/vm/run.sh [STEPS]     STEPS: comma list of nbd,iscsi (default nbd,iscsi)
+#   tests/vm/run.sh systemd     boot prepare.sh --systemd's rootfs with systemd
+#                               as PID 1 (tests/vm/test-systemd.sh); alone
 #
 # Needs the cache from tests/vm/prepare.sh and an NBD server listening on
 # 127.0.0.1:$NBD_PORT (the guest reaches it as 10.0.2.2:$NBD_PORT through
 # qemu's user-mode network).  tests/vm/test-kernel-clients.sh is the entry
 # point that starts flashd and answers the guest's host requests.
+# The systemd step needs no server on the host: run.sh runs `make install
+# DESTDIR=<share>/root PREFIX=/usr` of this tree, stage 1 copies that into
+# the VM and switch_roots into systemd, flashd-vmtest.service runs
+# guest-systemd.sh (the server is the VM's own flashd.service).
 #
 # Environment:
 #   FLASHD_VM_CACHE  cache (default /var/cache/flashd-vm)
@@ -16,7 +22,7 @@
 #                    initramfs, and share/ = the guest's /vmtest (9p, rw):
 #                    guest-test.sh, iscsi-lun.sh, handlers/, config, the
 #                    host requests req.N / answers ack.N, logs/ from the guest
-#   NBD_PORT         required: the server's TCP port on 127.0.0.1
+#   NBD_PORT         required (not for systemd): the server's TCP port on 127.0.0.1
 #   EXPORT0, EXPORT1 export names for the nbd and iscsi steps (dimm0, dimm1)
 #   EXPORT1_SIZE     bytes of EXPORT1 (default: asked with nbdinfo --size)
 #   HANDLER_SO       handler for the iscsi step (default build/handler_flashd.so)
@@ -54,11 +60,12 @@ has_step() { [[ ,$STEPS, == *,$1,* ]]; }
 
 [[ $STEPS =~ ^[a-z0-9]+(,[a-z0-9]+)*$ ]] || die "bad step list '$STEPS' (want e.g. nbd,iscsi)"
 for s in ${STEPS//,/ }; do
-	case $s in nbd | iscsi) ;; *) die "unknown step '$s' (known: nbd, iscsi)" ;; esac
+	case $s in nbd | iscsi) ;; systemd) [ "$STEPS" = systemd ] || die "the systemd step runs alone" ;;
+	*) die "unknown step '$s' (known: nbd, iscsi, systemd)" ;; esac
 done
 [[ $VM_TIMEOUT =~ ^[0-9]+$ ]] && [ "$VM_TIMEOUT" -ge 60 ] || die "bad VM_TIMEOUT=$VM_TIMEOUT"
 [ "$VM_TIMEOUT" -gt 1200 ] && VM_TIMEOUT=1200
-[[ $NBD_PORT =~ ^[0-9]+$ ]] || die "set NBD_PORT to the TCP port the server listens on (127.0.0.1)"
+[[ $NBD_PORT =~ ^[0-9]+$ ]] || has_step systemd || die "set NBD_PORT to the TCP port the server listens on (127.0.0.1)"
 [ "$(id -u)" = 0 ] || die "run as root (the cached rootfs is root-owned)"
 [ -d "$CACHE" ] || die "no cache at $CACHE: run tests/vm/prepare.sh first"
 CACHE=$(cd "$CACHE" && pwd)
@@ -71,12 +78,17 @@ KV=$(cat "$CACHE/kernel-version" 2>/dev/null) || die "no $CACHE/kernel-version: 
 KERNEL=$CACHE/kernel/$KV/vmlinuz
 BASE=$CACHE/initrd-base.cpio.gz
 ROOTFS=$CACHE/rootfs
-for f in "$KERNEL" "$BASE" "$ROOTFS/.flashd-rootfs-ok" "$ROOTFS/.flashd-modules-ok"; do
-	[ -e "$f" ] || die "missing $f: run tests/vm/prepare.sh"
+STAMPS=("$ROOTFS/.flashd-rootfs-ok" "$ROOTFS/.flashd-modules-ok")
+if has_step systemd; then
+	ROOTFS=$CACHE/rootfs-systemd
+	STAMPS=("$ROOTFS/.flashd-systemd-ok")
+fi
+for f in "$KERNEL" "$BASE" "${STAMPS[@]}"; do
+	[ -e "$f" ] || die "missing $f: run tests/vm/prepare.sh$(has_step systemd && echo ' --systemd')"
 done
 
 # A listener must be there; look without connecting.
-[ -n "$(ss -Hltn "sport = :$NBD_PORT" 2>/dev/null)" ] ||
+has_step systemd || [ -n "$(ss -Hltn "sport = :$NBD_PORT" 2>/dev/null)" ] ||
 	die "nothing listens on TCP port $NBD_PORT: start the server on 127.0.0.1:$NBD_PORT first"
 
 if [ -n "${VM_RUN_DIR:-}" ]; then
@@ -96,6 +108,12 @@ mkdir -p "$SHARE/handlers" "$SHARE/logs"
 # ---- what the guest gets on /vmtest
 install -m 0755 "$HERE/guest-test.sh" "$SHARE/guest-test.sh"
 install -m 0755 "$TOP/deploy/iscsi-lun.sh" "$SHARE/iscsi-lun.sh"
+if has_step systemd; then
+	install -m 0755 "$HERE/guest-systemd.sh" "$SHARE/guest-systemd.sh"
+	install -m 0644 "$HERE/flashd-vmtest.service" "$SHARE/flashd-vmtest.service"
+	env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -C "$TOP" install DESTDIR="$SHARE/root" PREFIX=/usr \
+		>"$RUN/make-install.log" 2>&1 || { tail -n 20 "$RUN/make-install.log"; die "make install DESTDIR=$SHARE/root PREFIX=/usr failed"; }
+fi
 if has_step iscsi; then
 	[ -f "$HANDLER_SO" ] || die "no handler at $HANDLER_SO (make build/handler_flashd.so)"
 	# tcmu-runner loads handler_<subtype>.so files only
@@ -118,12 +136,15 @@ install -m 0755 "$HERE/guest-init.sh" "$RUN/init/init"
 (cd "$RUN/init" && echo init | cpio -o -H newc -R 0:0 --quiet) >"$RUN/initrd.img" || die "cpio failed"
 cat "$BASE" >>"$RUN/initrd.img"
 
+# systemd: less chatter on the console, no first-boot questions
+SYSTEMD_APPEND=
+has_step systemd && SYSTEMD_APPEND="systemd.show_status=error systemd.firstboot=0 systemd.unit=multi-user.target"
 # shellcheck disable=SC2054 # commas are qemu option syntax
 QEMU=(qemu-system-x86_64 -nodefaults -no-user-config -accel tcg
 	-m "${VM_MEM:-1024}" -smp "${VM_SMP:-1}"
 	-display none -serial stdio -no-reboot
 	-kernel "$KERNEL" -initrd "$RUN/initrd.img"
-	-append "console=ttyS0 quiet loglevel=4 panic=-1 vmtest=$STEPS"
+	-append "console=ttyS0 quiet loglevel=4 panic=-1 vmtest=$STEPS${SYSTEMD_APPEND:+ $SYSTEMD_APPEND}"
 	-netdev user,id=n0 -device virtio-net-pci,netdev=n0,romfile=
 	-fsdev "local,id=fs0,path=$ROOTFS,security_model=none,readonly=on"
 	-device virtio-9p-pci,fsdev=fs0,mount_tag=rootfs

@@ -29,6 +29,9 @@
 #    flashd exits cleanly on SIGTERM.
 # Prints PASS/FAIL per step; exits 0 only when every step passed.
 #
+# FLASHD_VM_PORTS=LO-HI: the host TCP port range the server's port is picked
+# from (a free port, looked up with ss; default 20000-59999).
+#
 # Development only: FLASHD_VM_SERVER=nbdkit runs the same test against a
 # STAND-IN (nbdkit's file plugin serving DIR/exports/dimm0 and dimm1, 800 MiB
 # sparse files), says so loudly, and skips the flashd-only check (trim
@@ -130,13 +133,25 @@ fi
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/flashd-vmtest.XXXXXX") || exit 2
 STATE=$WORK/state
 mkdir -p "$STATE"
-# a free loopback port (looked up, not probed)
+# a free loopback port in FLASHD_VM_PORTS (looked up, not probed)
+PORTS=${FLASHD_VM_PORTS:-20000-59999}
+if [[ ! $PORTS =~ ^([0-9]+)-([0-9]+)$ ]] || [ "${BASH_REMATCH[1]}" -lt 1 ] ||
+	[ "${BASH_REMATCH[2]}" -gt 65535 ] || [ "${BASH_REMATCH[1]}" -gt "${BASH_REMATCH[2]}" ]; then
+	fail "setup: FLASHD_VM_PORTS='$PORTS', want LO-HI within 1-65535"
+	finish
+fi
+PLO=${BASH_REMATCH[1]} PHI=${BASH_REMATCH[2]}
 PORT=
 for _ in $(seq 1 50); do
-	p=$((20000 + RANDOM % 40000))
+	p=$((PLO + (RANDOM * 32768 + RANDOM) % (PHI - PLO + 1)))
 	[ -z "$(ss -Hltn "sport = :$p" 2>/dev/null)" ] && { PORT=$p; break; }
 done
-[ -n "$PORT" ] || { fail "setup: no free TCP port found"; finish; }
+if [ -z "$PORT" ] && [ $((PHI - PLO)) -lt 1000 ]; then # small range: try each
+	for p in $(seq "$PLO" "$PHI"); do
+		[ -z "$(ss -Hltn "sport = :$p" 2>/dev/null)" ] && { PORT=$p; break; }
+	done
+fi
+[ -n "$PORT" ] || { fail "setup: no free TCP port in $PORTS (FLASHD_VM_PORTS)"; finish; }
 
 if [ "$SERVER" = flashd ]; then
 	CMD=("$TOP/build/flashd" --foreground --state-dir "$STATE" --listen "127.0.0.1:$PORT"

@@ -1,0 +1,87 @@
+#!/bin/bash
+# test-systemd.sh - flashd.service under a real systemd (PID 1) in the test
+# VM (qemu TCG).  Run by tests/run.sh (make check).
+# timeout: 900
+#
+#   tests/vm/test-systemd.sh
+#
+# 1. tests/vm/prepare.sh --systemd: the VM cache as for the kernel-client
+#    test, plus rootfs-systemd/ = a copy of its Debian 12 rootfs with systemd,
+#    systemd-sysv, curl and flashd's libraries (libevent, libinih) installed
+#    by chroot + apt-get; built once, rebuilt only when rootfs/ or the
+#    package list changes.
+# 2. tests/vm/run.sh systemd: `make install DESTDIR=<run share>/root
+#    PREFIX=/usr` of this tree; stage 1 (guest-init.sh) copies it into the
+#    VM's tmpfs overlay, adds flashd-vmtest.service and switch_roots into
+#    /lib/systemd/systemd; that oneshot unit runs guest-systemd.sh (the
+#    checks: start with Type=notify, flashctl status, /metrics, nbd-client
+#    data across `systemctl kill -s KILL` + Restart=on-failure, reload, a
+#    clean stop, a refused and an allowed degraded start, journalctl -p err)
+#    and powers the VM off.  Results: console markers + the share's logs/.
+# Needs no TCP port on the host (the VM's flashd listens on the guest's own
+# 127.0.0.1:10809).
+#
+# SKIP (exit 0, "SKIP: ..." on the last line): not root, qemu cannot run TCG,
+# or the rootfs-systemd cache is missing and cannot be built because the
+# Debian mirror is unreachable.  Anything else that goes wrong is a FAIL.
+# Logs: build/test-logs/vm-systemd/ (prepare, console, journal, checks).
+set -uo pipefail
+
+cd "$(dirname "$0")/../.." || exit 2
+TOP=$PWD
+LOGDIR=$TOP/build/test-logs/vm-systemd
+CACHE=${FLASHD_VM_CACHE:-/var/cache/flashd-vm}
+MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+T_ALL=$(date +%s)
+
+skip() {
+	echo "SKIP: $*"
+	exit 0
+}
+WORK=''
+cleanup() {
+	if [ -n "$WORK" ]; then
+		mkdir -p "$LOGDIR"
+		cp -f "$WORK/vm/console.log" "$WORK/vm/make-install.log" "$LOGDIR/" 2>/dev/null
+		cp -rf "$WORK/vm/share/logs/." "$LOGDIR/" 2>/dev/null
+		rm -rf "$WORK"
+	fi
+}
+trap cleanup EXIT
+trap 'exit 143' TERM INT HUP
+
+rm -rf "$LOGDIR"
+mkdir -p "$LOGDIR"
+
+[ "$(id -u)" = 0 ] || skip "needs root (chroot + apt-get for the VM rootfs, qemu with the root-owned rootfs)"
+if command -v qemu-system-x86_64 >/dev/null &&
+	! qemu-system-x86_64 -accel help 2>/dev/null | grep -qx tcg; then
+	skip "qemu-system-x86_64 has no TCG accelerator"
+fi
+
+# ---- 1. the cache (network only the first time)
+mirror_ok() { timeout 20 curl -sfI -o /dev/null "$MIRROR/dists/${DEBIAN_SUITE:-bookworm}/Release"; }
+t=$(date +%s)
+if tests/vm/prepare.sh --systemd >"$LOGDIR/prepare.log" 2>&1; then
+	echo "PASS prepare VM cache with rootfs-systemd ($(($(date +%s) - t)) s; $CACHE)"
+else
+	tail -n 25 "$LOGDIR/prepare.log" | sed 's/^/    | /'
+	mirror_ok || skip "tests/vm/prepare.sh --systemd failed and $MIRROR is unreachable (no network for apt)"
+	echo "FAIL prepare VM cache (log: $LOGDIR/prepare.log)"
+	exit 1
+fi
+command -v qemu-system-x86_64 >/dev/null || { echo "FAIL qemu-system-x86_64 missing after prepare.sh"; exit 1; }
+qemu-system-x86_64 -accel help 2>/dev/null | grep -qx tcg || skip "qemu-system-x86_64 has no TCG accelerator"
+
+missing=
+for f in build/flashd build/flashctl build/handler_flashd.so; do [ -e "$f" ] || missing="$missing $f"; done
+[ -z "$missing" ] || { echo "FAIL missing:$missing (run make)"; exit 1; }
+
+# ---- 2. the VM
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/flashd-vmsystemd.XXXXXX") || exit 2
+VM_RUN_DIR=$WORK/vm VM_TIMEOUT=${VM_TIMEOUT:-600} setpriv --pdeathsig TERM -- tests/vm/run.sh systemd
+RC=$?
+echo "== checks in the VM:"
+grep -a '@@ t=[0-9.]* systemd: \(PASS\|FAIL\)' "$WORK/vm/console.log" | sed 's/^.*@@ t=[0-9.]* systemd: //'
+echo "== summary ($(($(date +%s) - T_ALL)) s; logs in $LOGDIR)"
+exit $RC
