@@ -50,14 +50,14 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 143' TERM INT HUP
 
-rm -rf "$LOGDIR"
-mkdir -p "$LOGDIR"
-
 [ "$(id -u)" = 0 ] || skip "needs root (chroot + apt-get for the VM rootfs, qemu with the root-owned rootfs)"
 if command -v qemu-system-x86_64 >/dev/null &&
 	! qemu-system-x86_64 -accel help 2>/dev/null | grep -qx tcg; then
 	skip "qemu-system-x86_64 has no TCG accelerator"
 fi
+
+rm -rf "$LOGDIR"
+mkdir -p "$LOGDIR"
 
 # ---- 1. the cache (network only the first time)
 mirror_ok() { timeout 20 curl -sfI -o /dev/null "$MIRROR/dists/${DEBIAN_SUITE:-bookworm}/Release"; }
