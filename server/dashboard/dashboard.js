@@ -45,7 +45,7 @@ function setFig(id, value, text) {
 /* ---- charts ------------------------------------------------------------ */
 
 /* series: [{label, color, data: [number|null...]}]; unit: formatter */
-function drawChart(canvas, series, fmt, empty) {
+function drawChart(canvas, series, fmt, empty, floor) {
 	const dpr = window.devicePixelRatio || 1;
 	const w = canvas.clientWidth || 280, h = canvas.clientHeight || 120;
 	if (canvas.width !== Math.round(w * dpr) || canvas.height !== Math.round(h * dpr)) {
@@ -69,7 +69,7 @@ function drawChart(canvas, series, fmt, empty) {
 	for (const s of series)
 		for (const v of s.data)
 			if (v !== null && v > max) max = v;
-	max = niceMax(max);
+	max = niceMax(Math.max(max, floor || 0));
 	/* grid and axis labels */
 	g.strokeStyle = "#e3e6ec";
 	g.fillStyle = "#6b7384";
@@ -106,6 +106,9 @@ function drawChart(canvas, series, fmt, empty) {
 		}
 		g.stroke();
 	}
+}
+function axisNum(v) {
+	return fmtNum(v, v === 0 || v >= 10 ? 0 : v >= 1 ? 1 : 2);
 }
 function niceMax(v) {
 	if (!(v > 0)) return 1;
@@ -236,7 +239,7 @@ function render(status, now) {
 	document.getElementById("server").textContent =
 		"flashd " + status.version + ", pid " + status.pid + ", up " + status.uptime_seconds + " s, " +
 		status.served + " of " + status.dimms.length + " ioDimms served, " + status.connections +
-		" connections" + (status.degraded ? " \u2014 DEGRADED" : "");
+		(status.connections === 1 ? " connection" : " connections") + (status.degraded ? " \u2014 DEGRADED" : "");
 	const tbody = document.querySelector("#status tbody");
 	tbody.replaceChildren(...status.dimms.map(statusRow));
 	const seen = new Set();
@@ -278,13 +281,13 @@ function draw(name, d, st) {
 	const s = d.series, R = "#2f6fdb", W = "#d9622b";
 	const noFig = !st.io ? st.state + ": no figures" : null;
 	drawChart(d.canvases.iops, [{ color: R, data: s.rIops }, { color: W, data: s.wIops }],
-		  (v) => fmtNum(v, v < 10 ? 1 : 0), noFig);
+		  axisNum, noFig, 10);
 	drawChart(d.canvases.bw, [{ color: R, data: s.rBw.map((v) => v === null ? null : v / 1e6) },
 				  { color: W, data: s.wBw.map((v) => v === null ? null : v / 1e6) }],
-		  (v) => fmtNum(v, v < 10 ? 1 : 0), noFig);
+		  axisNum, noFig, 1);
 	drawChart(d.canvases.lat, [{ color: R, data: s.rLat }, { color: W, data: s.wLat },
 				   { color: "#8fb0ea", data: s.rP99 }, { color: "#eeb08f", data: s.wP99 }],
-		  fmtLat, noFig);
+		  fmtLat, noFig, 1000);
 	const noTemp = s.temp.every((v) => v === null)
 		? "not reported (the simulated NAND has no sensor)" : null;
 	drawChart(d.canvases.temp, [{ color: "#7a3fb0", data: s.temp }], (v) => fmtNum(v, 0), noTemp);
