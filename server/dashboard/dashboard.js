@@ -162,11 +162,12 @@ function rates(io, prev, dt) {
 
 /* ---- the page ---------------------------------------------------------- */
 
+/* key, title, legend: [text, CSS class]... */
 const CHARTS = [
-	["iops", "IOPS (read, write)"],
-	["bw", "bandwidth, MB/s (read, write)"],
-	["lat", "latency, avg and p99 (read, write)"],
-	["temp", "temperature, \u00b0C"],
+	["iops", "IOPS", [["read", "read"], ["write", "write"]]],
+	["bw", "bandwidth, MB/s", [["read", "read"], ["write", "write"]]],
+	["lat", "latency", [["read", "read"], ["write", "write"], ["(avg; light: p99)", ""]]],
+	["temp", "temperature, \u00b0C", []],
 ];
 
 function dimmBox(name) {
@@ -190,9 +191,14 @@ function dimmBox(name) {
 	box.append(h);
 	const charts = el("div", { class: "charts" });
 	const canvases = {};
-	for (const [key, title] of CHARTS) {
+	for (const [key, title, legend] of CHARTS) {
 		const c = el("div", { class: "chart" });
-		c.append(el("div", { class: "title" }, title));
+		const t = el("div", { class: "title" }, title);
+		for (const [text, cls] of legend) {
+			t.append(" ");
+			t.append(cls ? el("span", { class: cls }, "\u25a0 " + text) : text);
+		}
+		c.append(t);
 		canvases[key] = el("canvas", { id: "c-" + name + "-" + key });
 		c.append(canvases[key]);
 		charts.append(c);
