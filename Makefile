@@ -30,6 +30,11 @@ FLASHCTL_OBJS := $(FLASHCTL_SRCS:%.c=$(BUILD)/obj/%.o)
 SERVER_SRCS := $(filter-out $(FLASHCTL_SRCS),$(wildcard server/*.c))
 SERVER_OBJS := $(SERVER_SRCS:%.c=$(BUILD)/obj/%.o)
 
+# The dashboard (server/dashboard/: HTML, JS, CSS) is embedded into flashd as
+# C arrays written by server/dashboard/embed.sh; served on the control socket.
+DASH_FILES := $(wildcard server/dashboard/*.html server/dashboard/*.js server/dashboard/*.css)
+DASH_OBJ   := $(BUILD)/obj/gen/dashboard_files.o
+
 UNIT_SRCS := $(wildcard tests/unit/t_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
@@ -71,7 +76,15 @@ $(LIB): $(LIB_OBJS)
 $(BUILD)/flashctl: $(FLASHCTL_OBJS) $(LIB)
 	$(CC) $(CPPFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
-$(BUILD)/flashd: $(SERVER_OBJS) $(LIB)
+$(BUILD)/gen/dashboard_files.c: $(DASH_FILES) server/dashboard/embed.sh
+	@mkdir -p $(dir $@)
+	server/dashboard/embed.sh $(DASH_FILES) > $@.tmp && mv $@.tmp $@
+
+$(DASH_OBJ): $(BUILD)/gen/dashboard_files.c $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS_ALL) -c -o $@ $<
+
+$(BUILD)/flashd: $(SERVER_OBJS) $(DASH_OBJ) $(LIB)
 	$(CC) $(CPPFLAGS_ALL) -o $@ $^ $(shell pkg-config --libs libevent_pthreads libevent_openssl libevent libsystemd inih openssl) $(LDLIBS_ALL)
 
 $(BUILD)/nbdkit-flashd-plugin.so: $(wildcard plugins/nbdkit/*.c) $(LIB) $(DEPS_STAMP)

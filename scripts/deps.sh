@@ -6,6 +6,8 @@
 #   scripts/deps.sh bench   check + the peers `make bench` compares against
 #   scripts/deps.sh vm      check + qemu, debootstrap (kernel client tests)
 #
+# check includes chromium: tests/test-dashboard.sh loads the dashboard in it
+# (headless).
 # check also puts promtool (Prometheus' checker, for /metrics) in
 # build/tools: taken out of Debian's prometheus package, not installed,
 # because installing the package starts a Prometheus server on :9090.
@@ -16,7 +18,7 @@
 set -eu
 
 build_pkgs="gcc make pkg-config libevent-dev libssl-dev libnbd-dev nbdkit-plugin-dev libsystemd-dev libinih-dev"
-check_pkgs="nbdkit libnbd-bin python3-libnbd qemu-utils fio iproute2 python3 curl gnutls-bin openssl man-db groff-base"
+check_pkgs="nbdkit libnbd-bin python3-libnbd qemu-utils fio iproute2 python3 curl gnutls-bin openssl man-db groff-base chromium"
 bench_pkgs="nbdkit qemu-utils fio procps gnuplot-nox"
 vm_pkgs="qemu-system-x86 busybox-static cpio debootstrap kmod gzip"
 

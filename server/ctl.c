@@ -24,6 +24,9 @@
  *                                        [...]}; a file with an error: 400 and
  *                                        nothing changes
  *   GET  /metrics                        Prometheus text exposition (0.0.4)
+ *   GET  /, /dashboard, /dashboard/NAME  the live dashboard (server/dashboard/,
+ *                                        embedded at build time): a static
+ *                                        page that polls /v1/status
  * NAME is the [dimm] name (or its export name).  An action answers 200 with
  * {"ok": true, ...}, or 400 (bad parameter), 404 (no such ioDimm), 409 (not
  * in a state that allows it), 503 (shutting down), 500 (it failed), each
@@ -62,6 +65,7 @@
 #include <event2/keyvalq_struct.h>
 
 #include "common/parse.h"
+#include "server/dashboard/dashboard.h"
 #include "server/flashd.h"
 
 #define CTL_SNAPSHOT_TIMEOUT_S 5
@@ -1094,6 +1098,36 @@ static void do_version(struct server *srv, struct evhttp_request *req)
 	evbuffer_free(b);
 }
 
+/* The dashboard's files, embedded (server/dashboard/): / and /dashboard are
+ * index.html, /dashboard/NAME the file NAME.  Only from this origin: a
+ * Content-Security-Policy that allows nothing from elsewhere. */
+static void do_dashboard(struct evhttp_request *req, const char *path)
+{
+	const char *name = "index.html";
+	if (!strncmp(path, "/dashboard/", 11) && path[11])
+		name = path + 11;
+	const struct dashboard_file *f = dashboard_files;
+	while (f->name && strcmp(f->name, name))
+		f++;
+	if (!f->name) {
+		send_error(req, 404, "Not Found", "no such dashboard file");
+		return;
+	}
+	struct evbuffer *b = evbuffer_new();
+	if (!b) {
+		evhttp_send_error(req, 500, "out of memory");
+		return;
+	}
+	evbuffer_add_reference(b, f->data, f->len, NULL, NULL);
+	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+	evhttp_add_header(h, "Content-Type", f->content_type);
+	evhttp_add_header(h, "Cache-Control", "no-cache");
+	evhttp_add_header(h, "Content-Security-Policy", "default-src 'self'; img-src 'self' data:");
+	evhttp_add_header(h, "X-Content-Type-Options", "nosniff");
+	ctl_reply(req, 200, "OK", b);
+	evbuffer_free(b);
+}
+
 /* Format parameters from the query; 0, or -EINVAL with why. */
 static int format_params(struct evkeyvalq *q, struct dimm_format_req *f, char *why, size_t len)
 {
@@ -1422,6 +1456,10 @@ static void router(struct evhttp_request *req, void *arg)
 			goto out;
 		}
 		do_reload(srv, req);
+	} else if (!strcmp(path, "/") || !strcmp(path, "/dashboard") || !strncmp(path, "/dashboard/", 11)) {
+		if (!get)
+			goto only_get;
+		do_dashboard(req, path);
 	} else if (!strncmp(path, "/v1/dimms/", 10)) {
 		char name[256];
 		const char *p = path + 10, *slash = strchr(p, '/');
@@ -1450,7 +1488,7 @@ static void router(struct evhttp_request *req, void *arg)
 		}
 	} else {
 		send_error(req, 404, "Not Found", "unknown path (GET /v1/status, /v1/version, /metrics, "
-			   "/v1/dimms/NAME; POST /v1/reload, /v1/dimms/NAME/{attach,detach,format,checkpoint,beacon})");
+			   "/v1/dimms/NAME, / (dashboard); POST /v1/reload, /v1/dimms/NAME/{attach,detach,format,checkpoint,beacon})");
 	}
 	goto out;
 only_get:
