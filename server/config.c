@@ -3,7 +3,8 @@
  * default: a simulated ioDrive Duo, two ioDimms exported as dimm0 and dimm1.
  *
  *   [server]   listen (repeatable), unix, control, state_dir, pidfile,
- *              max_connections, handshake_timeout, shutdown_timeout, poll_us,
+ *              max_connections, max_connections_per_address, handshake_timeout,
+ *              idle_timeout, buffer_limit, shutdown_timeout, poll_us,
  *              timing, log, verbose, allow_degraded, tls, unix_tls,
  *              tls_certificates, tls_psk, tls_verify_peer, unix_mode,
  *              unix_group, control_mode, control_group, umask
@@ -26,6 +27,10 @@
  * The command line wins over the file for every key: main.c loads the file
  * into the configuration the command line made, and a key the command line
  * set is kept (listen: main.c keeps only the command line's addresses).
+ * Relative paths: tls_certificates and tls_psk given in the file are taken
+ * relative to the file's directory (as the file's author sees them), those
+ * of the command line relative to the working directory; image paths are
+ * relative to state_dir.
  * sector_size and capacity/op given in a [dimm] section are remembered
  * (sector_size_set, capacity_set): an existing image must then have that
  * format (server/dimm.c), as the configuration never reformats one.
@@ -54,6 +59,10 @@
 #define MAX_CONNECTIONS_LIMIT 1000000
 #define HANDSHAKE_TIMEOUT_LIMIT 86400   /* seconds */
 #define POLL_US_LIMIT 10000
+#define IDLE_TIMEOUT_LIMIT 604800       /* seconds (a week) */
+#define BUFFER_LIMIT_MIN (64ull << 20)  /* one largest request must fit (conn.c) */
+#define DEFAULT_BUFFER_LIMIT (1ull << 30)
+#define DEFAULT_CONN_PER_ADDR 256
 /* Smallest capacity ftl_format accepts (ftl/ftl.c). */
 #define MIN_CAPACITY (1ull << 20)
 /* inih keeps at most this many characters of a section name (its
@@ -445,6 +454,29 @@ static int get_uint(const char *value, uint64_t min, uint64_t max, const char *u
 	return rc;
 }
 
+/* A path given in the configuration file at cfg_path: relative to that
+ * file's directory (made absolute: flashd may change its directory). */
+static char *path_from_file(const char *cfg_path, const char *value)
+{
+	if (value[0] == '/')
+		return xstrdup(value);
+	char *copy = xstrdup(cfg_path);
+	char *slash = strrchr(copy, '/');
+	const char *dir = ".";
+	if (slash) {
+		*slash = 0;
+		dir = slash == copy ? "/" : copy;
+	}
+	char *real = realpath(dir, NULL);
+	const char *base = real ? real : dir;
+	size_t n = strlen(base) + strlen(value) + 2;
+	char *p = xrealloc(NULL, n);
+	snprintf(p, n, "%s%s%s", base, strcmp(base, "/") ? "/" : "", value);
+	free(real);
+	free(copy);
+	return p;
+}
+
 static int handler(void *user, const char *section, const char *key, const char *value)
 {
 	struct parse_ctx *x = user;
@@ -501,6 +533,18 @@ static int handler(void *user, const char *section, const char *key, const char 
 			if (get_uint(value, 1, MAX_CONNECTIONS_LIMIT, "connections", &u, why, sizeof why))
 				BAD("%s", why);
 			cfg->max_connections = (int)u;
+		} else if (!strcmp(key, "max_connections_per_address")) {
+			if (get_uint(value, 0, MAX_CONNECTIONS_LIMIT, "connections", &u, why, sizeof why))
+				BAD("%s (0: no cap per address)", why);
+			cfg->max_conn_per_addr = (int)u;
+		} else if (!strcmp(key, "idle_timeout")) {
+			if (get_uint(value, 0, IDLE_TIMEOUT_LIMIT, "seconds", &u, why, sizeof why))
+				BAD("%s (0: off)", why);
+			cfg->idle_timeout = (int)u;
+		} else if (!strcmp(key, "buffer_limit")) {
+			if (parse_byte_size(value, BUFFER_LIMIT_MIN, 1ull << 40, &u))
+				BAD("must be a size from 64M to 1T (e.g. 1G)");
+			cfg->buffer_limit = u;
 		} else if (!strcmp(key, "handshake_timeout")) {
 			if (get_uint(value, 1, HANDSHAKE_TIMEOUT_LIMIT, "seconds", &u, why, sizeof why))
 				BAD("%s", why);
@@ -552,7 +596,7 @@ static int handler(void *user, const char *section, const char *key, const char 
 				char w[1200];
 				snprintf(w, sizeof w, "%s:%d: [server] %s = '%s'", x->path, x->lineno, key,
 					 value);
-				*path = xstrdup(value);
+				*path = path_from_file(x->path, value);
 				*where = xstrdup(w);
 			}
 		} else if (!strcmp(key, "tls_verify_peer")) {
@@ -926,6 +970,10 @@ int config_finish(struct server_cfg *cfg, char *err, size_t errlen)
 		cfg->max_connections = 1024;
 	if (!cfg->handshake_timeout)
 		cfg->handshake_timeout = 10;
+	if (cfg->max_conn_per_addr < 0)
+		cfg->max_conn_per_addr = DEFAULT_CONN_PER_ADDR;
+	if (!cfg->buffer_limit)
+		cfg->buffer_limit = DEFAULT_BUFFER_LIMIT;
 	if (cfg->timing < 0)
 		cfg->timing = 1;
 	if (cfg->poll_us < 0)

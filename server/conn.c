@@ -27,13 +27,31 @@
  * over the input buffer; up to MAX_PAYLOAD_ANY) is parsed only once that
  * buffer fits under MAX_INFLIGHT_BYTES, or when nothing else is in flight
  * (c->want_bytes).  So a connection's buffers in flight stay under
- * MAX_INFLIGHT_BYTES + INBUF_SIZE (small requests parsed just under the
- * limit), whatever the request sizes; on top of that it keeps at most
- * BIG_CACHE_BYTES of big buffers and its recycled BUF_KEEP buffers for
- * reuse, and the input buffer.  The limits gate new requests only: a WRITE
- * payload already announced keeps being received (its buffer exists) or
- * discarded, so a client that reads its replies never deadlocks, whatever
- * the mix of requests up to its limit.
+ * max(MAX_INFLIGHT_BYTES + INBUF_SIZE, MAX_PAYLOAD_ANY), whatever the
+ * request sizes: a client that sends requests and never reads the replies
+ * is paused (its socket is not read) once its replies hold that much, and
+ * resumed when they drain.  On top of that it keeps at most BIG_CACHE_BYTES
+ * of big buffers and its recycled BUF_KEEP buffers for reuse, and the input
+ * buffer; a connection idle for IDLE_TRIM_S gives all of those back (the
+ * tick, conn_tick).  The limits gate new requests only: a WRITE payload
+ * already announced keeps being received (its buffer exists) or discarded,
+ * so a client that reads its replies never deadlocks, whatever the mix of
+ * requests up to its limit.
+ * Memory in total (srv->buf_bytes, [server] buffer_limit): every request
+ * buffer that exists (in flight or kept for reuse) is counted, on all
+ * ioDimm threads together.  A request whose buffer is not at hand (kept)
+ * is parsed only if that buffer fits under buffer_limit - except a
+ * BUF_KEEP buffer for a connection with nothing in flight, so every client
+ * can always make progress with requests up to BUF_KEEP at queue depth 1.
+ * Otherwise the connection waits (c->budget_wait: not read) and retries
+ * every BUDGET_RETRY_MS, having given back its own kept buffers first.  So
+ * the buffers of all connections stay under about buffer_limit +
+ * connections * BUF_KEEP (check and add are not one atomic step: threads
+ * racing may each overshoot by one buffer).
+ * Idle timeout ([server] idle_timeout, 0: off): a connection that has
+ * received no byte, sent no byte and had no reply finish for that long,
+ * with nothing inside the FTL and no checkpoint holding it, is closed (its
+ * unsent replies dropped, with a reset); checked by the tick.
  * Every request whose header was parsed is answered (or dropped with its
  * connection); a connection is freed once it is closing and nothing of it
  * is in flight, queued or on d->dirty (conn_maybe_free), and that is the
@@ -71,7 +89,7 @@
 
 #define INBUF_SIZE (256u << 10)
 #define MAX_INFLIGHT 512
-#define MAX_INFLIGHT_BYTES (96u << 20)
+#define MAX_INFLIGHT_BYTES (16u << 20)
 #define BUF_KEEP (128u << 10)
 #define MAX_CHUNKS 8
 #define MAX_IOV 1024
@@ -80,7 +98,9 @@
 #define BIG_CACHE 16                  /* big buffers kept per connection */
 #define BIG_CACHE_BYTES (64u << 20)   /* keeps one MAX_PAYLOAD_ANY buffer */
 #define TOUT_SIZE (256u << 10)        /* TLS: replies staged for SSL_write */
-_Static_assert(MAX_PAYLOAD_ANY < MAX_INFLIGHT_BYTES, "a lone request must always fit");
+#define TICK_MS 1000                  /* idle timeout and buffer trimming */
+#define IDLE_TRIM_S 2                 /* idle this long: buffers given back */
+#define BUDGET_RETRY_MS 10            /* waiting for buffer_limit: retry */
 _Static_assert(MAX_PAYLOAD_ANY <= BIG_CACHE_BYTES, "the largest buffer can be kept");
 _Static_assert(MAX_PAYLOAD <= MAX_PAYLOAD_ANY && MAX_PAYLOAD_ANY <= MAX_WRITE_DISCARD, "limits");
 
@@ -121,6 +141,10 @@ struct conn {
 	bool structured, meta_allocation;
 	bool strict;               /* bound by NBD_INFO_BLOCK_SIZE (its GO asked) */
 	bool readonly;             /* read-only for this client (allow_ro) */
+	struct conn_slot slot;
+	uint64_t last_ns;          /* last byte received or sent, or reply finished */
+	uint32_t in_ftl;           /* requests of this connection inside the FTL */
+	bool budget_wait;          /* a request waits for buffer_limit (not read) */
 	uint32_t max_payload;      /* READ/WRITE limit: MAX_PAYLOAD or MAX_PAYLOAD_ANY */
 	uint16_t tflags;
 	struct event *rev, *wev;
@@ -167,8 +191,24 @@ static void drop_partial(struct conn *c);
 static void conn_flush(struct conn *c);
 static void maybe_resume(struct conn *c);
 static void read_cb(evutil_socket_t fd, short what, void *arg);
+static void conn_tick_arm(struct dimm *d);
+static void conn_trim(struct conn *c);
 
 /* ---- requests ----------------------------------------------------------- */
+
+/* Request buffers that exist, all connections (see "Memory in total"). */
+static void buf_account(struct conn *c, int64_t delta)
+{
+	if (delta)
+		__atomic_add_fetch(&c->d->srv->buf_bytes, (uint64_t)delta, __ATOMIC_RELAXED);
+}
+
+static void buf_free(struct conn *c, void *p, size_t cap)
+{
+	if (p)
+		buf_account(c, -(int64_t)cap);
+	free(p);
+}
 
 static struct req *req_get(struct conn *c)
 {
@@ -218,7 +258,10 @@ static uint8_t *big_get(struct conn *c, size_t need, size_t *cap)
 	}
 	size_t n = big_cap(need);
 	*cap = n;
-	return aligned_alloc(4096, n);
+	uint8_t *p = aligned_alloc(4096, n);
+	if (p)
+		buf_account(c, (int64_t)n);
+	return p;
 }
 
 static void big_put(struct conn *c, uint8_t *p, size_t cap)
@@ -229,7 +272,22 @@ static void big_put(struct conn *c, uint8_t *p, size_t cap)
 		c->nbig++;
 		c->big_bytes += cap;
 	} else {
-		free(p);
+		buf_free(c, p, cap);
+	}
+}
+
+/* Give back every buffer kept for reuse (idle, or short of buffer_limit). */
+static void conn_trim(struct conn *c)
+{
+	for (int i = 0; i < c->nbig; i++)
+		buf_free(c, c->big[i].p, c->big[i].cap);
+	c->nbig = 0;
+	c->big_bytes = 0;
+	for (struct req *r = c->free_reqs; r; r = r->next) {
+		buf_free(c, r->buf, r->buf_cap);
+		r->buf = NULL;
+		r->buf_cap = 0;
+		r->buf_big = false;
 	}
 }
 
@@ -243,16 +301,17 @@ static int req_buf(struct req *r, size_t need)
 		if (r->buf_big)
 			big_put(c, r->buf, r->buf_cap);
 		else
-			free(r->buf);
+			buf_free(c, r->buf, r->buf_cap);
 		size_t cap;
 		r->buf = big_get(c, need, &cap);
 		r->buf_cap = r->buf ? cap : 0;
 		r->buf_big = true;
 	} else {
-		free(r->buf);
+		buf_free(c, r->buf, r->buf_cap);
 		r->buf = aligned_alloc(4096, BUF_KEEP);
 		r->buf_cap = r->buf ? BUF_KEEP : 0;
 		r->buf_big = false;
+		buf_account(c, (int64_t)r->buf_cap);
 	}
 	if (!r->buf)
 		return -ENOMEM;
@@ -429,6 +488,7 @@ static void req_finish(struct req *r)
 		return;
 	}
 	req_build_reply(r);
+	c->last_ns = nand_now_ns();
 	r->next = NULL;
 	if (c->sendq_tail)
 		c->sendq_tail->next = r;
@@ -443,6 +503,7 @@ static void req_io_done(struct ftl_io *io)
 	struct req *r = (struct req *)io;
 	r->io_pending = false;
 	r->c->d->ftl_inflight--;
+	r->c->in_ftl--;
 	if (io->status)
 		r->error = nbd_errno(io->status);
 	req_finish(r);
@@ -495,6 +556,7 @@ static void do_read(struct conn *c, struct req *r)
 				 .done = req_io_done };
 	r->io_pending = true;
 	c->d->ftl_inflight++;
+	c->in_ftl++;
 	ftl_submit(c->d->ftl, &r->io);
 }
 
@@ -540,6 +602,7 @@ static void do_ftl(struct conn *c, struct req *r, enum ftl_io_type type, uint32_
 				 .buf = buf, .done = req_io_done };
 	r->io_pending = true;
 	c->d->ftl_inflight++;
+	c->in_ftl++;
 	ftl_submit(c->d->ftl, &r->io);
 }
 
@@ -695,6 +758,64 @@ static void proto_error(struct conn *c, const char *why)
 }
 
 /*
+ * The bytes of request buffer a request parsed now would have to allocate
+ * (not counting buffers it finds kept for reuse): the estimate the
+ * buffer_limit check uses.  An all-hole structured READ, a refused request
+ * or a small WRITE that does not wait takes none, but that is known later.
+ */
+static size_t buf_need(const struct conn *c, uint16_t type, uint32_t length)
+{
+	size_t want = 0;
+	if (type == NBD_CMD_READ && length && length <= c->max_payload)
+		want = length;
+	else if (type == NBD_CMD_WRITE && length <= c->max_payload &&
+		 (size_t)length + NBD_REQUEST_SIZE > INBUF_SIZE)
+		want = length;
+	else if (type == NBD_CMD_BLOCK_STATUS)
+		want = 4 + 8 * (size_t)MAX_EXTENTS;
+	if (!want)
+		return 0;
+	if (want <= BUF_KEEP)
+		return c->free_reqs && c->free_reqs->buf_cap >= want ? 0 : BUF_KEEP;
+	for (int i = 0; i < c->nbig; i++)
+		if (c->big[i].cap >= want)
+			return 0;
+	return big_cap(want);
+}
+
+/* May a request allocate need more bytes of buffer (buffer_limit)?  A
+ * connection with nothing in flight always may take a BUF_KEEP one. */
+static bool budget_ok(const struct conn *c, size_t need)
+{
+	struct server *srv = c->d->srv;
+	uint64_t limit = __atomic_load_n(&srv->cfg.buffer_limit, __ATOMIC_RELAXED);
+	uint64_t used = __atomic_load_n(&srv->buf_bytes, __ATOMIC_RELAXED);
+	return used + need <= limit || (need <= BUF_KEEP && !c->inflight);
+}
+
+/* Retry the connections waiting for buffer_limit (conn_budget_arm). */
+static void budget_retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct dimm *d = arg;
+	d->retry_armed = false;
+	for (struct conn *c = d->conns; c; c = c->next) {
+		if (c->budget_wait) {
+			c->budget_wait = false;
+			maybe_resume(c);
+		}
+	}
+}
+
+static void budget_retry_arm(struct dimm *d)
+{
+	if (d->retry_armed)
+		return;
+	struct timeval tv = { 0, BUDGET_RETRY_MS * 1000 };
+	if (event_base_once(d->base, -1, EV_TIMEOUT, budget_retry_cb, d, &tv) == 0)
+		d->retry_armed = true;
+}
+
+/*
  * Parse what the input buffer holds.  Returns false when no more requests
  * should be parsed now (closing, or too much in flight); a payload being
  * discarded is consumed first, whatever is in flight.
@@ -750,6 +871,17 @@ static bool parse_input(struct conn *c)
 		if (over_limits(c))
 			return false;
 		c->want_bytes = 0;
+		/* and its buffer under buffer_limit, all connections together */
+		size_t need = buf_need(c, type, length);
+		if (need && !budget_ok(c, need)) {
+			conn_trim(c); /* what this connection keeps goes first */
+			need = buf_need(c, type, length);
+			if (need && !budget_ok(c, need)) {
+				c->budget_wait = true;
+				budget_retry_arm(c->d);
+				return false;
+			}
+		}
 		struct req *r = req_get(c);
 		if (!r) {
 			proto_error(c, "out of memory");
@@ -877,6 +1009,7 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
 			n = conn_recv(c, r->buf + c->cur_got, r->length - c->cur_got);
 			if (n > 0) {
 				d->activity++;
+				c->last_ns = nand_now_ns();
 				c->cur_got += (uint32_t)n;
 				if (c->cur_got == r->length) {
 					c->cur = NULL;
@@ -892,9 +1025,15 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
 				c->in_len -= c->in_pos;
 				c->in_pos = 0;
 			}
+			if (!c->in && !(c->in = malloc(INBUF_SIZE))) {
+				/* given back while idle (conn_tick) */
+				conn_close_now(c, "out of memory for the input buffer");
+				break;
+			}
 			n = conn_recv(c, c->in + c->in_len, INBUF_SIZE - c->in_len);
 			if (n > 0) {
 				d->activity++;
+				c->last_ns = nand_now_ns();
 				c->in_len += (size_t)n;
 				if (!parse_input(c))
 					break;
@@ -914,7 +1053,8 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
 	 * Pause only between requests: a payload being received or discarded
 	 * is read on, or its sender (blocked on it) could never read the
 	 * replies that would let us resume. */
-	if (!c->closing && !c->cur && !c->discard_left && (over_limits(c) || d->paused))
+	if (!c->closing && !c->cur && !c->discard_left &&
+	    (over_limits(c) || d->paused || c->budget_wait))
 		stop_reading(c);
 	/* TLS: plaintext left inside OpenSSL does not make the socket readable */
 	if (c->ssl && c->reading && !c->closing && SSL_pending(c->ssl) > 0)
@@ -988,6 +1128,7 @@ static bool tls_flush(struct conn *c)
 		int n = SSL_write(c->ssl, c->tout + c->tout_pos, (int)(c->tout_len - c->tout_pos));
 		if (n > 0) {
 			c->tout_pos += (size_t)n;
+			c->last_ns = nand_now_ns();
 			continue;
 		}
 		int e = SSL_get_error(c->ssl, n);
@@ -1038,6 +1179,8 @@ static void conn_flush(struct conn *c)
 			conn_close_now(c, strerror(errno));
 			break;
 		}
+		if (sent > 0)
+			c->last_ns = nand_now_ns();
 		/* retire fully sent replies */
 		size_t left = c->head_sent + (size_t)sent;
 		while (c->sendq && left >= c->sendq->reply_bytes) {
@@ -1073,7 +1216,8 @@ static void conn_flush(struct conn *c)
  * holding requests: resume reading. */
 static void maybe_resume(struct conn *c)
 {
-	if (!c->closing && !c->reading && !c->d->paused && c->inflight < MAX_INFLIGHT / 2 &&
+	if (!c->closing && !c->reading && !c->d->paused && !c->budget_wait &&
+	    c->inflight < MAX_INFLIGHT / 2 &&
 	    c->inflight_bytes < MAX_INFLIGHT_BYTES / 2 && !over_limits(c)) {
 		event_add(c->rev, NULL);
 		c->reading = true;
@@ -1132,22 +1276,75 @@ static void conn_maybe_free(struct conn *c)
 	tls_close(c->ssl, !c->reset && !(c->dead && c->tls_why[0]));
 	free(c->tout);
 	close(c->fd);
+	conn_trim(c);
 	while (c->free_reqs) {
 		struct req *r = c->free_reqs;
 		c->free_reqs = r->next;
-		free(r->buf);
 		free(r);
 	}
-	for (int i = 0; i < c->nbig; i++)
-		free(c->big[i].p);
 	log_info("%s: closed (%s; %llu requests)", c->peer, c->why ? c->why : "closed",
 		 (unsigned long long)c->nrequests);
 	free(c->in);
+	struct conn_slot slot = c->slot;
 	free(c);
 	pthread_mutex_lock(&d->lock);
 	d->nconns--;
 	pthread_mutex_unlock(&d->lock);
-	server_conn_closed(d->srv);
+	server_conn_closed(d->srv, &slot);
+}
+
+/*
+ * Once a second while the ioDimm has connections: close those idle for
+ * idle_timeout (see "Idle timeout"), and give back the buffers of those
+ * idle for IDLE_TRIM_S (kept request buffers, the input buffer, the TLS
+ * output buffer; reading allocates the input buffer again).
+ */
+static void conn_tick(evutil_socket_t fd, short what, void *arg)
+{
+	struct dimm *d = arg;
+	d->tick_armed = false;
+	uint64_t now = nand_now_ns();
+	int idle_s = __atomic_load_n(&d->srv->cfg.idle_timeout, __ATOMIC_RELAXED);
+	bool closed = false;
+	for (struct conn *c = d->conns; c; c = c->next) {
+		if (c->closing)
+			continue;
+		uint64_t quiet = now - c->last_ns;
+		if (idle_s > 0 && quiet >= (uint64_t)idle_s * 1000000000u && !c->in_ftl && !d->paused) {
+			/* replies it did not take are dropped: reset, not FIN */
+			c->reset = c->inflight || c->sendq || c->cur || c->discard_left ||
+				   c->tout_pos < c->tout_len;
+			conn_close_now(c, "idle for idle_timeout seconds");
+			conn_mark_dirty(c);
+			closed = true;
+			continue;
+		}
+		if (quiet >= (uint64_t)IDLE_TRIM_S * 1000000000u && !c->inflight && !c->cur) {
+			conn_trim(c);
+			if (c->in && c->in_pos == c->in_len) {
+				free(c->in);
+				c->in = NULL;
+				c->in_pos = c->in_len = 0;
+			}
+			if (c->tout && c->tout_pos == c->tout_len) {
+				free(c->tout);
+				c->tout = NULL;
+				c->tout_pos = c->tout_len = 0;
+			}
+		}
+	}
+	if (closed)
+		dimm_kick(d);
+	conn_tick_arm(d);
+}
+
+static void conn_tick_arm(struct dimm *d)
+{
+	if (d->tick_armed || !d->conns)
+		return;
+	struct timeval tv = { TICK_MS / 1000, (TICK_MS % 1000) * 1000 };
+	if (event_base_once(d->base, -1, EV_TIMEOUT, conn_tick, d, &tv) == 0)
+		d->tick_armed = true;
 }
 
 void conn_adopt(struct dimm *d, struct handoff *h)
@@ -1170,12 +1367,13 @@ void conn_adopt(struct dimm *d, struct handoff *h)
 			free(c->in);
 			free(c);
 		}
+		struct conn_slot slot = h->slot;
 		free(h->leftover);
 		free(h);
 		pthread_mutex_lock(&d->lock);
 		d->nconns--;
 		pthread_mutex_unlock(&d->lock);
-		server_conn_closed(d->srv);
+		server_conn_closed(d->srv, &slot);
 		return;
 	}
 	c->d = d;
@@ -1185,6 +1383,8 @@ void conn_adopt(struct dimm *d, struct handoff *h)
 	c->meta_allocation = h->meta_allocation;
 	c->strict = h->block_size;
 	c->readonly = h->readonly;
+	c->slot = h->slot;
+	c->last_ns = nand_now_ns();
 	c->max_payload = c->strict ? MAX_PAYLOAD : MAX_PAYLOAD_ANY;
 	c->tflags = h->tflags;
 	snprintf(c->peer, sizeof c->peer, "%s", h->peer);
@@ -1201,6 +1401,7 @@ void conn_adopt(struct dimm *d, struct handoff *h)
 	if (c->next)
 		c->next->prev = c;
 	d->conns = c;
+	conn_tick_arm(d);
 	event_add(c->rev, NULL);
 	c->reading = true;
 	if (c->in_len || (c->ssl && SSL_pending(c->ssl) > 0))

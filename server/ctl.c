@@ -74,6 +74,14 @@
  * connection while its request waits for our reply (a detach drains for up
  * to shutdown_timeout; tests/test-manage.sh holds a reply 6 s past this). */
 #define CTL_HTTP_TIMEOUT_S 10
+/* Request limits: no request of the API has a body, and its request line
+ * and headers are short.  Beyond these evhttp answers 413 (body) or 400
+ * and closes, having held at most that much: a client can neither make
+ * flashd buffer (and keep, in the heap) gigabytes of headers or body, nor
+ * make evhttp rescan an endless header line on the main thread, which
+ * serves the NBD handshakes too. */
+#define CTL_MAX_HEADERS_SIZE (16u << 10)   /* request line and headers */
+#define CTL_MAX_BODY_SIZE (4u << 10)
 
 enum ctl_kind { CK_STATUS, CK_METRICS, CK_ACTION };
 
@@ -1546,6 +1554,8 @@ int ctl_start(struct server *srv, char *err, size_t errlen)
 	evhttp_set_allowed_methods(srv->ctl, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST);
 	evhttp_set_gencb(srv->ctl, router, srv);
 	evhttp_set_timeout(srv->ctl, CTL_HTTP_TIMEOUT_S);
+	evhttp_set_max_headers_size(srv->ctl, CTL_MAX_HEADERS_SIZE);
+	evhttp_set_max_body_size(srv->ctl, CTL_MAX_BODY_SIZE);
 	return 0;
 }
 

@@ -140,7 +140,10 @@ struct server_cfg {
 	bool use_syslog;
 	int verbose;
 	int max_connections;
+	int max_conn_per_addr;   /* max_connections_per_address; 0: no cap; -1: unset (256) */
 	int handshake_timeout;   /* seconds */
+	int idle_timeout;        /* seconds without progress after the handshake; 0: off */
+	uint64_t buffer_limit;   /* bytes of large request buffers, all connections (0: unset) */
 	int shutdown_timeout;    /* seconds after SIGTERM before connections are force-closed; 0: default */
 	int poll_us;             /* ioDimm threads poll this long after activity; -1: default */
 	int timing;              /* default timing model for every ioDimm */
@@ -173,6 +176,21 @@ int config_build(const struct server_cfg *cli, const char *path, const char *fal
 		 struct server_cfg *out, char *err, size_t errlen);
 uint64_t parse_bytes(const char *s, bool *ok);
 
+/* ---- connection slots ---------------------------------------------------- */
+
+/*
+ * Every accepted socket holds one slot of max_connections and, over TCP,
+ * one of its address's max_connections_per_address (main.c, under
+ * server.lock) until it is closed; the slot travels with the socket
+ * (handshake, handoff, transmission) and is given back exactly once
+ * through server_conn_closed.  The address is IPv6 or IPv4-mapped IPv6
+ * (an IPv4 client counts the same on either kind of listener).
+ */
+struct conn_slot {
+	uint8_t addr[16];
+	bool per_addr;        /* counted per address (TCP); unix clients are not */
+};
+
 /* ---- ioDimms ------------------------------------------------------------ */
 
 struct conn;
@@ -190,6 +208,7 @@ struct handoff {
 	bool block_size;        /* bound by NBD_INFO_BLOCK_SIZE: GO asked for it */
 	bool readonly;          /* read-only for this client (allow_ro) */
 	char peer[96];
+	struct conn_slot slot;
 	struct ssl_st *ssl;     /* TLS session (OpenSSL SSL), NULL: plaintext */
 	uint8_t *leftover;      /* bytes read past the handshake */
 	size_t nleftover;
@@ -311,6 +330,8 @@ struct dimm {
 	struct io_counters io;
 	uint64_t ram_peak;
 	uint64_t gc_base_pages, gc_base_blocks; /* of FTL instances closed */
+	bool tick_armed;            /* conn.c's once-a-second tick is scheduled */
+	bool retry_armed;           /* conn.c: a buffer-budget retry is scheduled */
 
 	/* ---- main thread only ---- */
 	enum dimm_mstate mstate;
@@ -363,6 +384,10 @@ struct server {
 	time_t started;
 	pthread_mutex_t lock;
 	int nconns;                 /* all connections, handshaking or not */
+	struct addr_count **addr_tab; /* per-address connection counts (main.c) */
+	/* bytes of large request buffers (conn.c, over BUF_KEEP) that exist,
+	 * all ioDimm threads together (atomic); kept <= cfg.buffer_limit */
+	uint64_t buf_bytes;
 	struct hs *handshakes;      /* connections in handshake */
 	struct ctl_req *ctl_reqs;   /* control requests not yet finished */
 	struct evhttp_bound_socket *ctl_bound;
@@ -402,7 +427,7 @@ struct dimm *server_find_export(struct server *srv, const char *name, size_t len
 struct dimm *server_find_dimm_by_export(struct server *srv, const char *name, size_t len);
 /* Tell systemd and the log what is served (after an attach or a detach). */
 void server_update_status(struct server *srv);
-void server_conn_closed(struct server *srv);
+void server_conn_closed(struct server *srv, const struct conn_slot *slot);
 /* Back off and retry when accept fails (out of descriptors or memory)
  * instead of spinning; owned: closing the watch frees the listener too. */
 struct listener *listener_watch(struct server *srv, struct evconnlistener *evl, const char *name,
@@ -435,7 +460,8 @@ void tls_close(struct ssl_st *ssl, bool notify);  /* close_notify (best effort),
 void tls_exit(void);
 
 /* handshake.c */
-void handshake_start(struct server *srv, int fd, const char *peer, int tls_mode);
+void handshake_start(struct server *srv, int fd, const char *peer, int tls_mode,
+		     const struct conn_slot *slot);
 void handshake_shutdown_all(struct server *srv);
 /* Start-up: warn about exports without access rules that a non-loopback
  * TCP listener serves without TLS required (every host may use them). */

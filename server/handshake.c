@@ -12,10 +12,24 @@
  * commit keep the advertised minimum and maximum; the others (GO without
  * the request, NBD_OPT_EXPORT_NAME) get the spec's defaults: any byte
  * alignment, and READ/WRITE up to MAX_PAYLOAD_ANY (struct handoff).
- * Limits: an option's data is at most OPT_MAX bytes (larger ones up to
- * OPT_DISCARD_MAX are read and discarded, then refused with
- * NBD_REP_ERR_TOO_BIG; anything larger is a hard disconnect); the whole
- * handshake must finish within handshake_timeout seconds.
+ * Limits (a client that is not yet authorised may cost only these):
+ *   - an option's data is at most OPT_MAX bytes (larger ones up to
+ *     OPT_DISCARD_MAX are read and discarded as they arrive, then refused
+ *     with NBD_REP_ERR_TOO_BIG; anything larger is a hard disconnect);
+ *   - at most MAX_OPTIONS options per connection: the one over it is
+ *     answered NBD_REP_ERR_TOO_BIG and the connection closes once that
+ *     reply is sent (no client needs more than a handful);
+ *   - input: the bufferevent stops reading the socket while HS_IN_MAX bytes
+ *     wait (>= one whole option and its header, so parsing always
+ *     progresses); output: no new option is parsed while more than
+ *     HS_OUT_MAX bytes of replies wait to be sent (a client that floods
+ *     options and never reads the replies is paused, write_cb resumes it
+ *     once they are sent).  So a connection in handshake holds at most
+ *     HS_IN_MAX + HS_OUT_MAX + one option's replies;
+ *   - the whole handshake must finish within handshake_timeout seconds;
+ *   - nothing is allocated from what the client sends beyond the bounded
+ *     buffers (SET_META_CONTEXT remembers the export, not the name), and
+ *     no FTL is touched before the socket is handed to its ioDimm.
  * TLS (doc/proto.md, "TLS support"; keys in server/tls.c): the listener's
  * mode is NOTLS (off: STARTTLS is refused), SELECTIVETLS (allowed: STARTTLS
  * is offered; INFO and GO on an export with tls = required get
@@ -60,8 +74,12 @@
 #include "server/flashd.h"
 #include "server/nbd_proto.h"
 
-#define OPT_MAX (64u << 10)
-#define OPT_DISCARD_MAX (16u << 20)
+#define OPT_MAX (16u << 10)          /* > 4096-byte names plus queries */
+#define OPT_DISCARD_MAX (1u << 20)
+#define MAX_OPTIONS 32
+#define HS_IN_MAX (2 * OPT_MAX)
+#define HS_OUT_MAX (64u << 10)
+_Static_assert(HS_IN_MAX >= OPT_MAX + 16, "a whole option must fit the input");
 #define META_ALLOCATION_ID 1
 #define ACL_MAX_IDS 32            /* identities kept of a client certificate */
 
@@ -86,8 +104,11 @@ struct hs {
 	bool no_zeroes;
 	bool structured;
 	uint32_t opt, optlen;
+	uint32_t nopts;           /* options received (MAX_OPTIONS) */
+	bool out_paused;          /* reading stopped until the replies are sent */
+	struct conn_slot slot;
 	uint64_t discard_left;
-	char *meta_export;        /* export named by the last SET_META_CONTEXT */
+	struct dimm *meta_export; /* export named by the last SET_META_CONTEXT */
 	bool meta_allocation;
 	struct dimm *target;
 	uint16_t tflags;
@@ -176,9 +197,8 @@ static void hs_free(struct hs *h, bool close_fd)
 	if (close_fd) {
 		tls_close(h->ssl, h->tls);
 		close(h->fd);
-		server_conn_closed(srv);
+		server_conn_closed(srv, &h->slot);
 	}
-	free(h->meta_export);
 	ids_clear(h);
 	free(h);
 }
@@ -432,7 +452,6 @@ static void opt_meta(struct hs *h, const uint8_t *p, bool set)
 {
 	uint32_t len = h->optlen;
 	if (set) {
-		free(h->meta_export);
 		h->meta_export = NULL;
 		h->meta_allocation = false;
 	}
@@ -473,6 +492,21 @@ static void opt_meta(struct hs *h, const uint8_t *p, bool set)
 		reply_unknown(h, (const char *)p + 4, nl);
 		return;
 	}
+	/* the same rules as NBD_OPT_INFO: a client may learn nothing about an
+	 * export it may not use */
+	char msg[512];
+	uint32_t refuse = export_tls_check(h, d, msg, sizeof msg);
+	if (refuse) {
+		reply_err(h, refuse, msg);
+		return;
+	}
+	if (export_acl(h, d) == ACL_DENY) {
+		log_denied(h, d, set ? "NBD_OPT_SET_META_CONTEXT" : "NBD_OPT_LIST_META_CONTEXT");
+		snprintf(msg, sizeof msg, "export '%s' is not available to this client (access rules)%s",
+			 d->cfg->export_name, h->who.tls ? "" : "; a TLS identity may be needed");
+		reply_err(h, NBD_REP_ERR_POLICY, msg);
+		return;
+	}
 	static const char ctx[] = "base:allocation";
 	bool match = !set && nq == 0;
 	off = 8 + nl;
@@ -492,7 +526,7 @@ static void opt_meta(struct hs *h, const uint8_t *p, bool set)
 		reply(h, NBD_REP_META_CONTEXT, b, sizeof b);
 	}
 	if (set && match) {
-		h->meta_export = strndup((const char *)p + 4, nl);
+		h->meta_export = d;
 		h->meta_allocation = true;
 	}
 	reply(h, NBD_REP_ACK, NULL, 0);
@@ -642,6 +676,12 @@ static void read_cb(struct bufferevent *bev, void *arg)
 			break;
 		}
 		case HS_OPT_HEADER: {
+			if (evbuffer_get_length(bufferevent_get_output(bev)) > HS_OUT_MAX) {
+				/* the client does not read its replies: wait (write_cb) */
+				h->out_paused = true;
+				bufferevent_disable(bev, EV_READ);
+				return;
+			}
 			if (avail < 16)
 				return;
 			uint8_t b[16];
@@ -652,6 +692,16 @@ static void read_cb(struct bufferevent *bev, void *arg)
 			}
 			h->opt = get32(b + 8);
 			h->optlen = get32(b + 12);
+			if (++h->nopts > MAX_OPTIONS) {
+				/* answered without reading the data: the stream is
+				 * out of sync, so the connection ends here */
+				reply_err(h, NBD_REP_ERR_TOO_BIG, "too many options: the server takes at most "
+					  "32 per connection");
+				h->state = HS_CLOSING;
+				h->close_reason = "too many options (more than 32)";
+				bufferevent_disable(bev, EV_READ);
+				return;
+			}
 			if (h->opt == NBD_OPT_EXPORT_NAME && h->optlen > 4096) {
 				hs_close(h, "export name longer than 4096 bytes");
 				return;
@@ -730,7 +780,6 @@ static void start_tls(struct hs *h)
 	/* everything negotiated before is forgotten (doc/proto.md; the CVEs
 	 * of servers that kept it) */
 	h->structured = false;
-	free(h->meta_export);
 	h->meta_export = NULL;
 	h->meta_allocation = false;
 	h->note.why[0] = h->note.psk_identity[0] = 0;
@@ -744,6 +793,7 @@ static void start_tls(struct hs *h)
 		return;
 	}
 	bufferevent_openssl_set_allow_dirty_shutdown(h->bev, 1);
+	bufferevent_setwatermark(h->bev, EV_READ, 0, HS_IN_MAX);
 	h->state = HS_TLS_HANDSHAKE;
 	bufferevent_setcb(h->bev, read_cb, write_cb, event_cb, h);
 	bufferevent_enable(h->bev, EV_READ | EV_WRITE);
@@ -758,6 +808,14 @@ static void write_cb(struct bufferevent *bev, void *arg)
 	}
 	if (h->state == HS_CLOSING) {
 		hs_close(h, h->close_reason ? h->close_reason : "closing");
+		return;
+	}
+	if (h->out_paused) {
+		/* the replies are sent: parse what waits and read on (read_cb
+		 * may free h) */
+		h->out_paused = false;
+		bufferevent_enable(bev, EV_READ);
+		read_cb(bev, h);
 		return;
 	}
 	if (h->state != HS_HANDOFF)
@@ -793,9 +851,8 @@ static void write_cb(struct bufferevent *bev, void *arg)
 		h->ssl = NULL;
 	}
 	ho->structured = h->structured;
-	ho->meta_allocation = h->meta_allocation && h->meta_export &&
-			      server_find_export(h->srv, h->meta_export, strlen(h->meta_export)) ==
-				      h->target;
+	ho->meta_allocation = h->meta_allocation && h->meta_export == h->target;
+	ho->slot = h->slot;
 	ho->tflags = h->tflags;
 	ho->block_size = h->block_size;
 	ho->readonly = h->readonly;
@@ -880,14 +937,16 @@ static void start_transmission(struct hs *h)
 		write_cb(h->bev, h);
 }
 
-void handshake_start(struct server *srv, int fd, const char *peer, int tls_mode)
+void handshake_start(struct server *srv, int fd, const char *peer, int tls_mode,
+		     const struct conn_slot *slot)
 {
 	struct hs *h = calloc(1, sizeof *h);
 	if (!h) {
 		close(fd);
-		server_conn_closed(srv);
+		server_conn_closed(srv, slot);
 		return;
 	}
+	h->slot = *slot;
 	h->srv = srv;
 	h->fd = fd;
 	h->tls_mode = tls_mode;
@@ -910,6 +969,7 @@ void handshake_start(struct server *srv, int fd, const char *peer, int tls_mode)
 		return;
 	}
 	bufferevent_setcb(h->bev, read_cb, write_cb, event_cb, h);
+	bufferevent_setwatermark(h->bev, EV_READ, 0, HS_IN_MAX);
 	bufferevent_enable(h->bev, EV_READ | EV_WRITE);
 	struct timeval tv = { srv->cfg.handshake_timeout, 0 };
 	evtimer_add(h->timeout, &tv);

@@ -32,6 +32,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <libgen.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -168,10 +169,90 @@ void server_update_status(struct server *s)
 	sd_notify(0, buf);
 }
 
-void server_conn_closed(struct server *s)
+/*
+ * Per-address connection counts (flashd.h, "connection slots"): a chained
+ * hash of the addresses with at least one connection, under s->lock.  A
+ * node is made at an address's first connection and freed at its last, so
+ * the table holds at most max_connections nodes; accept is not the I/O
+ * path.
+ */
+#define ADDR_BUCKETS 1024
+struct addr_count {
+	uint8_t addr[16];
+	int n;
+	struct addr_count *next;
+};
+
+static unsigned addr_hash(const uint8_t *a)
+{
+	uint32_t h = 2166136261u;
+	for (int i = 0; i < 16; i++)
+		h = (h ^ a[i]) * 16777619u;
+	return h % ADDR_BUCKETS;
+}
+
+/* s->lock held: the count of addr's node, creating it (with 0) if make. */
+static struct addr_count *addr_find(struct server *s, const uint8_t *addr, bool make)
+{
+	if (!s->addr_tab) {
+		if (!make)
+			return NULL;
+		s->addr_tab = calloc(ADDR_BUCKETS, sizeof *s->addr_tab);
+		if (!s->addr_tab)
+			return NULL;
+	}
+	struct addr_count **pp = &s->addr_tab[addr_hash(addr)];
+	for (struct addr_count *a = *pp; a; a = a->next)
+		if (!memcmp(a->addr, addr, 16))
+			return a;
+	if (!make)
+		return NULL;
+	struct addr_count *a = calloc(1, sizeof *a);
+	if (!a)
+		return NULL;
+	memcpy(a->addr, addr, 16);
+	a->next = *pp;
+	*pp = a;
+	return a;
+}
+
+/* s->lock held: one connection of addr fewer; the node goes at 0. */
+static void addr_put(struct server *s, const uint8_t *addr)
+{
+	if (!s->addr_tab)
+		return;
+	struct addr_count **pp = &s->addr_tab[addr_hash(addr)];
+	for (struct addr_count *a; (a = *pp); pp = &a->next) {
+		if (memcmp(a->addr, addr, 16))
+			continue;
+		if (--a->n <= 0) {
+			*pp = a->next;
+			free(a);
+		}
+		return;
+	}
+}
+
+static void addr_tab_free(struct server *s)
+{
+	if (!s->addr_tab)
+		return;
+	for (int i = 0; i < ADDR_BUCKETS; i++)
+		while (s->addr_tab[i]) {
+			struct addr_count *a = s->addr_tab[i];
+			s->addr_tab[i] = a->next;
+			free(a);
+		}
+	free(s->addr_tab);
+	s->addr_tab = NULL;
+}
+
+void server_conn_closed(struct server *s, const struct conn_slot *slot)
 {
 	pthread_mutex_lock(&s->lock);
 	s->nconns--;
+	if (slot && slot->per_addr)
+		addr_put(s, slot->addr);
 	pthread_mutex_unlock(&s->lock);
 }
 
@@ -315,6 +396,30 @@ static void accept_error_cb(struct evconnlistener *evl, void *arg)
 	evtimer_add(l->retry, &tv);
 }
 
+/*
+ * Refused connections are logged at most once per REFUSAL_LOG_S: the first
+ * in a period in full, the others counted and summed up in the next line
+ * (a client that reconnects in a loop must not fill the log or the disk).
+ */
+#define REFUSAL_LOG_S 10
+static void refusal_log(const char *peer, const char *why)
+{
+	static uint64_t last_ns;
+	static unsigned long held;
+	uint64_t now = mono_ns();
+	if (last_ns && now - last_ns < (uint64_t)REFUSAL_LOG_S * 1000000000u) {
+		held++;
+		return;
+	}
+	if (held)
+		log_warn("%s: refused: %s (and %lu more connection(s) refused in the last %.0f s, "
+			 "not logged one by one)", peer, why, held, (double)(now - last_ns) / 1e9);
+	else
+		log_warn("%s: refused: %s", peer, why);
+	last_ns = now;
+	held = 0;
+}
+
 static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct sockaddr *sa, int salen,
 		      void *arg)
 {
@@ -337,20 +442,43 @@ static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct soc
 		int one = 1;
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 	}
+	struct conn_slot slot = { .per_addr = false };
+	if (sa->sa_family == AF_INET) {
+		/* as IPv4-mapped IPv6: one count whatever the listener */
+		slot.addr[10] = slot.addr[11] = 0xff;
+		memcpy(slot.addr + 12, &((struct sockaddr_in *)sa)->sin_addr, 4);
+		slot.per_addr = true;
+	} else if (sa->sa_family == AF_INET6) {
+		memcpy(slot.addr, &((struct sockaddr_in6 *)sa)->sin6_addr, 16);
+		slot.per_addr = true;
+	}
 	/* a slot is taken only for a connection that goes on to the handshake */
+	const char *why = NULL;
 	pthread_mutex_lock(&srv.lock);
-	bool full = srv.nconns >= srv.cfg.max_connections;
-	bool refuse = full || srv.shutting_down;
-	if (!refuse)
+	int per_addr = srv.cfg.max_conn_per_addr;
+	struct addr_count *a = NULL;
+	if (srv.shutting_down)
+		why = "shutting down";
+	else if (srv.nconns >= srv.cfg.max_connections)
+		why = "connection limit reached (max_connections)";
+	else if (slot.per_addr && !(a = addr_find(&srv, slot.addr, true)))
+		why = "out of memory";
+	else if (a && per_addr > 0 && a->n >= per_addr)
+		why = "connection limit of this address reached (max_connections_per_address)";
+	if (!why) {
 		srv.nconns++;
+		if (a)
+			a->n++;
+	} else if (a && !a->n) {
+		addr_put(&srv, slot.addr);  /* made just now: drop it again */
+	}
 	pthread_mutex_unlock(&srv.lock);
-	if (refuse) {
-		log_warn("%s: refused: %s", peer,
-			 full ? "connection limit reached (max_connections)" : "shutting down");
+	if (why) {
+		refusal_log(peer, why);
 		close(fd);
 		return;
 	}
-	handshake_start(&srv, fd, peer, (int)(intptr_t)arg);
+	handshake_start(&srv, fd, peer, (int)(intptr_t)arg, &slot);
 }
 
 struct listener *listener_watch(struct server *s, struct evconnlistener *evl, const char *name,
@@ -728,7 +856,8 @@ static void reload_dimm(struct reload_result *r, struct dimm_cfg *a, const struc
 
 /*
  * Main thread.  See flashd.h, "Reload".  Applied live: per-ioDimm
- * description, verbose, max_connections, handshake_timeout (new
+ * description, verbose, max_connections, max_connections_per_address,
+ * idle_timeout, buffer_limit, handshake_timeout (new
  * handshakes), shutdown_timeout and poll_us (read by the ioDimm threads:
  * atomic stores of ints).  Everything else that differs is reported.
  */
@@ -824,6 +953,25 @@ void server_reload(struct server *s, const char *why, struct reload_result *r)
 		o->max_connections = n.max_connections;
 		pthread_mutex_unlock(&s->lock);
 	}
+	if (o->max_conn_per_addr != n.max_conn_per_addr) {
+		reload_item(r, true, "[server] max_connections_per_address", "%d -> %d (open connections "
+			    "stay; new ones from an address are refused while it has that many open)",
+			    o->max_conn_per_addr, n.max_conn_per_addr);
+		pthread_mutex_lock(&s->lock);
+		o->max_conn_per_addr = n.max_conn_per_addr;
+		pthread_mutex_unlock(&s->lock);
+	}
+	if (o->idle_timeout != n.idle_timeout) {
+		reload_item(r, true, "[server] idle_timeout", "%d s -> %d s (0: off)", o->idle_timeout,
+			    n.idle_timeout);
+		__atomic_store_n(&o->idle_timeout, n.idle_timeout, __ATOMIC_RELAXED);
+	}
+	if (o->buffer_limit != n.buffer_limit) {
+		reload_item(r, true, "[server] buffer_limit", "%llu MiB -> %llu MiB (buffers over the new "
+			    "limit are given back as their requests finish)",
+			    (unsigned long long)(o->buffer_limit >> 20), (unsigned long long)(n.buffer_limit >> 20));
+		__atomic_store_n(&o->buffer_limit, n.buffer_limit, __ATOMIC_RELAXED);
+	}
 	if (o->handshake_timeout != n.handshake_timeout) {
 		reload_item(r, true, "[server] handshake_timeout", "%d s -> %d s (new connections)",
 			    o->handshake_timeout, n.handshake_timeout);
@@ -898,7 +1046,13 @@ int main(int argc, char **argv)
 	struct server_cfg cli = { .timing = -1, .poll_us = -1, .allow_degraded = -1, .tls = -1,
 				  .unix_tls = -1, .tls_verify_peer = -1,
 				  .unix_mode = -1, .control_mode = -1, .umask = -1, .unix_gid = -1,
-				  .control_gid = -1 };
+				  .control_gid = -1, .max_conn_per_addr = -1 };
+	/* A fixed mmap threshold (which also stops glibc from raising it after
+	 * the first large free): every block of 128 KiB or more - request
+	 * buffers, input buffers, a control request's large evbuffer chains -
+	 * is its own mapping and goes back to the kernel when freed, instead
+	 * of staying in the heap after a burst (hostile or not). */
+	mallopt(M_MMAP_THRESHOLD, 128 << 10);
 	const char *config = NULL;
 	bool check_only = false, no_config = false;
 	char err[1024] = "";
@@ -1200,6 +1354,7 @@ int main(int argc, char **argv)
 	event_free(srv.cmd_ev);
 	event_base_free(srv.base);
 	free(srv.dimms);
+	addr_tab_free(&srv);
 	config_free(&srv.cfg);
 	config_free(&cli_cfg);
 	free(fallback_state_dir);
