@@ -193,6 +193,7 @@ static void maybe_resume(struct conn *c);
 static void read_cb(evutil_socket_t fd, short what, void *arg);
 static void conn_tick_arm(struct dimm *d);
 static void conn_trim(struct conn *c);
+static void conn_close_now(struct conn *c, const char *why);
 
 /* ---- requests ----------------------------------------------------------- */
 
@@ -798,12 +799,25 @@ static void budget_retry_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct dimm *d = arg;
 	d->retry_armed = false;
+	bool closed = false;
 	for (struct conn *c = d->conns; c; c = c->next) {
-		if (c->budget_wait) {
-			c->budget_wait = false;
-			maybe_resume(c);
+		if (!c->budget_wait)
+			continue;
+		c->budget_wait = false;
+		/* its socket is not read while it waits: notice a client that
+		 * went away (the request it waits with needs no answer) */
+		uint8_t b;
+		ssize_t n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+			conn_close_now(c, n == 0 ? "client disconnected" : strerror(errno));
+			conn_mark_dirty(c);
+			closed = true;
+			continue;
 		}
+		maybe_resume(c);
 	}
+	if (closed)
+		dimm_kick(d);
 }
 
 static void budget_retry_arm(struct dimm *d)

@@ -1,0 +1,440 @@
+#!/usr/bin/python3
+"""raw_hostile.py - the hostile-client findings of issue 12, one check each.
+
+Run against a flashd started by tests/test-nbd-hostile.sh (loopback only;
+clients use source addresses 127.0.0.1 to 127.0.0.8 to look like several
+hosts), whose configuration sets max_connections = 64,
+max_connections_per_address = 8, buffer_limit = 128M, idle_timeout = 0 and
+an export "secret" that only 192.0.2.0/24 may use.
+
+  option limits       an option over 16 KiB is answered TOO_BIG and the
+                      connection goes on; one over 1 MiB closes it; the
+                      33rd option is answered TOO_BIG and the connection
+                      closes
+  option flood        clients that flood options and never read the
+                      replies cost (almost) no memory (was: 18 -> 423 MiB)
+  meta context ACL    LIST/SET_META_CONTEXT on a denied export: POLICY, no
+                      context revealed
+  per-address cap     the 9th connection of an address is refused, another
+                      address still gets in; refusals are not logged one by one
+  pipelined reads     40 clients pipelining 32 MiB READs, never reading:
+                      flashd grows by at most about buffer_limit (was +3.5
+                      GiB), and a well-behaved client on the same export is
+                      served meanwhile (was: stalled 10 s)
+  idle buffers        a connection idle after large reads gives its buffers back
+  control socket      a huge body, huge headers and an endless header line
+                      are refused early and cost no memory; NBD handshakes
+                      go on meanwhile
+  idle lock-out       64 idle clients after the handshake lock out a new
+                      client; with idle_timeout set (reload) they are
+                      dropped and the new client gets in
+
+  raw_hostile.py --port P --unix-sock S --control C --pid PID --log FLASHD_LOG
+                 --config FLASHD_CONF
+"""
+import argparse
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import nbd  # noqa: E402
+from nbdraw import *  # noqa: F401,F403,E402
+from testlib import check, finish, log, section  # noqa: E402
+
+MiB = 1 << 20
+ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+ap.add_argument("--port", type=int, required=True)
+ap.add_argument("--unix-sock", required=True)
+ap.add_argument("--control", required=True)
+ap.add_argument("--pid", type=int, required=True)
+ap.add_argument("--log", required=True, help="flashd's log file")
+ap.add_argument("--config", required=True, help="flashd's configuration file (rewritten for the reload)")
+args = ap.parse_args()
+
+EXPORT = "dimm0"
+PER_ADDR = 8
+MAX_CONN = 64
+BUFFER_LIMIT = 128 * MiB
+
+
+def rss():
+    with open("/proc/%d/status" % args.pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+def mib(n):
+    return "%.1f MiB" % (n / MiB)
+
+
+class SrcConn(Conn):
+    """A TCP connection from a chosen loopback source address."""
+
+    def __init__(self, src="127.0.0.1", export=EXPORT, timeout=10.0):
+        self.family = socket.AF_INET
+        self.address = ("127.0.0.1", args.port)
+        self.export = export
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        self.sock.bind((src, 0))
+        self.sock.connect(self.address)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.hflags = None
+        self.structured = False
+        self.pending = {}
+        self.done = {}
+        self.arrivals = []
+
+
+def refused(c):
+    """True if the server closed c without a greeting (connection refused
+    by a limit)."""
+    try:
+        c.greeting()
+        return False
+    except (Closed, ConnectionResetError):
+        return True
+
+
+def log_size():
+    return os.path.getsize(args.log)
+
+
+def log_since(pos):
+    with open(args.log, "rb") as f:
+        f.seek(pos)
+        return f.read().decode(errors="replace")
+
+
+def good_client(deadline=10.0):
+    """A well-behaved libnbd client on the same export (unix socket): a
+    4 KiB write and read back must complete within deadline (liveness, not
+    performance)."""
+    res = {}
+
+    def run():
+        try:
+            h = nbd.NBD()
+            h.connect_uri("nbd+unix:///%s?socket=%s" % (EXPORT, args.unix_sock))
+            d = os.urandom(4096)
+            h.pwrite(d, 300 * MiB)
+            res["ok"] = h.pread(4096, 300 * MiB) == d
+            h.shutdown()
+        except Exception as e:  # noqa: BLE001
+            res["err"] = e
+    t = threading.Thread(target=run, daemon=True)
+    t0 = time.monotonic()
+    t.start()
+    t.join(deadline)
+    check(not t.is_alive(), "a well-behaved client was not served within %.0f s" % deadline)
+    check("err" not in res, "the well-behaved client failed: %s" % res.get("err"))
+    check(res.get("ok"), "the well-behaved client read back other data")
+    return time.monotonic() - t0
+
+
+def ctl_get(path):
+    """GET path on the control socket: the body (HTTP/1.0, read to EOF)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(args.control)
+    s.sendall(b"GET %s HTTP/1.0\r\n\r\n" % path.encode())
+    got = b""
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        got += b
+    s.close()
+    head, _, body = got.partition(b"\r\n\r\n")
+    return head, body
+
+
+def wait_no_connections(what, timeout=20.0):
+    """Every connection of the section before is gone (the slots too)."""
+    end = time.monotonic() + timeout
+    while True:
+        n = json.loads(ctl_get("/v1/status")[1])["connections"]
+        if n == 0:
+            return
+        if time.monotonic() > end:
+            check(False, "%d connection(s) still open %.0f s after %s" % (n, timeout, what))
+        time.sleep(0.1)
+
+
+def settle_rss(limit, timeout=10.0):
+    """Wait (up to timeout) for flashd's RSS to drop to limit or below."""
+    end = time.monotonic() + timeout
+    r = rss()
+    while r > limit and time.monotonic() < end:
+        time.sleep(0.2)
+        r = rss()
+    return r
+
+
+# ---- option limits -----------------------------------------------------------------
+with section("option limits: size and count"):
+    c = SrcConn()
+    c.handshake()
+    # 20 KiB: read and discarded, answered TOO_BIG; the stream stays in sync
+    reps = c.final_reply(OPT_INFO, Conn.info_data(EXPORT) + b"\0" * (20 << 10))
+    check(reps[-1][0] == REP_ERR_TOO_BIG, "a 20 KiB option: %s, want NBD_REP_ERR_TOO_BIG" % repname(reps[-1][0]))
+    reps = c.final_reply(OPT_LIST)
+    check(reps[-1][0] == REP_ACK, "LIST after an oversized option: %s" % repname(reps[-1][0]))
+    c.close()
+    # over 1 MiB: hard disconnect, nothing more is read
+    c = SrcConn()
+    c.handshake()
+    c.option(OPT_INFO, b"", length=2 * MiB)
+    check(c.wait_closed(5), "a 2 MiB option length did not close the connection")
+    c.close()
+    # option count: 32 are answered, the 33rd gets TOO_BIG and the connection closes
+    c = SrcConn()
+    c.handshake()
+    for i in range(32):
+        reps = c.final_reply(OPT_LIST)
+        check(reps[-1][0] == REP_ACK, "LIST #%d: %s" % (i + 1, repname(reps[-1][0])))
+    c.option(OPT_LIST)
+    _, rtype, _ = c.opt_reply(OPT_LIST)
+    check(rtype == REP_ERR_TOO_BIG, "option #33: %s, want NBD_REP_ERR_TOO_BIG" % repname(rtype))
+    check(c.wait_closed(5), "the connection stayed open after too many options")
+    c.close()
+    log("     20 KiB option: TOO_BIG; 2 MiB: closed; 33rd option: TOO_BIG and closed")
+
+# ---- option flood ------------------------------------------------------------------
+with section("option flood without reading the replies", timeout=90):
+    before = rss()
+    flood = struct.pack(">QII", IHAVEOPT, OPT_LIST, 0) * (64 << 10)  # 1 MiB of LIST options
+    sent = [0]
+
+    def flooder(src):
+        c = SrcConn(src)
+        c.handshake()
+        c.sock.settimeout(10)
+        try:
+            for _ in range(32):   # up to 32 MiB, never reading a reply
+                c.sock.sendall(flood)
+                sent[0] += len(flood)
+        except OSError:
+            pass   # closed by the server: fine
+        finally:
+            c.reset()
+    ts = [threading.Thread(target=flooder, args=("127.0.0.%d" % (2 + i % 4),)) for i in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    grew = rss() - before
+    log("     8 flooders sent %s of options; flashd RSS %s -> %s (%+.1f MiB)" %
+        (mib(sent[0]), mib(before), mib(rss()), grew / MiB))
+    check(grew < 16 * MiB, "flooding options grew flashd by %s (bound: 16 MiB)" % mib(grew))
+
+# ---- META_CONTEXT under access control ----------------------------------------------
+with section("META_CONTEXT options on an export the client may not use"):
+    wait_no_connections("the section before")
+    c = SrcConn()
+    c.handshake()
+    c.structured_reply()
+    for opt in (OPT_LIST_META_CONTEXT, OPT_SET_META_CONTEXT):
+        for q in ((), ("base:allocation",), ("base:",)):
+            if opt == OPT_SET_META_CONTEXT and not q:
+                continue
+            reps = c.final_reply(opt, Conn.meta_data("secret", q))
+            check(not any(t == REP_META_CONTEXT for t, _ in reps),
+                  "option %d on the denied export revealed a context: %r" % (opt, reps))
+            check(reps[-1][0] == REP_ERR_POLICY,
+                  "option %d on the denied export: %s, want NBD_REP_ERR_POLICY" % (opt, repname(reps[-1][0])))
+    reps = c.final_reply(OPT_LIST_META_CONTEXT, Conn.meta_data("no-such-export", ()))
+    check(reps[-1][0] == REP_ERR_UNKNOWN, "unknown export: %s" % repname(reps[-1][0]))
+    # the allowed export still works on the same connection
+    c.go(EXPORT, meta=("base:allocation",))
+    check(c.contexts.get("base:allocation"), "base:allocation not selected on the allowed export")
+    c.close()
+
+# ---- per-address cap ----------------------------------------------------------------
+with section("per-address connection cap; refusals not logged one by one", timeout=90):
+    wait_no_connections("the section before")
+    held = []
+    for i in range(PER_ADDR):
+        c = SrcConn("127.0.0.1")
+        c.greeting()
+        held.append(c)
+    time.sleep(0.2)
+    check(refused(SrcConn("127.0.0.1")), "connection #%d from 127.0.0.1 was not refused "
+          "(max_connections_per_address = %d)" % (PER_ADDR + 1, PER_ADDR))
+    other = SrcConn("127.0.0.2")
+    other.handshake()
+    other.go()
+    r = other.cmd(CMD_READ, offset=0, length=4096)
+    check(r.error == 0, "a client from another address was not served: %r" % r)
+    other.close()
+    pos = log_size()
+    for _ in range(200):
+        c = SrcConn("127.0.0.1")
+        refused(c)
+        c.close()
+    time.sleep(0.5)
+    lines = [ln for ln in log_since(pos).splitlines() if "refused" in ln]
+    log("     200 refusals logged in %d line(s)" % len(lines))
+    check(len(lines) <= 3, "200 refused connections logged %d lines (want a rate-limited few)" % len(lines))
+    for c in held:
+        c.close()
+
+# ---- pipelined large reads never read -----------------------------------------------
+with section("40 clients pipelining 32 MiB READs without reading", timeout=120):
+    wait_no_connections("the section before")
+    time.sleep(1)
+    good_client()
+    before = settle_rss(rss(), 0)
+    hostile = []
+    for i in range(40):
+        c = SrcConn("127.0.0.%d" % (1 + i // PER_ADDR), timeout=20)
+        c.handshake()
+        c.go(infos=(), structured=False)
+        c.send(b"".join(Conn.pack_request(CMD_READ, 0, k + 1, k * 32 * MiB, 32 * MiB) for k in range(8)))
+        hostile.append(c)
+    time.sleep(3)
+    peak = rss()
+    dt = good_client(10.0)
+    peak = max(peak, rss())
+    grew = peak - before
+    log("     flashd RSS %s -> %s (%+.1f MiB; buffer_limit %s); well-behaved client served in %.2f s" %
+        (mib(before), mib(peak), grew / MiB, mib(BUFFER_LIMIT), dt))
+    check(grew < BUFFER_LIMIT + 64 * MiB, "40 stalled readers grew flashd by %s (bound: buffer_limit "
+          "%s + 64 MiB)" % (mib(grew), mib(BUFFER_LIMIT)))
+    for c in hostile:
+        c.reset()
+    after = settle_rss(before + 32 * MiB)
+    log("     after they left: %s" % mib(after))
+    check(after <= before + 32 * MiB, "flashd kept %s after the stalled readers left" % mib(after - before))
+
+# ---- idle connections give their buffers back ---------------------------------------
+with section("an idle connection gives its buffers back", timeout=60):
+    wait_no_connections("the section before")
+    before = rss()
+    c = SrcConn("127.0.0.3")
+    c.handshake()
+    c.go(infos=(), structured=False)
+    for k in range(4):
+        r = c.cmd(CMD_READ, offset=k * 32 * MiB, length=32 * MiB)
+        check(r.error == 0, "32 MiB read failed: %r" % r)
+    busy = rss()
+    after = settle_rss(before + 16 * MiB, 10)
+    log("     RSS %s, after 4 x 32 MiB reads %s, idle %s" % (mib(before), mib(busy), mib(after)))
+    check(after <= before + 16 * MiB, "an idle connection still holds %s" % mib(after - before))
+    r = c.cmd(CMD_READ, offset=0, length=4096)
+    check(r.error == 0, "a read after the idle period failed: %r" % r)
+    c.close()
+
+# ---- control socket ----------------------------------------------------------------
+def ctl_abuse(head, fill, total):
+    """Send head, then fill repeated up to total bytes; the number of bytes
+    sent before flashd closed the connection (or total)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(args.control)
+    n = 0
+    try:
+        s.sendall(head)
+        while n < total:
+            s.sendall(fill)
+            n += len(fill)
+    except OSError:
+        pass
+    finally:
+        s.close()
+    return n
+
+
+with section("control socket: huge body, huge headers, an endless header line", timeout=120):
+    wait_no_connections("the section before")
+    before = rss()
+    chunk = b"x" * MiB
+    n1 = ctl_abuse(b"POST /v1/reload HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (1 << 30), chunk, 256 * MiB)
+    hdr = b"X-Junk: " + b"y" * 1000 + b"\r\n"
+    n2 = ctl_abuse(b"GET /v1/status HTTP/1.1\r\nHost: x\r\n", hdr * 1024, 256 * MiB)
+    # an endless header line while NBD clients negotiate
+    stop = threading.Event()
+    n3 = [0]
+
+    def endless():
+        n3[0] = ctl_abuse(b"GET /v1/status HTTP/1.1\r\nX-Endless: ", chunk, 256 * MiB)
+        stop.set()
+    t = threading.Thread(target=endless, daemon=True)
+    t.start()
+    hs = 0
+    t0 = time.monotonic()
+    while not stop.is_set() and hs < 20:
+        c = SrcConn("127.0.0.4", timeout=10)
+        c.handshake()
+        c.final_reply(OPT_LIST)
+        c.close()
+        hs += 1
+    t.join(30)
+    grew = rss() - before
+    log("     body: %s sent before the close; headers: %s; endless line: %s; %d NBD handshakes "
+        "meanwhile (%.2f s); RSS %+.1f MiB" % (mib(n1), mib(n2), mib(n3[0]), hs, time.monotonic() - t0,
+                                               grew / MiB))
+    for what, n in (("a 1 GiB body", n1), ("1 GiB of headers", n2), ("an endless header line", n3[0])):
+        check(n < 64 * MiB, "%s: flashd took %s before closing the connection" % (what, mib(n)))
+    check(grew < 16 * MiB, "the control socket abuse grew flashd by %s" % mib(grew))
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(args.control)
+    s.sendall(b"GET /v1/version HTTP/1.0\r\n\r\n")
+    got = s.recv(4096)
+    s.close()
+    check(got.startswith(b"HTTP/1.") and b" 200 " in got.split(b"\r\n")[0],
+          "control socket after the abuse: %r" % got[:80])
+
+# ---- idle lock-out, and idle_timeout --------------------------------------------------
+with section("idle clients after the handshake; idle_timeout drops them", timeout=120):
+    wait_no_connections("the section before")
+    idle = []
+    for i in range(MAX_CONN):
+        c = SrcConn("127.0.0.%d" % (1 + i // PER_ADDR), timeout=20)
+        c.handshake()
+        c.go()
+        idle.append(c)
+    check(refused(SrcConn("127.0.0.9")), "a new client got in with %d idle connections open "
+          "(max_connections = %d)" % (MAX_CONN, MAX_CONN))
+    # the finding: without an idle timeout they would hold the slots for ever
+    with open(args.config) as f:
+        conf = f.read()
+    with open(args.config, "w") as f:
+        f.write(conf.replace("idle_timeout = 0", "idle_timeout = 2"))
+    pos = log_size()
+    os.kill(args.pid, signal.SIGHUP)
+    end = time.monotonic() + 10
+    while "reload of" not in log_since(pos) and time.monotonic() < end:
+        time.sleep(0.1)
+    check("idle_timeout" in log_since(pos), "the reload did not apply idle_timeout:\n" + log_since(pos))
+    served = False
+    end = time.monotonic() + 15
+    while time.monotonic() < end and not served:
+        c = SrcConn("127.0.0.9")
+        if not refused(c):
+            c.cflags = FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES
+            c.send(struct.pack(">I", c.cflags))
+            c.go()
+            r = c.cmd(CMD_READ, offset=0, length=4096)
+            served = r.error == 0
+        c.close()
+        if not served:
+            time.sleep(0.5)
+    check(served, "no new client got in within 15 s with idle_timeout = 2")
+    gone = sum(1 for c in idle if c.wait_closed(0.2))
+    log("     %d of %d idle clients dropped by idle_timeout; the new client was served" % (gone, len(idle)))
+    check(gone == len(idle), "only %d of %d idle clients were dropped" % (gone, len(idle)))
+    for c in idle:
+        c.close()
+
+finish()
