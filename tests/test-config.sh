@@ -12,7 +12,10 @@
 #      dangling symlink to the other's future image);
 #   2. a valid configuration with sizes (512M, 4K), percentages (80%, op
 #      30%), indented keys and a [dimm] section without keys starts, exports
-#      what it says, and stops cleanly.
+#      what it says, and stops cleanly;
+#   3. the hardening keys (max_connections_per_address, idle_timeout,
+#      buffer_limit) refuse bad values; a relative tls_psk in the file is
+#      found next to the file, from any working directory.
 source "$(dirname "$0")/functions.sh"
 
 # snapshot of a directory: every path with its size (empty if it is missing)
@@ -183,3 +186,39 @@ assert abs(f["d"]["op_percent"] - 20) < 0.1, f["d"]
 stop_flashd
 check_flashd_log
 ok "a valid configuration (512M, 4K, 80%, op 30%, an empty [dimm d]) starts and stops"
+
+# ---- 3. hardening keys, and TLS paths relative to the configuration file ------------
+expect_bad "max_connections_per_address" "max_connections_per_address" "'lots'" <<EOF
+[server]
+max_connections_per_address = lots
+EOF
+expect_bad "idle_timeout" "idle_timeout" "'-1'" <<EOF
+[server]
+idle_timeout = -1
+EOF
+expect_bad "buffer_limit" "buffer_limit" "'1M'" "64M to 1T" <<EOF
+[server]
+buffer_limit = 1M
+EOF
+mkdir -p "$T/etc/keys"
+printf 'alice:%s\n' "$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$T/etc/keys/keys.psk"
+cat >"$T/etc/flashd.conf" <<EOF
+[server]
+tls = allowed
+tls_psk = keys/keys.psk
+max_connections_per_address = 4
+idle_timeout = 60
+buffer_limit = 256M
+[dimm a]
+preset = test-1g
+EOF
+# from another working directory: keys/keys.psk is next to the file
+(cd / && "$FLASHD" --check-config --config "$T/etc/flashd.conf" --state-dir "$T/cfgstate") >"$T/rel.out" 2>&1 ||
+	fail "a tls_psk path relative to the configuration file was not found: $(cat "$T/rel.out")"
+sed -i 's|keys/keys.psk|keys/missing.psk|' "$T/etc/flashd.conf"
+rc=0
+(cd / && "$FLASHD" --check-config --config "$T/etc/flashd.conf" --state-dir "$T/cfgstate") >"$T/rel.out" 2>&1 || rc=$?
+[ $rc -eq 2 ] || fail "a missing relative tls_psk: exit $rc, want 2"
+grep -qF "$T/etc/keys/missing.psk" "$T/rel.out" ||
+	fail "the error does not name the missing key file by its full path: $(cat "$T/rel.out")"
+ok "hardening keys checked; tls_psk relative to the configuration file's directory"
