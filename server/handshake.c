@@ -695,10 +695,12 @@ static void read_cb(struct bufferevent *bev, void *arg)
 			if (++h->nopts > MAX_OPTIONS) {
 				/* answered without reading the data: the stream is
 				 * out of sync, so the connection ends here */
-				reply_err(h, NBD_REP_ERR_TOO_BIG, "too many options: the server takes at most "
-					  "32 per connection");
+				char msg[80];
+				snprintf(msg, sizeof msg, "too many options: the server takes at most %d "
+					 "per connection", MAX_OPTIONS);
+				reply_err(h, NBD_REP_ERR_TOO_BIG, msg);
 				h->state = HS_CLOSING;
-				h->close_reason = "too many options (more than 32)";
+				h->close_reason = "too many options";
 				bufferevent_disable(bev, EV_READ);
 				return;
 			}
