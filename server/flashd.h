@@ -39,8 +39,9 @@
  * queue, command queue, open result); server.cmd_lock (done queue) is taken
  * alone.  None is held while calling into the FTL.
  * Connection slots: server.nconns counts every accepted socket until it is
- * closed (handshake or transmission), dimm.nconns those handed to that
- * ioDimm; each close path gives back exactly the slots it holds.
+ * closed (handshake or transmission), with its address's count (struct
+ * conn_slot), dimm.nconns those handed to that ioDimm; each close path
+ * gives back exactly the slots it holds.
  * Detach: the export is withdrawn at once (new handshakes are refused); the
  * ioDimm thread answers what is in flight, answers requests that arrive
  * after with NBD_ESHUTDOWN, and closes each connection once it is idle
