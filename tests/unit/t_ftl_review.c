@@ -15,6 +15,11 @@
  *   zero_length a zero-length request inside a unit touches nothing (it
  *               used to run a read-modify-write, and memset(NULL, 0, 0);
  *               the -san build of this test fails on such UB)
+ *   cp_scan     a checkpoint lists a block that filled and closed with log
+ *               pages newer than cp_seq while an older page was still in
+ *               flight on a busy die, so recovery scans it: a trim record
+ *               replayed from an open block no longer unmaps the flushed
+ *               rewrite in that closed block (866be0b, blk_max_seq)
  * The binary is linked with --wrap=malloc,--wrap=aligned_alloc so the test
  * can make allocations fail.  An alarm turns a hang into a failure.
  */
@@ -388,6 +393,182 @@ static void t_zero_length(void)
 	printf("ok: zero_length: zero-length requests touch no unit\n");
 }
 
+/* ---- cp_scan: closed blocks holding pages newer than cp_seq ------------- */
+
+/*
+ * Deterministic (no seed): the race is built with the simulator's timing
+ * model on virtual time, by making one die busy with raw NAND reads the test
+ * queues itself (operations on one die complete in submission order).
+ *
+ * test-16m has two rows of one die each, so user pages alternate between
+ * die S and die F.  With die S stuck behind the reads:
+ *   P   a fresh unit, on die S: the oldest page in flight from now on
+ *   T   a trim record for unit A (written and flushed before), on die S
+ *   A'  the rewrite of A, in block Y on die F, whose page 0 was handed out
+ *       before P (so its first page is not newer than the checkpoint and
+ *       recovery does not scan it on its own)
+ * then fillers until Y is full; die F drains, Y closes while P is still in
+ * flight.  A checkpoint taken now has cp_seq = seq(P) - 1 < seq(T) <
+ * seq(A').  T's block is open (listed); Y is closed and, before the fix,
+ * not listed: recovery replayed T and not A', and A (flushed!) read as
+ * zeros after a power cut.  The test checks each step of that construction
+ * (so it cannot pass vacuously), then flushes, cuts power, reopens and
+ * checks every acknowledged write.
+ */
+#define CPS_READS 2000 /* ~63 us each (sense + spare transfer): ~126 ms of die
+			* time, several times what filling Y takes on die F */
+
+static struct nand_op cps_reads[CPS_READS];
+static uint8_t cps_spare[128];
+static uint32_t cps_reads_out;
+
+static void cps_read_done(struct nand_op *op)
+{
+	cps_reads_out--;
+}
+
+/* the user slot of the last unit written, and its die */
+static struct slot *last_slot(struct ftl *f)
+{
+	struct ring *r = &f->stream[STREAM_USER].ring;
+	return ring_slot(r, r->fill - 1);
+}
+
+static uint32_t slot_die(struct ftl *f, const struct slot *sl)
+{
+	return block_die(f, ppa_block(f, sl->ppa));
+}
+
+static void t_cp_scan(void)
+{
+	struct nand_dev *d = dev_new("test-16m", true);
+	format(d, 0);
+	struct ftl_open_params op = { .checkpoint_interval = UINT64_MAX / 2 };
+	struct ftl *f = open_ok(d, &op);
+	/* two rows of one die: consecutive user pages alternate dies */
+	CHECK_EQ(f->nrows, 2);
+	CHECK_EQ(f->row_width, 1);
+	struct open_set *us = &f->stream[STREAM_USER].set[SET_FIRST];
+	struct ring *r = &f->stream[STREAM_USER].ring;
+	uint64_t units = f->units;
+	uint32_t *ver = calloc(units, sizeof *ver);
+	uint8_t b[4096];
+	const uint64_t A = 0;
+	uint64_t next_unit = 1;
+#define CPS_WRITE(u)                                                                   \
+	do {                                                                           \
+		uint64_t _u = (u);                                                     \
+		fill(b, _u, ver[_u] + 1);                                              \
+		CHECK_RC(ftl_write_sync(f, b, _u * 4096, 4096, 0));                    \
+		ver[_u]++;                                                             \
+	} while (0)
+
+	/* A, durable; then fresh units (new units and a trimmed one go to
+	 * the user stream's first set) until both rows have an open band */
+	CPS_WRITE(A);
+	CHECK_RC(ftl_flush_sync(f));
+	for (int i = 0; i < 3; i++)
+		CPS_WRITE(next_unit++);
+	ftl_poll(f);
+	CHECK_EQ(r->submit, r->fill);
+	/* S: the row (and die) the next user page goes to; F: the other */
+	uint32_t S = us->next_row, F = S ^ 1;
+	CHECK(us->row[F].band != FTL_NO_BLOCK);
+	uint32_t Y = band_block(f, us->row[F].band, 0), dieS = S, dieF = F;
+	CHECK_EQ(block_die(f, Y), dieF);
+	CHECK_EQ(f->blk[Y].state, BLK_OPEN);
+	CHECK(f->blk[Y].wp >= 1 && (uint32_t)f->blk[Y].wp + 4 < f->data_pages);
+
+	/* die S busy for a long while */
+	uint32_t rb = dieS * f->blocks_per_die + f->blocks_per_die - 1;
+	for (uint32_t i = 0; i < CPS_READS; i++) {
+		cps_reads[i] = (struct nand_op){ .type = NAND_OP_READ, .block = rb, .page = 0,
+						 .spare = cps_spare, .done = cps_read_done };
+		CHECK_RC(nand_submit(d, &cps_reads[i]));
+		cps_reads_out++;
+	}
+
+	/* P on die S, a filler on die F (in Y), then T on S and A' in Y */
+	uint64_t P = next_unit++;
+	CPS_WRITE(P);
+	struct slot *ps = last_slot(f);
+	uint64_t p_pos = r->fill - 1, p_seq = ps->seq;
+	CHECK_EQ(slot_die(f, ps), dieS);
+	CPS_WRITE(next_unit++);
+	CHECK_EQ(ppa_block(f, last_slot(f)->ppa), Y);
+	CHECK_RC(ftl_trim_sync(f, A * 4096, 4096, 0));
+	CPS_WRITE(A); /* closes the pending trim record first */
+	struct slot *ts = ring_slot(r, r->fill - 2), *as = last_slot(f);
+	CHECK_EQ(ts->type, FTL_PG_TRIM);
+	CHECK_EQ(slot_die(f, ts), dieS);
+	CHECK_EQ(as->lba, A);
+	CHECK_EQ(ppa_block(f, as->ppa), Y);
+	uint64_t t_seq = ts->seq, a_seq = as->seq;
+	CHECK(p_seq < t_seq && t_seq < a_seq);
+	/* fill Y */
+	while (f->blk[Y].wp < f->ppb)
+		CPS_WRITE(next_unit++);
+
+	/* let die F drain: Y closes while P is still in flight on die S */
+	for (uint32_t guard = 0; f->blk[Y].state != BLK_CLOSED; guard++) {
+		CHECK(guard < 100000);
+		uint64_t due = nand_next_due(d);
+		CHECK(due != UINT64_MAX);
+		nand_wait_until(d, due);
+		ftl_poll(f);
+	}
+	CHECK(cps_reads_out > 0);
+	CHECK_EQ(ring_slot(r, p_pos)->state, SLOT_SUBMITTED);
+
+	/* a checkpoint now: its cp_seq is just below P */
+	uint64_t cps = f->st.checkpoints;
+	cp_request(f, false);
+	for (int i = 0; i < 16 && (f->cp.phase == CP_IDLE || f->cp.phase == CP_QUIESCE); i++)
+		ftl_poll(f);
+	CHECK_EQ(f->cp.phase, CP_WRITE);
+	CHECK_EQ(f->cp.cp_seq + 1, p_seq);
+	CHECK(f->cp.cp_seq < t_seq);
+	CHECK_EQ(f->blk[Y].state, BLK_CLOSED); /* and holds A', newer than cp_seq */
+	CHECK_RC(ftl_run_until(f, cp_done, NULL));
+	CHECK_EQ(f->st.checkpoints, cps + 1);
+	CHECK_EQ(f->cp.cur_seq + 1, p_seq);
+
+	/* everything acknowledged is flushed; then the power fails */
+	CHECK_RC(ftl_flush_sync(f));
+	CHECK_EQ(cps_reads_out, 0);
+	struct nand_sim_faults cut = { .power_cut_after = 1 };
+	nand_sim_set_faults(d, &cut);
+	fill(b, next_unit, 1);
+	CHECK_EQ(ftl_write_sync(f, b, next_unit * 4096, 4096, FTL_IO_FUA), -EIO);
+	ftl_abandon(f);
+	nand_sim_power_on(d);
+
+	f = open_ok(d, &op);
+	uint8_t e[4096];
+	CHECK_RC(ftl_read_sync(f, b, A * 4096, 4096));
+	fill(e, A, ver[A]);
+	if (memcmp(b, e, sizeof b) != 0) {
+		bool zero = true;
+		for (size_t i = 0; i < sizeof b && zero; i++)
+			zero = b[i] == 0;
+		fprintf(stderr,
+			"cp_scan: unit %" PRIu64 " (flushed rewrite in closed block %u) reads %s "
+			"after a power cut: the checkpoint (cp_seq %" PRIu64 ") did not list "
+			"block %u, so recovery replayed the trim record (seq %" PRIu64 ") "
+			"without the rewrite (seq %" PRIu64 ")\n",
+			A, Y, zero ? "zeros" : "wrong data", p_seq - 1, Y, t_seq, a_seq);
+		exit(1);
+	}
+	/* every acknowledged, flushed write (durability contract, rule 1) */
+	for (uint64_t u = 0; u < next_unit; u++)
+		check_unit(f, u, ver[u]);
+	CHECK_RC(ftl_close(f));
+	nand_close(d);
+	free(ver);
+#undef CPS_WRITE
+	printf("ok: cp_scan: a block closed with pages newer than cp_seq is scanned after a power cut\n");
+}
+
 static void on_alarm(int sig)
 {
 	static const char msg[] = "t_ftl_review: timed out (a hang)\n";
@@ -413,6 +594,7 @@ int main(void)
 	t_version();
 	t_trim_crc();
 	t_zero_length();
+	t_cp_scan();
 	printf("ok\n");
 	return 0;
 }
