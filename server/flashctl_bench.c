@@ -499,7 +499,8 @@ int cmd_bench(int argc, char **argv)
 	run(&b, WL_SEQWRITE, b.units * 4096 / b.bs, 0, 0, NULL, NULL);
 	b.bs = save_bs;
 	enum wl pre = (wl == WL_SEQWRITE || wl == WL_SEQREAD) ? WL_SEQWRITE : WL_RANDWRITE;
-	if (pre == WL_RANDWRITE) {
+	/* (run() with no op count and no deadline would never stop) */
+	if (pre == WL_RANDWRITE && passes > 0) {
 		b.bs = 4096;
 		iv_prev = take(&b, nand_now(b.dev));
 		memset(&b.lat_iv, 0, sizeof b.lat_iv);
