@@ -5,9 +5,9 @@
  *
  * At start-up a small image (preset test-16m, timing off) is made in a
  * private directory under /dev/shm: formatted, written, trimmed and closed
- * cleanly (a checkpoint), then written again with a short checkpoint
- * interval (more checkpoints, block footers) and left without a clean close
- * (a crash: the next open replays the log).  Its bytes are the golden copy.
+ * cleanly (a checkpoint), written again with a short checkpoint interval
+ * (more checkpoints, block footers) and closed, then written a little and
+ * left without a clean close (a crash: the next open replays the log).  Its bytes are the golden copy.
  *
  * Each input patches a working copy of that image and opens it:
  *   byte 0       what to do: bits 0-1: 0 ftl_open read-only, then read;
@@ -127,6 +127,19 @@ static void make_golden(void)
 		if (i % 50 == 25)
 			ftl_trim_sync(f, ((i * 31) % (units - 8)) * 4096, 8 * 4096, 0);
 	}
+	if (ftl_close(f))
+		die("ftl_close", "second pass");
+	/* third session: a few writes and a trim after the last checkpoint,
+	 * flushed, then a crash (recovery replays them) */
+	if (ftl_open(d, NULL, &f, err, sizeof err))
+		die("ftl_open", err);
+	for (uint64_t i = 0; i < 40; i++) {
+		uint64_t u = (i * 104729) % units;
+		fill(buf, u, 3);
+		if (ftl_write_sync(f, buf, u * 4096, 4096, 0))
+			die("write", "third pass");
+	}
+	ftl_trim_sync(f, 100 * 4096, 5 * 4096, 0);
 	ftl_flush_sync(f);
 	ftl_abandon(f);
 	nand_close(d);
@@ -299,8 +312,11 @@ static void exercise(int mode)
 	char err[256];
 	uint8_t buf[4096 * 4];
 
-	if (nand_sim_open(&cfg, &d, err, sizeof err))
+	if (nand_sim_open(&cfg, &d, err, sizeof err)) {
+		if (getenv("FUZZ_IMAGE_LOG"))
+			fprintf(stderr, "fuzz_image: nand_sim_open: %s\n", err);
 		return;
+	}
 	if (mode == 1) {
 		struct ftl_scan_report rep;
 		ftl_scan(d, &rep, err, sizeof err);
@@ -315,8 +331,14 @@ static void exercise(int mode)
 			if (ftl_rebuild_superblock(d, &rp, err, sizeof err) == 0)
 				rc = ftl_open(d, &op, &f, err, sizeof err);
 		}
+		if (getenv("FUZZ_IMAGE_LOG"))
+			fprintf(stderr, "fuzz_image: mode %d: ftl_open: %d %s\n", mode, rc, rc ? err : "");
 		if (rc == 0) {
 			ftl_get_info(f, &info);
+			if (getenv("FUZZ_IMAGE_LOG"))
+				fprintf(stderr, "fuzz_image: %llu units, %llu pages replayed, clean %d, notes: %s\n",
+					(unsigned long long)info.units, (unsigned long long)info.recovered_pages,
+					info.was_clean, info.notes);
 			uint64_t units = info.units;
 			for (uint64_t u = 0; units && u < units; u += 1 + units / 64)
 				ftl_read_sync(f, buf, u * 4096, u + 4 <= units ? sizeof buf : 4096);

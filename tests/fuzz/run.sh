@@ -54,6 +54,7 @@ logdir=build/fuzz/logs
 mkdir -p "$logdir"
 summary=()
 bad=0
+errors=0
 t_start=$(date +%s)
 for t in "${targets[@]}"; do
 	share=$((secs * weight[$t] / total_w))
@@ -78,11 +79,17 @@ for t in "${targets[@]}"; do
 			"$corpus" "tests/fuzz/corpus/$t" >>"$log" 2>&1
 		rc=$?
 		[ $rc -eq 0 ] && break
+		if [ -z "$(find "$findings" -type f -newermt "@$start")" ]; then
+			echo "    fuzz_$t failed with status $rc and no finding written: harness error (log: $log)"
+			tail -n 5 "$log" | sed 's/^/      | /'
+			errors=$((errors + 1))
+			break
+		fi
 		echo "    fuzz_$t stopped with status $rc (a finding; see the log), run $runs"
 		[ $runs -lt 20 ] || break
 	done
 	elapsed=$(($(date +%s) - start))
-	execs=$(sed -n 's/^stat::number_executed_units: *//p' "$log" | awk '{ s += $1 } END { print s + 0 }')
+	execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | awk '{ s += $1 } END { print s + 0 }')
 	rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$log" | sort -n | tail -n1)
 	last=$(grep -E '^#[0-9]+.*(DONE|pulse|NEW|REDUCE|INITED).*cov:' "$log" | tail -n1)
 	cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")
@@ -105,6 +112,10 @@ printf '%s\n' "${summary[@]}"
 if [ -z "${FUZZ_NO_SUPP:-}" ] && [ -d tests/fuzz/known ]; then
 	echo "known findings suppressed (reproducers in tests/fuzz/regress/):"
 	grep -hv '^#' tests/fuzz/known/* 2>/dev/null | grep . | sed 's/^/  /'
+fi
+if [ $errors -ne 0 ]; then
+	echo "HARNESS ERRORS: $errors target(s) could not run"
+	exit 2
 fi
 if [ $bad -ne 0 ]; then
 	echo "FINDINGS: see build/fuzz/findings/*/ and build/fuzz/logs/"
