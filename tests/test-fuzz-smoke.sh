@@ -25,5 +25,5 @@ rc=0
 echo "=== regression inputs (tests/fuzz/regress/)"
 tests/fuzz/regress.sh || rc=1
 echo "=== fuzzing for ${FUZZ_SMOKE_SECONDS:-50} s"
-tests/fuzz/run.sh "${FUZZ_SMOKE_SECONDS:-50}" || rc=1
+FUZZ_OUT=build/fuzz/smoke tests/fuzz/run.sh "${FUZZ_SMOKE_SECONDS:-50}" || rc=1
 exit $rc

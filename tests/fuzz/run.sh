@@ -4,9 +4,11 @@
 #   tests/fuzz/run.sh SECONDS [TARGET...]     (targets: nbd image config acl)
 #
 # SECONDS is split among the targets by weight (nbd 4, image 3, config 2,
-# acl 1); each runs in turn with its working corpus in build/fuzz/corpus/T
-# (kept between runs, seeded from tests/fuzz/corpus/T) and its findings in
-# build/fuzz/findings/T/ (crash-*, leak-*, timeout-*, oom-*).  After a
+# acl 1); each runs in turn with its working corpus in $FUZZ_OUT/corpus/T
+# (kept between runs, seeded from tests/fuzz/corpus/T), its findings in
+# $FUZZ_OUT/findings/T/ (crash-*, leak-*, timeout-*, oom-*) and its log in
+# $FUZZ_OUT/logs/T.log (FUZZ_OUT: default build/fuzz; the smoke test uses
+# build/fuzz/smoke).  After a
 # finding the target is started again for the rest of its time (at most 20
 # times).  At the end one line per target: executions, exec/s, coverage
 # (libFuzzer's cov: edges and ft: features), corpus size, peak RSS, and
@@ -50,7 +52,8 @@ if [ -f tests/fuzz/known/libevent.txt ] && [ -z "${FUZZ_NO_SUPP:-}" ]; then
 	export FUZZ_NBD_EVENT_IGNORE
 fi
 
-logdir=build/fuzz/logs
+out=${FUZZ_OUT:-build/fuzz}
+logdir=$out/logs
 mkdir -p "$logdir"
 summary=()
 bad=0
@@ -59,8 +62,8 @@ t_start=$(date +%s)
 for t in "${targets[@]}"; do
 	share=$((secs * weight[$t] / total_w))
 	[ "$share" -ge 5 ] || share=5
-	corpus=build/fuzz/corpus/$t
-	findings=build/fuzz/findings/$t
+	corpus=$out/corpus/$t
+	findings=$out/findings/$t
 	mkdir -p "$corpus" "$findings"
 	log=$logdir/$t.log
 	: >"$log"
@@ -118,7 +121,7 @@ if [ $errors -ne 0 ]; then
 	exit 2
 fi
 if [ $bad -ne 0 ]; then
-	echo "FINDINGS: see build/fuzz/findings/*/ and build/fuzz/logs/"
+	echo "FINDINGS: see $out/findings/*/ and $out/logs/"
 	exit 1
 fi
 echo "no crash, leak, timeout or out-of-memory"
