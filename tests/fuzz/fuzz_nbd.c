@@ -23,7 +23,9 @@
  * accepting is reported the same way, and so is a libevent warning or
  * error (e.g. "Epoll MOD on fd N failed ... Bad file descriptor": an event
  * still registered for a descriptor already closed, which a new connection
- * may have been given).  FUZZ_NBD_LOG=1 prints flashd's log.
+ * may have been given), and so is an error-level line in flashd's log
+ * (log_err: flashd failing, e.g. out of memory; a client's misbehaviour
+ * is logged at info or warning level).  FUZZ_NBD_LOG=1 prints flashd's log.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -55,14 +57,20 @@ static int hang_s = 20;
  * thousands of connections a second would otherwise flood stderr */
 void __wrap_log_msg(int prio, const char *fmt, ...)
 {
-	if (!log_on)
+	/* error level and above: flashd failing, not a client misbehaving
+	 * (those get info and warning lines): a finding, unless
+	 * FUZZ_NBD_ERR_OK=1 */
+	bool finding = (prio & 7) <= 3 && !getenv("FUZZ_NBD_ERR_OK");
+	if (!log_on && !finding)
 		return;
 	va_list ap;
 	va_start(ap, fmt);
-	fprintf(stderr, "flashd[%d]: ", prio);
+	fprintf(stderr, "%sflashd[%d]: ", finding ? "fuzz_nbd: error-level log line: " : "", prio);
 	vfprintf(stderr, fmt, ap);
 	fputc('\n', stderr);
 	va_end(ap);
+	if (finding)
+		abort();
 }
 
 static char *argv_srv[32];
