@@ -26,6 +26,14 @@
  *                entry's CRC are made valid again, so the parsers behind
  *                the CRC checks are reached)
  * Findings: ASan/UBSan reports, leaks, and hangs (libFuzzer -timeout).
+ *
+ * Known findings, reported and not fixed yet, can be stepped around so that
+ * a run looks for new ones: FUZZ_IMAGE_KNOWN (run.sh sets it from
+ * tests/fuzz/known/image.txt), a list of these words:
+ *   l2p-slot   an L2P entry with bit 31 set (not unmapped or lost) right
+ *              after open, which the FTL takes for a write-buffer slot
+ *              (tests/fuzz/regress/image/l2p-entry-with-slot-bit): the
+ *              input stops there (ftl_abandon)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -40,6 +48,7 @@
 
 #include "common/crc32c.h"
 #include "ftl/ftl.h"
+#include "ftl/ftl_int.h"
 #include "ftl/media.h"
 #include "hw/nand.h"
 
@@ -303,6 +312,19 @@ static void fix_table(uint32_t block)
 		die("fix", strerror(errno));
 }
 
+/* the FTL's write buffer is empty after open: a slot entry came from the
+ * media (known finding "l2p-slot") */
+static bool known_l2p_slot(struct ftl *f)
+{
+	const char *k = getenv("FUZZ_IMAGE_KNOWN");
+	if (!k || !strstr(k, "l2p-slot"))
+		return false;
+	for (uint64_t u = 0; u < f->units; u++)
+		if (l2p_is_slot(f->l2p[u]))
+			return true;
+	return false;
+}
+
 static void exercise(int mode)
 {
 	struct nand_sim_config cfg = { .path = work_path, .readonly = mode != 3 };
@@ -333,6 +355,10 @@ static void exercise(int mode)
 		}
 		if (getenv("FUZZ_IMAGE_LOG"))
 			fprintf(stderr, "fuzz_image: mode %d: ftl_open: %d %s\n", mode, rc, rc ? err : "");
+		if (rc == 0 && known_l2p_slot(f)) {
+			ftl_abandon(f);
+			rc = -1;
+		}
 		if (rc == 0) {
 			ftl_get_info(f, &info);
 			if (getenv("FUZZ_IMAGE_LOG"))
@@ -375,6 +401,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		uint32_t ppa = pages[sel % npages];
 		int area = flags & 3;
 		bool fix = !(flags & 4);
+		if (getenv("FUZZ_IMAGE_LOG")) {
+			struct ftl_spare sp;
+			memcpy(&sp, golden + data_off + (uint64_t)ppa * slot + geo.page_size, sizeof sp);
+			fprintf(stderr, "fuzz_image: patch %s of page %u (block %u page %u: type %u, lba %u), "
+				"offset %u, %zu byte(s)%s\n", area == 1 ? "spare" : area == 2 ? "block table entry" : "data",
+				ppa, ppa / geo.pages_per_block, ppa % geo.pages_per_block, sp.type, sp.lba,
+				area == 2 ? off % 16 : off % (area == 1 ? geo.spare_size : geo.page_size), len,
+				fix ? ", checksums made valid" : "");
+		}
 		if (area == 2) {
 			uint32_t block = ppa / geo.pages_per_block;
 			off %= 16;

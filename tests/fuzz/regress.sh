@@ -10,7 +10,7 @@ set -u
 cd "$(dirname "$0")/../.."
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export ASAN_OPTIONS=detect_leaks=1
-unset FUZZ_NBD_EVENT_IGNORE
+unset FUZZ_NBD_EVENT_IGNORE FUZZ_IMAGE_KNOWN
 logdir=build/fuzz/logs
 mkdir -p "$logdir"
 pass=0

@@ -16,8 +16,9 @@
 #
 # Known findings, reported and not fixed yet, are suppressed so that the
 # time goes to new ones, and listed in the summary: tests/fuzz/known/
-# ubsan.supp (UBSan suppressions) and libevent.txt (libevent warnings,
-# one substring a line, that fuzz_nbd does not count).  Their reproducers
+# ubsan.supp (UBSan suppressions), libevent.txt (libevent warnings, one
+# substring a line, that fuzz_nbd does not count) and image.txt (damage
+# fuzz_image steps around).  Their reproducers
 # are in tests/fuzz/regress/ (tests/fuzz/regress.sh replays them with
 # nothing suppressed).
 #
@@ -47,6 +48,10 @@ ubsan="halt_on_error=1:print_stacktrace=1"
 [ -f "$supp" ] && [ -z "${FUZZ_NO_SUPP:-}" ] && ubsan="$ubsan:suppressions=$supp"
 export UBSAN_OPTIONS=$ubsan
 export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=0"
+if [ -f tests/fuzz/known/image.txt ] && [ -z "${FUZZ_NO_SUPP:-}" ]; then
+	FUZZ_IMAGE_KNOWN=$(grep -v '^#' tests/fuzz/known/image.txt | grep . | paste -sd ' ')
+	export FUZZ_IMAGE_KNOWN
+fi
 if [ -f tests/fuzz/known/libevent.txt ] && [ -z "${FUZZ_NO_SUPP:-}" ]; then
 	FUZZ_NBD_EVENT_IGNORE=$(grep -v '^#' tests/fuzz/known/libevent.txt | grep . | paste -sd '|')
 	export FUZZ_NBD_EVENT_IGNORE
