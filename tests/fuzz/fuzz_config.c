@@ -12,6 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tests/fuzz/tmpdir.h"
+
 #include "server/flashd.h"
 
 void __wrap_log_msg(int prio, const char *fmt, ...)
@@ -31,14 +33,7 @@ static void cleanup(void)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (!dir[0]) {
-		snprintf(dir, sizeof dir, "/dev/shm/flashd-fuzz-conf.XXXXXX");
-		if (!mkdtemp(dir)) {
-			snprintf(dir, sizeof dir, "/tmp/flashd-fuzz-conf.XXXXXX");
-			if (!mkdtemp(dir)) {
-				perror("mkdtemp");
-				exit(1);
-			}
-		}
+		fuzz_mkdtemp(dir, sizeof dir, "conf");
 		snprintf(path, sizeof path, "%s/flashd.conf", dir);
 		atexit(cleanup);
 	}

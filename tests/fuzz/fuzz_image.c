@@ -46,6 +46,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "tests/fuzz/tmpdir.h"
+
 #include "common/crc32c.h"
 #include "ftl/ftl.h"
 #include "ftl/ftl_int.h"
@@ -174,12 +176,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	(void)argc;
 	(void)argv;
 	ftl_set_logger(quiet, NULL);
-	snprintf(dir, sizeof dir, "/dev/shm/flashd-fuzz-img.XXXXXX");
-	if (!mkdtemp(dir)) {
-		snprintf(dir, sizeof dir, "/tmp/flashd-fuzz-img.XXXXXX");
-		if (!mkdtemp(dir))
-			die("mkdtemp", strerror(errno));
-	}
+	fuzz_mkdtemp(dir, sizeof dir, "img");
 	snprintf(golden_path, sizeof golden_path, "%s/golden.img", dir);
 	snprintf(work_path, sizeof work_path, "%s/work.img", dir);
 	atexit(cleanup);

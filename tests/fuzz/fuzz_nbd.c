@@ -43,6 +43,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tests/fuzz/tmpdir.h"
+
 #include <event2/event.h>
 
 int flashd_main(int argc, char **argv);
@@ -127,14 +129,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	if (getenv("FUZZ_NBD_HANG_S"))
 		hang_s = atoi(getenv("FUZZ_NBD_HANG_S"));
 	event_set_log_callback(event_log);
-	snprintf(dir, sizeof dir, "/dev/shm/flashd-fuzz-nbd.XXXXXX");
-	if (!mkdtemp(dir)) {
-		snprintf(dir, sizeof dir, "/tmp/flashd-fuzz-nbd.XXXXXX");
-		if (!mkdtemp(dir)) {
-			perror("mkdtemp");
-			exit(1);
-		}
-	}
+	fuzz_mkdtemp(dir, sizeof dir, "nbd");
 	atexit(cleanup);
 	char path[128];
 	snprintf(path, sizeof path, "%s/psk", dir);

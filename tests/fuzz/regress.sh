@@ -30,5 +30,6 @@ for d in tests/fuzz/regress/*/; do
 		fi
 	done
 done
+tests/fuzz/sweep.sh
 echo "regression inputs: $pass pass, $fail fail"
 [ $fail -eq 0 ]

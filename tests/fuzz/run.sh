@@ -121,6 +121,7 @@ for t in "${targets[@]}"; do
 	summary+=("$line")
 	echo "    $line"
 done
+tests/fuzz/sweep.sh
 echo "=== fuzzing summary ($(($(date +%s) - t_start)) s)"
 printf '%s\n' "${summary[@]}"
 if [ -z "${FUZZ_NO_SUPP:-}" ] && [ -d tests/fuzz/known ]; then
