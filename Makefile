@@ -124,6 +124,63 @@ bench: all
 	scripts/deps.sh bench
 	tests/bench/run.sh
 
+# ---- Fuzzing (tests/fuzz/) -------------------------------------------------
+#
+#   make fuzz [FUZZ_SECONDS=3600] [FUZZ_TARGETS="nbd image config acl"]
+#
+# libFuzzer targets built with clang (-fsanitize=fuzzer,address,undefined)
+# into $(BUILD)/fuzz/: nbd (an in-process flashd on a unix socket; each input
+# is one client's byte stream), image (damaged superblock, checkpoint, footer
+# and log pages of a small image, opened read-only), config (flashd.conf
+# parser) and acl (allow rules and common/parse.c).  FUZZ_SECONDS is split
+# among the targets; findings land in $(BUILD)/fuzz/findings/TARGET/.
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 3600
+FUZZ_TARGETS ?= nbd image config acl
+# UBSan reports are recoverable so that tests/fuzz/known/ubsan.supp can
+# suppress known ones; run.sh and regress.sh set halt_on_error=1
+FUZZ_SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer
+FUZZ_CFLAGS  := -std=gnu11 -D_GNU_SOURCE -pthread -I. -O1 -g -Wall -Wno-unused-parameter $(FUZZ_SAN)
+FUZZ_LIBS    := $(shell pkg-config --libs libevent_pthreads libevent_openssl libevent libsystemd inih openssl 2>/dev/null) -pthread -lm
+FUZZ_LIB_OBJS    := $(LIB_SRCS:%.c=$(BUILD)/fuzz/obj/%.o)
+FUZZ_SERVER_OBJS := $(SERVER_SRCS:%.c=$(BUILD)/fuzz/obj/%.o) $(BUILD)/fuzz/obj/gen/dashboard_files.o
+FUZZ_BINS    := $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
+
+.PHONY: fuzz fuzz-build
+fuzz-build: $(FUZZ_BINS)
+
+fuzz: fuzz-build
+	tests/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+$(BUILD)/fuzz/deps-stamp: scripts/deps.sh
+	@mkdir -p $(dir $@)
+	scripts/deps.sh fuzz
+	@touch $@
+
+# library and server code, instrumented for coverage (fuzzer-no-link); the
+# server's main() becomes flashd_main() for the in-process server
+$(BUILD)/fuzz/obj/%.o: %.c $(BUILD)/fuzz/deps-stamp
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link $(if $(filter server/main.c,$<),-Dmain=flashd_main) \
+		$(shell pkg-config --cflags libevent libsystemd inih openssl 2>/dev/null) -MMD -MP -c -o $@ $<
+
+$(BUILD)/fuzz/obj/gen/dashboard_files.o: $(BUILD)/gen/dashboard_files.c $(BUILD)/fuzz/deps-stamp
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -c -o $@ $<
+
+$(BUILD)/fuzz/obj/tests/fuzz/%.o: tests/fuzz/%.c $(BUILD)/fuzz/deps-stamp
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c -o $@ $<
+
+$(BUILD)/fuzz/fuzz_nbd: $(BUILD)/fuzz/obj/tests/fuzz/fuzz_nbd.o $(FUZZ_SERVER_OBJS) $(FUZZ_LIB_OBJS)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -Wl,--wrap=log_msg -o $@ $^ $(FUZZ_LIBS)
+
+$(BUILD)/fuzz/fuzz_config: $(BUILD)/fuzz/obj/tests/fuzz/fuzz_config.o $(FUZZ_SERVER_OBJS) $(FUZZ_LIB_OBJS)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -Wl,--wrap=log_msg -o $@ $^ $(FUZZ_LIBS)
+
+$(BUILD)/fuzz/fuzz_acl $(BUILD)/fuzz/fuzz_image: $(BUILD)/fuzz/fuzz_%: $(BUILD)/fuzz/obj/tests/fuzz/fuzz_%.o $(FUZZ_LIB_OBJS)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ -pthread -lm
+
 clean:
 	rm -rf $(BUILD)
 
@@ -210,4 +267,4 @@ uninstall:
 		fi; \
 	fi
 
--include $(shell find $(BUILD)/obj $(BUILD)/san/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/san/obj $(BUILD)/fuzz/obj -name '*.d' 2>/dev/null)

@@ -5,6 +5,7 @@
 #   scripts/deps.sh check   build + the real clients the tests drive
 #   scripts/deps.sh bench   check + the peers `make bench` compares against
 #   scripts/deps.sh vm      check + qemu, debootstrap (kernel client tests)
+#   scripts/deps.sh fuzz    build + clang and its libFuzzer runtime (`make fuzz`)
 #
 # check includes chromium: tests/test-dashboard.sh loads the dashboard in it
 # (headless).
@@ -21,6 +22,7 @@ build_pkgs="gcc make pkg-config libevent-dev libssl-dev libnbd-dev nbdkit-plugin
 check_pkgs="nbdkit libnbd-bin python3-libnbd qemu-utils fio iproute2 python3 curl gnutls-bin openssl man-db groff-base chromium"
 bench_pkgs="nbdkit qemu-utils fio procps gnuplot-nox"
 vm_pkgs="qemu-system-x86 busybox-static cpio debootstrap kmod gzip"
+fuzz_pkgs="clang libclang-rt-14-dev"
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -48,7 +50,8 @@ for what in "$@"; do
 	check) want="$want $check_pkgs"; promtool=1 ;;
 	bench) want="$want $check_pkgs $bench_pkgs"; promtool=1 ;;
 	vm) want="$want $check_pkgs $vm_pkgs"; promtool=1 ;;
-	*) echo "deps.sh: unknown set '$what' (build, check, bench, vm)" >&2; exit 2 ;;
+	fuzz) want="$want $fuzz_pkgs" ;;
+	*) echo "deps.sh: unknown set '$what' (build, check, bench, vm, fuzz)" >&2; exit 2 ;;
 	esac
 done
 
