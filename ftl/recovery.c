@@ -391,11 +391,16 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 	uint64_t lost = 0;
 	for (uint64_t u = 0; u < f->units; u++) {
 		uint32_t e = f->l2p[u];
-		if (!l2p_is_ppa(e))
+		if (e == L2P_UNMAPPED || e == L2P_LOST)
 			continue;
-		uint32_t b = ppa_block(f, e);
-		if (e >= f->nblocks * f->ppb ||
-		    (x.cls[b] != RC_DATA && x.cls[b] != RC_SCAN && x.cls[b] != RC_UNREADABLE)) {
+		/* no write buffer exists yet: an entry that looks like a slot
+		 * (or a page past the data pages) came from a damaged map */
+		uint32_t b = l2p_is_ppa(e) && e < f->nblocks * f->ppb ? ppa_block(f, e) : FTL_NO_BLOCK;
+		if (b == FTL_NO_BLOCK || ppa_page(f, e) >= f->data_pages ||
+		    (x.cls[b] != RC_DATA && x.cls[b] != RC_SCAN && x.cls[b] != RC_UNREADABLE) ||
+		    f->blk[b].valid >= f->data_pages) {
+			/* (more units than pages in one block: a damaged map
+			 * maps some twice; the count indexes GC's buckets) */
 			f->l2p[u] = L2P_LOST;
 			lost++;
 			continue;
