@@ -460,7 +460,12 @@ int writer_kick(struct ftl *f, struct stream *s)
 			break;
 		uint32_t ppa = sl->ppa;
 		if (s->id == STREAM_GC) {
-			ppa = set_next_page(f, &s->set[sl->cold ? SET_COLD : SET_FIRST], f->gc_min);
+			/* the other temperature's open band rather than none: room
+			 * GC admission counted may be in either (gc_room) */
+			uint32_t set = sl->cold ? SET_COLD : SET_FIRST;
+			ppa = set_next_page(f, &s->set[set], f->gc_min);
+			if (ppa == FTL_NO_BLOCK)
+				ppa = set_next_page(f, &s->set[set ^ 1], f->gc_min);
 			if (ppa == FTL_NO_BLOCK) {
 				s->stalled = true;
 				break;
