@@ -10,7 +10,8 @@ an export "secret" that only 192.0.2.0/24 may use.
   option limits       an option over 16 KiB is answered TOO_BIG and the
                       connection goes on; one over 1 MiB closes it; the
                       33rd option is answered TOO_BIG and the connection
-                      closes
+                      closes (an EXPORT_NAME there: closed unanswered; an
+                      ABORT: acknowledged)
   option flood        clients that flood options and never read the
                       replies cost (almost) no memory (was: 18 -> 423 MiB)
   meta context ACL    LIST/SET_META_CONTEXT on a denied export: POLICY, no
@@ -207,7 +208,28 @@ with section("option limits: size and count"):
     check(rtype == REP_ERR_TOO_BIG, "option #33: %s, want NBD_REP_ERR_TOO_BIG" % repname(rtype))
     check(c.wait_closed(5), "the connection stayed open after too many options")
     c.close()
-    log("     20 KiB option: TOO_BIG; 2 MiB: closed; 33rd option: TOO_BIG and closed")
+    # the 33rd option is NBD_OPT_EXPORT_NAME: it has no option reply, so
+    # the connection closes without one (was: a TOO_BIG option reply)
+    c = SrcConn()
+    c.handshake()
+    for i in range(32):
+        c.final_reply(OPT_LIST)
+    c.option(OPT_EXPORT_NAME, EXPORT.encode())
+    closed, got = c.expect_silence_then_close(5)
+    check(closed and not got, "EXPORT_NAME as option #33: %d bytes sent before the close, want none" % len(got))
+    c.close()
+    # the 33rd option is NBD_OPT_ABORT: acknowledged, then closed
+    c = SrcConn()
+    c.handshake()
+    for i in range(32):
+        c.final_reply(OPT_LIST)
+    c.option(OPT_ABORT)
+    _, rtype, _ = c.opt_reply(OPT_ABORT)
+    check(rtype == REP_ACK, "ABORT as option #33: %s, want NBD_REP_ACK" % repname(rtype))
+    check(c.wait_closed(5), "the connection stayed open after ABORT as option #33")
+    c.close()
+    log("     20 KiB option: TOO_BIG; 2 MiB: closed; 33rd option: TOO_BIG and closed "
+        "(EXPORT_NAME: closed unanswered; ABORT: ACK)")
 
 # ---- option flood ------------------------------------------------------------------
 with section("option flood without reading the replies", timeout=90):
