@@ -1265,6 +1265,7 @@ int main(int argc, char **argv)
 	evthread_use_pthreads();
 	pthread_mutex_init(&srv.lock, NULL);
 	pthread_mutex_init(&srv.cmd_lock, NULL);
+	pthread_mutex_init(&srv.budget_lock, NULL);
 	srv.base = event_base_new();
 	srv.started = time(NULL);
 	if (srv.base)

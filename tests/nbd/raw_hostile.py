@@ -25,6 +25,14 @@ an export "secret" that only 192.0.2.0/24 may use.
                       GiB), and a well-behaved client on the same export is
                       served meanwhile (was: stalled 10 s)
   idle buffers        a connection idle after large reads gives its buffers back
+  buffer_limit        (reloaded to 64M, idle_timeout 3) a request waiting
+                      for buffer_limit longer than idle_timeout is not
+                      closed as idle and is served once the budget comes
+                      free; a refused request (out of range) does not wait
+                      for a buffer; two busy clients keeping 32 MiB buffers
+                      for reuse give them back when a third client's 1 MiB
+                      READ waits (was: 11 s, until one disconnected); the
+                      budget in use and the waiting count are in the status
   control socket      a huge body, huge headers and an endless header line
                       are refused early and cost no memory; NBD handshakes
                       go on meanwhile
@@ -364,6 +372,202 @@ with section("an idle connection gives its buffers back", timeout=60):
     r = c.cmd(CMD_READ, offset=0, length=4096)
     check(r.error == 0, "a read after the idle period failed: %r" % r)
     c.close()
+
+# ---- buffer_limit: waiting connections, kept buffers, refused requests ---------------
+def reload_with(text, what):
+    """Rewrite the configuration file to text, reload, wait for it."""
+    with open(args.config, "w") as f:
+        f.write(text)
+    pos = log_size()
+    os.kill(args.pid, signal.SIGHUP)
+    end = time.monotonic() + 10
+    while "reload of" not in log_since(pos) and time.monotonic() < end:
+        time.sleep(0.1)
+    check("reload of" in log_since(pos), "the reload (%s) was not logged" % what)
+
+
+def status():
+    return json.loads(ctl_get("/v1/status")[1])
+
+
+bstop = threading.Event()
+
+
+def budget_wait_checks():
+    """With two clients holding the whole budget in flight: a refused
+    request is answered at once, a 1 MiB READ waits longer than
+    idle_timeout without being closed and is served once they go."""
+    fails = []
+    # two clients hold the whole budget in flight (a 32 MiB READ each,
+    # read slowly: making progress, so not idle)
+    holders = []
+    for i in range(2):
+        c = SrcConn("127.0.0.5", timeout=20)
+        c.handshake()
+        c.go(infos=(), structured=False)
+        c.send(Conn.pack_request(CMD_READ, 0, 1, i * 32 * MiB, 32 * MiB))
+        holders.append(c)
+    bstop.clear()
+
+    def slow_reader(c):
+        while not bstop.is_set():
+            try:
+                if not c.sock.recv(256 << 10):
+                    return
+            except OSError:
+                return
+            time.sleep(0.3)
+    readers = [threading.Thread(target=slow_reader, args=(c,), daemon=True) for c in holders]
+    for t in readers:
+        t.start()
+    time.sleep(0.5)
+    used = status()["buffers"]
+    log("     two slow readers of 32 MiB: buffers %s of %s" % (mib(used["bytes"]), mib(used["limit"])))
+    check(used["bytes"] >= 64 * MiB, "two 32 MiB READs in flight hold only %s of buffers" % mib(used["bytes"]))
+
+    # a 1 MiB READ does not fit: it waits, longer than idle_timeout, and is
+    # not closed for it (was: closed as idle after 3 s)
+    w = SrcConn("127.0.0.6", timeout=20)
+    w.handshake()
+    w.go(infos=(), structured=False)
+    w.send(Conn.pack_request(CMD_READ, 0, 7, 64 * MiB, MiB))
+    tw = time.monotonic()
+    time.sleep(1)
+    st = status()["buffers"]
+    if st["waiting"] < 1:
+        fails.append("no connection counted as waiting for buffer_limit: %r" % st)
+
+    # refused requests need no buffer: answered at once, budget full or not
+    # (was: a READ out of range waited for its 32 MiB like any other)
+    r = SrcConn("127.0.0.7", timeout=2)
+    r.handshake()
+    r.go(infos=(), structured=False)
+    t0 = time.monotonic()
+    try:
+        rep = r.cmd(CMD_READ, offset=1 << 50, length=32 * MiB)
+        if rep.error != EINVAL:
+            fails.append("a READ beyond the end with the budget full: error %d, want EINVAL" % rep.error)
+        log("     a refused 32 MiB READ with the budget full was answered in %.2f s" % (time.monotonic() - t0))
+    except (Closed, OSError) as e:
+        fails.append("a READ beyond the end with the budget full was not answered within 2 s (%s)" % e)
+    r.close()
+
+    w.sock.settimeout(max(0.1, tw + 5 - time.monotonic()))
+    try:
+        got = w.sock.recv(1)
+        fails.append("the waiting client got %s while the budget was full" % ("closed" if not got else "a reply"))
+    except socket.timeout:
+        pass
+    except OSError as e:
+        fails.append("the waiting client was closed while it waited (%s)" % e)
+    # the holders go: the waiting READ is served (woken, not polled)
+    bstop.set()
+    for c in holders:
+        c.reset()
+    t0 = time.monotonic()
+    w.sock.settimeout(10)
+    try:
+        rep = w.reply_for(7, {7: MiB})
+        if rep.error or len(rep.data) != MiB:
+            fails.append("the waiting READ: error %d" % rep.error)
+        log("     a 1 MiB READ waited %.1f s (idle_timeout 3 s) and was served %.2f s after the "
+            "budget came free" % (time.monotonic() - tw, time.monotonic() - t0))
+    except (Closed, OSError) as e:
+        fails.append("the client waiting for buffer_limit was closed: %s" % e)
+    w.close()
+    # logged at most once per 10 s: the 40 pipelining clients above may
+    # have had the line
+    if "waits for buffer_limit" not in log_since(0):
+        fails.append("no log line says a request waits for buffer_limit")
+    check(not fails, "; ".join(fails))
+
+
+def budget_busy_checks():
+    """Two busy clients keeping buffers for reuse (a 32 MiB WRITE and READ
+    each, then 4 KiB reads without a pause) give them back when a third
+    client's 1 MiB READ waits (was: 11 s, until a busy client left)."""
+    uri = "nbd://127.0.0.1:%d/%s" % (args.port, EXPORT)
+    ready = [threading.Event(), threading.Event()]
+    counts = [0, 0]
+    errs = []
+
+    def busy(i):
+        try:
+            h = nbd.NBD()
+            h.connect_uri(uri)
+            base = (4 + 2 * i) * 32 * MiB
+            d = os.urandom(32 * MiB)
+            h.pwrite(d, base)
+            if h.pread(32 * MiB, base) != d:
+                errs.append("busy client %d read back other data" % i)
+            ready[i].set()
+            while not bstop.is_set():
+                h.pread(4096, base)
+                counts[i] += 1
+            h.shutdown()
+        except Exception as e:  # noqa: BLE001
+            errs.append("busy client %d: %s" % (i, e))
+            ready[i].set()
+    bstop.clear()
+    bt = [threading.Thread(target=busy, args=(i,), daemon=True) for i in range(2)]
+    for t in bt:
+        t.start()
+    for e in ready:
+        e.wait(60)
+    time.sleep(0.3)
+    used = status().get("buffers", {}).get("bytes", -1)
+    res = {}
+
+    def third():
+        try:
+            h = nbd.NBD()
+            h.connect_uri(uri)
+            res["data"] = h.pread(MiB, 0)
+            h.shutdown()
+        except Exception as e:  # noqa: BLE001
+            res["err"] = e
+    c0 = list(counts)
+    t = threading.Thread(target=third, daemon=True)
+    t0 = time.monotonic()
+    t.start()
+    t.join(5)
+    dt = time.monotonic() - t0
+    c1 = list(counts)
+    log("     busy clients keep %s; a third client's 1 MiB READ took %.2f s; the busy ones made "
+        "%d and %d reads meanwhile" % (mib(used), dt, c1[0] - c0[0], c1[1] - c0[1]))
+    bstop.set()
+    for x in bt:
+        x.join(20)
+    t.join(20)
+    check(not t.is_alive() and dt < 5, "a 1 MiB READ was not served within 5 s beside two busy "
+          "clients keeping buffers (buffer_limit 64M)")
+    check("err" not in res, "the third client failed: %s" % res.get("err"))
+    check(all(b > a for a, b in zip(c0, c1)), "the busy clients stalled meanwhile: %r -> %r" % (c0, c1))
+    check(not errs, "; ".join(errs))
+
+
+with open(args.config) as f:
+    orig_conf = f.read()
+with section("buffer_limit: reload to 64M, idle_timeout 3"):
+    wait_no_connections("the section before")
+    reload_with(orig_conf.replace("buffer_limit = 128M", "buffer_limit = 64M")
+                .replace("idle_timeout = 0", "idle_timeout = 3"), "buffer_limit 64M, idle_timeout 3")
+with section("buffer_limit: refusals do not wait; a waiting client is not idle and is woken", timeout=60):
+    try:
+        budget_wait_checks()
+    finally:
+        bstop.set()
+with section("buffer_limit: busy clients give kept buffers back to a waiting one", timeout=120):
+    wait_no_connections("the section before")
+    try:
+        budget_busy_checks()
+    finally:
+        bstop.set()
+with section("buffer_limit: the configuration back"):
+    try:
+        wait_no_connections("the buffer_limit checks")
+    finally:
+        reload_with(orig_conf, "the configuration back")
 
 # ---- control socket ----------------------------------------------------------------
 def ctl_abuse(head, fill, total):
