@@ -952,7 +952,15 @@ static void budget_retry(struct conn *c)
 	}
 	if (go) {
 		c->budget_wait = false;
-		maybe_resume(c);
+		/* not maybe_resume: its hysteresis (below half of the
+		 * in-flight limits) is for clients that stopped reading; this
+		 * one passed over_limits already, and as the queue's head it
+		 * must go on or it holds up every connection behind it */
+		if (!c->closing && !c->reading && !c->d->paused && !over_limits(c)) {
+			event_add(c->rev, NULL);
+			c->reading = true;
+			event_active(c->rev, EV_READ, 0);
+		}
 	}
 }
 

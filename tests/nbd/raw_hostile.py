@@ -32,6 +32,9 @@ an export "secret" that only 192.0.2.0/24 may use.
                       for a buffer; two busy clients keeping 32 MiB buffers
                       for reuse give them back when a third client's 1 MiB
                       READ waits (was: 11 s, until one disconnected); the
+                      first in the queue of waiters, paused with 14 MiB of
+                      its own replies unread, goes on once its buffer fits
+                      (else everyone behind it waits for ever); the
                       budget in use and the waiting count are in the status
   control socket      a huge body, huge headers and an endless header line
                       are refused early and cost no memory; NBD handshakes
@@ -90,12 +93,14 @@ def mib(n):
 class SrcConn(Conn):
     """A TCP connection from a chosen loopback source address."""
 
-    def __init__(self, src="127.0.0.1", export=EXPORT, timeout=10.0):
+    def __init__(self, src="127.0.0.1", export=EXPORT, timeout=10.0, rcvbuf=None):
         self.family = socket.AF_INET
         self.address = ("127.0.0.1", args.port)
         self.export = export
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.settimeout(timeout)
+        if rcvbuf:   # before connect: a small receive window
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         self.sock.bind((src, 0))
         self.sock.connect(self.address)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -546,6 +551,45 @@ def budget_busy_checks():
     check(not errs, "; ".join(errs))
 
 
+def budget_head_checks():
+    """The head of the budget queue, paused with its own unread replies
+    (between half and all of the in-flight limit), must still go on when
+    its buffer fits, or every waiter behind it waits for ever."""
+    def reader(src, offset, length, rcvbuf=None):
+        c = SrcConn(src, timeout=20, rcvbuf=rcvbuf)
+        c.handshake()
+        c.go(infos=(), structured=False)
+        c.send(Conn.pack_request(CMD_READ, 0, 1, offset, length))
+        time.sleep(0.3)
+        return c
+    h1 = reader("127.0.0.5", 0, 32 * MiB)                            # 32 MiB
+    x = reader("127.0.0.6", 32 * MiB, 14 * MiB, rcvbuf=64 << 10)     # 16 MiB buffer, never read
+    h2 = reader("127.0.0.5", 48 * MiB, 16 * MiB)                     # 16 MiB: the budget is full
+    x.send(Conn.pack_request(CMD_READ, 0, 2, 64 * MiB, 2 * MiB))     # waits: the queue's head
+    time.sleep(0.3)
+    w = reader("127.0.0.7", 80 * MiB, MiB)                           # waits behind it
+    time.sleep(0.5)
+    st = status()["buffers"]
+    log("     budget full (%s of %s), %d connection(s) waiting" % (mib(st["bytes"]), mib(st["limit"]),
+                                                                st["waiting"]))
+    check(st["waiting"] >= 2, "want two connections waiting for buffer_limit: %r" % st)
+    h1.reset()
+    h2.reset()
+    t0 = time.monotonic()
+    w.sock.settimeout(5)
+    try:
+        rep = w.reply_for(1, {1: MiB})
+        check(rep.error == 0, "the READ behind the head: error %d" % rep.error)
+        log("     the READ behind a head with 14 MiB of unread replies was served %.2f s after the "
+            "budget came free" % (time.monotonic() - t0))
+    except socket.timeout:
+        check(False, "a READ behind the queue's head (paused with its own unread replies) was not "
+              "served within 5 s of the budget coming free")
+    finally:
+        x.reset()
+        w.close()
+
+
 with open(args.config) as f:
     orig_conf = f.read()
 with section("buffer_limit: reload to 64M, idle_timeout 3"):
@@ -563,6 +607,10 @@ with section("buffer_limit: busy clients give kept buffers back to a waiting one
         budget_busy_checks()
     finally:
         bstop.set()
+with section("buffer_limit: the queue's head paused by its own replies holds up no one", timeout=60):
+    wait_no_connections("the section before")
+    reload_with(orig_conf.replace("buffer_limit = 128M", "buffer_limit = 64M"), "buffer_limit 64M, idle_timeout 0")
+    budget_head_checks()
 with section("buffer_limit: the configuration back"):
     try:
         wait_no_connections("the buffer_limit checks")
