@@ -36,6 +36,9 @@ an export "secret" that only 192.0.2.0/24 may use.
                       its own replies unread, goes on once its buffer fits
                       (else everyone behind it waits for ever); the
                       budget in use and the waiting count are in the status
+  in-flight cap       480 pipelined 4 KiB READs (unix socket), unread, are
+                      all parsed: each charges its payload to the 16 MiB
+                      cap (was: its 128 KiB buffer, about 128 requests)
   control socket      a huge body, huge headers and an endless header line
                       are refused early and cost no memory; NBD handshakes
                       go on meanwhile
@@ -616,6 +619,37 @@ with section("buffer_limit: the configuration back"):
         wait_no_connections("the buffer_limit checks")
     finally:
         reload_with(orig_conf, "the configuration back")
+
+# ---- in-flight cap: payload, not buffer capacity ------------------------------------
+def reads_answered():
+    return next(d for d in status()["dimms"] if d["name"] == EXPORT)["io"]["ops"]["read"]
+
+
+with section("the in-flight cap counts payload: 480 pipelined 4 KiB READs, unread, are all parsed",
+             timeout=60):
+    wait_no_connections("the section before")
+    # over the unix socket its send buffer takes only ~200 KiB of replies;
+    # the rest wait in flashd.  Each READ charges 4 KiB to the 16 MiB cap
+    # (was: the 128 KiB buffer it carries, stopping at about 128 requests)
+    before = reads_answered()
+    c = Conn(socket.AF_UNIX, args.unix_sock, EXPORT, timeout=10)
+    c.handshake()
+    c.go(infos=(), structured=False)
+    n = 480
+    c.send(b"".join(Conn.pack_request(CMD_READ, 0, k + 1, k * 4096, 4096) for k in range(n)))
+    end = time.monotonic() + 5
+    got = reads_answered() - before
+    while got < n and time.monotonic() < end:
+        time.sleep(0.1)
+        got = reads_answered() - before
+    log("     %d of %d pipelined 4 KiB READs answered while the client read nothing" % (got, n))
+    check(got >= n, "only %d of %d pipelined 4 KiB READs were parsed while the client did not read "
+          "(the in-flight cap counts buffer capacity?)" % (got, n))
+    for k in range(n):
+        r = c.reply_for(k + 1, {k + 1: 4096})
+        check(r.error == 0, "READ %d: %r" % (k + 1, r))
+    c.close()
+
 
 # ---- control socket ----------------------------------------------------------------
 def ctl_abuse(head, fill, total):
