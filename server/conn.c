@@ -20,37 +20,49 @@
  *   units: FTL_IO_ANY_ALIGN) and READ/WRITE up to MAX_PAYLOAD_ANY.
  *   Payload-less commands take any length inside the export.
  * Memory: request structs and buffers up to BUF_KEEP bytes are recycled
- * (no allocation per request in steady state); at most MAX_INFLIGHT requests
- * and MAX_INFLIGHT_BYTES of buffers per connection, beyond which no new
- * request header is parsed until replies drain (below half of either).  A
- * request that needs a big buffer (a READ over BUF_KEEP, a WRITE payload
- * over the input buffer; up to MAX_PAYLOAD_ANY) is parsed only once that
- * buffer fits under MAX_INFLIGHT_BYTES, or when nothing else is in flight
- * (c->want_bytes).  So a connection's buffers in flight stay under
- * max(MAX_INFLIGHT_BYTES + INBUF_SIZE, MAX_PAYLOAD_ANY), whatever the
- * request sizes: a client that sends requests and never reads the replies
- * is paused (its socket is not read) once its replies hold that much, and
- * resumed when they drain.  On top of that it keeps at most BIG_CACHE_BYTES
- * of big buffers and its recycled BUF_KEEP buffers for reuse, and the input
- * buffer; a connection idle for IDLE_TRIM_S gives all of those back (the
- * tick, conn_tick).  The limits gate new requests only: a WRITE payload
- * already announced keeps being received (its buffer exists) or discarded,
- * so a client that reads its replies never deadlocks, whatever the mix of
- * requests up to its limit.
+ * (no allocation per request in steady state); at most MAX_INFLIGHT
+ * requests and MAX_INFLIGHT_BYTES of payload (struct req charge: a READ's
+ * or WRITE's length, a block status reply; FLUSH, TRIM and the like
+ * nothing) per connection, beyond which no new request header is parsed
+ * until replies drain (below half of either).  A request whose payload
+ * does not fit under MAX_INFLIGHT_BYTES beside what is in flight is parsed
+ * only once it does, or when nothing else is in flight (c->want_bytes).
+ * So a client that sends requests and never reads the replies is paused
+ * (its socket is not read) once its replies hold that much, and resumed
+ * when they drain; its buffers then hold at most about twice that
+ * (buffers are powers of two) plus a BUF_KEEP buffer per small request,
+ * all of it under buffer_limit below.  On top of that it keeps at most
+ * BIG_CACHE_BYTES of big buffers and its recycled BUF_KEEP buffers for
+ * reuse, and the input buffer; a connection idle for IDLE_TRIM_S gives all
+ * of those back (the tick, conn_tick).  The limits gate new requests only:
+ * a WRITE payload already announced keeps being received (its buffer
+ * exists) or discarded, so a client that reads its replies never
+ * deadlocks, whatever the mix of requests up to its limit.
  * Memory in total (srv->buf_bytes, [server] buffer_limit): every request
  * buffer that exists (in flight or kept for reuse) is counted, on all
- * ioDimm threads together.  A request whose buffer is not at hand (kept)
- * is parsed only if that buffer fits under buffer_limit - except a
- * BUF_KEEP buffer for a connection with nothing in flight, so every client
- * can always make progress with requests up to BUF_KEEP at queue depth 1.
- * Otherwise the connection waits (c->budget_wait: not read) and retries
- * every BUDGET_RETRY_MS, having given back its own kept buffers first.  So
- * the buffers of all connections stay under about buffer_limit +
- * connections * BUF_KEEP (check and add are not one atomic step: threads
+ * ioDimm threads together.  A request is first checked (req_check: a
+ * refused one takes no buffer and never waits); then the buffer it may
+ * need (buf_need: a READ's data, a WRITE's payload - also a small one,
+ * for the copy it gets if the FTL makes it wait - block status
+ * descriptors), if not at hand among the kept ones, must fit under
+ * buffer_limit (budget_take).  A connection with nothing in flight may
+ * always take a BUF_KEEP buffer, so every client can make progress with
+ * requests up to BUF_KEEP at queue depth 1.  Any other request that does
+ * not fit waits (c->budget_wait: its connection is not read) in a queue
+ * of all waiting connections, first come first served: while it is not
+ * empty only its head may allocate, once its buffer fits.  While any
+ * connection waits (pressure) nothing is kept for reuse: every ioDimm
+ * trims what its connections keep, busy or not (budget_cb), and buffers
+ * are freed as their requests finish; each buffer freed wakes the head's
+ * ioDimm (d->budget_ev, coalesced by srv->budget_kick), no polling.  The
+ * tick retries waiters too (and notices clients that went away while not
+ * read).  So the buffers of all connections stay under about buffer_limit
+ * + connections * BUF_KEEP (check and add are not one atomic step: threads
  * racing may each overshoot by one buffer).
  * Idle timeout ([server] idle_timeout, 0: off): a connection that has
  * received no byte, sent no byte and had no reply finish for that long,
- * with nothing inside the FTL and no checkpoint holding it, is closed (its
+ * with nothing inside the FTL, no checkpoint holding it and not waiting
+ * for buffer_limit (the server's own limit), is closed (its
  * unsent replies dropped, with a reset); checked by the tick.
  * Every request whose header was parsed is answered (or dropped with its
  * connection); a connection is freed once it is closing and nothing of it
@@ -100,7 +112,7 @@
 #define TOUT_SIZE (256u << 10)        /* TLS: replies staged for SSL_write */
 #define TICK_MS 1000                  /* idle timeout and buffer trimming */
 #define IDLE_TRIM_S 2                 /* idle this long: buffers given back */
-#define BUDGET_RETRY_MS 10            /* waiting for buffer_limit: retry */
+#define BUDGET_LOG_S 10               /* "waits for buffer_limit": logged once per */
 _Static_assert(MAX_PAYLOAD_ANY <= BIG_CACHE_BYTES, "the largest buffer can be kept");
 _Static_assert(MAX_PAYLOAD <= MAX_PAYLOAD_ANY && MAX_PAYLOAD_ANY <= MAX_WRITE_DISCARD, "limits");
 
@@ -121,6 +133,7 @@ struct req {
 	uint8_t *buf;              /* data, block status payload */
 	size_t buf_cap;
 	bool buf_big;              /* not recycled with the request */
+	uint32_t charge;           /* its bytes in c->inflight_bytes (payload) */
 	bool io_pending;           /* submitted to the FTL, not completed */
 	bool no_reply;             /* NBD_CMD_DISC */
 	struct chunk chunks[MAX_CHUNKS];
@@ -145,6 +158,9 @@ struct conn {
 	uint64_t last_ns;          /* last byte received or sent, or reply finished */
 	uint32_t in_ftl;           /* requests of this connection inside the FTL */
 	bool budget_wait;          /* a request waits for buffer_limit (not read) */
+	bool budget_queued;        /* in the server's budget queue (server.budget_lock) */
+	size_t budget_need;        /* what the request waiting at in_pos needs */
+	struct conn *budget_next, *budget_prev;  /* the queue (server.budget_lock) */
 	uint32_t max_payload;      /* READ/WRITE limit: MAX_PAYLOAD or MAX_PAYLOAD_ANY */
 	uint16_t tflags;
 	struct event *rev, *wev;
@@ -164,8 +180,8 @@ struct conn {
 	int nbig;
 	size_t big_bytes;
 	uint32_t inflight;         /* requests parsed and not yet fully answered */
-	uint64_t inflight_bytes;
-	size_t want_bytes;         /* big buffer of the request waiting at in_pos, 0: none */
+	uint64_t inflight_bytes;   /* payload bytes of those (struct req charge) */
+	size_t want_bytes;         /* charge of the request waiting at in_pos, 0: none */
 
 	struct req *sendq, *sendq_tail;
 	size_t head_sent;          /* bytes of sendq's head already sent */
@@ -194,6 +210,8 @@ static void read_cb(evutil_socket_t fd, short what, void *arg);
 static void conn_tick_arm(struct dimm *d);
 static void conn_trim(struct conn *c);
 static void conn_close_now(struct conn *c, const char *why);
+static void budget_freed(struct server *srv);
+static void budget_dequeue(struct conn *c);
 
 /* ---- requests ----------------------------------------------------------- */
 
@@ -206,9 +224,17 @@ static void buf_account(struct conn *c, int64_t delta)
 
 static void buf_free(struct conn *c, void *p, size_t cap)
 {
-	if (p)
-		buf_account(c, -(int64_t)cap);
 	free(p);
+	if (p) {
+		buf_account(c, -(int64_t)cap);
+		budget_freed(c->d->srv);
+	}
+}
+
+/* Some connection waits for buffer_limit: nothing is kept for reuse. */
+static bool budget_pressure(struct server *srv)
+{
+	return __atomic_load_n(&srv->budget_waiters, __ATOMIC_RELAXED) > 0;
 }
 
 static struct req *req_get(struct conn *c)
@@ -223,7 +249,7 @@ static struct req *req_get(struct conn *c)
 		r->c = c;
 	}
 	r->next = NULL;
-	c->inflight_bytes += r->buf_cap;
+	r->charge = 0;
 	r->error = 0;
 	r->io_pending = false;
 	r->no_reply = false;
@@ -267,7 +293,8 @@ static uint8_t *big_get(struct conn *c, size_t need, size_t *cap)
 
 static void big_put(struct conn *c, uint8_t *p, size_t cap)
 {
-	if (c->nbig < BIG_CACHE && c->big_bytes + cap <= BIG_CACHE_BYTES) {
+	if (c->nbig < BIG_CACHE && c->big_bytes + cap <= BIG_CACHE_BYTES &&
+	    !budget_pressure(c->d->srv)) {
 		c->big[c->nbig].p = p;
 		c->big[c->nbig].cap = cap;
 		c->nbig++;
@@ -297,7 +324,6 @@ static int req_buf(struct req *r, size_t need)
 	if (r->buf_cap >= need)
 		return 0;
 	struct conn *c = r->c;
-	c->inflight_bytes -= r->buf_cap;
 	if (r->buf_big || need > BUF_KEEP) {
 		if (r->buf_big)
 			big_put(c, r->buf, r->buf_cap);
@@ -316,22 +342,30 @@ static int req_buf(struct req *r, size_t need)
 	}
 	if (!r->buf)
 		return -ENOMEM;
-	r->c->inflight_bytes += r->buf_cap;
 	return 0;
 }
 
 static void req_put(struct conn *c, struct req *r)
 {
-	c->inflight_bytes -= r->buf_cap;
+	c->inflight_bytes -= r->charge;
+	r->charge = 0;
 	if (r->buf_big) {
 		big_put(c, r->buf, r->buf_cap);
 		r->buf = NULL;
 		r->buf_cap = 0;
 		r->buf_big = false;
+	} else if (r->buf && budget_pressure(c->d->srv)) {
+		buf_free(c, r->buf, r->buf_cap);
+		r->buf = NULL;
+		r->buf_cap = 0;
 	}
 	c->inflight--;
 	r->next = c->free_reqs;
 	c->free_reqs = r;
+	/* waiting for buffer_limit with nothing in flight now: a request of
+	 * up to BUF_KEEP may go (budget_take) */
+	if (c->budget_wait && !c->inflight && c->d->budget_ev)
+		event_active(c->d->budget_ev, EV_READ, 0);
 }
 
 static int nbd_errno(int err)
@@ -607,12 +641,12 @@ static void do_ftl(struct conn *c, struct req *r, enum ftl_io_type type, uint32_
 	ftl_submit(c->d->ftl, &r->io);
 }
 
-/* Validate a parsed request; returns the NBD error to answer with, or 0. */
-static int req_check(struct conn *c, struct req *r)
+/* Validate a request header; returns the NBD error to answer with, or 0. */
+static int req_check(struct conn *c, uint16_t type, uint16_t flags, uint64_t offset, uint32_t length)
 {
 	struct dimm *d = c->d;
 	uint32_t allowed = NBD_CMD_FLAG_FUA;
-	switch (r->type) {
+	switch (type) {
 	case NBD_CMD_READ:
 		if (c->structured)
 			allowed |= NBD_CMD_FLAG_DF;
@@ -631,31 +665,31 @@ static int req_check(struct conn *c, struct req *r)
 	default:
 		return NBD_EINVAL;
 	}
-	if (r->flags & ~allowed)
+	if (flags & ~allowed)
 		return NBD_EINVAL;
-	if (r->type == NBD_CMD_FLUSH)
+	if (type == NBD_CMD_FLUSH)
 		return 0;
-	bool writes = r->type == NBD_CMD_WRITE || r->type == NBD_CMD_WRITE_ZEROES ||
-		      r->type == NBD_CMD_TRIM;
+	bool writes = type == NBD_CMD_WRITE || type == NBD_CMD_WRITE_ZEROES ||
+		      type == NBD_CMD_TRIM;
 	if (writes && (d->cfg->readonly || c->readonly))
 		return NBD_EPERM;
-	if (r->offset > d->size || r->length > d->size - r->offset)
-		return r->type == NBD_CMD_WRITE || r->type == NBD_CMD_WRITE_ZEROES ? NBD_ENOSPC
+	if (offset > d->size || length > d->size - offset)
+		return type == NBD_CMD_WRITE || type == NBD_CMD_WRITE_ZEROES ? NBD_ENOSPC
 										   : NBD_EINVAL;
 	/* a client bound by NBD_INFO_BLOCK_SIZE keeps to the sector; any
 	 * other may use any byte (the spec's default minimum block of 1) */
 	uint32_t ss = d->info.sector_size;
-	if (c->strict && (r->offset % ss || r->length % ss))
+	if (c->strict && (offset % ss || length % ss))
 		return NBD_EINVAL;
 	/* only READ and WRITE carry their length as payload and are limited;
 	 * TRIM, WRITE_ZEROES, CACHE and BLOCK_STATUS take any length in range
 	 * (the FTL unmaps or zeroes unit by unit through its write buffer) */
-	if ((r->type == NBD_CMD_READ || r->type == NBD_CMD_WRITE) && r->length > c->max_payload)
+	if ((type == NBD_CMD_READ || type == NBD_CMD_WRITE) && length > c->max_payload)
 		return NBD_EINVAL;
-	if (r->type == NBD_CMD_BLOCK_STATUS && (!c->structured || !c->meta_allocation || !r->length))
+	if (type == NBD_CMD_BLOCK_STATUS && (!c->structured || !c->meta_allocation || !length))
 		return NBD_EINVAL;
-	if (r->type == NBD_CMD_WRITE_ZEROES && (r->flags & NBD_CMD_FLAG_FAST_ZERO) &&
-	    (r->flags & NBD_CMD_FLAG_NO_HOLE))
+	if (type == NBD_CMD_WRITE_ZEROES && (flags & NBD_CMD_FLAG_FAST_ZERO) &&
+	    (flags & NBD_CMD_FLAG_NO_HOLE))
 		return NBD_ENOTSUP; /* writing zero pages is no faster than a write */
 	return 0;
 }
@@ -678,7 +712,8 @@ static void req_dispatch(struct conn *c, struct req *r, uint8_t *data)
 		do_ftl(c, r, FTL_IO_WRITE, fua, data);
 		/* still waiting inside the FTL: give it a copy of its own, the
 		 * input buffer is about to be reused (the FTL reads io.buf only
-		 * inside ftl_submit/ftl_poll) */
+		 * inside ftl_submit/ftl_poll); buffer_limit was asked for it
+		 * before the request was parsed (buf_need) */
 		if (r->io_pending && data != r->buf) {
 			if (req_buf(r, r->length) == 0) {
 				memcpy(r->buf, data, r->length);
@@ -711,9 +746,9 @@ static void req_dispatch(struct conn *c, struct req *r, uint8_t *data)
 
 /*
  * Too much in flight to parse another request header, or the header
- * waiting at in_pos needs a big buffer (c->want_bytes) that does not fit
- * under MAX_INFLIGHT_BYTES beside what is in flight (alone it always
- * may: want_bytes <= MAX_PAYLOAD_ANY < MAX_INFLIGHT_BYTES).
+ * waiting at in_pos would charge c->want_bytes (its payload) that do not
+ * fit under MAX_INFLIGHT_BYTES beside what is in flight (alone it always
+ * may: want_bytes <= MAX_PAYLOAD_ANY).
  */
 static bool over_limits(const struct conn *c)
 {
@@ -723,20 +758,19 @@ static bool over_limits(const struct conn *c)
 }
 
 /*
- * The big buffer a request parsed now will take (see over_limits), as
- * big_get rounds it: a READ's data over BUF_KEEP (an all-hole structured
- * READ takes none, but that is known only later), a WRITE payload too large
- * to wait for in the input buffer.  0 for everything else, and for requests
- * refused for their length (no buffer: an error reply, a payload discarded).
+ * What a request parsed now charges to c->inflight_bytes: its payload (a
+ * READ's data, a WRITE's, a BLOCK_STATUS reply).  0 for everything else,
+ * and for requests that are refused (err: an error reply, a payload
+ * discarded).
  */
-static size_t big_need(const struct conn *c, uint16_t type, uint32_t length)
+static uint32_t req_charge(uint16_t type, uint16_t flags, uint32_t length, int err)
 {
-	if (length > c->max_payload)
+	if (err)
 		return 0;
-	if (type == NBD_CMD_READ && length > BUF_KEEP)
-		return big_cap(length);
-	if (type == NBD_CMD_WRITE && (size_t)length + NBD_REQUEST_SIZE > INBUF_SIZE)
-		return big_cap(length);
+	if (type == NBD_CMD_READ || type == NBD_CMD_WRITE)
+		return length;
+	if (type == NBD_CMD_BLOCK_STATUS)
+		return 4 + 8 * ((flags & NBD_CMD_FLAG_REQ_ONE) ? 1 : MAX_EXTENTS);
 	return 0;
 }
 
@@ -754,23 +788,28 @@ static void proto_error(struct conn *c, const char *why)
 	c->why = why;
 	c->closing = true;
 	c->dead = true;
+	c->budget_wait = false;
+	budget_dequeue(c);
 	stop_reading(c);
 	drop_partial(c);
 }
 
 /*
- * The bytes of request buffer a request parsed now would have to allocate
- * (not counting buffers it finds kept for reuse): the estimate the
- * buffer_limit check uses.  An all-hole structured READ, a refused request
- * or a small WRITE that does not wait takes none, but that is known later.
+ * The bytes of request buffer a request parsed now may have to allocate
+ * (not counting buffers it finds kept for reuse): what the buffer_limit
+ * check asks for.  A READ's data; a WRITE's payload, received into its
+ * own buffer when large, else the copy it is given if the FTL makes it
+ * wait (req_dispatch); block status descriptors.  Refused requests
+ * (answered with an error, a WRITE's payload discarded) take none; an
+ * all-hole structured READ or a small WRITE that does not wait takes none
+ * either, but that is known only later.
  */
-static size_t buf_need(const struct conn *c, uint16_t type, uint32_t length)
+static size_t buf_need(const struct conn *c, uint16_t type, uint32_t length, int err)
 {
 	size_t want = 0;
-	if (type == NBD_CMD_READ && length && length <= c->max_payload)
-		want = length;
-	else if (type == NBD_CMD_WRITE && length <= c->max_payload &&
-		 (size_t)length + NBD_REQUEST_SIZE > INBUF_SIZE)
+	if (err)
+		return 0;
+	if (type == NBD_CMD_READ || type == NBD_CMD_WRITE)
 		want = length;
 	else if (type == NBD_CMD_BLOCK_STATUS)
 		want = 4 + 8 * (size_t)MAX_EXTENTS;
@@ -784,49 +823,161 @@ static size_t buf_need(const struct conn *c, uint16_t type, uint32_t length)
 	return big_cap(want);
 }
 
-/* May a request allocate need more bytes of buffer (buffer_limit)?  A
- * connection with nothing in flight always may take a BUF_KEEP one. */
-static bool budget_ok(const struct conn *c, size_t need)
+/* ---- buffer_limit: the queue of waiting connections --------------------- */
+
+/* budget_lock held: wake the ioDimm of the queue's head (it may fit now). */
+static void budget_kick_head(struct server *srv)
+{
+	struct conn *h = srv->budget_head;
+	if (h && h->d->budget_ev)
+		event_active(h->d->budget_ev, EV_READ, 0);
+	else
+		__atomic_store_n(&srv->budget_kick, 0, __ATOMIC_RELAXED);
+}
+
+/* Buffers were given back (buf_free): if connections wait, wake the head,
+ * once until its ioDimm has looked (budget_cb clears budget_kick). */
+static void budget_freed(struct server *srv)
+{
+	if (!budget_pressure(srv))
+		return;
+	if (__atomic_exchange_n(&srv->budget_kick, 1, __ATOMIC_ACQ_REL))
+		return;
+	pthread_mutex_lock(&srv->budget_lock);
+	budget_kick_head(srv);
+	pthread_mutex_unlock(&srv->budget_lock);
+}
+
+/* Leave the queue (granted, refused, closing); the next one may fit. */
+static void budget_dequeue(struct conn *c)
+{
+	if (!c->budget_queued)
+		return;
+	struct server *srv = c->d->srv;
+	pthread_mutex_lock(&srv->budget_lock);
+	if (c->budget_prev)
+		c->budget_prev->budget_next = c->budget_next;
+	else
+		srv->budget_head = c->budget_next;
+	if (c->budget_next)
+		c->budget_next->budget_prev = c->budget_prev;
+	else
+		srv->budget_tail = c->budget_prev;
+	c->budget_next = c->budget_prev = NULL;
+	c->budget_queued = false;
+	__atomic_sub_fetch(&srv->budget_waiters, 1, __ATOMIC_RELAXED);
+	budget_kick_head(srv);
+	pthread_mutex_unlock(&srv->budget_lock);
+}
+
+/* budget_lock held: c starts waiting.  The first waiter starts the
+ * pressure: every ioDimm gives back what its connections keep. */
+static void budget_enqueue(struct conn *c, size_t need)
 {
 	struct server *srv = c->d->srv;
-	uint64_t limit = __atomic_load_n(&srv->cfg.buffer_limit, __ATOMIC_RELAXED);
+	c->budget_need = need;
+	c->budget_queued = true;
+	c->budget_next = NULL;
+	c->budget_prev = srv->budget_tail;
+	if (srv->budget_tail)
+		srv->budget_tail->budget_next = c;
+	else
+		srv->budget_head = c;
+	srv->budget_tail = c;
+	if (__atomic_fetch_add(&srv->budget_waiters, 1, __ATOMIC_RELAXED) == 0) {
+		__atomic_store_n(&srv->budget_kick, 0, __ATOMIC_RELAXED);
+		for (int i = 0; i < srv->ndimms; i++)
+			if (srv->dimms[i].budget_ev)
+				event_active(srv->dimms[i].budget_ev, EV_READ, 0);
+	}
+	/* rate-limited: a busy server under pressure must not fill the log */
+	uint64_t now = nand_now_ns();
+	if (srv->budget_log_ns && now - srv->budget_log_ns < (uint64_t)BUDGET_LOG_S * 1000000000u) {
+		srv->budget_log_held++;
+		return;
+	}
 	uint64_t used = __atomic_load_n(&srv->buf_bytes, __ATOMIC_RELAXED);
-	return used + need <= limit || (need <= BUF_KEEP && !c->inflight);
+	uint64_t limit = __atomic_load_n(&srv->cfg.buffer_limit, __ATOMIC_RELAXED);
+	char more[96] = "";
+	if (srv->budget_log_held)
+		snprintf(more, sizeof more, " (and %lu more wait(s) in the last %d s, not logged)",
+			 srv->budget_log_held, BUDGET_LOG_S);
+	log_info("%s: a request waits for buffer_limit: %llu KiB in use of %llu KiB, %zu KiB needed, "
+		 "%d connection(s) waiting%s", c->peer, (unsigned long long)(used >> 10),
+		 (unsigned long long)(limit >> 10), need >> 10,
+		 __atomic_load_n(&srv->budget_waiters, __ATOMIC_RELAXED), more);
+	srv->budget_log_ns = now;
+	srv->budget_log_held = 0;
 }
 
-/* Retry the connections waiting for buffer_limit (conn_budget_arm). */
-static void budget_retry_cb(evutil_socket_t fd, short what, void *arg)
+/*
+ * May a request allocate need more bytes of buffer (buffer_limit)?  A
+ * connection with nothing in flight always may take a BUF_KEEP one.  Any
+ * other takes its turn: while connections wait, only the first of the
+ * queue may allocate, once its buffer fits; one that does not fit joins
+ * the queue (and stays in it until budget_dequeue).
+ */
+static bool budget_take(struct conn *c, size_t need)
+{
+	struct server *srv = c->d->srv;
+	if (!need || (need <= BUF_KEEP && !c->inflight))
+		return true;
+	uint64_t limit = __atomic_load_n(&srv->cfg.buffer_limit, __ATOMIC_RELAXED);
+	if (!c->budget_queued && !budget_pressure(srv) &&
+	    __atomic_load_n(&srv->buf_bytes, __ATOMIC_RELAXED) + need <= limit)
+		return true;
+	pthread_mutex_lock(&srv->budget_lock);
+	bool first = c->budget_queued ? srv->budget_head == c : !srv->budget_head;
+	bool ok = first && __atomic_load_n(&srv->buf_bytes, __ATOMIC_RELAXED) + need <= limit;
+	if (!ok && !c->budget_queued)
+		budget_enqueue(c, need);
+	else if (!ok)
+		c->budget_need = need;
+	pthread_mutex_unlock(&srv->budget_lock);
+	return ok;
+}
+
+/* A waiting connection might go on now (budget_take would say yes): read
+ * it again, parse_input asks budget_take for real. */
+static void budget_retry(struct conn *c)
+{
+	struct server *srv = c->d->srv;
+	bool go = c->budget_need <= BUF_KEEP && !c->inflight;
+	if (!go) {
+		uint64_t limit = __atomic_load_n(&srv->cfg.buffer_limit, __ATOMIC_RELAXED);
+		pthread_mutex_lock(&srv->budget_lock);
+		go = (!c->budget_queued || srv->budget_head == c) &&
+		     __atomic_load_n(&srv->buf_bytes, __ATOMIC_RELAXED) + c->budget_need <= limit;
+		pthread_mutex_unlock(&srv->budget_lock);
+	}
+	if (go) {
+		c->budget_wait = false;
+		/* not maybe_resume: its hysteresis (below half of the
+		 * in-flight limits) is for clients that stopped reading; this
+		 * one passed over_limits already, and as the queue's head it
+		 * must go on or it holds up every connection behind it */
+		if (!c->closing && !c->reading && !c->d->paused && !over_limits(c)) {
+			event_add(c->rev, NULL);
+			c->reading = true;
+			event_active(c->rev, EV_READ, 0);
+		}
+	}
+}
+
+/* d->budget_ev: pressure started, buffers were given back, or a waiting
+ * connection's requests finished.  Under pressure every connection gives
+ * back what it keeps (busy or not); then the waiting ones are retried. */
+static void budget_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct dimm *d = arg;
-	d->retry_armed = false;
-	bool closed = false;
-	for (struct conn *c = d->conns; c; c = c->next) {
-		if (!c->budget_wait)
-			continue;
-		c->budget_wait = false;
-		/* its socket is not read while it waits: notice a client that
-		 * went away (the request it waits with needs no answer) */
-		uint8_t b;
-		ssize_t n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-			conn_close_now(c, n == 0 ? "client disconnected" : strerror(errno));
-			conn_mark_dirty(c);
-			closed = true;
-			continue;
-		}
-		maybe_resume(c);
-	}
-	if (closed)
-		dimm_kick(d);
-}
-
-static void budget_retry_arm(struct dimm *d)
-{
-	if (d->retry_armed)
-		return;
-	struct timeval tv = { 0, BUDGET_RETRY_MS * 1000 };
-	if (event_base_once(d->base, -1, EV_TIMEOUT, budget_retry_cb, d, &tv) == 0)
-		d->retry_armed = true;
+	struct server *srv = d->srv;
+	__atomic_store_n(&srv->budget_kick, 0, __ATOMIC_RELAXED);
+	if (budget_pressure(srv))
+		for (struct conn *c = d->conns; c; c = c->next)
+			conn_trim(c);
+	for (struct conn *c = d->conns; c; c = c->next)
+		if (c->budget_wait && !c->closing)
+			budget_retry(c);
 }
 
 /*
@@ -880,22 +1031,26 @@ static bool parse_input(struct conn *c)
 			stop_reading(c);
 			return false;
 		}
-		/* a big buffer waits until it fits beside what is in flight */
-		c->want_bytes = big_need(c, type, length);
+		/* the verdict first: a refused request needs no buffer */
+		int err = req_check(c, type, flags, offset, length);
+		if (!err && c->draining)
+			err = NBD_ESHUTDOWN; /* the export is being detached */
+		/* its payload must fit beside what is in flight */
+		c->want_bytes = req_charge(type, flags, length, err);
 		if (over_limits(c))
 			return false;
 		c->want_bytes = 0;
 		/* and its buffer under buffer_limit, all connections together */
-		size_t need = buf_need(c, type, length);
-		if (need && !budget_ok(c, need)) {
+		size_t need = buf_need(c, type, length, err);
+		if (need && !budget_take(c, need)) {
 			conn_trim(c); /* what this connection keeps goes first */
-			need = buf_need(c, type, length);
-			if (need && !budget_ok(c, need)) {
+			need = buf_need(c, type, length, err);
+			if (need && !budget_take(c, need)) {
 				c->budget_wait = true;
-				budget_retry_arm(c->d);
 				return false;
 			}
 		}
+		budget_dequeue(c);
 		struct req *r = req_get(c);
 		if (!r) {
 			proto_error(c, "out of memory");
@@ -906,9 +1061,9 @@ static bool parse_input(struct conn *c)
 		r->handle = handle;
 		r->offset = offset;
 		r->length = length;
-		r->error = req_check(c, r);
-		if (!r->error && c->draining)
-			r->error = NBD_ESHUTDOWN; /* the export is being detached */
+		r->error = err;
+		r->charge = req_charge(type, flags, length, err);
+		c->inflight_bytes += r->charge;
 		if (type != NBD_CMD_WRITE) {
 			c->in_pos += NBD_REQUEST_SIZE;
 			req_dispatch(c, r, NULL);
@@ -975,6 +1130,8 @@ static void conn_close_now(struct conn *c, const char *why)
 		c->why = why;
 	c->closing = true;
 	c->dead = true;
+	c->budget_wait = false;
+	budget_dequeue(c);
 	stop_reading(c);
 	drop_partial(c);
 }
@@ -1272,6 +1429,7 @@ static void conn_maybe_free(struct conn *c)
 	if (c->ssl && !c->dead && c->tout_pos < c->tout_len)
 		return; /* TLS output still being written (write_cb) */
 	struct dimm *d = c->d;
+	budget_dequeue(c);
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -1301,6 +1459,14 @@ static void conn_maybe_free(struct conn *c)
 	free(c->in);
 	struct conn_slot slot = c->slot;
 	free(c);
+	if (!d->conns && d->budget_ev) {
+		/* no connection left to trim or retry: other threads stop
+		 * using the event under budget_lock */
+		pthread_mutex_lock(&d->srv->budget_lock);
+		event_free(d->budget_ev);
+		d->budget_ev = NULL;
+		pthread_mutex_unlock(&d->srv->budget_lock);
+	}
 	pthread_mutex_lock(&d->lock);
 	d->nconns--;
 	pthread_mutex_unlock(&d->lock);
@@ -1323,8 +1489,25 @@ static void conn_tick(evutil_socket_t fd, short what, void *arg)
 	for (struct conn *c = d->conns; c; c = c->next) {
 		if (c->closing)
 			continue;
+		if (c->budget_wait) {
+			/* its socket is not read while it waits: notice a client
+			 * that went away (the request it waits with needs no
+			 * answer); and retry, should a wake have been missed */
+			uint8_t b;
+			ssize_t n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+			if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+				conn_close_now(c, n == 0 ? "client disconnected" : strerror(errno));
+				conn_mark_dirty(c);
+				closed = true;
+				continue;
+			}
+			budget_retry(c);
+		}
 		uint64_t quiet = now - c->last_ns;
-		if (idle_s > 0 && quiet >= (uint64_t)idle_s * 1000000000u && !c->in_ftl && !d->paused) {
+		/* not while it waits for the server's own buffer_limit, nor
+		 * while a checkpoint holds it, nor with requests in the FTL */
+		if (idle_s > 0 && quiet >= (uint64_t)idle_s * 1000000000u && !c->in_ftl && !d->paused &&
+		    !c->budget_wait && !c->budget_queued) {
 			/* replies it did not take are dropped: reset, not FIN */
 			c->reset = c->inflight || c->sendq || c->cur || c->discard_left ||
 				   c->tout_pos < c->tout_len;
@@ -1411,6 +1594,12 @@ void conn_adopt(struct dimm *d, struct handoff *h)
 	}
 	free(h->leftover);
 	free(h);
+	if (!d->budget_ev) {
+		struct event *ev = event_new(d->base, -1, EV_READ | EV_PERSIST, budget_cb, d);
+		pthread_mutex_lock(&d->srv->budget_lock);
+		d->budget_ev = ev;  /* NULL (out of memory): the tick retries */
+		pthread_mutex_unlock(&d->srv->budget_lock);
+	}
 	c->next = d->conns;
 	if (c->next)
 		c->next->prev = c;
@@ -1443,6 +1632,8 @@ void conn_stop_all(struct dimm *d, const char *why)
 			c->closing = true;
 			stop_reading(c);
 		}
+		c->budget_wait = false;
+		budget_dequeue(c);
 		drop_partial(c);
 	}
 }
@@ -1464,6 +1655,12 @@ void conn_drain_all(struct dimm *d, const char *why)
 			continue;
 		c->draining = true;
 		c->why = why;
+		if (c->budget_wait) {
+			/* the request it waits with is refused now: no buffer */
+			c->budget_wait = false;
+			budget_dequeue(c);
+			maybe_resume(c);
+		}
 	}
 }
 

@@ -360,8 +360,13 @@ static void status_json(struct ctl_req *cr, struct evbuffer *b)
 	evbuffer_add_printf(b, "], \"unix\": ");
 	json_str(b, srv->cfg.unix_path ? srv->cfg.unix_path : "");
 	evbuffer_add_printf(b, ", \"connections\": %d, \"served\": %d, \"failed\": %d, "
-			       "\"degraded\": %s, \"dimms\": [",
+			       "\"degraded\": %s, ",
 			    server_connections(srv), up, failed_dimms(cr), failed_dimms(cr) ? "true" : "false");
+	evbuffer_add_printf(b, "\"buffers\": {\"bytes\": %llu, \"limit\": %llu, \"waiting\": %d}, "
+			       "\"dimms\": [",
+			    (unsigned long long)__atomic_load_n(&srv->buf_bytes, __ATOMIC_RELAXED),
+			    (unsigned long long)__atomic_load_n(&srv->cfg.buffer_limit, __ATOMIC_RELAXED),
+			    __atomic_load_n(&srv->budget_waiters, __ATOMIC_RELAXED));
 	for (int i = 0; i < srv->ndimms; i++) {
 		if (i)
 			evbuffer_add_printf(b, ", ");
@@ -610,6 +615,17 @@ static void metrics_text(struct ctl_req *cr, struct evbuffer *b)
 	evbuffer_add_printf(b, "flashd_start_time_seconds %lld\n", (long long)srv->started);
 	prom_family(b, "flashd_connections", "gauge", "NBD connections, negotiating or not");
 	evbuffer_add_printf(b, "flashd_connections %d\n", server_connections(srv));
+	prom_family(b, "flashd_buffer_bytes", "gauge",
+		    "request buffers that exist, in flight or kept for reuse (counted against buffer_limit)");
+	evbuffer_add_printf(b, "flashd_buffer_bytes %llu\n",
+			    (unsigned long long)__atomic_load_n(&srv->buf_bytes, __ATOMIC_RELAXED));
+	prom_family(b, "flashd_buffer_limit_bytes", "gauge", "[server] buffer_limit");
+	evbuffer_add_printf(b, "flashd_buffer_limit_bytes %llu\n",
+			    (unsigned long long)__atomic_load_n(&srv->cfg.buffer_limit, __ATOMIC_RELAXED));
+	prom_family(b, "flashd_buffer_waiting_connections", "gauge",
+		    "connections whose next request waits for buffer_limit");
+	evbuffer_add_printf(b, "flashd_buffer_waiting_connections %d\n",
+			    __atomic_load_n(&srv->budget_waiters, __ATOMIC_RELAXED));
 	prom_family(b, "flashd_dimms_served", "gauge", "ioDimms exported now");
 	evbuffer_add_printf(b, "flashd_dimms_served %d\n", served(srv));
 	prom_family(b, "flashd_dimms_configured", "gauge", "ioDimms in the configuration");

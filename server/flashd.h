@@ -332,7 +332,10 @@ struct dimm {
 	uint64_t ram_peak;
 	uint64_t gc_base_pages, gc_base_blocks; /* of FTL instances closed */
 	bool tick_armed;            /* conn.c's once-a-second tick is scheduled */
-	bool retry_armed;           /* conn.c: a buffer-budget retry is scheduled */
+	/* conn.c, buffer_limit: activated (from any ioDimm thread, under
+	 * server.budget_lock) to trim what this ioDimm's connections keep and
+	 * to retry those waiting; exists while the ioDimm has connections */
+	struct event *budget_ev;
 
 	/* ---- main thread only ---- */
 	enum dimm_mstate mstate;
@@ -386,9 +389,20 @@ struct server {
 	pthread_mutex_t lock;
 	int nconns;                 /* all connections, handshaking or not */
 	struct addr_count **addr_tab; /* per-address connection counts (main.c) */
-	/* bytes of large request buffers (conn.c, over BUF_KEEP) that exist,
-	 * all ioDimm threads together (atomic); kept <= cfg.buffer_limit */
+	/* bytes of every request buffer that exists, in flight or kept for
+	 * reuse (conn.c, "Memory in total"), all ioDimm threads together
+	 * (atomic); about <= cfg.buffer_limit plus a little per connection */
 	uint64_t buf_bytes;
+	/* connections waiting for buffer_limit, first come first served
+	 * (conn.c), and the ioDimms' budget_ev: under budget_lock, taken
+	 * alone.  budget_waiters (atomic reads): the queue's length, > 0
+	 * meaning "pressure" (nothing is kept for reuse) */
+	pthread_mutex_t budget_lock;
+	struct conn *budget_head, *budget_tail;
+	int budget_waiters;
+	int budget_kick;            /* atomic: a wake of the queue's head is pending */
+	uint64_t budget_log_ns;     /* rate-limited "waits for buffer_limit" log */
+	unsigned long budget_log_held;
 	struct hs *handshakes;      /* connections in handshake */
 	struct ctl_req *ctl_reqs;   /* control requests not yet finished */
 	struct evhttp_bound_socket *ctl_bound;

@@ -17,8 +17,10 @@
  *     OPT_DISCARD_MAX are read and discarded as they arrive, then refused
  *     with NBD_REP_ERR_TOO_BIG; anything larger is a hard disconnect);
  *   - at most MAX_OPTIONS options per connection: the one over it is
- *     answered NBD_REP_ERR_TOO_BIG and the connection closes once that
- *     reply is sent (no client needs more than a handful);
+ *     answered NBD_REP_ERR_TOO_BIG (NBD_OPT_ABORT: acknowledged;
+ *     NBD_OPT_EXPORT_NAME, which has no option reply: not answered) and
+ *     the connection closes once that reply is sent (no client needs more
+ *     than a handful);
  *   - input: the bufferevent stops reading the socket while HS_IN_MAX bytes
  *     wait (>= one whole option and its header, so parsing always
  *     progresses); output: no new option is parsed while more than
@@ -33,8 +35,9 @@
  * TLS (doc/proto.md, "TLS support"; keys in server/tls.c): the listener's
  * mode is NOTLS (off: STARTTLS is refused), SELECTIVETLS (allowed: STARTTLS
  * is offered; INFO and GO on an export with tls = required get
- * NBD_REP_ERR_TLS_REQD until TLS is up, EXPORT_NAME on one closes, LIST
- * hides them) or FORCEDTLS (required: every option but STARTTLS and ABORT
+ * NBD_REP_ERR_TLS_REQD until TLS is up, LIST/SET_META_CONTEXT on one
+ * NBD_REP_ERR_POLICY (the spec keeps TLS_REQD for INFO, GO and
+ * EXPORT_NAME), EXPORT_NAME on one closes, LIST hides them) or FORCEDTLS (required: every option but STARTTLS and ABORT
  * gets NBD_REP_ERR_TLS_REQD, its data read first so the stream stays in
  * sync; EXPORT_NAME closes).  STARTTLS is answered with an ACK in
  * plaintext; once that is sent, the plain bufferevent is replaced by an
@@ -497,7 +500,9 @@ static void opt_meta(struct hs *h, const uint8_t *p, bool set)
 	char msg[512];
 	uint32_t refuse = export_tls_check(h, d, msg, sizeof msg);
 	if (refuse) {
-		reply_err(h, refuse, msg);
+		/* NBD_REP_ERR_TLS_REQD is for INFO, GO and EXPORT_NAME only
+		 * (and for every option in FORCEDTLS mode, handle_option) */
+		reply_err(h, refuse == NBD_REP_ERR_TLS_REQD ? NBD_REP_ERR_POLICY : refuse, msg);
 		return;
 	}
 	if (export_acl(h, d) == ACL_DENY) {
@@ -694,14 +699,27 @@ static void read_cb(struct bufferevent *bev, void *arg)
 			h->optlen = get32(b + 12);
 			if (++h->nopts > MAX_OPTIONS) {
 				/* answered without reading the data: the stream is
-				 * out of sync, so the connection ends here */
-				char msg[80];
-				snprintf(msg, sizeof msg, "too many options: the server takes at most %d "
-					 "per connection", MAX_OPTIONS);
-				reply_err(h, NBD_REP_ERR_TOO_BIG, msg);
+				 * out of sync, so the connection ends here.
+				 * EXPORT_NAME has no option reply (it can only be
+				 * closed on); ABORT is acknowledged as usual. */
+				if (h->opt == NBD_OPT_EXPORT_NAME) {
+					h->close_reason = "too many options (the last one NBD_OPT_EXPORT_NAME)";
+				} else if (h->opt == NBD_OPT_ABORT) {
+					reply(h, NBD_REP_ACK, NULL, 0);
+					h->close_reason = "client sent NBD_OPT_ABORT";
+				} else {
+					char msg[80];
+					snprintf(msg, sizeof msg, "too many options: the server takes at most "
+						 "%d per connection", MAX_OPTIONS);
+					reply_err(h, NBD_REP_ERR_TOO_BIG, msg);
+					h->close_reason = "too many options";
+				}
 				h->state = HS_CLOSING;
-				h->close_reason = "too many options";
 				bufferevent_disable(bev, EV_READ);
+				/* nothing to send (EXPORT_NAME, earlier replies
+				 * gone): write_cb will not run */
+				if (!evbuffer_get_length(bufferevent_get_output(bev)))
+					hs_close(h, h->close_reason);
 				return;
 			}
 			if (h->opt == NBD_OPT_EXPORT_NAME && h->optlen > 4096) {

@@ -398,26 +398,52 @@ static void accept_error_cb(struct evconnlistener *evl, void *arg)
 
 /*
  * Refused connections are logged at most once per REFUSAL_LOG_S: the first
- * in a period in full, the others counted and summed up in the next line
- * (a client that reconnects in a loop must not fill the log or the disk).
+ * in a period in full, the others counted and summed up in one line when
+ * the period ends (refusal_ev; a client that reconnects in a loop must not
+ * fill the log or the disk, and the count is not held back until the next
+ * refusal).
  */
 #define REFUSAL_LOG_S 10
+static uint64_t refusal_last_ns;
+static unsigned long refusal_held;
+static char refusal_peer[96], refusal_why[128];
+static struct event *refusal_ev;
+
+static void refusal_flush_cb(evutil_socket_t fd, short what, void *arg)
+{
+	if (!refusal_held)
+		return;
+	uint64_t now = mono_ns();
+	log_warn("%lu more connection(s) refused in the last %.0f s, not logged one by one (the last: "
+		 "%s: %s)", refusal_held, (double)(now - refusal_last_ns) / 1e9, refusal_peer, refusal_why);
+	refusal_last_ns = now;
+	refusal_held = 0;
+}
+
 static void refusal_log(const char *peer, const char *why)
 {
-	static uint64_t last_ns;
-	static unsigned long held;
 	uint64_t now = mono_ns();
+	uint64_t last_ns = refusal_last_ns;
 	if (last_ns && now - last_ns < (uint64_t)REFUSAL_LOG_S * 1000000000u) {
-		held++;
+		snprintf(refusal_peer, sizeof refusal_peer, "%s", peer);
+		snprintf(refusal_why, sizeof refusal_why, "%s", why);
+		if (!refusal_held++) {
+			if (!refusal_ev)
+				refusal_ev = evtimer_new(srv.base, refusal_flush_cb, NULL);
+			uint64_t left = (uint64_t)REFUSAL_LOG_S * 1000000000u - (now - last_ns);
+			struct timeval tv = { (time_t)(left / 1000000000u), (suseconds_t)(left % 1000000000u / 1000) };
+			if (refusal_ev)
+				evtimer_add(refusal_ev, &tv);
+		}
 		return;
 	}
-	if (held)
+	if (refusal_held) /* the timer had no event (out of memory) */
 		log_warn("%s: refused: %s (and %lu more connection(s) refused in the last %.0f s, "
-			 "not logged one by one)", peer, why, held, (double)(now - last_ns) / 1e9);
+			 "not logged one by one)", peer, why, refusal_held, (double)(now - last_ns) / 1e9);
 	else
 		log_warn("%s: refused: %s", peer, why);
-	last_ns = now;
-	held = 0;
+	refusal_last_ns = now;
+	refusal_held = 0;
 }
 
 static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct sockaddr *sa, int salen,
@@ -449,7 +475,11 @@ static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct soc
 		memcpy(slot.addr + 12, &((struct sockaddr_in *)sa)->sin_addr, 4);
 		slot.per_addr = true;
 	} else if (sa->sa_family == AF_INET6) {
-		memcpy(slot.addr, &((struct sockaddr_in6 *)sa)->sin6_addr, 16);
+		const struct in6_addr *a6 = &((struct sockaddr_in6 *)sa)->sin6_addr;
+		memcpy(slot.addr, a6, 16);
+		/* IPv6 per /64: a host usually has a whole /64 to pick from */
+		if (!IN6_IS_ADDR_V4MAPPED(a6))
+			memset(slot.addr + 8, 0, 8);
 		slot.per_addr = true;
 	}
 	/* a slot is taken only for a connection that goes on to the handshake */
@@ -1235,6 +1265,7 @@ int main(int argc, char **argv)
 	evthread_use_pthreads();
 	pthread_mutex_init(&srv.lock, NULL);
 	pthread_mutex_init(&srv.cmd_lock, NULL);
+	pthread_mutex_init(&srv.budget_lock, NULL);
 	srv.base = event_base_new();
 	srv.started = time(NULL);
 	if (srv.base)
@@ -1352,6 +1383,8 @@ int main(int argc, char **argv)
 	event_free(srv.sig_int);
 	event_free(srv.sig_hup);
 	event_free(srv.cmd_ev);
+	if (refusal_ev)
+		event_free(refusal_ev);
 	event_base_free(srv.base);
 	free(srv.dimms);
 	addr_tab_free(&srv);

@@ -6,7 +6,12 @@
 # rules deny, the per-address connection cap and its rate-limited log, 40
 # clients pipelining 32 MiB READs and never reading (memory bound: about
 # buffer_limit; a well-behaved client on the same export is served
-# meanwhile), an idle connection giving its buffers back, the control
+# meanwhile), an idle connection giving its buffers back, buffer_limit
+# (reloaded to 64M, idle_timeout 3: a request waiting for the budget is not
+# closed as idle and is woken when it comes free, a refused request does
+# not wait, busy clients give their kept buffers back to a waiting one, the
+# queue's head paused by its own unread replies holds up no one; the
+# budget in use in the status), the control
 # socket's header and body limits (and NBD handshakes while an endless
 # header line arrives), and 64 idle clients after the handshake locking out
 # a new one until idle_timeout (switched on by a reload) drops them.

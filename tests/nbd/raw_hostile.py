@@ -10,18 +10,35 @@ an export "secret" that only 192.0.2.0/24 may use.
   option limits       an option over 16 KiB is answered TOO_BIG and the
                       connection goes on; one over 1 MiB closes it; the
                       33rd option is answered TOO_BIG and the connection
-                      closes
+                      closes (an EXPORT_NAME there: closed unanswered; an
+                      ABORT: acknowledged)
   option flood        clients that flood options and never read the
                       replies cost (almost) no memory (was: 18 -> 423 MiB)
   meta context ACL    LIST/SET_META_CONTEXT on a denied export: POLICY, no
                       context revealed
   per-address cap     the 9th connection of an address is refused, another
-                      address still gets in; refusals are not logged one by one
+                      address still gets in; refusals are not logged one by
+                      one, and those held back are summed up when the
+                      period ends
   pipelined reads     40 clients pipelining 32 MiB READs, never reading:
                       flashd grows by at most about buffer_limit (was +3.5
                       GiB), and a well-behaved client on the same export is
                       served meanwhile (was: stalled 10 s)
   idle buffers        a connection idle after large reads gives its buffers back
+  buffer_limit        (reloaded to 64M, idle_timeout 3) a request waiting
+                      for buffer_limit longer than idle_timeout is not
+                      closed as idle and is served once the budget comes
+                      free; a refused request (out of range) does not wait
+                      for a buffer; two busy clients keeping 32 MiB buffers
+                      for reuse give them back when a third client's 1 MiB
+                      READ waits (was: 11 s, until one disconnected); the
+                      first in the queue of waiters, paused with 14 MiB of
+                      its own replies unread, goes on once its buffer fits
+                      (else everyone behind it waits for ever); the
+                      budget in use and the waiting count are in the status
+  in-flight cap       480 pipelined 4 KiB READs (unix socket), unread, are
+                      all parsed: each charges its payload to the 16 MiB
+                      cap (was: its 128 KiB buffer, about 128 requests)
   control socket      a huge body, huge headers and an endless header line
                       are refused early and cost no memory; NBD handshakes
                       go on meanwhile
@@ -79,12 +96,14 @@ def mib(n):
 class SrcConn(Conn):
     """A TCP connection from a chosen loopback source address."""
 
-    def __init__(self, src="127.0.0.1", export=EXPORT, timeout=10.0):
+    def __init__(self, src="127.0.0.1", export=EXPORT, timeout=10.0, rcvbuf=None):
         self.family = socket.AF_INET
         self.address = ("127.0.0.1", args.port)
         self.export = export
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.settimeout(timeout)
+        if rcvbuf:   # before connect: a small receive window
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         self.sock.bind((src, 0))
         self.sock.connect(self.address)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -207,7 +226,28 @@ with section("option limits: size and count"):
     check(rtype == REP_ERR_TOO_BIG, "option #33: %s, want NBD_REP_ERR_TOO_BIG" % repname(rtype))
     check(c.wait_closed(5), "the connection stayed open after too many options")
     c.close()
-    log("     20 KiB option: TOO_BIG; 2 MiB: closed; 33rd option: TOO_BIG and closed")
+    # the 33rd option is NBD_OPT_EXPORT_NAME: it has no option reply, so
+    # the connection closes without one (was: a TOO_BIG option reply)
+    c = SrcConn()
+    c.handshake()
+    for i in range(32):
+        c.final_reply(OPT_LIST)
+    c.option(OPT_EXPORT_NAME, EXPORT.encode())
+    closed, got = c.expect_silence_then_close(5)
+    check(closed and not got, "EXPORT_NAME as option #33: %d bytes sent before the close, want none" % len(got))
+    c.close()
+    # the 33rd option is NBD_OPT_ABORT: acknowledged, then closed
+    c = SrcConn()
+    c.handshake()
+    for i in range(32):
+        c.final_reply(OPT_LIST)
+    c.option(OPT_ABORT)
+    _, rtype, _ = c.opt_reply(OPT_ABORT)
+    check(rtype == REP_ACK, "ABORT as option #33: %s, want NBD_REP_ACK" % repname(rtype))
+    check(c.wait_closed(5), "the connection stayed open after ABORT as option #33")
+    c.close()
+    log("     20 KiB option: TOO_BIG; 2 MiB: closed; 33rd option: TOO_BIG and closed "
+        "(EXPORT_NAME: closed unanswered; ABORT: ACK)")
 
 # ---- option flood ------------------------------------------------------------------
 with section("option flood without reading the replies", timeout=90):
@@ -285,6 +325,13 @@ with section("per-address connection cap; refusals not logged one by one", timeo
     lines = [ln for ln in log_since(pos).splitlines() if "refused" in ln]
     log("     200 refusals logged in %d line(s)" % len(lines))
     check(len(lines) <= 3, "200 refused connections logged %d lines (want a rate-limited few)" % len(lines))
+    # the ones held back are summed up when the period ends, without
+    # waiting for another refusal (was: only with the next refusal)
+    end = time.monotonic() + 13
+    while "more connection(s) refused" not in log_since(pos) and time.monotonic() < end:
+        time.sleep(0.2)
+    check("more connection(s) refused" in log_since(pos),
+          "the refusals held back were not summed up within 13 s:\n" + log_since(pos))
     for c in held:
         c.close()
 
@@ -333,6 +380,276 @@ with section("an idle connection gives its buffers back", timeout=60):
     r = c.cmd(CMD_READ, offset=0, length=4096)
     check(r.error == 0, "a read after the idle period failed: %r" % r)
     c.close()
+
+# ---- buffer_limit: waiting connections, kept buffers, refused requests ---------------
+def reload_with(text, what):
+    """Rewrite the configuration file to text, reload, wait for it."""
+    with open(args.config, "w") as f:
+        f.write(text)
+    pos = log_size()
+    os.kill(args.pid, signal.SIGHUP)
+    end = time.monotonic() + 10
+    while "reload of" not in log_since(pos) and time.monotonic() < end:
+        time.sleep(0.1)
+    check("reload of" in log_since(pos), "the reload (%s) was not logged" % what)
+
+
+def status():
+    return json.loads(ctl_get("/v1/status")[1])
+
+
+bstop = threading.Event()
+
+
+def budget_wait_checks():
+    """With two clients holding the whole budget in flight: a refused
+    request is answered at once, a 1 MiB READ waits longer than
+    idle_timeout without being closed and is served once they go."""
+    fails = []
+    # two clients hold the whole budget in flight (a 32 MiB READ each,
+    # read slowly: making progress, so not idle)
+    holders = []
+    for i in range(2):
+        c = SrcConn("127.0.0.5", timeout=20)
+        c.handshake()
+        c.go(infos=(), structured=False)
+        c.send(Conn.pack_request(CMD_READ, 0, 1, i * 32 * MiB, 32 * MiB))
+        holders.append(c)
+    bstop.clear()
+
+    def slow_reader(c):
+        while not bstop.is_set():
+            try:
+                if not c.sock.recv(256 << 10):
+                    return
+            except OSError:
+                return
+            time.sleep(0.3)
+    readers = [threading.Thread(target=slow_reader, args=(c,), daemon=True) for c in holders]
+    for t in readers:
+        t.start()
+    time.sleep(0.5)
+    used = status()["buffers"]
+    log("     two slow readers of 32 MiB: buffers %s of %s" % (mib(used["bytes"]), mib(used["limit"])))
+    check(used["bytes"] >= 64 * MiB, "two 32 MiB READs in flight hold only %s of buffers" % mib(used["bytes"]))
+
+    # a 1 MiB READ does not fit: it waits, longer than idle_timeout, and is
+    # not closed for it (was: closed as idle after 3 s)
+    w = SrcConn("127.0.0.6", timeout=20)
+    w.handshake()
+    w.go(infos=(), structured=False)
+    w.send(Conn.pack_request(CMD_READ, 0, 7, 64 * MiB, MiB))
+    tw = time.monotonic()
+    time.sleep(1)
+    st = status()["buffers"]
+    if st["waiting"] < 1:
+        fails.append("no connection counted as waiting for buffer_limit: %r" % st)
+
+    # refused requests need no buffer: answered at once, budget full or not
+    # (was: a READ out of range waited for its 32 MiB like any other)
+    r = SrcConn("127.0.0.7", timeout=2)
+    r.handshake()
+    r.go(infos=(), structured=False)
+    t0 = time.monotonic()
+    try:
+        rep = r.cmd(CMD_READ, offset=1 << 50, length=32 * MiB)
+        if rep.error != EINVAL:
+            fails.append("a READ beyond the end with the budget full: error %d, want EINVAL" % rep.error)
+        log("     a refused 32 MiB READ with the budget full was answered in %.2f s" % (time.monotonic() - t0))
+    except (Closed, OSError) as e:
+        fails.append("a READ beyond the end with the budget full was not answered within 2 s (%s)" % e)
+    r.close()
+
+    w.sock.settimeout(max(0.1, tw + 5 - time.monotonic()))
+    try:
+        got = w.sock.recv(1)
+        fails.append("the waiting client got %s while the budget was full" % ("closed" if not got else "a reply"))
+    except socket.timeout:
+        pass
+    except OSError as e:
+        fails.append("the waiting client was closed while it waited (%s)" % e)
+    # the holders go: the waiting READ is served (woken, not polled)
+    bstop.set()
+    for c in holders:
+        c.reset()
+    t0 = time.monotonic()
+    w.sock.settimeout(10)
+    try:
+        rep = w.reply_for(7, {7: MiB})
+        if rep.error or len(rep.data) != MiB:
+            fails.append("the waiting READ: error %d" % rep.error)
+        log("     a 1 MiB READ waited %.1f s (idle_timeout 3 s) and was served %.2f s after the "
+            "budget came free" % (time.monotonic() - tw, time.monotonic() - t0))
+    except (Closed, OSError) as e:
+        fails.append("the client waiting for buffer_limit was closed: %s" % e)
+    w.close()
+    # logged at most once per 10 s: the 40 pipelining clients above may
+    # have had the line
+    if "waits for buffer_limit" not in log_since(0):
+        fails.append("no log line says a request waits for buffer_limit")
+    check(not fails, "; ".join(fails))
+
+
+def budget_busy_checks():
+    """Two busy clients keeping buffers for reuse (a 32 MiB WRITE and READ
+    each, then 4 KiB reads without a pause) give them back when a third
+    client's 1 MiB READ waits (was: 11 s, until a busy client left)."""
+    uri = "nbd://127.0.0.1:%d/%s" % (args.port, EXPORT)
+    ready = [threading.Event(), threading.Event()]
+    counts = [0, 0]
+    errs = []
+
+    def busy(i):
+        try:
+            h = nbd.NBD()
+            h.connect_uri(uri)
+            base = (4 + 2 * i) * 32 * MiB
+            d = os.urandom(32 * MiB)
+            h.pwrite(d, base)
+            if h.pread(32 * MiB, base) != d:
+                errs.append("busy client %d read back other data" % i)
+            ready[i].set()
+            while not bstop.is_set():
+                h.pread(4096, base)
+                counts[i] += 1
+            h.shutdown()
+        except Exception as e:  # noqa: BLE001
+            errs.append("busy client %d: %s" % (i, e))
+            ready[i].set()
+    bstop.clear()
+    bt = [threading.Thread(target=busy, args=(i,), daemon=True) for i in range(2)]
+    for t in bt:
+        t.start()
+    for e in ready:
+        e.wait(60)
+    time.sleep(0.3)
+    used = status().get("buffers", {}).get("bytes", -1)
+    res = {}
+
+    def third():
+        try:
+            h = nbd.NBD()
+            h.connect_uri(uri)
+            res["data"] = h.pread(MiB, 0)
+            h.shutdown()
+        except Exception as e:  # noqa: BLE001
+            res["err"] = e
+    c0 = list(counts)
+    t = threading.Thread(target=third, daemon=True)
+    t0 = time.monotonic()
+    t.start()
+    t.join(5)
+    dt = time.monotonic() - t0
+    c1 = list(counts)
+    log("     busy clients keep %s; a third client's 1 MiB READ took %.2f s; the busy ones made "
+        "%d and %d reads meanwhile" % (mib(used), dt, c1[0] - c0[0], c1[1] - c0[1]))
+    bstop.set()
+    for x in bt:
+        x.join(20)
+    t.join(20)
+    check(not t.is_alive() and dt < 5, "a 1 MiB READ was not served within 5 s beside two busy "
+          "clients keeping buffers (buffer_limit 64M)")
+    check("err" not in res, "the third client failed: %s" % res.get("err"))
+    check(all(b > a for a, b in zip(c0, c1)), "the busy clients stalled meanwhile: %r -> %r" % (c0, c1))
+    check(not errs, "; ".join(errs))
+
+
+def budget_head_checks():
+    """The head of the budget queue, paused with its own unread replies
+    (between half and all of the in-flight limit), must still go on when
+    its buffer fits, or every waiter behind it waits for ever."""
+    def reader(src, offset, length, rcvbuf=None):
+        c = SrcConn(src, timeout=20, rcvbuf=rcvbuf)
+        c.handshake()
+        c.go(infos=(), structured=False)
+        c.send(Conn.pack_request(CMD_READ, 0, 1, offset, length))
+        time.sleep(0.3)
+        return c
+    h1 = reader("127.0.0.5", 0, 32 * MiB)                            # 32 MiB
+    x = reader("127.0.0.6", 32 * MiB, 14 * MiB, rcvbuf=64 << 10)     # 16 MiB buffer, never read
+    h2 = reader("127.0.0.5", 48 * MiB, 16 * MiB)                     # 16 MiB: the budget is full
+    x.send(Conn.pack_request(CMD_READ, 0, 2, 64 * MiB, 2 * MiB))     # waits: the queue's head
+    time.sleep(0.3)
+    w = reader("127.0.0.7", 80 * MiB, MiB)                           # waits behind it
+    time.sleep(0.5)
+    st = status()["buffers"]
+    log("     budget full (%s of %s), %d connection(s) waiting" % (mib(st["bytes"]), mib(st["limit"]),
+                                                                st["waiting"]))
+    check(st["waiting"] >= 2, "want two connections waiting for buffer_limit: %r" % st)
+    h1.reset()
+    h2.reset()
+    t0 = time.monotonic()
+    w.sock.settimeout(5)
+    try:
+        rep = w.reply_for(1, {1: MiB})
+        check(rep.error == 0, "the READ behind the head: error %d" % rep.error)
+        log("     the READ behind a head with 14 MiB of unread replies was served %.2f s after the "
+            "budget came free" % (time.monotonic() - t0))
+    except socket.timeout:
+        check(False, "a READ behind the queue's head (paused with its own unread replies) was not "
+              "served within 5 s of the budget coming free")
+    finally:
+        x.reset()
+        w.close()
+
+
+with open(args.config) as f:
+    orig_conf = f.read()
+with section("buffer_limit: reload to 64M, idle_timeout 3"):
+    wait_no_connections("the section before")
+    reload_with(orig_conf.replace("buffer_limit = 128M", "buffer_limit = 64M")
+                .replace("idle_timeout = 0", "idle_timeout = 3"), "buffer_limit 64M, idle_timeout 3")
+with section("buffer_limit: refusals do not wait; a waiting client is not idle and is woken", timeout=60):
+    try:
+        budget_wait_checks()
+    finally:
+        bstop.set()
+with section("buffer_limit: busy clients give kept buffers back to a waiting one", timeout=120):
+    wait_no_connections("the section before")
+    try:
+        budget_busy_checks()
+    finally:
+        bstop.set()
+with section("buffer_limit: the queue's head paused by its own replies holds up no one", timeout=60):
+    wait_no_connections("the section before")
+    reload_with(orig_conf.replace("buffer_limit = 128M", "buffer_limit = 64M"), "buffer_limit 64M, idle_timeout 0")
+    budget_head_checks()
+with section("buffer_limit: the configuration back"):
+    try:
+        wait_no_connections("the buffer_limit checks")
+    finally:
+        reload_with(orig_conf, "the configuration back")
+
+# ---- in-flight cap: payload, not buffer capacity ------------------------------------
+def reads_answered():
+    return next(d for d in status()["dimms"] if d["name"] == EXPORT)["io"]["ops"]["read"]
+
+
+with section("the in-flight cap counts payload: 480 pipelined 4 KiB READs, unread, are all parsed",
+             timeout=60):
+    wait_no_connections("the section before")
+    # over the unix socket its send buffer takes only ~200 KiB of replies;
+    # the rest wait in flashd.  Each READ charges 4 KiB to the 16 MiB cap
+    # (was: the 128 KiB buffer it carries, stopping at about 128 requests)
+    before = reads_answered()
+    c = Conn(socket.AF_UNIX, args.unix_sock, EXPORT, timeout=10)
+    c.handshake()
+    c.go(infos=(), structured=False)
+    n = 480
+    c.send(b"".join(Conn.pack_request(CMD_READ, 0, k + 1, k * 4096, 4096) for k in range(n)))
+    end = time.monotonic() + 5
+    got = reads_answered() - before
+    while got < n and time.monotonic() < end:
+        time.sleep(0.1)
+        got = reads_answered() - before
+    log("     %d of %d pipelined 4 KiB READs answered while the client read nothing" % (got, n))
+    check(got >= n, "only %d of %d pipelined 4 KiB READs were parsed while the client did not read "
+          "(the in-flight cap counts buffer capacity?)" % (got, n))
+    for k in range(n):
+        r = c.reply_for(k + 1, {k + 1: 4096})
+        check(r.error == 0, "READ %d: %r" % (k + 1, r))
+    c.close()
+
 
 # ---- control socket ----------------------------------------------------------------
 def ctl_abuse(head, fill, total):

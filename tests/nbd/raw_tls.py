@@ -12,8 +12,9 @@ before TLS closes; ABORT is acked.  Then STARTTLS -> ACK, the TLS handshake
 (Python's ssl, verifying the server against the CA), and under TLS: a second
 STARTTLS -> ERR_INVALID, LIST, GO, a WRITE and a READ of it.
 allowed (SELECTIVETLS): options work before STARTTLS; an export with
-tls = required is refused with ERR_TLS_REQD (INFO, GO) and hidden from
-LIST until TLS is up; STRUCTURED_REPLY negotiated before STARTTLS is
+tls = required is refused with ERR_TLS_REQD (INFO, GO), with ERR_POLICY
+(LIST/SET_META_CONTEXT: the spec allows TLS_REQD for INFO, GO and
+EXPORT_NAME only) and hidden from LIST until TLS is up; STRUCTURED_REPLY negotiated before STARTTLS is
 forgotten after it (SET_META_CONTEXT -> ERR_INVALID until it is sent again).
 """
 import argparse
@@ -155,6 +156,14 @@ def allowed(args):
     t, _, _ = c.info(OPT_INFO, export, (INFO_BLOCK_SIZE,))
     check(t == REP_ACK, "INFO on %s without TLS -> %s" % (export, repname(t)))
     c.structured_reply()
+    if args.tls_only_export:
+        # TLS_REQD is for INFO, GO and EXPORT_NAME only (the NBD spec):
+        # the META_CONTEXT options on a TLS-only export get POLICY
+        for opt, what, q in [(OPT_LIST_META_CONTEXT, "LIST_META_CONTEXT", []),
+                             (OPT_SET_META_CONTEXT, "SET_META_CONTEXT", ["base:allocation"])]:
+            t, reps = final(c, opt, Conn.meta_data(args.tls_only_export, q))
+            check(t == REP_ERR_POLICY and len(reps) == 1,
+                  "%s on the TLS-only export without TLS -> %s, want ERR_POLICY only" % (what, repname(t)))
     t, _ = final(c, OPT_SET_META_CONTEXT, Conn.meta_data(export, ["base:allocation"]))
     check(t == REP_ACK, "SET_META_CONTEXT after STRUCTURED_REPLY without TLS -> %s" % repname(t))
     starttls(c, args)
