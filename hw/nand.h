@@ -30,6 +30,7 @@
 #ifndef FLASHD_HW_NAND_H
 #define FLASHD_HW_NAND_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -70,7 +71,8 @@ static inline uint32_t nand_block_die(const struct nand_geometry *g, uint32_t bl
 /* Result of one operation. */
 enum nand_status {
 	NAND_OK = 0,
-	NAND_CORRECTED,          /* read: ECC corrected bit errors; data is good */
+	NAND_CORRECTED,          /* read: ECC corrected bit errors; data is good
+				  * (op->corrected_bits says how many) */
 	NAND_UNCORRECTABLE,      /* read: data and spare are not trustworthy */
 	NAND_PROGRAM_FAILED,     /* program: page not (reliably) written */
 	NAND_ERASE_FAILED,       /* erase: block not erased */
@@ -104,6 +106,15 @@ struct nand_op {
 	uint32_t flags;            /* NAND_OPF_* */
 	enum nand_status status;   /* set before done() is called */
 	int err;                   /* NAND_IO_ERROR: negative errno, else 0 */
+	/* reads, set before done() is called: the bit errors ECC corrected in
+	 * the page (all its codewords) and in its worst codeword.  0 with
+	 * NAND_OK; at least 1 with NAND_CORRECTED; 0 otherwise.  The margin
+	 * left is dev->ecc_bits - corrected_max (when ecc_bits is known): a
+	 * read whose worst codeword nears ecc_bits is the cue to relocate the
+	 * block's data before the next read fails.  (They fill what was
+	 * padding: the op's size and layout are unchanged.) */
+	uint16_t corrected_bits;
+	uint16_t corrected_max;
 	void (*done)(struct nand_op *op);
 	void *priv;                /* for the caller */
 	uint64_t priv2;            /* for the caller */
@@ -154,6 +165,12 @@ struct nand_ops {
 	 */
 	enum nand_status (*read_now)(struct nand_dev *dev, uint32_t block, uint32_t page,
 				     void *data, void *spare);
+	/*
+	 * Optional (NULL: no sensor; call through nand_temperature_mc).  The
+	 * controller's temperature in milli-degrees Celsius into *mc; 0 or a
+	 * negative errno.
+	 */
+	int (*temperature_mc)(struct nand_dev *dev, int32_t *mc);
 };
 
 struct nand_dev {
@@ -163,6 +180,16 @@ struct nand_dev {
 	uint32_t rated_pe_cycles;  /* endurance of one block */
 	uint64_t inflight;         /* submitted and not yet delivered */
 	void *priv;                /* backend state */
+	/* ECC strength: bits corrected per codeword of ecc_codeword_bytes
+	 * data bytes (the spare bytes are shared out among a page's
+	 * codewords); 0: unknown */
+	uint32_t ecc_bits;
+	uint32_t ecc_codeword_bytes;
+	/* corrected_bits / corrected_max (see struct nand_op) of the last read
+	 * the backend executed: how a read_now caller, which gets only the
+	 * status, learns them (valid right after read_now returns) */
+	uint16_t last_corrected_bits;
+	uint16_t last_corrected_max;
 };
 
 static inline int nand_submit(struct nand_dev *d, struct nand_op *op)
@@ -209,6 +236,19 @@ static inline nand_read_now_t nand_read_now_fn(const struct nand_dev *d)
 	return d->ops->read_now;
 }
 
+/*
+ * The controller's temperature in milli-degrees Celsius: 0 and *mc, or
+ * -ENOTSUP if the backend has no sensor (or an older ops table).
+ */
+static inline int nand_temperature_mc(struct nand_dev *d, int32_t *mc)
+{
+	if (d->ops->struct_size < offsetof(struct nand_ops, temperature_mc) +
+					  sizeof(d->ops->temperature_mc) ||
+	    !d->ops->temperature_mc)
+		return -ENOTSUP;
+	return d->ops->temperature_mc(d, mc);
+}
+
 /* Monotonic wall clock in nanoseconds (the simulator's real-time base). */
 uint64_t nand_now_ns(void);
 
@@ -219,6 +259,49 @@ struct nand_timing {
 	uint32_t xfer_mbps;        /* channel transfer rate, MB/s (0: free) */
 };
 
+/*
+ * The simulator's error model (used when it is turned on: see
+ * nand_sim_config.error_model).  The raw bit-error rate of a page read is
+ *
+ *   RBER = rber_fresh + rber_rated * w^wear_exp                     (wear)
+ *        + rber_ret_year * (ret_fresh + (1 - ret_fresh) * w^wear_exp)
+ *                        * age / 1 year                        (retention)
+ *        + rber_read * (1 + (read_wear - 1) * w^wear_exp) * reads
+ *                                                           (read disturb)
+ *
+ * with w = erase count / rated P/E of the block, age the time since the
+ * page was programmed, and reads the reads of its block since its last
+ * erase.  Bit errors per codeword are Poisson with mean RBER * codeword
+ * bits; a codeword with more than ecc_bits errors makes the page
+ * uncorrectable.  Grown bad blocks: a block fails in a P/E cycle with
+ * probability fail_rated * exp(fail_growth * (w - 1)), half of it on its
+ * erase, half spread over its page programs.
+ */
+struct nand_reliability {
+	double rber_fresh;
+	double rber_rated;
+	double wear_exp;
+	double rber_ret_year;
+	double ret_fresh;
+	double rber_read;
+	double read_wear;
+	uint32_t ecc_bits;         /* bits corrected per codeword */
+	uint32_t ecc_codeword_bytes;
+	double fail_rated;
+	double fail_growth;
+};
+
+/*
+ * The simulator's thermal model: the controller heads for
+ *   ambient + idle_rise + busy_rise * (die busy fraction)
+ * with a first-order lag of time constant tau_ms.
+ */
+struct nand_thermal {
+	int32_t idle_rise_mc;
+	int32_t busy_rise_mc;
+	uint32_t tau_ms;
+};
+
 struct nand_preset {
 	const char *name;
 	const char *description;
@@ -226,6 +309,8 @@ struct nand_preset {
 	struct nand_timing timing;
 	uint32_t rated_pe_cycles;
 	uint32_t factory_bad_ppm;  /* factory bad blocks, parts per million */
+	struct nand_reliability rel;
+	struct nand_thermal thermal;
 };
 
 const struct nand_preset *nand_preset_find(const char *name);
@@ -262,6 +347,18 @@ struct nand_sim_config {
 	uint32_t blocks_per_die;
 	nand_log_fn log;           /* notices (NULL: none) */
 	void *log_arg;
+	/* The error model of the preset (struct nand_reliability): bit errors
+	 * growing with wear, retention time and read disturb, ECC up to a
+	 * threshold, grown bad blocks past the rated P/E.  Off by default (the
+	 * media then behave as before: no errors but the injected ones).  The
+	 * environment variable FLASHD_SIM_ERROR_MODEL=1 turns it on for every
+	 * device opened (=0 off), for running existing programs and tests on
+	 * aging media.  Its state (when each block was programmed, reads since
+	 * erase) lives in memory: at open every programmed page counts as just
+	 * programmed.  Erase counts and grown bad marks are in the image. */
+	bool error_model;
+	/* Thermal model: ambient temperature, milli-degrees C (0: 25 C). */
+	int32_t ambient_mc;
 };
 
 /*
@@ -327,5 +424,40 @@ uint32_t nand_sim_table_repairs(const struct nand_dev *d);
 /* Timing model: die time spent so far, summed over all dies (ns).  Die
  * utilisation over an interval = delta / (dies * interval). */
 uint64_t nand_sim_die_busy_ns(const struct nand_dev *d);
+
+/* ---- error model (see struct nand_reliability) ---- */
+
+/* Turn the error model on or off at run time (0, -ENOMEM, -EINVAL).
+ * Turning it on counts every programmed page as programmed now. */
+int nand_sim_set_error_model(struct nand_dev *d, bool on);
+/* Aging media fast, for tests.  Set a block's erase count (in the image,
+ * as if it had been erased that often; its wear terms follow). */
+int nand_sim_set_erase_count(struct nand_dev *d, uint32_t block, uint32_t count);
+/* Move the error model's retention clock ahead: every programmed page is
+ * ns older.  The device's clock (nand_now) does not move.  -EINVAL if the
+ * model is off. */
+int nand_sim_age(struct nand_dev *d, uint64_t ns);
+/* The model's expected raw bit-error rate of a read of page ppa now; 0 for
+ * an erased page, negative if the model is off or ppa is out of range. */
+double nand_sim_page_rber(struct nand_dev *d, uint64_t ppa);
+
+struct nand_sim_error_stats {
+	uint64_t reads;            /* page reads the model judged */
+	uint64_t reads_corrected;  /* NAND_CORRECTED by the model */
+	uint64_t reads_uncorrectable; /* beyond ECC */
+	uint64_t bits_corrected;
+	uint64_t program_fails;    /* grown bad: programs fail from then on */
+	uint64_t erase_fails;      /* grown bad: erases fail from then on */
+};
+void nand_sim_error_stats(const struct nand_dev *d, struct nand_sim_error_stats *st);
+
+/* ---- thermal model (see struct nand_thermal; read with nand_temperature_mc) ---- */
+
+/* Ambient temperature from now on (the controller heads for it with the
+ * model's time constant). */
+void nand_sim_set_ambient_mc(struct nand_dev *d, int32_t mc);
+/* Force the controller temperature now (it relaxes from there): for fault
+ * injection. */
+void nand_sim_set_temperature_mc(struct nand_dev *d, int32_t mc);
 
 #endif

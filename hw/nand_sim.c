@@ -32,6 +32,23 @@
  * entry that fails its CRC; an entry that does was damaged from outside and
  * is rebuilt from the pages at open (see nand_sim_open in hw/nand.h).
  *
+ * The error model (off unless asked for; parameters in struct
+ * nand_reliability, hw/nand.h) judges every read of a programmed page: it
+ * keeps per block, in memory, the time of its first and last program since
+ * erase (a page's program time is interpolated between them by its index)
+ * and its reads since erase, and caches the block's wear-dependent
+ * coefficients (recomputed when its erase count changes).  A read costs the
+ * RBER sum, one random draw and one comparison: the number of bit errors in
+ * the page is Poisson with mean L = RBER * page bits, and a draw u >= L means
+ * none (P(0) = exp(-L) >= 1 - L).  Only otherwise are the errors counted
+ * (inverse Poisson CDF from the same draw) and spread over the codewords.
+ * Each read draws anew: errors are not sticky between reads of a page.
+ *
+ * The thermal model integrates die work (the timing model's die time, or,
+ * with timing off, each operation's nominal time) into a first-order
+ * temperature, stepped at most every SIM_TH_WINDOW_NS on poll and at every
+ * query.
+ *
  * Errors of the image file itself (no space to back a block, EIO) are
  * NAND_IO_ERROR, never NAND program failures: the NAND is not worn.  The
  * header and block table are backed with disk space at open, so stores into
@@ -39,6 +56,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +83,10 @@
 #define SIM_VERSION 2         /* 2: block table entries carry a CRC32C */
 #define SIM_NO_PAGE 0xFFFF
 #define SIM_MAX_DIES 512
+#define SIM_EM_MAX_CW 64          /* codewords per page the model tracks */
+#define SIM_TH_WINDOW_NS 100000000ull /* thermal model step: 100 ms */
+#define SIM_TH_AMBIENT_MC 25000
+#define NS_PER_YEAR (365.25 * 86400e9)
 
 enum sim_block_flags {
 	SB_FACTORY_BAD = 1 << 0,  /* marked bad at the factory */
@@ -133,6 +155,17 @@ struct page_err {
 	enum nand_status st;
 };
 
+/* Error model state of one block (memory only). */
+struct em_block {
+	uint64_t t_first, t_last;     /* first / last program since erase (em clock) */
+	uint32_t reads;               /* reads since erase (saturating) */
+	float base;                   /* RBER right after programming */
+	float ret;                    /* RBER added per ns of retention */
+	float rd;                     /* RBER added per read of the block */
+	float p_prog;                 /* probability that a program fails */
+	float p_erase;                /* probability that an erase fails */
+};
+
 struct sim {
 	struct nand_dev dev;
 	int fd;                       /* -1: RAM */
@@ -177,6 +210,22 @@ struct sim {
 	uint64_t submits, refuse_at;  /* refuse the refuse_at-th submit (0: off) */
 	uint64_t programs, io_error_from; /* programs fail NAND_IO_ERROR from here */
 	uint32_t table_repairs;       /* entries rebuilt at open */
+	/* error model (em == NULL: off) */
+	struct nand_reliability rel;
+	struct em_block *em;
+	uint64_t em_rng;
+	uint64_t em_age_ns;           /* nand_sim_age: added to the em clock */
+	double em_page_bits;
+	uint32_t em_ncw;              /* codewords per page */
+	struct nand_sim_error_stats em_st;
+	/* thermal model */
+	struct nand_thermal th;
+	int32_t th_ambient;           /* mC */
+	double th_temp;               /* mC */
+	uint64_t th_t;                /* device clock of the last step */
+	uint64_t th_work;             /* die work (ns) at the last step */
+	uint64_t th_untimed_ns;       /* nominal die time of untimed ops */
+	uint64_t th_cost[3];          /* nominal die time per op type */
 	nand_log_fn log;
 	void *log_arg;
 };
@@ -258,6 +307,179 @@ static void blk_store(struct sim *s, uint32_t b, struct sim_block nb)
 #endif
 }
 
+/* ---- error model ------------------------------------------------------- */
+
+/* The error model's clock: the device's (virtual, or the monotonic clock at
+ * tick resolution: retention needs no better) plus nand_sim_age's advance. */
+static uint64_t em_now(struct sim *s)
+{
+	if (s->virtual_time)
+		return s->vclock + s->em_age_ns;
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + s->em_age_ns;
+}
+
+static double em_uniform(struct sim *s)
+{
+	return (double)(rng_next(&s->em_rng) >> 11) * 0x1.0p-53;
+}
+
+/* Block b's coefficients from its erase count. */
+static void em_rates(struct sim *s, uint32_t b)
+{
+	const struct nand_reliability *r = &s->rel;
+	struct em_block *e = &s->em[b];
+	double w = (double)s->blocks[b].erase_count / (s->dev.rated_pe_cycles ? s->dev.rated_pe_cycles : 1);
+	double ww = pow(w, r->wear_exp);
+	e->base = (float)(r->rber_fresh + r->rber_rated * ww);
+	e->ret = (float)(r->rber_ret_year * (r->ret_fresh + (1 - r->ret_fresh) * ww) / NS_PER_YEAR);
+	e->rd = (float)(r->rber_read * (1 + (r->read_wear - 1) * ww));
+	double h = r->fail_rated * exp(r->fail_growth * (w - 1));
+	if (h > 1)
+		h = 1;
+	e->p_erase = (float)(h / 2);
+	e->p_prog = (float)(h / 2 / s->dev.geo.pages_per_block);
+}
+
+static void em_programmed(struct sim *s, uint32_t b, uint32_t page)
+{
+	struct em_block *e = &s->em[b];
+	uint64_t now = em_now(s);
+	if (page == 0)
+		e->t_first = now;
+	e->t_last = now;
+}
+
+static void em_erased(struct sim *s, uint32_t b)
+{
+	s->em[b].t_first = s->em[b].t_last = 0;
+	s->em[b].reads = 0;
+	em_rates(s, b);
+}
+
+/* Expected RBER of a read of page (programmed, wp pages in the block) now. */
+static double em_rber(struct sim *s, uint32_t b, uint32_t page, uint32_t wp, uint64_t now)
+{
+	const struct em_block *e = &s->em[b];
+	double t = (double)e->t_first;
+	if (wp > 1)
+		t += (double)(e->t_last - e->t_first) * page / (wp - 1);
+	double age = (double)now - t;
+	if (age < 0)
+		age = 0;
+	return e->base + e->ret * age + (double)e->rd * e->reads;
+}
+
+/* Smallest k with Poisson(lam) CDF(k) >= v (lam <= ~700). */
+static uint32_t poisson_inv(double lam, double v)
+{
+	double p = exp(-lam), c = p;
+	uint32_t k = 0, cap = (uint32_t)(lam + 12 * sqrt(lam) + 40);
+	while (v > c && k < cap) {
+		k++;
+		p *= lam / k;
+		c += p;
+	}
+	return k;
+}
+
+/* Judge a read of a programmed page: NAND_OK, NAND_CORRECTED (with the
+ * counts in op) or NAND_UNCORRECTABLE. */
+static enum nand_status em_read(struct sim *s, struct nand_op *op, uint32_t wp)
+{
+	double lam = em_rber(s, op->block, op->page, wp, em_now(s)) * s->em_page_bits;
+	double u = em_uniform(s);
+	s->em_st.reads++;
+	if (u >= lam)
+		return NAND_OK; /* the common case: 1 - exp(-lam) <= lam */
+	uint32_t ncw = s->em_ncw, ecc = s->rel.ecc_bits;
+	uint32_t cnt[SIM_EM_MAX_CW] = { 0 };
+	uint32_t total = 0, worst = 0;
+	if (lam <= 700) {
+		/* the page's errors, then each to a codeword at random */
+		total = poisson_inv(lam, 1 - u);
+		if (!total)
+			return NAND_OK;
+		if (ncw == 1) {
+			worst = total;
+		} else {
+			for (uint32_t i = 0; i < total; i++) {
+				uint32_t c = (uint32_t)(((rng_next(&s->em_rng) >> 32) * ncw) >> 32);
+				if (++cnt[c] > worst)
+					worst = cnt[c];
+			}
+		}
+	} else {
+		double lcw = lam / ncw;
+		if (lcw > 700)
+			worst = UINT32_MAX;
+		for (uint32_t c = 0; c < ncw && worst <= ecc; c++) {
+			uint32_t k = poisson_inv(lcw, em_uniform(s));
+			total += k;
+			if (k > worst)
+				worst = k;
+		}
+	}
+	if (worst > ecc) {
+		s->em_st.reads_uncorrectable++;
+		return NAND_UNCORRECTABLE;
+	}
+	s->em_st.reads_corrected++;
+	s->em_st.bits_corrected += total;
+	op->corrected_bits = (uint16_t)(total > UINT16_MAX ? UINT16_MAX : total);
+	op->corrected_max = (uint16_t)(worst > UINT16_MAX ? UINT16_MAX : worst);
+	return NAND_CORRECTED;
+}
+
+/* Error model on: state for every block; programmed pages count as
+ * programmed now. */
+static int em_enable(struct sim *s)
+{
+	uint32_t n = nand_blocks(&s->dev.geo);
+	struct em_block *em = calloc(n, sizeof *em);
+	if (!em)
+		return -ENOMEM;
+	s->em = em;
+	uint64_t now = em_now(s);
+	for (uint32_t b = 0; b < n; b++) {
+		em_rates(s, b);
+		if (s->blocks[b].wp)
+			em[b].t_first = em[b].t_last = now;
+	}
+	return 0;
+}
+
+/* ---- thermal model ------------------------------------------------------- */
+
+static uint64_t sim_now(struct nand_dev *d);
+
+/* Step the temperature to now (device clock): the die busy fraction since
+ * the last step drives the target; first-order lag towards it. */
+static void th_step(struct sim *s, uint64_t now)
+{
+	if (now <= s->th_t)
+		return;
+	double dt = (double)(now - s->th_t);
+	uint64_t work = s->busy_ns + s->th_untimed_ns;
+	double busy = (double)(work - s->th_work) / (dt * nand_dies(&s->dev.geo));
+	if (busy > 1)
+		busy = 1;
+	double target = s->th_ambient + s->th.idle_rise_mc + s->th.busy_rise_mc * busy;
+	double tau = s->th.tau_ms ? s->th.tau_ms * 1e6 : 1;
+	s->th_temp = target + (s->th_temp - target) * exp(-dt / tau);
+	s->th_t = now;
+	s->th_work = work;
+}
+
+static int sim_temperature_mc(struct nand_dev *d, int32_t *mc)
+{
+	struct sim *s = (struct sim *)d;
+	th_step(s, sim_now(d));
+	*mc = (int32_t)lround(s->th_temp);
+	return 0;
+}
+
 /* ---- media access ------------------------------------------------------ */
 
 static enum nand_status page_error_lookup(struct sim *s, uint64_t ppa)
@@ -316,6 +538,8 @@ static enum nand_status media_read(struct sim *s, struct nand_op *op)
 		fill_garbage(s, op);
 		return NAND_UNCORRECTABLE;
 	}
+	if (s->em && s->em[op->block].reads != UINT32_MAX)
+		s->em[op->block].reads++; /* read disturb: every read of the block */
 	if (op->page >= b->wp) {
 		if (op->data)
 			memset(op->data, 0xFF, g->page_size);
@@ -355,6 +579,10 @@ static enum nand_status media_read(struct sim *s, struct nand_op *op)
 		else if (r < s->uncorrectable_ppm + s->corrected_ppm)
 			st = NAND_CORRECTED;
 	}
+	if (st == NAND_OK && s->em)
+		st = em_read(s, op, b->wp);
+	else if (st == NAND_CORRECTED)
+		op->corrected_bits = op->corrected_max = 1; /* injected: nominal */
 	if (st == NAND_UNCORRECTABLE)
 		fill_garbage(s, op);
 	return st;
@@ -375,12 +603,22 @@ static enum nand_status media_program(struct sim *s, struct nand_op *op, bool in
 		op->err = -ENOSPC; /* injected: as if the filesystem were full */
 		return NAND_IO_ERROR;
 	}
+	if (s->em && !interrupted && !(b.flags & (SB_FAIL_PROGRAM | SB_ERASE_TORN)) &&
+	    !die_failed(s, op->block) && em_uniform(s) < s->em[op->block].p_prog) {
+		/* worn out: grown bad, programs fail from now on */
+		b.flags |= SB_FAIL_PROGRAM;
+		s->em_st.program_fails++;
+		sim_log(s, "error model: block %u grown bad: program of page %u failed at erase count %u",
+			op->block, op->page, b.erase_count);
+	}
 	if (interrupted || die_failed(s, op->block) || (b.flags & (SB_FAIL_PROGRAM | SB_ERASE_TORN))) {
 		/* the page is consumed and unreadable */
 		if (b.torn_page == SIM_NO_PAGE)
 			b.torn_page = (uint16_t)op->page;
 		b.wp = (uint16_t)(op->page + 1);
 		blk_store(s, op->block, b);
+		if (s->em)
+			em_programmed(s, op->block, op->page);
 		return interrupted ? NAND_POWER_LOSS : NAND_PROGRAM_FAILED;
 	}
 	if (op->page == 0 && s->fd >= 0) {
@@ -421,6 +659,8 @@ static enum nand_status media_program(struct sim *s, struct nand_op *op, bool in
 	}
 	b.wp = (uint16_t)(op->page + 1);
 	blk_store(s, op->block, b);
+	if (s->em)
+		em_programmed(s, op->block, op->page);
 	return NAND_OK;
 }
 
@@ -452,7 +692,18 @@ static enum nand_status media_erase(struct sim *s, struct nand_op *op, bool inte
 		b.flags |= SB_ERASE_TORN;
 		b.erase_count++;
 		blk_store(s, op->block, b);
+		if (s->em)
+			em_rates(s, op->block);
 		return NAND_POWER_LOSS;
+	}
+	if (s->em && !(b.flags & SB_FAIL_ERASE) && !die_failed(s, op->block) &&
+	    em_uniform(s) < s->em[op->block].p_erase) {
+		/* worn out: grown bad, erases fail from now on (the data stay) */
+		b.flags |= SB_FAIL_ERASE;
+		blk_store(s, op->block, b);
+		s->em_st.erase_fails++;
+		sim_log(s, "error model: block %u grown bad: erase failed at erase count %u",
+			op->block, b.erase_count);
 	}
 	if (die_failed(s, op->block) || (b.flags & SB_FAIL_ERASE))
 		return NAND_ERASE_FAILED;
@@ -468,6 +719,8 @@ static enum nand_status media_erase(struct sim *s, struct nand_op *op, bool inte
 	b.flags &= (uint8_t)~SB_ERASE_TORN;
 	b.erase_count++;
 	blk_store(s, op->block, b);
+	if (s->em)
+		em_erased(s, op->block);
 	if (s->perr_len)
 		page_errors_drop_block(s, op->block);
 	if (had_pages && s->discard_on_erase)
@@ -703,6 +956,7 @@ static void sim_execute(struct sim *s, struct nand_op *op)
 	const struct nand_geometry *g = &s->dev.geo;
 
 	op->err = 0;
+	op->corrected_bits = op->corrected_max = 0;
 	if (op->block >= nand_blocks(g) || op->page >= g->pages_per_block) {
 		op->status = NAND_INVALID;
 	} else if (s->dead) {
@@ -717,9 +971,13 @@ static void sim_execute(struct sim *s, struct nand_op *op)
 			s->dead = true;
 			s->cut_at = 0;
 		}
+		if (!s->timing && op->type <= NAND_OP_ERASE)
+			s->th_untimed_ns += s->th_cost[op->type]; /* thermal: nominal die time */
 		switch (op->type) {
 		case NAND_OP_READ:
 			op->status = cut ? NAND_POWER_LOSS : media_read(s, op);
+			s->dev.last_corrected_bits = op->corrected_bits;
+			s->dev.last_corrected_max = op->corrected_max;
 			break;
 		case NAND_OP_PROGRAM:
 			op->status = media_program(s, op, cut);
@@ -776,6 +1034,8 @@ static int sim_poll(struct nand_dev *d, uint64_t now_ns)
 		op = next;
 	}
 	advance(s, now_ns);
+	if (now_ns >= s->th_t + SIM_TH_WINDOW_NS)
+		th_step(s, sim_now(d)); /* the device clock: now_ns may be anything */
 	/* only what is done now: handlers may submit (and complete) more */
 	op = s->done_head;
 	s->done_head = s->done_tail = NULL;
@@ -846,6 +1106,7 @@ static void sim_close(struct nand_dev *d)
 	free(s->chans);
 	free(s->events);
 	free(s->perr);
+	free(s->em);
 	free(s);
 }
 
@@ -871,7 +1132,8 @@ static enum nand_status sim_read_now(struct nand_dev *d, uint32_t block, uint32_
 	.factory_bad = sim_factory_bad,                  \
 	.now = sim_now,                                  \
 	.wait_until = sim_wait_until,                    \
-	.close = sim_close
+	.close = sim_close,                              \
+	.temperature_mc = sim_temperature_mc
 
 /* timing model on: every operation takes its time */
 static const struct nand_ops sim_ops = { SIM_OPS_COMMON };
@@ -1289,6 +1551,37 @@ opened:
 		goto fail;
 	}
 	timing_reset(s);
+	/* the card's ECC, error model and thermal model: the preset's, or for an
+	 * image of an unknown preset the stock MLC card's */
+	const struct nand_preset *rp = p ? p : nand_preset_find("iodimm-mlc-320");
+	s->rel = rp->rel;
+	s->th = rp->thermal;
+	s->dev.ecc_bits = s->rel.ecc_bits;
+	s->dev.ecc_codeword_bytes = s->rel.ecc_codeword_bytes;
+	{
+		const struct nand_geometry *g = &s->dev.geo;
+		uint32_t cwb = s->rel.ecc_codeword_bytes ? s->rel.ecc_codeword_bytes : g->page_size;
+		s->em_ncw = g->page_size / cwb ? g->page_size / cwb : 1;
+		if (s->em_ncw > SIM_EM_MAX_CW)
+			s->em_ncw = SIM_EM_MAX_CW;
+		s->em_page_bits = 8.0 * (g->page_size + g->spare_size);
+		uint64_t x = xfer_ns(s, g->page_size + g->spare_size);
+		s->th_cost[NAND_OP_READ] = s->tm.read_us * 1000ull + x;
+		s->th_cost[NAND_OP_PROGRAM] = s->tm.program_us * 1000ull + x;
+		s->th_cost[NAND_OP_ERASE] = s->tm.erase_us * 1000ull;
+	}
+	s->em_rng = (cfg->seed ? cfg->seed : 0x853c49e6748fea9bull) ^ 0xD1B54A32D192ED03ull;
+	if (!s->em_rng)
+		s->em_rng = 1;
+	s->th_ambient = cfg->ambient_mc ? cfg->ambient_mc : SIM_TH_AMBIENT_MC;
+	s->th_temp = s->th_ambient + s->th.idle_rise_mc; /* idle, settled */
+	s->th_t = sim_now(&s->dev);
+	bool em = cfg->error_model;
+	const char *env = getenv("FLASHD_SIM_ERROR_MODEL");
+	if (env && *env)
+		em = strcmp(env, "0") != 0;
+	if (em && (rc = em_enable(s)) < 0)
+		goto fail;
 	*out = &s->dev;
 	return 0;
 
@@ -1419,4 +1712,81 @@ uint64_t nand_sim_die_busy_ns(const struct nand_dev *d)
 uint32_t nand_sim_table_repairs(const struct nand_dev *d)
 {
 	return nand_is_sim(d) ? ((const struct sim *)d)->table_repairs : 0;
+}
+
+/* ---- error model and thermal model: control ------------------------------ */
+
+int nand_sim_set_error_model(struct nand_dev *d, bool on)
+{
+	if (!nand_is_sim(d))
+		return -EINVAL;
+	struct sim *s = to_sim(d);
+	if (on && !s->em)
+		return em_enable(s);
+	if (!on) {
+		free(s->em);
+		s->em = NULL;
+	}
+	return 0;
+}
+
+int nand_sim_set_erase_count(struct nand_dev *d, uint32_t block, uint32_t count)
+{
+	if (!nand_is_sim(d) || block >= nand_blocks(&d->geo))
+		return -EINVAL;
+	struct sim *s = to_sim(d);
+	if (s->readonly)
+		return -EROFS;
+	struct sim_block b = s->blocks[block];
+	b.erase_count = count;
+	blk_store(s, block, b);
+	if (s->em)
+		em_rates(s, block);
+	return 0;
+}
+
+int nand_sim_age(struct nand_dev *d, uint64_t ns)
+{
+	if (!nand_is_sim(d) || !to_sim(d)->em)
+		return -EINVAL;
+	to_sim(d)->em_age_ns += ns;
+	return 0;
+}
+
+double nand_sim_page_rber(struct nand_dev *d, uint64_t ppa)
+{
+	if (!nand_is_sim(d) || !to_sim(d)->em || ppa >= nand_pages(&d->geo))
+		return -1;
+	struct sim *s = to_sim(d);
+	uint32_t b = (uint32_t)(ppa / d->geo.pages_per_block), pg = (uint32_t)(ppa % d->geo.pages_per_block);
+	uint32_t wp = s->blocks[b].wp;
+	if (pg >= wp)
+		return 0;
+	return em_rber(s, b, pg, wp, em_now(s));
+}
+
+void nand_sim_error_stats(const struct nand_dev *d, struct nand_sim_error_stats *st)
+{
+	if (nand_is_sim(d))
+		*st = ((const struct sim *)d)->em_st;
+	else
+		memset(st, 0, sizeof *st);
+}
+
+void nand_sim_set_ambient_mc(struct nand_dev *d, int32_t mc)
+{
+	if (!nand_is_sim(d))
+		return;
+	struct sim *s = to_sim(d);
+	th_step(s, sim_now(d)); /* the past at the old ambient */
+	s->th_ambient = mc;
+}
+
+void nand_sim_set_temperature_mc(struct nand_dev *d, int32_t mc)
+{
+	if (!nand_is_sim(d))
+		return;
+	struct sim *s = to_sim(d);
+	th_step(s, sim_now(d));
+	s->th_temp = mc;
 }

@@ -1,9 +1,13 @@
 /*
  * t_nand_sim - the simulated ioDimm behaves like NAND: erased pages read
  * 0xFF, pages program in order and once, erase counts grow, the image
- * persists and is locked, faults and timing do what they claim.
+ * persists and is locked, faults and timing do what they claim; the error
+ * model's bit errors grow with wear, retention and read disturb and ECC
+ * gives up past its threshold; the thermal model heats with activity and
+ * cools when idle.
  */
 #include <fcntl.h>
+#include <math.h>
 #include <unistd.h>
 
 #include "hw/nand.h"
@@ -13,6 +17,9 @@ static void t_done(struct nand_op *op)
 {
 	*(bool *)op->priv = true;
 }
+
+/* corrected_bits / corrected_max of the last run() */
+static uint32_t t_bits, t_max;
 
 /* Submit one operation and wait for it (on the device's clock). */
 static enum nand_status run(struct nand_dev *d, enum nand_op_type t, uint32_t b, uint32_t p,
@@ -28,6 +35,8 @@ static enum nand_status run(struct nand_dev *d, enum nand_op_type t, uint32_t b,
 		nand_wait_until(d, due);
 		nand_poll(d, nand_now(d));
 	}
+	t_bits = op.corrected_bits;
+	t_max = op.corrected_max;
 	return op.status;
 }
 
@@ -307,6 +316,412 @@ static void backend_errors(void)
 	nand_close(d);
 }
 
+
+/* ---- error model ------------------------------------------------------- */
+
+#define YEAR_NS (uint64_t)(365.25 * 86400e9)
+
+static struct nand_dev *em_open(uint64_t seed)
+{
+	struct nand_sim_config cfg = { .preset = "test-64m", .error_model = true, .seed = seed };
+	struct nand_dev *d;
+	char err[256];
+	CHECK_RC(nand_sim_open(&cfg, &d, err, sizeof err));
+	return d;
+}
+
+/* Erase block b, set its erase count, program all its pages with a pattern. */
+static void em_fill(struct nand_dev *d, uint32_t b, uint32_t erases, uint8_t *data)
+{
+	CHECK_EQ(run(d, NAND_OP_ERASE, b, 0, NULL, NULL), NAND_OK);
+	CHECK_RC(nand_sim_set_erase_count(d, b, erases));
+	for (uint32_t p = 0; p < d->geo.pages_per_block; p++) {
+		memset(data, (int)(b * 7 + p), d->geo.page_size);
+		CHECK_EQ(run(d, NAND_OP_PROGRAM, b, p, data, NULL), NAND_OK);
+	}
+}
+
+struct em_tally {
+	uint32_t reads, ok, corrected, uncorrectable;
+	uint64_t bits;
+	double expect_bits;        /* sum of the model's RBER x page bits */
+};
+
+/* Read every page of block b `rounds` times; check data and counts. */
+static void em_read_block(struct nand_dev *d, uint32_t b, uint32_t rounds, struct em_tally *t,
+			  uint8_t *rd)
+{
+	const struct nand_geometry *g = &d->geo;
+	double page_bits = 8.0 * (g->page_size + g->spare_size);
+	memset(t, 0, sizeof *t);
+	for (uint32_t r = 0; r < rounds; r++)
+		for (uint32_t p = 0; p < g->pages_per_block; p++) {
+			double rber = nand_sim_page_rber(d, (uint64_t)b * g->pages_per_block + p);
+			CHECK(rber > 0);
+			t->expect_bits += rber * page_bits;
+			enum nand_status st = run(d, NAND_OP_READ, b, p, rd, NULL);
+			t->reads++;
+			if (st == NAND_OK) {
+				t->ok++;
+				CHECK(t_bits == 0 && t_max == 0);
+			} else if (st == NAND_CORRECTED) {
+				t->corrected++;
+				t->bits += t_bits;
+				CHECK(t_bits >= 1 && t_max >= 1 && t_max <= t_bits);
+				CHECK(t_max <= d->ecc_bits);
+				/* at least the average per codeword lands in the worst */
+				CHECK(t_max * (g->page_size / d->ecc_codeword_bytes) >= t_bits);
+			} else {
+				CHECK_EQ(st, NAND_UNCORRECTABLE);
+				t->uncorrectable++;
+				continue;
+			}
+			/* corrected or clean: the data are what was written */
+			CHECK(rd[0] == (uint8_t)(b * 7 + p) && rd[g->page_size - 1] == rd[0]);
+		}
+}
+
+/* Observed bits match the model's expectation (Poisson: within 5 sigma + 3). */
+static void em_check_mean(const struct em_tally *t)
+{
+	double m = t->expect_bits, tol = 5 * sqrt(m) + 3;
+	if (fabs((double)t->bits - m) > tol) {
+		fprintf(stderr, "bits corrected %llu, model expects %.1f (+-%.1f)\n",
+			(unsigned long long)t->bits, m, tol);
+		CHECK(0);
+	}
+}
+
+/* Off by default: no model, no errors however worn; the API says so. */
+static void em_off(void)
+{
+	struct nand_sim_config cfg = { .preset = "test-64m" };
+	struct nand_dev *d;
+	char err[256];
+	CHECK_RC(nand_sim_open(&cfg, &d, err, sizeof err));
+	uint8_t *data = malloc(d->geo.page_size), *rd = malloc(d->geo.page_size);
+	CHECK_EQ(d->ecc_bits, 40);
+	CHECK_EQ(d->ecc_codeword_bytes, 1024);
+	em_fill(d, 3, 20000, data);
+	CHECK_EQ(nand_erase_count(d, 3), 20000);
+	CHECK(nand_sim_page_rber(d, 3ull * d->geo.pages_per_block) < 0);
+	CHECK_EQ(nand_sim_age(d, 10 * YEAR_NS), -EINVAL);
+	for (int i = 0; i < 2000; i++)
+		CHECK_EQ(run(d, NAND_OP_READ, 3, (uint32_t)i % d->geo.pages_per_block, rd, NULL), NAND_OK);
+	for (int i = 0; i < 200; i++) /* 4x rated: no failures without the model */
+		CHECK_EQ(run(d, NAND_OP_ERASE, 4, 0, NULL, NULL), NAND_OK);
+	/* turned on at run time: the worn block is judged from now on */
+	CHECK_RC(nand_sim_set_error_model(d, true));
+	CHECK(nand_sim_page_rber(d, 3ull * d->geo.pages_per_block) > 1e-3);
+	CHECK_RC(nand_sim_set_error_model(d, false));
+	CHECK(nand_sim_page_rber(d, 3ull * d->geo.pages_per_block) < 0);
+	/* the injected fixed-rate errors still work, with a nominal bit count */
+	struct nand_sim_faults f = { .corrected_ppm = 1000000 };
+	nand_sim_set_faults(d, &f);
+	CHECK_EQ(run(d, NAND_OP_READ, 3, 0, rd, NULL), NAND_CORRECTED);
+	CHECK(t_bits == 1 && t_max == 1);
+	CHECK(d->last_corrected_bits == 1);
+	f.corrected_ppm = 0;
+	nand_sim_set_faults(d, &f);
+	free(data);
+	free(rd);
+	nand_close(d);
+}
+
+/* RBER rises with P/E cycles, as the model's formula and as observed. */
+static void em_wear(void)
+{
+	struct nand_dev *d = em_open(11);
+	const struct nand_geometry *g = &d->geo;
+	uint8_t *data = malloc(g->page_size), *rd = malloc(g->page_size);
+	uint32_t rated = d->rated_pe_cycles;
+	CHECK_EQ(rated, 5000);
+	/* the formula: fresh 1e-8, rated 1e-4, twice rated 4e-4 (+ read disturb) */
+	em_fill(d, 10, 0, data);
+	em_fill(d, 11, rated, data);
+	em_fill(d, 12, 2 * rated, data);
+	double r0 = nand_sim_page_rber(d, 10ull * g->pages_per_block);
+	double r1 = nand_sim_page_rber(d, 11ull * g->pages_per_block);
+	double r2 = nand_sim_page_rber(d, 12ull * g->pages_per_block);
+	CHECK(r0 > 0.9e-8 && r0 < 1.2e-8);
+	CHECK(r1 > 0.99e-4 && r1 < 1.02e-4);
+	CHECK(r2 > 3.99e-4 && r2 < 4.05e-4);
+	/* observed: 30 reads of each of 64 pages per block */
+	struct em_tally t0, t1, t2;
+	em_read_block(d, 10, 30, &t0, rd);
+	em_read_block(d, 11, 30, &t1, rd);
+	em_read_block(d, 12, 30, &t2, rd);
+	em_check_mean(&t0);
+	em_check_mean(&t1);
+	em_check_mean(&t2);
+	/* fresh: ~0.7 bits from wear, ~19 from the 1,920 reads' own disturb */
+	CHECK(t0.bits < 60 && t0.bits * 20 < t1.bits);
+	CHECK(t1.corrected > 1000);          /* ~3.4 bits per read: most reads */
+	CHECK(t2.bits > 3 * t1.bits);
+	CHECK(t0.uncorrectable + t1.uncorrectable + t2.uncorrectable == 0);
+	struct nand_sim_error_stats st;
+	nand_sim_error_stats(d, &st);
+	CHECK_EQ(st.reads, 3 * 30 * g->pages_per_block);
+	CHECK_EQ(st.reads_corrected, t0.corrected + t1.corrected + t2.corrected);
+	CHECK_EQ(st.bits_corrected, t0.bits + t1.bits + t2.bits);
+	free(data);
+	free(rd);
+	nand_close(d);
+}
+
+/* RBER rises with retention time; ECC corrects up to its threshold, then
+ * the page is uncorrectable (its data garbage). */
+static void em_retention_ecc(void)
+{
+	struct nand_dev *d = em_open(12);
+	const struct nand_geometry *g = &d->geo;
+	uint8_t *data = malloc(g->page_size), *rd = malloc(g->page_size);
+	uint32_t rated = d->rated_pe_cycles;
+	em_fill(d, 20, rated, data);
+	uint64_t ppa = 20ull * g->pages_per_block;
+	double r_now = nand_sim_page_rber(d, ppa);
+	CHECK_RC(nand_sim_age(d, 30 * 86400ull * 1000000000ull)); /* a month */
+	double r_month = nand_sim_page_rber(d, ppa);
+	CHECK_RC(nand_sim_age(d, YEAR_NS - 30 * 86400ull * 1000000000ull));
+	double r_year = nand_sim_page_rber(d, ppa);
+	CHECK(r_now < r_month && r_month < r_year);
+	/* one year at rated P/E: 1.2e-3, the ECC's limit at UBER ~1e-16 */
+	CHECK(r_year > 1.15e-3 && r_year < 1.25e-3);
+	struct em_tally t;
+	em_read_block(d, 20, 8, &t, rd);
+	em_check_mean(&t);
+	CHECK_EQ(t.uncorrectable, 0);
+	CHECK(t.corrected > t.reads * 99 / 100); /* ~40 bits per read */
+	CHECK(t.bits > 30ull * t.reads);
+	/* a fresh block programmed as long ago keeps its data well */
+	em_fill(d, 21, 0, data);
+	CHECK_RC(nand_sim_age(d, YEAR_NS));
+	CHECK(nand_sim_page_rber(d, 21ull * g->pages_per_block) < 1e-4);
+	/* five years at rated: mean ~47 per codeword, over the 40 ECC corrects */
+	CHECK_RC(nand_sim_age(d, 3 * YEAR_NS));
+	em_read_block(d, 20, 4, &t, rd);
+	CHECK(t.uncorrectable > t.reads * 8 / 10);
+	/* ten years at twice rated: nothing is readable */
+	em_fill(d, 22, 2 * rated, data);
+	CHECK_RC(nand_sim_age(d, 10 * YEAR_NS));
+	em_read_block(d, 22, 2, &t, rd);
+	CHECK_EQ(t.uncorrectable, t.reads);
+	memset(rd, 0, g->page_size);
+	CHECK_EQ(run(d, NAND_OP_READ, 22, 1, rd, NULL), NAND_UNCORRECTABLE);
+	CHECK(t_bits == 0 && t_max == 0);
+	CHECK(rd[0] != (uint8_t)(22 * 7 + 1) || rd[1] != rd[0] || rd[2] != rd[0]); /* garbage */
+	/* erasing forgets the age: reprogrammed pages read clean again */
+	em_fill(d, 22, 2 * rated, data);
+	CHECK(nand_sim_page_rber(d, 22ull * g->pages_per_block) < 4.1e-4);
+	free(data);
+	free(rd);
+	nand_close(d);
+}
+
+/* Read disturb: reads of a block raise the RBER of its pages until erased. */
+static void em_read_disturb(void)
+{
+	struct nand_dev *d = em_open(13);
+	const struct nand_geometry *g = &d->geo;
+	uint8_t *data = malloc(g->page_size), *rd = malloc(g->page_size);
+	uint32_t rated = d->rated_pe_cycles;
+	em_fill(d, 30, rated, data);
+	uint64_t ppa = 30ull * g->pages_per_block + 5;
+	double r0 = nand_sim_page_rber(d, ppa);
+	struct em_tally first, last;
+	em_read_block(d, 30, 4, &first, rd);
+	/* 200,000 more reads of page 0 (spare only): the other pages suffer */
+	uint8_t spare[256];
+	for (int i = 0; i < 200000; i++) {
+		enum nand_status st = run(d, NAND_OP_READ, 30, 0, NULL, spare);
+		CHECK(st == NAND_OK || st == NAND_CORRECTED);
+	}
+	double r1 = nand_sim_page_rber(d, ppa);
+	/* 3e-9 per read at rated P/E: +6e-4 */
+	CHECK(r1 - r0 > 5.9e-4 && r1 - r0 < 6.2e-4);
+	em_read_block(d, 30, 4, &last, rd);
+	em_check_mean(&first);
+	em_check_mean(&last);
+	CHECK(last.bits > 4 * first.bits);
+	/* a fresh block is disturbed ten times less */
+	em_fill(d, 31, 0, data);
+	for (int i = 0; i < 200000; i++)
+		run(d, NAND_OP_READ, 31, 0, NULL, spare);
+	double f1 = nand_sim_page_rber(d, 31ull * g->pages_per_block + 5);
+	CHECK(f1 > 5.5e-5 && f1 < 6.5e-5);
+	/* erase: the count starts over */
+	em_fill(d, 30, rated, data);
+	CHECK(nand_sim_page_rber(d, ppa) < r0 * 1.01);
+	free(data);
+	free(rd);
+	nand_close(d);
+}
+
+/* The same seed and operations give the same errors; another seed others. */
+static uint64_t em_signature(uint64_t seed)
+{
+	struct nand_dev *d = em_open(seed);
+	uint8_t *data = malloc(d->geo.page_size), *rd = malloc(d->geo.page_size);
+	em_fill(d, 40, 2 * d->rated_pe_cycles, data);
+	uint64_t h = 1469598103934665603ull;
+	for (int i = 0; i < 3000; i++) {
+		enum nand_status st = run(d, NAND_OP_READ, 40, (uint32_t)i % d->geo.pages_per_block, rd, NULL);
+		h = (h ^ (st * 1000u + t_bits)) * 1099511628211ull;
+	}
+	free(data);
+	free(rd);
+	nand_close(d);
+	return h;
+}
+
+static void em_deterministic(void)
+{
+	CHECK(em_signature(5) == em_signature(5));
+	CHECK(em_signature(5) != em_signature(6));
+}
+
+/* Grown bad blocks: none before rated P/E, many far past it; a grown bad
+ * block keeps failing; data programmed before stay readable. */
+static void em_grown_bad(void)
+{
+	struct nand_dev *d = em_open(14);
+	const struct nand_geometry *g = &d->geo;
+	uint8_t *data = calloc(1, g->page_size), *rd = malloc(g->page_size);
+	uint32_t rated = d->rated_pe_cycles;
+	/* young blocks: 1e-8 per cycle, 4 blocks x 500 cycles */
+	for (uint32_t b = 50; b < 54; b++)
+		for (int c = 0; c < 500; c++) {
+			CHECK_EQ(run(d, NAND_OP_ERASE, b, 0, NULL, NULL), NAND_OK);
+			for (uint32_t p = 0; p < 4; p++)
+				CHECK_EQ(run(d, NAND_OP_PROGRAM, b, p, data, NULL), NAND_OK);
+		}
+	struct nand_sim_error_stats st;
+	nand_sim_error_stats(d, &st);
+	CHECK(st.program_fails == 0 && st.erase_fails == 0);
+	/* three times rated: ~10 % per cycle; cycle 8 blocks until each fails */
+	uint32_t pfail = 0, efail = 0;
+	for (uint32_t b = 60; b < 68; b++) {
+		CHECK_RC(nand_sim_set_erase_count(d, b, 3 * rated));
+		bool failed = false;
+		for (int c = 0; c < 400 && !failed; c++) {
+			enum nand_status est = run(d, NAND_OP_ERASE, b, 0, NULL, NULL);
+			if (est == NAND_ERASE_FAILED) {
+				efail++;
+				failed = true;
+				/* the data programmed before stay; it keeps failing */
+				CHECK_EQ(run(d, NAND_OP_READ, b, 0, rd, NULL) == NAND_UNCORRECTABLE, false);
+				CHECK_EQ(run(d, NAND_OP_ERASE, b, 0, NULL, NULL), NAND_ERASE_FAILED);
+				break;
+			}
+			CHECK_EQ(est, NAND_OK);
+			for (uint32_t p = 0; p < g->pages_per_block; p++) {
+				enum nand_status pst = run(d, NAND_OP_PROGRAM, b, p, data, NULL);
+				if (pst == NAND_PROGRAM_FAILED) {
+					pfail++;
+					failed = true;
+					if (p > 0) /* the pages before it still read */
+						CHECK(run(d, NAND_OP_READ, b, p - 1, rd, NULL) != NAND_UNCORRECTABLE);
+					CHECK_EQ(run(d, NAND_OP_READ, b, p, rd, NULL), NAND_UNCORRECTABLE);
+					/* erased (if its erase does not fail too) and
+					 * programmed again: still fails */
+					enum nand_status e2 = run(d, NAND_OP_ERASE, b, 0, NULL, NULL);
+					if (e2 == NAND_ERASE_FAILED)
+						efail++;
+					else
+						CHECK_EQ(e2, NAND_OK);
+					CHECK_EQ(run(d, NAND_OP_PROGRAM, b, 0, data, NULL), NAND_PROGRAM_FAILED);
+					break;
+				}
+				CHECK_EQ(pst, NAND_OK);
+			}
+		}
+		CHECK(failed);
+	}
+	nand_sim_error_stats(d, &st);
+	CHECK_EQ(st.program_fails, pfail);
+	CHECK_EQ(st.erase_fails, efail);
+	CHECK(pfail > 0 && efail > 0); /* half each, on average */
+	free(data);
+	free(rd);
+	nand_close(d);
+}
+
+/* ---- thermal model ------------------------------------------------------- */
+
+static void thermal(void)
+{
+	struct nand_sim_config cfg = { .preset = "test-64m", .timing = true, .virtual_time = true };
+	struct nand_dev *d;
+	char err[256];
+	CHECK_RC(nand_sim_open(&cfg, &d, err, sizeof err));
+	int32_t mc;
+	CHECK_RC(nand_temperature_mc(d, &mc));
+	CHECK_EQ(mc, 35000); /* 25 C ambient + 10 C idle */
+	/* all four dies erasing back to back for two minutes (two time constants) */
+	uint32_t ndies = nand_dies(&d->geo);
+	struct nand_op ops[16];
+	bool done[16];
+	for (uint32_t i = 0; i < ndies; i++) {
+		ops[i] = (struct nand_op){ .type = NAND_OP_ERASE, .block = i * d->geo.blocks_per_die + 1,
+					   .done = t_done, .priv = &done[i] };
+		done[i] = false;
+		CHECK_EQ(nand_submit(d, &ops[i]), 0);
+	}
+	uint64_t t0 = nand_now(d), until = t0 + 120ull * 1000000000ull;
+	while (nand_now(d) < until) {
+		nand_wait_until(d, nand_next_due(d));
+		nand_poll(d, nand_now(d));
+		for (uint32_t i = 0; i < ndies; i++)
+			if (done[i]) {
+				done[i] = false;
+				CHECK_EQ(nand_submit(d, &ops[i]), 0);
+			}
+	}
+	CHECK_RC(nand_temperature_mc(d, &mc));
+	/* heading for 70 C: 35 + 35 * (1 - e^-2) = 65.3 C */
+	CHECK(mc > 64500 && mc < 66000);
+	while (d->inflight) {
+		nand_wait_until(d, nand_next_due(d));
+		nand_poll(d, nand_now(d));
+	}
+	/* ten idle minutes: back to ambient + idle */
+	nand_wait_until(d, nand_now(d) + 600ull * 1000000000ull);
+	CHECK_RC(nand_temperature_mc(d, &mc));
+	CHECK(mc > 34900 && mc < 35100);
+	/* a hot room */
+	nand_sim_set_ambient_mc(d, 45000);
+	nand_wait_until(d, nand_now(d) + 600ull * 1000000000ull);
+	CHECK_RC(nand_temperature_mc(d, &mc));
+	CHECK(mc > 54900 && mc < 55100);
+	/* forced (fault injection), then it relaxes: one time constant */
+	nand_sim_set_temperature_mc(d, 90000);
+	CHECK_RC(nand_temperature_mc(d, &mc));
+	CHECK_EQ(mc, 90000);
+	nand_wait_until(d, nand_now(d) + 60ull * 1000000000ull);
+	CHECK_RC(nand_temperature_mc(d, &mc));
+	CHECK(mc > 67500 && mc < 68500); /* 55 + 35 / e = 67.9 */
+	/* a backend without a sensor */
+	struct nand_ops fake = *d->ops;
+	fake.temperature_mc = NULL;
+	struct nand_dev nodev = *d;
+	nodev.ops = &fake;
+	CHECK_EQ(nand_temperature_mc(&nodev, &mc), -ENOTSUP);
+	nand_close(d);
+
+	/* untimed, real time: activity counts each op at its nominal die time */
+	struct nand_sim_config rc = { .preset = "test-64m", .ambient_mc = 20000 };
+	CHECK_RC(nand_sim_open(&rc, &d, err, sizeof err));
+	CHECK_RC(nand_temperature_mc(d, &mc));
+	CHECK_EQ(mc, 30000);
+	uint64_t end = nand_now_ns() + 300000000ull;
+	while (nand_now_ns() < end)
+		for (int i = 0; i < 100; i++)
+			run(d, NAND_OP_ERASE, (uint32_t)i % nand_blocks(&d->geo), 0, NULL, NULL);
+	CHECK_RC(nand_temperature_mc(d, &mc));
+	CHECK(mc > 30100); /* +35 C x (1 - e^-(0.3 s / 60 s)) = +0.17 C */
+	nand_close(d);
+}
+
 int main(void)
 {
 	char err[256];
@@ -357,6 +772,15 @@ int main(void)
 	timing();
 	table_damage();
 	backend_errors();
+
+	unsetenv("FLASHD_SIM_ERROR_MODEL"); /* these test the model as configured */
+	em_off();
+	em_wear();
+	em_retention_ecc();
+	em_read_disturb();
+	em_deterministic();
+	em_grown_bad();
+	thermal();
 	printf("ok\n");
 	return 0;
 }
