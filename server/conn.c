@@ -714,7 +714,7 @@ static void req_dispatch(struct conn *c, struct req *r, uint8_t *data)
 		 * input buffer is about to be reused (the FTL reads io.buf only
 		 * inside ftl_submit/ftl_poll); buffer_limit was asked for it
 		 * before the request was parsed (buf_need) */
-		if (r->io_pending && data != r->buf) {
+		if (r->io_pending && data != r->buf && r->length) {
 			if (req_buf(r, r->length) == 0) {
 				memcpy(r->buf, data, r->length);
 				r->io.buf = r->buf;

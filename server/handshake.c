@@ -195,8 +195,13 @@ static void hs_free(struct hs *h, bool close_fd)
 		h->next->prev = h->prev;
 	if (h->timeout)
 		event_free(h->timeout);
-	if (h->bev)
+	if (h->bev) {
+		/* take the events off the fd now: the free itself may be
+		 * deferred (callbacks pending) past the close below, and a
+		 * late epoll change would hit a closed or reused fd */
+		bufferevent_disable(h->bev, EV_READ | EV_WRITE);
 		bufferevent_free(h->bev);
+	}
 	if (close_fd) {
 		tls_close(h->ssl, h->tls);
 		close(h->fd);
@@ -795,6 +800,9 @@ static void start_tls(struct hs *h)
 		hs_close(h, "client sent data after NBD_OPT_STARTTLS before the TLS handshake");
 		return;
 	}
+	/* (off the fd now: a deferred free must not touch the TLS
+	 * bufferevent's registration of the same fd) */
+	bufferevent_disable(h->bev, EV_READ | EV_WRITE);
 	bufferevent_free(h->bev);
 	h->bev = NULL;
 	/* everything negotiated before is forgotten (doc/proto.md; the CVEs
