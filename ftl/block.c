@@ -516,6 +516,7 @@ int eraser_kick(struct ftl *f)
 void blk_limits(struct ftl *f)
 {
 	uint32_t w = f->row_width;
+	f->cp_headroom = 0;
 	f->cp_reserve = cp_blocks_needed(f) + w - 1;
 	f->gc_min = f->cp_reserve + (w > 2 ? w : 2);
 	/* GC can open a band per row (a second per row for cold survivors
@@ -541,4 +542,5 @@ void blk_limits(struct ftl *f)
 	uint32_t headroom = f->cp_reserve < spare / 4 ? f->cp_reserve : spare / 4;
 	f->user_min += headroom;
 	f->gc_start += headroom;
+	f->cp_headroom = headroom;
 }

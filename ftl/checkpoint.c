@@ -16,7 +16,11 @@
  * anyway: the newest wins) or, for a unit whose newer version is still
  * buffered, the slot's prev, the mapping it had before, on the media.  So
  * every entry is durable and replay from cp_seq rebuilds the last durable
- * state.
+ * state.  Unmappings are the exception: a trim not yet in a record has no
+ * sequence number, and replay maps its units again if their pages are
+ * newer than cp_seq.  That is allowed for a trim nobody flushed (contract
+ * rule 2), but not after a clean close: the clean checkpoint closes the
+ * pending trims into a record before it takes cp_seq (cp_kick).
  * Cost: l2p_bytes of programming and a copy of each page; no host wait.
  */
 #include <errno.h>
@@ -379,6 +383,21 @@ int cp_kick(struct ftl *f)
 		c->phase = CP_QUIESCE;
 		return 1;
 	case CP_QUIESCE: /* waiting for free blocks to write it to */
+		/*
+		 * Invariant: after the clean checkpoint (ftl_close: everything
+		 * durable, no flush of its own) replay from cp_seq rebuilds
+		 * every trim.  It is fuzzy like any other, and replay maps again
+		 * every unit with a page newer than cp_seq; an unmapping
+		 * survives that only as a trim record, whose sequence number
+		 * orders it after the writes and GC relocations it supersedes.
+		 * A trim still pending is only in the l2p copied below, so a
+		 * page of its unit between cp_seq and the trim came back after
+		 * a restart.  So the pending trims go into a record first: it
+		 * is still buffered when cp_seq is taken, so it is newer, and
+		 * like the buffered writes it is programmed before close ends.
+		 */
+		if (c->clean && f->ntrim_pend && !trim_close_record(f))
+			return 0; /* no slot or page yet: as for blocks below */
 		if (!cp_alloc_blocks(f))
 			return 0; /* the eraser is making blocks free */
 		c->cp_seq = cp_durable_seq(f);

@@ -1015,7 +1015,7 @@ void ftl_get_info(struct ftl *f, struct ftl_info *info)
 		info->state = FTL_STATE_READONLY;
 	else if (f->no_space)
 		info->state = FTL_STATE_NO_SPACE;
-	else if (f->nfree <= f->user_min)
+	else if (f->nfree <= user_floor(f))
 		info->state = FTL_STATE_WRITE_REDUCED;
 	else
 		info->state = FTL_STATE_ONLINE;

@@ -394,6 +394,8 @@ struct ftl {
 	double age_avg;             /* mean age (write clock) of the versions host
 	                             * writes replace: the mean rewrite interval */
 	uint32_t age_n;             /* samples in age_avg, up to AGE_WINDOW */
+	uint32_t cp_headroom;       /* part of user_min kept for a checkpoint's
+	                             * blocks (blk_limits) */
 	uint32_t nfree;             /* members of bands whose every member is
 	                             * FREE, DIRTY or ERASING */
 
@@ -525,6 +527,19 @@ static inline uint32_t band_block(const struct ftl *f, uint32_t band, uint32_t c
 {
 	return (col * f->dies_per_channel + band_row(f, band)) * f->blocks_per_die +
 	       band % f->blocks_per_die;
+}
+
+/*
+ * The free pool host writes may not take below: user_min, less the
+ * headroom kept for a checkpoint's blocks while a checkpoint holds them
+ * (from its allocation to the commit that frees the previous one's).
+ * Without that, taking them stalled host writes until GC had refilled the
+ * pool: 3 s every checkpoint on a full-size ioDimm.
+ */
+static inline uint32_t user_floor(const struct ftl *f)
+{
+	bool held = f->cp.phase == CP_WRITE || f->cp.phase == CP_COMMIT;
+	return held ? f->user_min - f->cp_headroom : f->user_min;
 }
 
 int ftl_geometry_init(struct ftl *f, struct nand_dev *dev, char *err, size_t errlen);

@@ -95,7 +95,7 @@ static bool gc_unpaced(struct ftl *f)
 {
 	/* below user_min + ndies / 2 the user stream can no longer keep an
 	 * open block on every die: its writes would pile onto a few */
-	return f->stream[STREAM_USER].stalled || f->nfree <= f->user_min + f->ndies / 2 ||
+	return f->stream[STREAM_USER].stalled || f->nfree <= user_floor(f) + f->ndies / 2 ||
 	       f->retire.count;
 }
 

@@ -315,9 +315,9 @@ static bool write_continue(struct ftl *f, struct ftl_io *io)
 		 * holds can always drain without GC */
 		struct stream *us = &f->stream[STREAM_USER];
 		uint32_t set = user_set(f, e);
-		uint32_t ppa = set_next_page(f, &us->set[set], f->user_min);
+		uint32_t ppa = set_next_page(f, &us->set[set], user_floor(f));
 		if (ppa == FTL_NO_BLOCK)
-			ppa = set_next_page(f, &us->set[set ^ 1], f->user_min);
+			ppa = set_next_page(f, &us->set[set ^ 1], user_floor(f));
 		if (ppa == FTL_NO_BLOCK) {
 			f->stream[STREAM_USER].stalled = true;
 			return false;

@@ -20,6 +20,10 @@
  *               flight on a busy die, so recovery scans it: a trim record
  *               replayed from an open block no longer unmaps the flushed
  *               rewrite in that closed block (866be0b, blk_max_seq)
+ *   close_trim  a trim still pending at a clean close survives the restart:
+ *               the clean checkpoint is fuzzy, and replay from its cp_seq
+ *               mapped a unit written before the trim again (the trim was
+ *               only in the checkpoint's l2p, in no trim record)
  * The binary is linked with --wrap=malloc,--wrap=aligned_alloc so the test
  * can make allocations fail.  An alarm turns a hang into a failure.
  */
@@ -569,6 +573,100 @@ static void t_cp_scan(void)
 	printf("ok: cp_scan: a block closed with pages newer than cp_seq is scanned after a power cut\n");
 }
 
+/* ---- close_trim: trims pending at a clean close -------------------------- */
+
+/*
+ * Deterministic, built like cp_scan: die S busy with raw reads, so
+ *   P   a fresh unit, on die S: the oldest page in flight
+ *   U   a fresh unit, on die F: programmed while P waits
+ * then U is trimmed (pending: no record yet) and the FTL closed cleanly.
+ * The clean checkpoint is taken while P is in flight: cp_seq = seq(P) - 1
+ * < seq(U).  Its l2p says U is unmapped, but recovery replays U's page
+ * (newer than cp_seq); before the fix no trim record followed it, and U
+ * read its old data after the clean restart.
+ */
+static void t_close_trim(void)
+{
+	struct nand_dev *d = dev_new("test-16m", true);
+	format(d, 0);
+	struct ftl_open_params op = { .checkpoint_interval = UINT64_MAX / 2 };
+	struct ftl *f = open_ok(d, &op);
+	CHECK_EQ(f->nrows, 2);
+	CHECK_EQ(f->row_width, 1);
+	struct open_set *us = &f->stream[STREAM_USER].set[SET_FIRST];
+	struct ring *r = &f->stream[STREAM_USER].ring;
+	uint8_t b[4096];
+	uint64_t next_unit = 0;
+
+	/* both rows get an open band */
+	for (int i = 0; i < 3; i++) {
+		fill(b, next_unit, 1);
+		CHECK_RC(ftl_write_sync(f, b, next_unit++ * 4096, 4096, 0));
+	}
+	ftl_poll(f);
+	CHECK_EQ(r->submit, r->fill);
+	uint32_t S = us->next_row, dieS = S, dieF = S ^ 1;
+
+	/* die S busy for a long while */
+	uint32_t rb = dieS * f->blocks_per_die + f->blocks_per_die - 1;
+	CHECK_EQ(cps_reads_out, 0);
+	for (uint32_t i = 0; i < CPS_READS; i++) {
+		cps_reads[i] = (struct nand_op){ .type = NAND_OP_READ, .block = rb, .page = 0,
+						 .spare = cps_spare, .done = cps_read_done };
+		CHECK_RC(nand_submit(d, &cps_reads[i]));
+		cps_reads_out++;
+	}
+
+	uint64_t P = next_unit++, U = next_unit++;
+	fill(b, P, 1);
+	CHECK_RC(ftl_write_sync(f, b, P * 4096, 4096, 0));
+	uint64_t p_pos = r->fill - 1, p_seq = last_slot(f)->seq;
+	CHECK_EQ(slot_die(f, last_slot(f)), dieS);
+	fill(b, U, 1);
+	CHECK_RC(ftl_write_sync(f, b, U * 4096, 4096, 0));
+	uint64_t u_pos = r->fill - 1, u_seq = last_slot(f)->seq;
+	CHECK_EQ(slot_die(f, last_slot(f)), dieF);
+	CHECK(p_seq < u_seq);
+	/* U is programmed on die F while P waits on die S */
+	for (uint32_t guard = 0; ring_slot(r, u_pos)->state != SLOT_DONE; guard++) {
+		CHECK(guard < 100000);
+		uint64_t due = nand_next_due(d);
+		CHECK(due != UINT64_MAX);
+		nand_wait_until(d, due);
+		ftl_poll(f);
+	}
+	CHECK(l2p_is_ppa(f->l2p[U]) && f->l2p[U] != L2P_UNMAPPED);
+	CHECK_EQ(ring_slot(r, p_pos)->state, SLOT_SUBMITTED);
+
+	/* U trimmed: pending, in no record yet; then a clean close */
+	CHECK_RC(ftl_trim_sync(f, U * 4096, 4096, 0));
+	CHECK_EQ(f->l2p[U], L2P_UNMAPPED);
+	CHECK(f->ntrim_pend > 0);
+	CHECK(cps_reads_out > 0);
+	CHECK_RC(ftl_close(f));
+	CHECK_EQ(cps_reads_out, 0);
+
+	f = open_ok(d, &op);
+	/* the construction held: the clean checkpoint is below U's write */
+	CHECK_EQ(f->cp.cur_seq + 1, p_seq);
+	uint8_t z[4096];
+	memset(z, 0, sizeof z);
+	CHECK_RC(ftl_read_sync(f, b, U * 4096, 4096));
+	if (memcmp(b, z, sizeof b) != 0) {
+		fprintf(stderr,
+			"close_trim: unit %" PRIu64 " (trimmed before a clean close) reads its old "
+			"data after the restart: the clean checkpoint (cp_seq %" PRIu64 ") held the "
+			"trim only in its l2p, and replay mapped the write (seq %" PRIu64 ") again\n",
+			U, f->cp.cur_seq, u_seq);
+		exit(1);
+	}
+	for (uint64_t u = 0; u < next_unit; u++)
+		check_unit(f, u, u == U ? 0 : 1);
+	CHECK_RC(ftl_close(f));
+	nand_close(d);
+	printf("ok: close_trim: a trim pending at a clean close survives the restart\n");
+}
+
 static void on_alarm(int sig)
 {
 	static const char msg[] = "t_ftl_review: timed out (a hang)\n";
@@ -595,6 +693,7 @@ int main(void)
 	t_trim_crc();
 	t_zero_length();
 	t_cp_scan();
+	t_close_trim();
 	printf("ok\n");
 	return 0;
 }
