@@ -141,7 +141,7 @@ FUZZ_TARGETS ?= nbd image config acl
 # suppress known ones; run.sh and regress.sh set halt_on_error=1
 FUZZ_SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer
 FUZZ_CFLAGS  := -std=gnu11 -D_GNU_SOURCE -pthread -I. -O1 -g -Wall -Wno-unused-parameter $(FUZZ_SAN)
-FUZZ_LIBS    := $(shell pkg-config --libs libevent_pthreads libevent_openssl libevent libsystemd inih openssl 2>/dev/null) -pthread -lm
+FUZZ_LIBS     = $(shell pkg-config --libs libevent_pthreads libevent_openssl libevent libsystemd inih openssl 2>/dev/null) -pthread -lm
 FUZZ_LIB_OBJS    := $(LIB_SRCS:%.c=$(BUILD)/fuzz/obj/%.o)
 FUZZ_SERVER_OBJS := $(SERVER_SRCS:%.c=$(BUILD)/fuzz/obj/%.o) $(BUILD)/fuzz/obj/gen/dashboard_files.o
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
