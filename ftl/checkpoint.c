@@ -28,6 +28,7 @@
 #include "ftl/ftl_int.h"
 
 #define CP_OPS 32
+#define CP_SKIP_MAX 64      /* empty l2p pages looked at per cp_kick */
 
 uint32_t cp_l2p_pages(const struct ftl *f)
 {
@@ -39,9 +40,17 @@ static uint32_t cp_l2p_blocks(const struct ftl *f)
 	return (cp_l2p_pages(f) + f->ppb - 1) / f->ppb;
 }
 
-uint32_t cp_hdr_pages(const struct ftl *f, uint32_t nblocks, uint32_t nopen, uint32_t nbad)
+/* words of the sparse checkpoint's bitmap of written l2p pages */
+static uint32_t cp_bitmap_words(const struct ftl *f)
 {
-	size_t bytes = sizeof(struct ftl_cp_hdr) + sizeof(uint32_t) * ((size_t)nblocks + nopen + nbad);
+	return (cp_l2p_pages(f) + 31) / 32;
+}
+
+uint32_t cp_hdr_pages(const struct ftl *f, uint32_t nblocks, uint32_t nopen, uint32_t nbad,
+		      uint32_t nbitmap)
+{
+	size_t bytes = sizeof(struct ftl_cp_hdr) +
+		       sizeof(uint32_t) * ((size_t)nblocks + nopen + nbad + nbitmap);
 	return (uint32_t)((bytes + f->page_size - 1) / f->page_size);
 }
 
@@ -95,7 +104,7 @@ int cp_init(struct ftl *f)
 		return -ENOMEM;
 	/* the header buffer, sized for every open block and some grown bad
 	 * blocks, so a checkpoint normally allocates nothing */
-	c->hdr_cap = cp_hdr_pages(f, nl, 4 * f->ndies, f->nblocks / 64 + 16);
+	c->hdr_cap = cp_hdr_pages(f, nl, 4 * f->ndies, f->nblocks / 64 + 16, cp_bitmap_words(f));
 	if (c->hdr_cap < 1)
 		c->hdr_cap = 1;
 	if (c->hdr_cap > f->ppb)
@@ -201,11 +210,12 @@ static int cp_build_header(struct ftl *f)
 	}
 	/* everything must fit in the header block; grown bad blocks beyond
 	 * that are found again (their programs or erases fail again) */
+	uint32_t nbitmap = cp_bitmap_words(f);
 	uint32_t room = (uint32_t)((f->ppb * (size_t)f->page_size - sizeof(struct ftl_cp_hdr)) /
-				   sizeof(uint32_t)) - c->nblocks - nopen;
+				   sizeof(uint32_t)) - c->nblocks - nopen - nbitmap;
 	if (nbad > room)
 		nbad = room;
-	c->hdr_pages = cp_hdr_pages(f, c->nblocks, nopen, nbad);
+	c->hdr_pages = cp_hdr_pages(f, c->nblocks, nopen, nbad, nbitmap);
 	if (c->hdr_pages > c->hdr_cap) {
 		uint8_t *b = aligned_alloc(4096, (size_t)c->hdr_pages * f->page_size);
 		if (!b)
@@ -228,6 +238,10 @@ static int cp_build_header(struct ftl *f)
 			lists[k++] = b;
 			listed++;
 		}
+	/* the bitmap of written l2p pages: filled in as they are written */
+	c->present = lists + k;
+	memset(c->present, 0, nbitmap * sizeof(uint32_t));
+	c->nlist_words = k + nbitmap;
 
 	struct ftl_cp_hdr h;
 	memset(&h, 0, sizeof h);
@@ -253,11 +267,46 @@ static int cp_build_header(struct ftl *f)
 	h.stats_host_write_ops = f->st.host_write_ops;
 	h.sector_size = f->sector_size;
 	h.format_time = f->format_time;
-	h.lists_crc = crc32c(0, lists, (size_t)k * sizeof(uint32_t));
+	h.flags = FTL_CP_SPARSE;
+	/* l2p_written and the checksums: cp_seal_header, once every l2p
+	 * page has been looked at */
+	memcpy(c->hdr_buf, &h, sizeof h);
+	c->written = 0;
+	c->hdr_next = 0;
+	c->sealed = false;
+	return 0;
+}
+
+/* Every l2p page has been written or left out: complete the header. */
+static void cp_seal_header(struct ftl *f)
+{
+	struct cp_state *c = &f->cp;
+	struct ftl_cp_hdr h;
+	memcpy(&h, c->hdr_buf, sizeof h);
+	h.l2p_written = c->written;
+	h.lists_crc = crc32c(0, c->hdr_buf + sizeof h, (size_t)c->nlist_words * sizeof(uint32_t));
 	h.crc = crc32c(0, &h, offsetof(struct ftl_cp_hdr, crc));
 	memcpy(c->hdr_buf, &h, sizeof h);
-	c->total_pages = c->hdr_pages + c->l2p_pages;
-	return 0;
+	c->sealed = true;
+}
+
+/* True if no unit of the n entries is mapped (or lost, or buffered). */
+static bool l2p_range_unmapped(const uint32_t *e, uint64_t n)
+{
+	uint64_t k = 0;
+	for (; k + 8 <= n; k += 8) {
+		uint64_t a, b, c, d;
+		memcpy(&a, e + k, 8);
+		memcpy(&b, e + k + 2, 8);
+		memcpy(&c, e + k + 4, 8);
+		memcpy(&d, e + k + 6, 8);
+		if ((a & b & c & d) != UINT64_MAX)
+			return false;
+	}
+	for (; k < n; k++)
+		if (e[k] != L2P_UNMAPPED)
+			return false;
+	return true;
 }
 
 static void cp_page_done(struct nand_op *op)
@@ -280,6 +329,11 @@ static void cp_page_done(struct nand_op *op)
 	c->error = -EIO;
 }
 
+/*
+ * Program header page p (p < hdr_pages), or l2p page i (p = hdr_pages + i,
+ * the page's number in the spare) as the checkpoint's c->written-th l2p
+ * page: those are striped over the l2p blocks in the order written.
+ */
 static void cp_submit_page(struct ftl *f, uint32_t p)
 {
 	struct cp_state *c = &f->cp;
@@ -295,9 +349,10 @@ static void cp_submit_page(struct ftl *f, uint32_t p)
 		op->page = p;
 		data = c->hdr_buf + (size_t)p * f->page_size;
 	} else {
-		uint32_t i = p - c->hdr_pages;
-		op->block = c->blocks[i % c->nblocks];
-		op->page = i / c->nblocks;
+		uint32_t i = p - c->hdr_pages, j = c->written++;
+		op->block = c->blocks[j % c->nblocks];
+		op->page = j / c->nblocks;
+		c->present[i / 32] |= 1u << (i % 32);
 		uint64_t first = (uint64_t)i * per_page;
 		uint64_t n = f->units - first < per_page ? f->units - first : per_page;
 		/* a copy (the l2p moves on while the page is programmed), with
@@ -366,6 +421,12 @@ static void cp_commit_done(struct nand_op *op)
 	f->st.checkpoints++;
 }
 
+bool cp_wants_poll(const struct ftl *f)
+{
+	const struct cp_state *c = &f->cp;
+	return c->phase == CP_WRITE && !c->error && c->next_page < c->l2p_pages && c->nfree_idx;
+}
+
 int cp_kick(struct ftl *f)
 {
 	struct cp_state *c = &f->cp;
@@ -422,12 +483,37 @@ int cp_kick(struct ftl *f)
 		c->error = 0;
 		c->phase = CP_WRITE;
 		return 1;
-	case CP_WRITE:
-		while (c->next_page < c->total_pages && c->nfree_idx) {
-			cp_submit_page(f, c->next_page++);
+	case CP_WRITE: {
+		/*
+		 * The l2p pages in map order, those with no mapped unit left
+		 * out (a fresh or mostly empty ioDimm writes and loads little),
+		 * then the header, which says which were written.  Looking
+		 * at an empty page costs a pass over its entries (~0.1 us a
+		 * KiB); at most CP_SKIP_MAX of them per call, so a nearly empty
+		 * map does not hold up host I/O: cp_wants_poll asks the owner
+		 * to call again at once.
+		 */
+		uint32_t per_page = f->page_size / sizeof(uint32_t), skipped = 0;
+		while (!c->error && c->next_page < c->l2p_pages && c->nfree_idx &&
+		       skipped < CP_SKIP_MAX) {
+			uint32_t i = c->next_page++;
+			uint64_t first = (uint64_t)i * per_page;
+			uint64_t cnt = f->units - first < per_page ? f->units - first : per_page;
+			if (l2p_range_unmapped(&f->l2p[first], cnt)) {
+				skipped++;
+				continue;
+			}
+			cp_submit_page(f, c->hdr_pages + i);
 			n++;
 		}
-		if (c->pages_done == c->total_pages && !c->ops_in_flight) {
+		if (!c->error && c->next_page == c->l2p_pages && !c->sealed)
+			cp_seal_header(f);
+		while (!c->error && c->sealed && c->hdr_next < c->hdr_pages && c->nfree_idx) {
+			cp_submit_page(f, c->hdr_next++);
+			n++;
+		}
+		bool submitted = c->sealed && c->hdr_next == c->hdr_pages;
+		if ((submitted || c->error) && !c->ops_in_flight) {
 			if (c->error) {
 				cp_abort(f);
 				return 1;
@@ -442,6 +528,7 @@ int cp_kick(struct ftl *f)
 			n++;
 		}
 		return n;
+	}
 	case CP_COMMIT:
 	case CP_FAILED:
 		return 0;
@@ -454,21 +541,24 @@ int cp_kick(struct ftl *f)
 struct cp_load_ctx {
 	const struct ftl_cp_hdr *h;
 	const uint32_t *blocks;
+	const uint32_t *index;  /* sparse: map index of the j-th written page */
 	int error;
 	uint32_t per_page;
 	bool load;           /* copy into the l2p (else only check) */
 };
 
-static void cp_load_setup(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op)
+/* j: the j-th l2p page written, striped over the l2p blocks */
+static void cp_load_setup(struct ftl *f, void *ctx, uint64_t j, struct nand_op *op)
 {
 	struct cp_load_ctx *x = ctx;
-	op->block = x->blocks[i % x->h->nblocks];
-	op->page = (uint32_t)(i / x->h->nblocks);
+	op->block = x->blocks[j % x->h->nblocks];
+	op->page = (uint32_t)(j / x->h->nblocks);
 }
 
-static void cp_load_result(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op)
+static void cp_load_result(struct ftl *f, void *ctx, uint64_t j, struct nand_op *op)
 {
 	struct cp_load_ctx *x = ctx;
+	uint64_t i = x->index ? x->index[j] : j;
 	struct ftl_spare sp;
 	if (op->status != NAND_OK && op->status != NAND_CORRECTED) {
 		x->error = -EIO;
@@ -499,6 +589,7 @@ static int cp_read(struct ftl *f, uint32_t block, const uint64_t *want_seq, bool
 		   struct ftl_cp_hdr *hp, uint8_t **hbuf_out, const char **why)
 {
 	uint8_t *hbuf = NULL, *spare = malloc(f->spare_size);
+	uint32_t *index = NULL;
 	struct ftl_cp_hdr h;
 	int rc = -EILSEQ;
 
@@ -536,11 +627,16 @@ static int cp_read(struct ftl *f, uint32_t block, const uint64_t *want_seq, bool
 		f->units = h.units;
 		f->format_id = h.format_id;
 	}
+	/* before sparse checkpoints: every l2p page, and no bitmap */
+	bool sparse = h.flags & FTL_CP_SPARSE;
+	uint32_t nbitmap = sparse ? cp_bitmap_words(f) : 0;
 	if (h.format_id != f->format_id || (want_seq && h.cp_seq != *want_seq) ||
 	    h.units != f->units || h.l2p_pages != cp_l2p_pages(f) ||
+	    (h.flags & ~FTL_CP_SPARSE) || (!sparse && h.l2p_written) ||
+	    (sparse && h.l2p_written > h.l2p_pages) ||
 	    h.nblocks < cp_l2p_blocks(f) || h.nblocks >= cp_l2p_blocks(f) + f->row_width ||
 	    h.hdr_pages == 0 || h.hdr_pages > f->ppb ||
-	    h.hdr_pages != cp_hdr_pages(f, h.nblocks, h.nopen, h.nbad)) {
+	    h.hdr_pages != cp_hdr_pages(f, h.nblocks, h.nopen, h.nbad, nbitmap)) {
 		*why = "header fields do not match the format";
 		goto out;
 	}
@@ -565,7 +661,7 @@ static int cp_read(struct ftl *f, uint32_t block, const uint64_t *want_seq, bool
 	}
 	const uint32_t *lists = (const uint32_t *)(hbuf + sizeof h);
 	size_t nlist = (size_t)h.nblocks + h.nopen + h.nbad;
-	if (h.lists_crc != crc32c(0, lists, nlist * sizeof(uint32_t))) {
+	if (h.lists_crc != crc32c(0, lists, (nlist + nbitmap) * sizeof(uint32_t))) {
 		*why = "block lists checksum";
 		goto out;
 	}
@@ -574,9 +670,33 @@ static int cp_read(struct ftl *f, uint32_t block, const uint64_t *want_seq, bool
 			*why = "block number out of range";
 			goto out;
 		}
-	struct cp_load_ctx x = { .h = &h, .blocks = lists, .per_page = f->page_size / 4,
-				 .load = load };
-	rc = read_batch(f, h.l2p_pages, 64, cp_load_setup, cp_load_result, &x);
+	uint32_t nread = h.l2p_pages;
+	if (sparse) {
+		/* the written pages' map indexes, in the order written */
+		const uint32_t *bm = lists + nlist;
+		index = malloc(((size_t)h.l2p_written + 1) * sizeof *index);
+		if (!index) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		nread = 0;
+		for (uint32_t i = 0; i < nbitmap * 32; i++) {
+			if (!(bm[i / 32] & (1u << (i % 32))))
+				continue;
+			if (i >= h.l2p_pages || nread == h.l2p_written) {
+				nread = UINT32_MAX;
+				break;
+			}
+			index[nread++] = i;
+		}
+		if (nread != h.l2p_written) {
+			*why = "bitmap of written l2p pages does not match the header";
+			goto out;
+		}
+	}
+	struct cp_load_ctx x = { .h = &h, .blocks = lists, .index = index,
+				 .per_page = f->page_size / 4, .load = load };
+	rc = read_batch(f, nread, 64, cp_load_setup, cp_load_result, &x);
 	if (rc)
 		goto out;
 	if (x.error) {
@@ -589,6 +709,7 @@ static int cp_read(struct ftl *f, uint32_t block, const uint64_t *want_seq, bool
 	hbuf = NULL;
 	rc = 0;
 out:
+	free(index);
 	free(hbuf);
 	free(spare);
 	return rc;

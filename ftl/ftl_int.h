@@ -325,8 +325,14 @@ struct cp_state {
 	uint32_t hdr_block;
 	uint32_t *blocks;           /* l2p blocks of the checkpoint being written */
 	uint32_t nblocks;
-	uint32_t hdr_pages, l2p_pages, total_pages;
-	uint32_t next_page, pages_done;
+	uint32_t hdr_pages, l2p_pages;
+	uint32_t next_page;         /* next l2p page to look at (map order) */
+	uint32_t written;           /* l2p pages submitted: the next one's place */
+	uint32_t hdr_next;          /* next header page to submit, once sealed */
+	bool sealed;                /* every l2p page looked at, header complete */
+	uint32_t *present;          /* in hdr_buf: bitmap of written l2p pages */
+	uint32_t nlist_words;       /* u32 words after the header (lists, bitmap) */
+	uint32_t pages_done;
 	int error;
 	uint8_t *hdr_buf;           /* hdr_cap pages, grown (never shrunk) when
 	                             * the lists outgrow it; allocated at open */
@@ -687,7 +693,11 @@ void sb_fill(struct ftl *f, struct ftl_sb *sb, bool clean);
 
 /* checkpoint.c */
 uint32_t cp_l2p_pages(const struct ftl *f);
-uint32_t cp_hdr_pages(const struct ftl *f, uint32_t nblocks, uint32_t nopen, uint32_t nbad);
+uint32_t cp_hdr_pages(const struct ftl *f, uint32_t nblocks, uint32_t nopen, uint32_t nbad,
+		      uint32_t nbitmap);
+/* A checkpoint has l2p pages left to look at and nothing in flight to wake
+ * the owner: ftl_poll must be called again at once. */
+bool cp_wants_poll(const struct ftl *f);
 uint32_t cp_blocks_needed(const struct ftl *f);
 int cp_init(struct ftl *f);
 int cp_kick(struct ftl *f);

@@ -123,11 +123,19 @@ struct __attribute__((packed)) ftl_cp_hdr {
 	uint64_t stats_nand_pages_read;
 	uint64_t stats_host_read_ops;
 	uint64_t stats_host_write_ops;
-	uint8_t reserved[8];
-	uint32_t lists_crc;      /* crc32c of the u32 lists that follow */
+	/* sparse checkpoints (flags & FTL_CP_SPARSE; zero in checkpoints
+	 * written before they existed, which hold every l2p page): only the
+	 * l2p pages with a mapped unit are written, l2p_written of them, packed
+	 * in map order; the bitmap after the lists says which */
+	uint32_t l2p_written;
+	uint32_t flags;
+	uint32_t lists_crc;      /* crc32c of the u32 lists (and bitmap) that follow */
 	uint32_t crc;            /* crc32c of the bytes before it */
-	/* followed by: uint32_t blocks[nblocks], open[nopen], bad[nbad] */
+	/* followed by: uint32_t blocks[nblocks], open[nopen], bad[nbad], and
+	 * when sparse uint32_t present[(l2p_pages + 31) / 32] (bit i of word
+	 * i / 32: l2p page i was written; a page left out has no mapped unit) */
 };
+#define FTL_CP_SPARSE 1u
 _Static_assert(sizeof(struct ftl_cp_hdr) == 160, "ftl_cp_hdr is on media");
 
 /* Trim record page: ranges of units that became unmapped (or lost). */
