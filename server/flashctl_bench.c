@@ -5,7 +5,7 @@
  *   flashctl bench --preset P [--op PCT] [--sector-size N] [--blocks-per-die N]
  *                  [--workload randwrite|randread|rw70|seqwrite|seqread]
  *                  [--qd N] [--precondition PASSES] [--duration SECONDS]
- *                  [--interval SECONDS] [--seed S] [--csv FILE] [--json]
+ *                  [--interval SECONDS] [--seed S] [--hotcold W/S] [--csv FILE] [--json]
  *
  * The medium keeps only page metadata (hw/nand.h: metadata_only), so a
  * full-size ioDimm fits in memory (56 bytes per page), and its timing model
@@ -186,6 +186,8 @@ struct bench {
 	int *free_idx, nfree;
 	uint8_t *wbuf;           /* shared by writes: read only */
 	uint64_t seq_pos;
+	double hot_w;            /* --hotcold: share of random writes to the hot */
+	uint64_t hot_units;      /* units at the start of the device (0: uniform) */
 	uint32_t sector;
 	uint64_t bytes_done;
 	bool measuring;
@@ -243,8 +245,18 @@ static void submit_one(struct bench *b, enum wl wl)
 		return;
 	}
 	default:
-		off = (rnd(&b->seed) % (b->units - nunits + 1)) * 4096;
 		write = wl == WL_RANDWRITE || (wl == WL_RW70 && rnd(&b->seed) % 100 >= 70);
+		if (write && b->hot_units) {
+			/* hot_w of the writes to the first hot_units units */
+			uint64_t r = rnd(&b->seed);
+			bool hot = (double)(r >> 11) / (double)(1ull << 53) < b->hot_w;
+			uint64_t lo = hot ? 0 : b->hot_units;
+			uint64_t n = (hot ? b->hot_units : b->units - b->hot_units);
+			n = n > nunits ? n - nunits + 1 : 1;
+			off = (lo + rnd(&b->seed) % n) * 4096;
+			break;
+		}
+		off = (rnd(&b->seed) % (b->units - nunits + 1)) * 4096;
 		break;
 	}
 	r->io = (struct ftl_io){ .type = write ? FTL_IO_WRITE : FTL_IO_READ, .offset = off,
@@ -358,6 +370,7 @@ int cmd_bench(int argc, char **argv)
 	uint32_t sector = 4096;
 	enum wl wl = WL_RANDWRITE;
 	bool json = false;
+	double hot_w = 0, hot_s = 0;
 	static const struct option opts[] = {
 		{ "preset", required_argument, 0, 'p' },
 		{ "op", required_argument, 0, 'o' },
@@ -373,12 +386,13 @@ int cmd_bench(int argc, char **argv)
 		{ "csv", required_argument, 0, 'c' },
 		{ "json", no_argument, 0, 'j' },
 		{ "full-data", no_argument, 0, 'F' },
+		{ "hotcold", required_argument, 0, 'H' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
 	int c;
 	bool full_data = false;
-	while ((c = getopt_long(argc, argv, "p:o:b:B:w:S:q:k:d:i:s:c:jFh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "p:o:b:B:w:S:q:k:d:i:s:c:jFH:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'p': preset = optarg; break;
 		case 'o':
@@ -431,12 +445,18 @@ int cmd_bench(int argc, char **argv)
 		case 'c': csv_path = optarg; break;
 		case 'j': json = true; break;
 		case 'F': full_data = true; break; /* keep page data (small devices) */
+		case 'H':
+			if (sscanf(optarg, "%lf/%lf", &hot_w, &hot_s) != 2 || !(hot_w > 0 && hot_w < 100) ||
+			    !(hot_s > 0 && hot_s < 100))
+				bdie("bad --hotcold '%s': W/S, W%% of the random writes to S%% of the "
+				     "sectors (e.g. 80/20)", optarg);
+			break;
 		case 'h':
 			printf("usage: flashctl bench --preset P [--op PCT] [--sector-size 512|4096]\n"
 			       "         [--blocks-per-die N] [--workload randwrite|randread|rw70|seqwrite|seqread|\n"
 			       "          fileserver|webserver]\n"
 			       "         [--bs SIZE] [--qd N] [--precondition PASSES] [--duration SECONDS]\n"
-			       "         [--interval SECONDS] [--seed S] [--csv FILE] [--json]\n");
+			       "         [--interval SECONDS] [--seed S] [--hotcold W/S] [--csv FILE] [--json]\n");
 			return 0;
 		default: return 2;
 		}
@@ -463,6 +483,12 @@ int cmd_bench(int argc, char **argv)
 		bdie("open: %s", err);
 	ftl_get_info(b.f, &b.info);
 	b.units = b.info.units;
+	if (hot_w > 0) {
+		b.hot_w = hot_w / 100;
+		b.hot_units = (uint64_t)(hot_s / 100 * (double)b.units);
+		if (!b.hot_units)
+			b.hot_units = 1;
+	}
 	b.reqs = calloc(qd, sizeof *b.reqs);
 	b.free_idx = calloc(qd, sizeof *b.free_idx);
 	/* the largest request: the fill's 128 KiB, bs, a profile's 512 KiB */
