@@ -1,0 +1,116 @@
+#!/bin/bash
+# tests/bench/start-and-checkpoint.sh - flashd's start, restart and
+# checkpoints in real time, over NBD, with the NAND timing model on: the
+# default simulated ioDrive Duo (two 320 GiB iodimm-mlc-320 ioDimms).
+#   1. first start (formats both images) and a clean restart: seconds until
+#      flashd is ready (both exports open, pidfile written);
+#   2. DURATION s of 4K random writes on dimm0 at 128 in flight (fio,
+#      ioengine=nbd, 8 connections x QD16, the reviewers' 16 x 16 over two
+#      ioDimms): the automatic checkpoints that commit meanwhile (sampled from
+#      /v1/status every 0.5 s) and fio's latency: max, p99.9, and the largest
+#      per-250-ms maximum in the windows around each checkpoint;
+#   3. `flashctl checkpoint dimm0`, GIB GiB of 1 MiB sequential writes, SIGKILL:
+#      seconds until a restart is ready, and the pages it replayed;
+#   4. a clean stop (both checkpoints) and a clean start.
+# Run it on a quiet machine: a starved ioDimm thread runs late.  Needs ~20 GiB
+# of free disk in $TMPDIR (the images are sparse).
+#
+#   tests/bench/start-and-checkpoint.sh [DURATION] [GIB]     (defaults 240, 7)
+source "$(dirname "$0")/../functions.sh"
+
+dur=${1:-240}
+gib=${2:-7}
+command -v fio >/dev/null || fail "fio is needed (scripts/deps.sh bench)"
+
+secs() { $PYTHON -c 'import sys; print("%.2f" % (float(sys.argv[2]) - float(sys.argv[1])))' "$@"; }
+ready_time() { # start flashd again; $ready: seconds until it is ready
+	local t0 t1
+	t0=$(date +%s.%N)
+	restart_flashd
+	t1=$(date +%s.%N)
+	ready=$(secs "$t0" "$t1")
+	grep 'opened in' "$T/flashd.log" | tail -2 | sed 's/.*\(dimm[0-9]\).*\(opened in [0-9.]* s\).*/  \1: \2/'
+}
+
+_flashd_args=()
+t0=$(date +%s.%N)
+start_flashd
+echo "first start (format of both 320 GiB images): ready in $(secs "$t0" "$(date +%s.%N)") s"
+t0=$(date +%s.%N)
+stop_flashd
+echo "clean stop of the empty Duo: $(secs "$t0" "$(date +%s.%N)") s"
+ready_time
+echo "clean start of the empty Duo: ready in $ready s"
+
+# ---- 2. random writes across automatic checkpoints --------------------------
+cp_count() {
+	flashd_status | $PYTHON -c 'import json,sys; print([d for d in json.load(sys.stdin)["dimms"] if d["name"]=="dimm0"][0]["stats"]["checkpoints"])'
+}
+(
+	while :; do
+		echo "$(date +%s.%N) $(cp_count 2>/dev/null || echo -1)"
+		sleep 0.5
+	done
+) >"$T/cp.log" &
+sampler=$!
+track_pid "$sampler"
+fio_t0=$(date +%s.%N)
+fio --name=cp --ioengine=nbd --uri="$FLASHD_URI0" --direct=1 --rw=randwrite --bs=4k \
+	--iodepth=16 --numjobs=8 --group_reporting --norandommap --randrepeat=0 \
+	--time_based --runtime="$dur" --write_lat_log="$T/lat" --log_avg_msec=250 \
+	--log_max_value=1 --output-format=json --output="$T/fio.json" >/dev/null
+kill "$sampler" 2>/dev/null || true
+wait "$sampler" 2>/dev/null || true
+$PYTHON - "$T/fio.json" "$T/cp.log" "$fio_t0" "$T" <<'EOF'
+import glob, json, sys
+j = json.load(open(sys.argv[1]))["jobs"][0]["write"]
+t0 = float(sys.argv[3])
+pct = j["clat_ns"].get("percentile", {})
+p999 = pct.get("99.900000", 0) / 1e6
+print("random 4K writes, 128 in flight: %d IOPS, latency mean %.2f ms, sd %.2f ms, p99.9 %.1f ms, max %.1f ms"
+      % (j["iops"], j["lat_ns"]["mean"] / 1e6, j["lat_ns"]["stddev"] / 1e6, p999, j["lat_ns"]["max"] / 1e6))
+# checkpoint commits: when the counter moved (relative to fio's start)
+commits, prev = [], None
+for line in open(sys.argv[2]):
+    t, n = line.split()
+    n = int(n)
+    if n < 0:
+        continue
+    if prev is not None and n > prev:
+        commits.append(float(t) - t0)
+    prev = n
+# per-250-ms maxima of every job (ms since each job's start), merged
+win = {}
+for f in glob.glob(sys.argv[4] + "/lat_lat.*.log"):
+    for line in open(f):
+        ms, ns = line.split(",")[:2]
+        k = int(ms) // 250
+        win[k] = max(win.get(k, 0), int(ns) / 1e6)
+print("automatic checkpoints committed during the run: %d (at %s s)"
+      % (len(commits), ", ".join("%.1f" % c for c in commits) or "-"))
+for c in commits:
+    # a checkpoint of a full map programs ~82k pages: look 10 s back
+    ks = [k for k in win if c - 10 <= k * 0.25 <= c + 0.75]
+    m = max((win[k] for k in ks), default=0)
+    print("  checkpoint at %.1f s: max write latency in [-10 s, +0.75 s]: %.1f ms" % (c, m))
+if not commits:
+    print("  no checkpoint committed: run longer (an automatic one follows ~16 GiB of NAND writes)")
+EOF
+
+# ---- 3. restart after SIGKILL with GIB GiB since the last checkpoint --------
+"$FLASHCTL" checkpoint --control "$FLASHD_CTL" dimm0 >/dev/null
+fio --name=seq --ioengine=nbd --uri="$FLASHD_URI0" --direct=1 --rw=write --bs=1M --iodepth=8 \
+	--size="${gib}g" --output-format=json --output="$T/seq.json" >/dev/null
+kill_flashd
+ready_time
+r=$ready
+rep=$(grep 'dimm0:.*unclean shutdown' "$T/flashd.log" | tail -1 | sed -n 's/.*(\([0-9]*\) pages replayed).*/\1/p')
+echo "restart after SIGKILL with $gib GiB written since the last checkpoint: ready in $r s ($rep pages replayed on dimm0)"
+
+# ---- 4. clean stop and start with data ---------------------------------------
+t0=$(date +%s.%N)
+stop_flashd
+echo "clean stop: $(secs "$t0" "$(date +%s.%N)") s"
+ready_time
+echo "clean start: ready in $ready s"
+stop_flashd
