@@ -160,7 +160,7 @@ struct conn {
 	bool budget_wait;          /* a request waits for buffer_limit (not read) */
 	bool budget_queued;        /* in the server's budget queue (server.budget_lock) */
 	size_t budget_need;        /* what the request waiting at in_pos needs */
-	struct conn *budget_next, *budget_prev;  /* the queue (server.budget_lock) */
+	TAILQ_ENTRY(conn) budget_link;  /* in server.budget_q (server.budget_lock) */
 	uint32_t max_payload;      /* READ/WRITE limit: MAX_PAYLOAD or MAX_PAYLOAD_ANY */
 	uint16_t tflags;
 	struct event *rev, *wev;
@@ -199,7 +199,8 @@ struct conn {
 	size_t tout_len, tout_pos;
 	bool read_wants_write;     /* SSL_read returned WANT_WRITE */
 	char tls_why[256];
-	struct conn *next, *prev, *dirty_next;
+	LIST_ENTRY(conn) link;     /* in dimm.conns */
+	struct conn *dirty_next;
 };
 
 static void conn_maybe_free(struct conn *c);
@@ -828,7 +829,7 @@ static size_t buf_need(const struct conn *c, uint16_t type, uint32_t length, int
 /* budget_lock held: wake the ioDimm of the queue's head (it may fit now). */
 static void budget_kick_head(struct server *srv)
 {
-	struct conn *h = srv->budget_head;
+	struct conn *h = TAILQ_FIRST(&srv->budget_q);
 	if (h && h->d->budget_ev)
 		event_active(h->d->budget_ev, EV_READ, 0);
 	else
@@ -855,15 +856,7 @@ static void budget_dequeue(struct conn *c)
 		return;
 	struct server *srv = c->d->srv;
 	pthread_mutex_lock(&srv->budget_lock);
-	if (c->budget_prev)
-		c->budget_prev->budget_next = c->budget_next;
-	else
-		srv->budget_head = c->budget_next;
-	if (c->budget_next)
-		c->budget_next->budget_prev = c->budget_prev;
-	else
-		srv->budget_tail = c->budget_prev;
-	c->budget_next = c->budget_prev = NULL;
+	TAILQ_REMOVE(&srv->budget_q, c, budget_link);
 	c->budget_queued = false;
 	__atomic_sub_fetch(&srv->budget_waiters, 1, __ATOMIC_RELAXED);
 	budget_kick_head(srv);
@@ -877,13 +870,7 @@ static void budget_enqueue(struct conn *c, size_t need)
 	struct server *srv = c->d->srv;
 	c->budget_need = need;
 	c->budget_queued = true;
-	c->budget_next = NULL;
-	c->budget_prev = srv->budget_tail;
-	if (srv->budget_tail)
-		srv->budget_tail->budget_next = c;
-	else
-		srv->budget_head = c;
-	srv->budget_tail = c;
+	TAILQ_INSERT_TAIL(&srv->budget_q, c, budget_link);
 	if (__atomic_fetch_add(&srv->budget_waiters, 1, __ATOMIC_RELAXED) == 0) {
 		__atomic_store_n(&srv->budget_kick, 0, __ATOMIC_RELAXED);
 		for (int i = 0; i < srv->ndimms; i++)
@@ -927,7 +914,7 @@ static bool budget_take(struct conn *c, size_t need)
 	    __atomic_load_n(&srv->buf_bytes, __ATOMIC_RELAXED) + need <= limit)
 		return true;
 	pthread_mutex_lock(&srv->budget_lock);
-	bool first = c->budget_queued ? srv->budget_head == c : !srv->budget_head;
+	bool first = c->budget_queued ? TAILQ_FIRST(&srv->budget_q) == c : TAILQ_EMPTY(&srv->budget_q);
 	bool ok = first && __atomic_load_n(&srv->buf_bytes, __ATOMIC_RELAXED) + need <= limit;
 	if (!ok && !c->budget_queued)
 		budget_enqueue(c, need);
@@ -946,7 +933,7 @@ static void budget_retry(struct conn *c)
 	if (!go) {
 		uint64_t limit = __atomic_load_n(&srv->cfg.buffer_limit, __ATOMIC_RELAXED);
 		pthread_mutex_lock(&srv->budget_lock);
-		go = (!c->budget_queued || srv->budget_head == c) &&
+		go = (!c->budget_queued || TAILQ_FIRST(&srv->budget_q) == c) &&
 		     __atomic_load_n(&srv->buf_bytes, __ATOMIC_RELAXED) + c->budget_need <= limit;
 		pthread_mutex_unlock(&srv->budget_lock);
 	}
@@ -972,10 +959,11 @@ static void budget_cb(evutil_socket_t fd, short what, void *arg)
 	struct dimm *d = arg;
 	struct server *srv = d->srv;
 	__atomic_store_n(&srv->budget_kick, 0, __ATOMIC_RELAXED);
+	struct conn *c;
 	if (budget_pressure(srv))
-		for (struct conn *c = d->conns; c; c = c->next)
+		LIST_FOREACH(c, &d->conns, link)
 			conn_trim(c);
-	for (struct conn *c = d->conns; c; c = c->next)
+	LIST_FOREACH(c, &d->conns, link)
 		if (c->budget_wait && !c->closing)
 			budget_retry(c);
 }
@@ -1400,7 +1388,8 @@ static void maybe_resume(struct conn *c)
 
 void conn_resume_all(struct dimm *d)
 {
-	for (struct conn *c = d->conns; c; c = c->next)
+	struct conn *c;
+	LIST_FOREACH(c, &d->conns, link)
 		maybe_resume(c);
 }
 
@@ -1414,8 +1403,8 @@ void conn_flush_dirty(struct dimm *d)
 		conn_maybe_free(c);
 	}
 	/* closing connections with nothing left: free them */
-	for (struct conn *c = d->conns, *next; c; c = next) {
-		next = c->next;
+	struct conn *c, *next;
+	LIST_FOREACH_SAFE(c, &d->conns, link, next) {
 		conn_maybe_free(c);
 	}
 }
@@ -1430,12 +1419,7 @@ static void conn_maybe_free(struct conn *c)
 		return; /* TLS output still being written (write_cb) */
 	struct dimm *d = c->d;
 	budget_dequeue(c);
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		d->conns = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
+	LIST_REMOVE(c, link);
 	event_free(c->rev);
 	event_free(c->wev);
 	if (c->reset) {
@@ -1459,7 +1443,7 @@ static void conn_maybe_free(struct conn *c)
 	free(c->in);
 	struct conn_slot slot = c->slot;
 	free(c);
-	if (!d->conns && d->budget_ev) {
+	if (LIST_EMPTY(&d->conns) && d->budget_ev) {
 		/* no connection left to trim or retry: other threads stop
 		 * using the event under budget_lock */
 		pthread_mutex_lock(&d->srv->budget_lock);
@@ -1486,7 +1470,8 @@ static void conn_tick(evutil_socket_t fd, short what, void *arg)
 	uint64_t now = nand_now_ns();
 	int idle_s = __atomic_load_n(&d->srv->cfg.idle_timeout, __ATOMIC_RELAXED);
 	bool closed = false;
-	for (struct conn *c = d->conns; c; c = c->next) {
+	struct conn *c;
+	LIST_FOREACH(c, &d->conns, link) {
 		if (c->closing)
 			continue;
 		if (c->budget_wait) {
@@ -1537,7 +1522,7 @@ static void conn_tick(evutil_socket_t fd, short what, void *arg)
 
 static void conn_tick_arm(struct dimm *d)
 {
-	if (d->tick_armed || !d->conns)
+	if (d->tick_armed || LIST_EMPTY(&d->conns))
 		return;
 	struct timeval tv = { TICK_MS / 1000, (TICK_MS % 1000) * 1000 };
 	if (event_base_once(d->base, -1, EV_TIMEOUT, conn_tick, d, &tv) == 0)
@@ -1600,10 +1585,7 @@ void conn_adopt(struct dimm *d, struct handoff *h)
 		d->budget_ev = ev;  /* NULL (out of memory): the tick retries */
 		pthread_mutex_unlock(&d->srv->budget_lock);
 	}
-	c->next = d->conns;
-	if (c->next)
-		c->next->prev = c;
-	d->conns = c;
+	LIST_INSERT_HEAD(&d->conns, c, link);
 	conn_tick_arm(d);
 	event_add(c->rev, NULL);
 	c->reading = true;
@@ -1626,7 +1608,8 @@ void conn_adopt(struct dimm *d, struct handoff *h)
 /* Shutdown: read nothing more; answer what is in flight, then close. */
 void conn_stop_all(struct dimm *d, const char *why)
 {
-	for (struct conn *c = d->conns; c; c = c->next) {
+	struct conn *c;
+	LIST_FOREACH(c, &d->conns, link) {
 		if (!c->closing) {
 			c->why = why;
 			c->closing = true;
@@ -1650,7 +1633,8 @@ void conn_stop_all(struct dimm *d, const char *why)
  */
 void conn_drain_all(struct dimm *d, const char *why)
 {
-	for (struct conn *c = d->conns; c; c = c->next) {
+	struct conn *c;
+	LIST_FOREACH(c, &d->conns, link) {
 		if (c->closing || c->draining)
 			continue;
 		c->draining = true;
@@ -1667,8 +1651,8 @@ void conn_drain_all(struct dimm *d, const char *why)
 int conn_drain_step(struct dimm *d)
 {
 	int open = 0;
-	for (struct conn *c = d->conns, *next; c; c = next) {
-		next = c->next;
+	struct conn *c, *next;
+	LIST_FOREACH_SAFE(c, &d->conns, link, next) {
 		if (c->draining && !c->closing && !c->inflight && !c->cur && !c->discard_left &&
 		    c->in_pos == c->in_len && !(c->ssl && (SSL_pending(c->ssl) > 0 ||
 							     c->tout_pos < c->tout_len))) {
@@ -1696,7 +1680,8 @@ int conn_drain_step(struct dimm *d)
 int conn_abort_all(struct dimm *d, const char *why)
 {
 	int n = 0;
-	for (struct conn *c = d->conns; c; c = c->next) {
+	struct conn *c;
+	LIST_FOREACH(c, &d->conns, link) {
 		if (c->dead)
 			continue; /* already closed: waits for the FTL only */
 		n++;

@@ -479,7 +479,7 @@ static void op_progress(struct dimm *d)
 {
 	struct dimm_cmd *cmd = d->op;
 	if (cmd->type == DCMD_DETACH) {
-		if (conn_drain_step(d) || d->conns || !ftl_idle(d->ftl))
+		if (conn_drain_step(d) || !LIST_EMPTY(&d->conns) || !ftl_idle(d->ftl))
 			return;
 		d->op = NULL;
 		evtimer_del(d->op_ev);
@@ -643,7 +643,7 @@ void dimm_kick(struct dimm *d)
 	pthread_mutex_lock(&d->lock);
 	bool stop = d->stop;
 	pthread_mutex_unlock(&d->lock);
-	if (stop && !d->conns && !d->op && (!d->ftl || ftl_idle(d->ftl))) {
+	if (stop && LIST_EMPTY(&d->conns) && !d->op && (!d->ftl || ftl_idle(d->ftl))) {
 		event_base_loopbreak(d->base);
 		return;
 	}

@@ -57,6 +57,12 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <sys/queue.h>
+#ifndef LIST_FOREACH_SAFE /* glibc's sys/queue.h has no _SAFE forms */
+#define LIST_FOREACH_SAFE(var, head, field, tvar)                               \
+	for ((var) = LIST_FIRST(head); (var) && ((tvar) = LIST_NEXT(var, field), 1); \
+	     (var) = (tvar))
+#endif
 #include <stdint.h>
 #include <syslog.h>
 #include <event2/event.h>
@@ -322,7 +328,7 @@ struct dimm {
 	struct event *deadline_ev;  /* shutdown: force-close what is still open */
 	struct event *op_ev;        /* detach / checkpoint: deadline of the drain */
 	bool stopping;              /* stop seen by the thread, deadline armed */
-	struct conn *conns;         /* connections in transmission */
+	LIST_HEAD(conn_list, conn) conns; /* connections in transmission */
 	struct conn *dirty;         /* connections with replies to send */
 	uint64_t activity;          /* bumped per receive: ends or extends a spin */
 	uint32_t ftl_inflight;      /* requests submitted to the FTL, not done */
@@ -398,12 +404,12 @@ struct server {
 	 * alone.  budget_waiters (atomic reads): the queue's length, > 0
 	 * meaning "pressure" (nothing is kept for reuse) */
 	pthread_mutex_t budget_lock;
-	struct conn *budget_head, *budget_tail;
+	TAILQ_HEAD(budget_queue, conn) budget_q; /* waiting for buffer_limit, FIFO */
 	int budget_waiters;
 	int budget_kick;            /* atomic: a wake of the queue's head is pending */
 	uint64_t budget_log_ns;     /* rate-limited "waits for buffer_limit" log */
 	unsigned long budget_log_held;
-	struct hs *handshakes;      /* connections in handshake */
+	LIST_HEAD(hs_list, hs) handshakes; /* connections in handshake */
 	struct ctl_req *ctl_reqs;   /* control requests not yet finished */
 	struct evhttp_bound_socket *ctl_bound;
 	int ctl_sending;            /* replies handed to evhttp, not yet written */

@@ -124,7 +124,7 @@ struct hs {
 	struct acl_peer who;      /* address and proven identities (common/acl.h) */
 	struct acl_id ids[ACL_MAX_IDS];
 	bool readonly;            /* the target is read-only for this client (allow_ro) */
-	struct hs *next, *prev;
+	LIST_ENTRY(hs) link;       /* in server.handshakes */
 };
 
 static void ids_clear(struct hs *h)
@@ -187,12 +187,7 @@ static void ids_collect(struct hs *h)
 static void hs_free(struct hs *h, bool close_fd)
 {
 	struct server *srv = h->srv;
-	if (h->prev)
-		h->prev->next = h->next;
-	else
-		srv->handshakes = h->next;
-	if (h->next)
-		h->next->prev = h->prev;
+	LIST_REMOVE(h, link);
 	if (h->timeout)
 		event_free(h->timeout);
 	if (h->bev) {
@@ -986,10 +981,7 @@ void handshake_start(struct server *srv, int fd, const char *peer, int tls_mode,
 	else
 		h->who.family = AF_UNSPEC; /* matches no address entry */
 	h->who.ids = h->ids;
-	h->next = srv->handshakes;
-	if (h->next)
-		h->next->prev = h;
-	srv->handshakes = h;
+	LIST_INSERT_HEAD(&srv->handshakes, h, link);
 	h->bev = bufferevent_socket_new(srv->base, fd, 0);
 	h->timeout = evtimer_new(srv->base, timeout_cb, h);
 	if (!h->bev || !h->timeout) {
@@ -1014,8 +1006,8 @@ void handshake_start(struct server *srv, int fd, const char *peer, int tls_mode,
 /* Shutdown: refuse options from now on; connections still negotiating close. */
 void handshake_shutdown_all(struct server *srv)
 {
-	while (srv->handshakes)
-		hs_close(srv->handshakes, "server shutting down");
+	while (!LIST_EMPTY(&srv->handshakes))
+		hs_close(LIST_FIRST(&srv->handshakes), "server shutting down");
 }
 
 /* Is the host part of a listen address loopback only? */

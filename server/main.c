@@ -1266,6 +1266,7 @@ int main(int argc, char **argv)
 	pthread_mutex_init(&srv.lock, NULL);
 	pthread_mutex_init(&srv.cmd_lock, NULL);
 	pthread_mutex_init(&srv.budget_lock, NULL);
+	TAILQ_INIT(&srv.budget_q);
 	srv.base = event_base_new();
 	srv.started = time(NULL);
 	if (srv.base)
