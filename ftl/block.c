@@ -16,6 +16,9 @@
 
 #include "ftl/ftl_int.h"
 
+#define REFRESH_ECC_NUM 5
+#define REFRESH_ECC_DEN 8
+
 void blist_init(struct blist *l)
 {
 	l->head = l->tail = FTL_NO_BLOCK;
@@ -116,6 +119,14 @@ static void band_sync(struct ftl *f, uint32_t bi)
 	struct blist *l = band_list_of(f, bi);
 	if (l)
 		band_list_remove(f, l, bi);
+	if (bd->flags & BANDF_REFRESH) {
+		if (bd->list == BAND_LIST_BUCKET)
+			f->nrefresh_ready--;
+		if (list == BAND_LIST_BUCKET)
+			f->nrefresh_ready++;
+		if (list == BAND_LIST_FREE)
+			bd->flags &= (uint8_t)~BANDF_REFRESH; /* its data has moved on */
+	}
 	bd->list = list;
 	if (list == BAND_LIST_BUCKET) {
 		bd->closed_at = (uint32_t)f->write_clock;
@@ -243,6 +254,20 @@ int blk_init(struct ftl *f)
 	blist_init(&f->dirty);
 	blist_init(&f->retire);
 	f->min_bucket = 0;
+	/*
+	 * Refresh when the worst codeword of a read needed REFRESH_ECC_NUM /
+	 * REFRESH_ECC_DEN of what ECC corrects (25 of 40 bits per 1 KiB).
+	 * Bit errors per codeword are about Poisson: a worst of 25 out of a
+	 * page's 4 codewords means a mean near 15, where a codeword beyond 40
+	 * is still ~1e-8 unlikely, but retention adds errors linearly with
+	 * time, so by the time the mean has doubled reads start to fail.
+	 * Earlier (half) would refresh healthy blocks under read disturb for
+	 * nothing; later (7/8) leaves too little time for GC to get there.
+	 * A device that does not say its ECC strength refreshes only after
+	 * an uncorrectable read.
+	 */
+	uint32_t rb = f->dev->ecc_bits * REFRESH_ECC_NUM / REFRESH_ECC_DEN;
+	f->refresh_bits = f->dev->ecc_bits && rb ? (uint16_t)rb : UINT16_MAX;
 	return 0;
 }
 
@@ -282,11 +307,22 @@ void band_start(struct ftl *f)
 		}
 	}
 	f->nfree = 0;
+	f->nrefresh_ready = 0;
 	f->bands_ready = true;
+}
+
+/* a doomed block that erased fine after all (its retirement was given up) */
+static void blk_undoom(struct ftl *f, uint32_t b)
+{
+	if (f->blk[b].flags & BLKF_DOOMED) {
+		f->blk[b].flags &= (uint8_t)~BLKF_DOOMED;
+		f->ndoomed--;
+	}
 }
 
 void blk_set_free(struct ftl *f, uint32_t b)
 {
+	blk_undoom(f, b);
 	blk_move(f, b, BLK_FREE);
 	f->blk[b].wp = 0;
 	f->blk[b].valid = 0;
@@ -315,6 +351,12 @@ void blk_set_retiring(struct ftl *f, uint32_t b)
 {
 	blk_move(f, b, BLK_RETIRING);
 	f->blk[b].next = f->blk[b].prev = FTL_NO_BLOCK;
+	if (!(f->blk[b].flags & BLKF_DOOMED)) {
+		/* the reserves count it as lost from now on */
+		f->blk[b].flags |= BLKF_DOOMED;
+		f->ndoomed++;
+		health_update(f);
+	}
 }
 
 void blk_set_bad(struct ftl *f, uint32_t b, bool grown)
@@ -322,6 +364,7 @@ void blk_set_bad(struct ftl *f, uint32_t b, bool grown)
 	struct blk *k = &f->blk[b];
 	if (k->state == BLK_BAD)
 		return;
+	blk_undoom(f, b);
 	blk_move(f, b, BLK_BAD);
 	f->nbad++;
 	f->nusable--;
@@ -329,11 +372,75 @@ void blk_set_bad(struct ftl *f, uint32_t b, bool grown)
 		k->flags |= BLKF_GROWN_BAD;
 		f->nbad_grown++;
 	}
+	health_update(f);
 	if (f->min_usable && f->nusable < f->min_usable && !f->no_space) {
 		f->no_space = true;
 		ftl_log("out of spare blocks (%u usable, %u needed): writes now fail with ENOSPC",
 			f->nusable, f->min_usable);
 	}
+}
+
+/* ---- endurance ---------------------------------------------------------- */
+
+double reserve_percent(const struct ftl *f)
+{
+	/* spare blocks: usable beyond what the format needs; grown bad
+	 * blocks eat into them */
+	double spare0 = (double)f->nusable + (double)f->nbad_grown - (double)f->min_usable;
+	double spare = (double)f->nusable - (double)f->ndoomed - (double)f->min_usable;
+	return spare0 > 0 ? 100.0 * (spare > 0 ? spare : 0) / spare0 : 0;
+}
+
+static const char *health_name(uint8_t h)
+{
+	switch (h) {
+	case HEALTH_LOW: return "online, reserves low";
+	case HEALTH_REDUCED: return "write-reduced";
+	case HEALTH_READONLY: return "read-only";
+	default: return "online";
+	}
+}
+
+/*
+ * The state the reserves give (ftl.h, enum ftl_state): the thresholds are
+ * crossed one way only while open (a bad block stays bad).  Each change is
+ * logged with the figures and kept in health_msg for ftl_get_info.
+ */
+void health_update(struct ftl *f)
+{
+	if (!f->min_usable)
+		return; /* open has not set the limits yet */
+	double res = reserve_percent(f);
+	uint8_t h = HEALTH_OK;
+	uint32_t usable = f->nusable - f->ndoomed; /* doomed: bad, not yet retired */
+	if (usable <= f->min_usable)
+		h = HEALTH_READONLY;
+	else if (res <= FTL_RESERVE_REDUCED_PERCENT)
+		h = HEALTH_REDUCED;
+	else if (res <= FTL_RESERVE_WARN_PERCENT)
+		h = HEALTH_LOW;
+	f->wear_ro = h == HEALTH_READONLY;
+	f->throttle_ns = h == HEALTH_REDUCED ? FTL_REDUCED_WRITE_NS : 0;
+	if (h == f->health)
+		return;
+	uint32_t spare = usable > f->min_usable ? usable - f->min_usable : 0;
+	const char *what = h == HEALTH_READONLY ? "no spare block left: blocks can no longer be "
+						  "placed safely, writes fail (read-only); "
+						  "every unit stays readable: copy the data off"
+			   : h == HEALTH_REDUCED ? "host writes throttled to about 10 MB/s"
+			   : h == HEALTH_LOW     ? "warning: replace the ioDimm soon"
+						 : "healthy";
+	if (h == HEALTH_OK)
+		f->health_msg[0] = 0;
+	else
+		snprintf(f->health_msg, sizeof f->health_msg,
+			 "reserves %.1f%% (%u spare blocks left, %u grown bad): %s", res, spare,
+			 f->nbad_grown + f->ndoomed, what);
+	ftl_log("state %s -> %s: reserves %.1f%% (%u spare blocks left, %u grown bad, warn at "
+		"%.0f%%, write-reduced at %.0f%%): %s",
+		health_name(f->health), health_name(h), res, spare, f->nbad_grown + f->ndoomed,
+		FTL_RESERVE_WARN_PERCENT, FTL_RESERVE_REDUCED_PERCENT, what);
+	f->health = h;
 }
 
 void blk_invalidate(struct ftl *f, uint32_t ppa)
@@ -375,12 +482,134 @@ void band_born_note(struct ftl *f, uint32_t ppa, uint32_t from)
 	bd->born += (uint32_t)(int32_t)(d / (int64_t)bd->nborn);
 }
 
+/* ---- refresh ----------------------------------------------------------- */
+
+/*
+ * A read of block b came back with its worst codeword at or past
+ * refresh_bits corrected bits: the block's retention,
+ * wear or read disturb is eating the ECC margin, and its neighbours were
+ * written at the same time on blocks of the same age.  The whole band is
+ * marked: GC collects it before any cost-benefit victim (gc.c,
+ * victim_admit), unpaced, so its data moves while it still reads.  A band
+ * that is still open is collected once it closes.  Blocks that are not
+ * data (metadata, victims already being collected, bad) are left alone.
+ * Logged (rate-limited), counted in refresh_marked.  O(row_width).
+ */
+void band_mark_refresh(struct ftl *f, uint32_t b, enum nand_status st, uint16_t cmax)
+{
+	(void)st;
+	if (!f->bands_ready || blk_is_sb(f, b) || f->readonly)
+		return;
+	uint8_t state = f->blk[b].state;
+	if (state != BLK_CLOSED && state != BLK_OPEN)
+		return;
+	uint32_t bi = block_band(f, b);
+	struct band *bd = &f->band[bi];
+	if (bd->flags & BANDF_REFRESH)
+		return;
+	bd->flags |= BANDF_REFRESH;
+	if (bd->list == BAND_LIST_BUCKET)
+		f->nrefresh_ready++;
+	f->st.refresh_marked++;
+	uint64_t n = f->st.refresh_marked;
+	if (n <= 10 || (n & (n - 1)) == 0)
+		ftl_log("band %u (block %u, %u erases): a read %s (%u bits in one codeword, ECC "
+			"corrects %u); its data will be relocated (%llu bands marked for refresh "
+			"so far)",
+			bi, b, nand_erase_count(f->dev, b),
+			"neared the ECC limit", cmax, f->dev->ecc_bits, (unsigned long long)n);
+}
+
+uint32_t band_refresh_pick(struct ftl *f)
+{
+	if (!f->nrefresh_ready)
+		return FTL_NO_BLOCK;
+	for (uint32_t i = 0; i < f->nbands; i++) {
+		uint32_t bi = f->refresh_cursor + i;
+		if (bi >= f->nbands)
+			bi -= f->nbands;
+		const struct band *bd = &f->band[bi];
+		if ((bd->flags & BANDF_REFRESH) && bd->list == BAND_LIST_BUCKET) {
+			f->refresh_cursor = bi;
+			return bi;
+		}
+	}
+	return FTL_NO_BLOCK; /* not reached while nrefresh_ready is right */
+}
+
+/* ---- static wear levelling --------------------------------------------- */
+
+/* A band's erase count: its first member that is neither bad nor a
+ * superblock stands for all (they are erased together).  O(row_width). */
+static uint32_t band_erase_count(struct ftl *f, uint32_t bi)
+{
+	for (uint32_t c = 0; c < f->row_width; c++) {
+		uint32_t b = band_block(f, bi, c);
+		if (f->blk[b].state != BLK_BAD && !blk_is_sb(f, b))
+			return nand_erase_count(f->dev, b);
+	}
+	return 0;
+}
+
+/*
+ * Static wear levelling.  Dynamic levelling (band_alloc) spreads erases
+ * over the bands that get free, but a band holding cold data (written once,
+ * never rewritten) is never a cost-benefit victim while hot bands cycle
+ * through the pool, so it keeps its few erases while the others wear out.
+ * Every WL_INTERVAL bands' worth of erases, the bands are scanned: when
+ * the most worn is more than wl_spread erases ahead of the least worn GC
+ * candidate, that candidate is GC's next victim (gc.c, victim_admit): its
+ * cold data moves to a worn band (GC's cold set allocates the most worn,
+ * band_alloc) and the young band joins the pool for hot data.
+ * wl_spread is rated P/E / WL_SPREAD_DIV (250 erases for MLC rated 5,000),
+ * at least WL_SPREAD_MIN: a young device (the WA benchmarks: ~25 erases a
+ * block) never pays for it, an old one keeps its spread under ~5 % of its
+ * life.  Cost: at most one extra band relocation per WL_INTERVAL bands
+ * erased (under 1/WL_INTERVAL of GC's work, and only while the spread is
+ * over the threshold); the scan is O(nbands) per WL_INTERVAL bands.
+ */
+#define WL_SPREAD_DIV 20
+#define WL_SPREAD_MIN 32
+#define WL_INTERVAL 32
+uint32_t band_wl_pick(struct ftl *f)
+{
+	if (f->wl_erases < WL_INTERVAL * f->row_width)
+		return FTL_NO_BLOCK;
+	f->wl_erases = 0;
+	uint32_t spread = f->dev->rated_pe_cycles / WL_SPREAD_DIV;
+	if (spread < WL_SPREAD_MIN)
+		spread = WL_SPREAD_MIN;
+	uint32_t emax = 0, cmin = UINT32_MAX, best = FTL_NO_BLOCK;
+	for (uint32_t bi = 0; bi < f->nbands; bi++) {
+		const struct band *bd = &f->band[bi];
+		if (!bd->members)
+			continue;
+		uint32_t ec = band_erase_count(f, bi);
+		if (ec > emax)
+			emax = ec;
+		if (bd->list == BAND_LIST_BUCKET && ec < cmin) {
+			cmin = ec;
+			best = bi;
+		}
+	}
+	if (best == FTL_NO_BLOCK || emax - cmin <= spread)
+		return FTL_NO_BLOCK;
+	f->st.wl_collected++;
+	uint64_t n = f->st.wl_collected;
+	if (n <= 10 || (n & (n - 1)) == 0)
+		ftl_log("wear levelling: band %u (%u erases; the most worn has %u) is collected so "
+			"its blocks take their share of erases (%llu such bands so far)",
+			best, cmin, emax, (unsigned long long)n);
+	return best;
+}
+
 /* Free band of this row with the fewest erases among the ALLOC_LOOK
  * longest free (dynamic wear levelling; bounded: a row of a full-size
- * ioDimm has thousands of free bands when it is young).  A band's members
+ * ioDimm has thousands of free bands when it is young), or with the most
+ * (worn: for data GC found cold, which will rest there).  A band's members
  * are erased together, so its first member stands for all. */
 #define ALLOC_LOOK 64
-uint32_t band_alloc(struct ftl *f, uint32_t row, enum blk_state st)
+uint32_t band_alloc(struct ftl *f, uint32_t row, enum blk_state st, bool worn)
 {
 	struct blist *l = &f->band_free[row];
 	uint32_t best = FTL_NO_BLOCK, best_ec = UINT32_MAX, looked = 0;
@@ -391,6 +620,8 @@ uint32_t band_alloc(struct ftl *f, uint32_t row, enum blk_state st)
 			if (f->blk[b].state == BLK_FREE)
 				ec = nand_erase_count(f->dev, b);
 		}
+		if (worn && ec != UINT32_MAX)
+			ec = UINT32_MAX - 1 - ec;
 		if (ec < best_ec || best == FTL_NO_BLOCK) {
 			best = bi;
 			best_ec = ec;
@@ -472,6 +703,7 @@ static void erase_done(struct nand_op *op)
 		return; /* stopped: the block stays ERASING, nothing is retired */
 	f->st.blocks_erased++;
 	if (op->status == NAND_OK) {
+		f->wl_erases++;
 		blk_set_free(f, b);
 	} else {
 		f->st.erase_failures++;
@@ -526,6 +758,7 @@ void blk_limits(struct ftl *f)
 	/* every unit mapped, the reserves, both streams' open bands, superblocks */
 	f->min_usable = (uint32_t)((f->units + f->data_pages - 1) / f->data_pages) + f->gc_start +
 			2 * f->ndies + 2 + f->cp_reserve;
+	health_update(f);
 	if (f->nusable < f->min_usable && !f->no_space) {
 		f->no_space = true;
 		ftl_log("too few usable blocks (%u, %u needed): writes fail with ENOSPC",

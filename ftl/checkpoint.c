@@ -140,7 +140,7 @@ static bool cp_alloc_blocks(struct ftl *f)
 		return false;
 	uint32_t row = 0, got = 0, tries = 0;
 	while (got < need && tries < 2 * f->nrows) {
-		uint32_t bi = f->band_free[row].count ? band_alloc(f, row, BLK_META) : FTL_NO_BLOCK;
+		uint32_t bi = f->band_free[row].count ? band_alloc(f, row, BLK_META, false) : FTL_NO_BLOCK;
 		row = row + 1 == f->nrows ? 0 : row + 1;
 		if (bi == FTL_NO_BLOCK) {
 			tries++;

@@ -806,9 +806,18 @@ int ftl_poll(struct ftl *f)
 	return (int)(before != f->dev->inflight + f->ios_in_flight);
 }
 
+/* the medium's next completion, or the end of a write-reduced wait */
+static uint64_t next_due(struct ftl *f)
+{
+	uint64_t due = nand_next_due(f->dev);
+	if (f->throttle_wait && !f->error && f->throttle_at < due)
+		due = f->throttle_at;
+	return due;
+}
+
 uint64_t ftl_next_deadline(struct ftl *f)
 {
-	return f->need_poll ? 0 : nand_next_due(f->dev);
+	return f->need_poll ? 0 : next_due(f);
 }
 
 bool ftl_idle(struct ftl *f)
@@ -865,7 +874,7 @@ int ftl_run_until(struct ftl *f, bool (*pred)(struct ftl *, void *), void *arg)
 			return f->error;
 		if (f->need_poll && !f->error)
 			continue;
-		uint64_t due = nand_next_due(f->dev);
+		uint64_t due = next_due(f);
 		if (due == UINT64_MAX && f->error)
 			return f->error;
 		if (due == UINT64_MAX) {
@@ -1019,14 +1028,15 @@ void ftl_get_info(struct ftl *f, struct ftl_info *info)
 	info->error = f->error;
 	if (f->error)
 		info->state = FTL_STATE_FAILED;
-	else if (f->readonly)
+	else if (f->readonly || f->wear_ro)
 		info->state = FTL_STATE_READONLY;
 	else if (f->no_space)
 		info->state = FTL_STATE_NO_SPACE;
-	else if (f->nfree <= user_floor(f))
+	else if (f->throttle_ns)
 		info->state = FTL_STATE_WRITE_REDUCED;
 	else
 		info->state = FTL_STATE_ONLINE;
+	snprintf(info->health, sizeof info->health, "%s", f->health_msg);
 }
 
 void ftl_get_stats(struct ftl *f, struct ftl_stats *st)
@@ -1039,11 +1049,7 @@ void ftl_get_stats(struct ftl *f, struct ftl_stats *st)
 	st->blocks_meta = f->nmeta;
 	st->blocks_data = f->nusable - f->nfree - f->nmeta;
 	st->blocks_needed = f->min_usable;
-	/* spare blocks: usable beyond what the format needs; grown bad blocks
-	 * eat into them */
-	double spare0 = (double)f->nusable + (double)f->nbad_grown - (double)f->min_usable;
-	double spare = (double)f->nusable - (double)f->min_usable;
-	st->reserve_percent = spare0 > 0 ? 100.0 * (spare > 0 ? spare : 0) / spare0 : 0;
+	st->reserve_percent = reserve_percent(f);
 	uint64_t valid = 0;
 	uint32_t emin = UINT32_MAX, emax = 0;
 	double esum = 0;
@@ -1063,6 +1069,8 @@ void ftl_get_stats(struct ftl *f, struct ftl_stats *st)
 	st->erase_max = emax;
 	st->erase_avg = counted ? esum / counted : 0;
 	st->rated_pe_cycles = f->dev->rated_pe_cycles;
+	st->endurance_used_percent =
+		st->rated_pe_cycles ? 100.0 * st->erase_avg / st->rated_pe_cycles : 0;
 	st->l2p_bytes = f->units * sizeof(uint32_t);
 	st->ram_bytes = f->ram_bytes;
 	st->write_amplification = st->host_pages_written ?

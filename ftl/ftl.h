@@ -203,13 +203,41 @@ uint64_t ftl_map_extent(struct ftl *f, uint64_t off, uint64_t len, bool *mapped)
 
 /* ---- information ------------------------------------------------------- */
 
+/*
+ * States.  Endurance works like the vendor's: the reserves are the spare
+ * blocks (usable beyond what the format needs) left, as a share of those
+ * there were before any block went bad in use (ftl_stats.reserve_percent).
+ * Grown bad blocks (program or erase failures, more and more past the
+ * rated P/E) eat them; the state follows, and every change is logged
+ * (warning level, through the logger) with the figures:
+ *   reserves <= FTL_RESERVE_WARN_PERCENT     still ONLINE, a warning
+ *   reserves <= FTL_RESERVE_REDUCED_PERCENT  WRITE_REDUCED: host writes are
+ *                                            throttled to FTL_REDUCED_WRITE_NS
+ *                                            of device time per 4 KiB unit
+ *   no spare block left                      READONLY: blocks can no longer
+ *                                            be placed safely; writes, trims
+ *                                            and zeroes fail -EROFS, reads
+ *                                            and flushes work, every unit
+ *                                            keeps its data (GC still
+ *                                            retires and refreshes)
+ * Reserves never come back (bad blocks stay bad), so the order is fixed;
+ * a reopen finds the same state from the bad blocks the checkpoint keeps.
+ * NO_SPACE is the older, harder stop: GC has no room at all (or bad
+ * blocks were found at open beyond what the format can live with).
+ */
 enum ftl_state {
 	FTL_STATE_ONLINE,          /* reads and writes */
-	FTL_STATE_READONLY,        /* opened read-only */
+	FTL_STATE_READONLY,        /* opened read-only, or worn out */
 	FTL_STATE_WRITE_REDUCED,   /* reserves low: writes throttled */
 	FTL_STATE_NO_SPACE,        /* reserves exhausted: writes fail -ENOSPC */
 	FTL_STATE_FAILED,          /* sticky error: everything fails -EIO */
 };
+#define FTL_RESERVE_WARN_PERCENT 10.0
+#define FTL_RESERVE_REDUCED_PERCENT 5.0
+/* write-reduced: 400 us per 4 KiB unit, about 10 MB/s (a tenth or less of
+ * what a healthy ioDimm takes), so a worn device lasts while its data is
+ * copied off */
+#define FTL_REDUCED_WRITE_NS 400000ull
 const char *ftl_state_name(enum ftl_state st);
 
 struct ftl_info {
@@ -230,6 +258,9 @@ struct ftl_info {
 	int error;                 /* sticky error, 0 if none */
 	bool checkpoint_damaged;   /* open rebuilt the map from the whole log */
 	char notes[256];           /* what open found and repaired, or "" */
+	/* endurance: why the state is what it is when the reserves are low
+	 * (reserves, grown bad blocks, what writes do now), or "" */
+	char health[192];
 };
 void ftl_get_info(struct ftl *f, struct ftl_info *info);
 
@@ -259,6 +290,7 @@ struct ftl_stats {
 	uint64_t blocks_data;
 	uint64_t blocks_needed;         /* fewer usable blocks than this: no space */
 	double reserve_percent;         /* spare blocks left, of those at format */
+	double endurance_used_percent;  /* erase_avg of rated_pe_cycles (may pass 100) */
 	uint64_t valid_pages;           /* mapped units on NAND */
 	uint32_t erase_min, erase_max;
 	double erase_avg;
@@ -266,6 +298,11 @@ struct ftl_stats {
 	uint64_t l2p_bytes;
 	uint64_t ram_bytes;             /* everything the FTL allocated */
 	double write_amplification;     /* nand programmed / host units written */
+	/* media health (since this open) */
+	uint64_t refresh_marked;        /* bands marked for refresh: a read whose
+	                                 * worst ECC codeword neared the limit */
+	uint64_t refresh_collected;     /* of those, collected (data relocated) */
+	uint64_t wl_collected;          /* bands collected by static wear levelling */
 };
 void ftl_get_stats(struct ftl *f, struct ftl_stats *st);
 

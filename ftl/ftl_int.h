@@ -80,6 +80,8 @@ _Static_assert(sizeof(struct blk) == 16, "one blk per erase block: keep it small
 #define BLKF_CP_OPEN 2     /* was open at the loaded checkpoint */
 #define BLKF_GC 4          /* written by the GC stream (holds survivors) */
 #define BLKF_COLD 8        /* written by a set for cold data (SET_COLD) */
+#define BLKF_DOOMED 16     /* a program failed: counted in ndoomed until it is
+                            * retired (or erased fine after all) */
 
 struct blist {
 	uint32_t head, tail, count;
@@ -116,9 +118,12 @@ struct band {
 	uint16_t n_free, n_dirty, n_closed; /* members by state class */
 	uint16_t counted;        /* members counted in nfree (0: not all free) */
 	uint8_t list;            /* BAND_LIST_* */
-	uint8_t pad;
+	uint8_t flags;           /* BANDF_*: cleared when the band is free again */
 };
 enum { BAND_LIST_NONE, BAND_LIST_FREE, BAND_LIST_BUCKET };
+/* a read of one of its pages came back with few ECC bits to spare (or none):
+ * GC relocates it before the others (block.c, blk_read_health) */
+#define BANDF_REFRESH 1
 
 /* ---- write buffer ------------------------------------------------------- */
 
@@ -263,6 +268,7 @@ struct gc_read {
 	uint8_t *buf;             /* one page */
 	uint32_t lba, from, data_crc;
 	uint16_t victim;
+	uint16_t tries;           /* reads of the page that were uncorrectable */
 	struct gc_read *next_free;
 };
 
@@ -271,6 +277,8 @@ struct victim {
 	uint64_t admitted;        /* admission number: oldest examined first */
 	uint8_t phase;            /* enum victim_phase */
 	bool retire;              /* retire as bad instead of erasing */
+	bool urgent;              /* refresh or wear levelling: examined
+	                           * unpaced, whether or not the host writes */
 	bool need_trim_record;    /* re-logged trims must be closed into a record */
 	bool log_closed;          /* finishing: trims closed, wait_user_pos set */
 	bool aborted;             /* relocations given back: return it unerased */
@@ -404,6 +412,22 @@ struct ftl {
 	                             * blocks (blk_limits) */
 	uint32_t nfree;             /* members of bands whose every member is
 	                             * FREE, DIRTY or ERASING */
+	/* refresh (block.c): a read whose worst codeword corrected at least
+	 * refresh_bits bits marks its band BANDF_REFRESH */
+	uint16_t refresh_bits;
+	uint32_t nrefresh_ready;    /* BANDF_REFRESH bands that are GC candidates */
+	uint32_t refresh_cursor;    /* band_refresh_pick resumes here */
+	/* endurance (block.c, health_update): the state the reserves give */
+	uint8_t health;             /* HEALTH_* */
+	bool wear_ro;               /* no spare block left: read-only */
+	uint32_t ndoomed;           /* BLKF_DOOMED blocks: bad, not yet retired */
+	uint64_t throttle_ns;       /* write-reduced: device time per host
+	                             * unit (0: not throttled) */
+	uint64_t throttle_at;       /* the next host unit is buffered from then */
+	bool throttle_wait;         /* a host write waits for throttle_at */
+	char health_msg[192];
+	uint32_t wl_erases;         /* blocks erased since the last wear
+	                             * levelling check (band_wl_pick) */
 
 	/* bands */
 	struct band *band;          /* [nbands] */
@@ -608,12 +632,38 @@ void blk_set_victim(struct ftl *f, uint32_t b);    /* CLOSED or RETIRING -> VICT
 void blk_set_retiring(struct ftl *f, uint32_t b);  /* OPEN, a program failed */
 void blk_invalidate(struct ftl *f, uint32_t ppa);  /* valid-- */
 void blk_validate(struct ftl *f, uint32_t ppa);    /* valid++ */
-/* A free band of row (the least worn of the longest free), its members
- * moved to st (BLK_OPEN or BLK_META); FTL_NO_BLOCK if the row has none. */
-uint32_t band_alloc(struct ftl *f, uint32_t row, enum blk_state st);
+/*
+ * The health of a read of a page of block b (status st, worst codeword
+ * cmax corrected bits): a read near the ECC limit marks the band for
+ * refresh.  An uncorrectable read does not: it gives nothing to move (GC
+ * would record the unit lost, where a later read may still succeed), and a
+ * dead die would have every band of its row moved for nothing.  Inline
+ * test, O(1); the marking itself is O(1).
+ */
+void band_mark_refresh(struct ftl *f, uint32_t b, enum nand_status st, uint16_t cmax);
+static inline void blk_read_health(struct ftl *f, uint32_t b, enum nand_status st, uint16_t cmax)
+{
+	if (st == NAND_CORRECTED && cmax >= f->refresh_bits)
+		band_mark_refresh(f, b, st, cmax);
+}
+/* A BANDF_REFRESH band that is a GC candidate, or FTL_NO_BLOCK.  O(nbands)
+ * at worst, and only while nrefresh_ready (then it is admitted at once). */
+uint32_t band_refresh_pick(struct ftl *f);
+/* Static wear levelling: a cold GC candidate band far less worn than the
+ * most worn band, or FTL_NO_BLOCK; checks every WL_INTERVAL bands erased. */
+uint32_t band_wl_pick(struct ftl *f);
+/* A free band of row (the least worn of the longest free; the most worn
+ * if worn), its members moved to st (BLK_OPEN or BLK_META); FTL_NO_BLOCK
+ * if the row has none. */
+uint32_t band_alloc(struct ftl *f, uint32_t row, enum blk_state st, bool worn);
 /* The GC candidate band with the best cost-benefit, preferring rows with
  * row_busy[row] == 0; FTL_NO_BLOCK if none. */
 uint32_t band_victim_pick(struct ftl *f, const uint16_t *row_busy);
+enum { HEALTH_OK, HEALTH_LOW, HEALTH_REDUCED, HEALTH_READONLY };
+/* Reserves (spare blocks left / at format, in %) and the health state
+ * they give; a change is logged.  O(1); called whenever nusable changes. */
+double reserve_percent(const struct ftl *f);
+void health_update(struct ftl *f);
 uint32_t band_members_free(const struct ftl *f);    /* members of all free bands */
 /* user pages written since the data of ppa's band was written by the host */
 uint32_t band_data_age(const struct ftl *f, uint32_t ppa);

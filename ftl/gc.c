@@ -37,6 +37,7 @@
 #include "ftl/ftl_int.h"
 
 #define CREDIT_ONE 16
+#define GC_READ_TRIES 3 /* reads of a relocation before its unit is lost */
 
 int gc_init(struct ftl *f)
 {
@@ -87,7 +88,7 @@ int gc_init(struct ftl *f)
 
 static bool gc_needed(struct ftl *f)
 {
-	return f->nfree < f->gc_start || f->retire.count;
+	return f->nfree < f->gc_start || f->retire.count || f->nrefresh_ready;
 }
 
 /* GC runs without pacing when writes are stuck or blocks must be retired. */
@@ -182,7 +183,7 @@ static int victim_free_slot(struct ftl *f)
 	return -1;
 }
 
-static void victim_start(struct ftl *f, int vi, uint32_t b, bool retire)
+static void victim_start(struct ftl *f, int vi, uint32_t b, bool retire, bool urgent)
 {
 	struct victim *v = &f->victims[vi];
 	struct blk *k = &f->blk[b];
@@ -195,6 +196,7 @@ static void victim_start(struct ftl *f, int vi, uint32_t b, bool retire)
 	f->gc_examining++;
 	f->row_victims[die_row(f, block_die(f, b))]++;
 	v->retire = retire;
+	v->urgent = urgent;
 	v->need_trim_record = false;
 	v->log_closed = false;
 	v->aborted = false;
@@ -250,6 +252,19 @@ static void gc_read_done(struct nand_op *op)
 	v->pending--;
 	if (ftl_op_stops(f, op) || f->l2p[rd->lba] != rd->from) {
 		gc_read_put(f, rd); /* stopped, or rewritten or trimmed meanwhile */
+		return;
+	}
+	if (op->status == NAND_UNCORRECTABLE && rd->tries < GC_READ_TRIES - 1) {
+		/*
+		 * Read it again before giving the unit up: bit errors differ
+		 * from read to read (NAND controllers retry with shifted read
+		 * levels), and GC, unlike a host read, makes a failure final.
+		 * Costs a read per try, only on a failing page.
+		 */
+		rd->tries++;
+		v->pending++;
+		f->st.nand_pages_read++;
+		ftl_nand_submit(f, op);
 		return;
 	}
 	bool readable = op->status == NAND_OK || op->status == NAND_CORRECTED;
@@ -368,7 +383,9 @@ static int victim_examine(struct ftl *f, int vi)
 	struct victim *v = &f->victims[vi];
 	struct stream *gs = &f->stream[STREAM_GC];
 	struct ring *r = &gs->ring;
-	bool unpaced = gc_unpaced(f);
+	/* a refresh must not wait for host writes to pay for it: a device
+	 * that is only read must still move data off a failing band */
+	bool unpaced = v->urgent || gc_unpaced(f);
 	int n = 0;
 
 	while (v->cursor < f->ppb) {
@@ -417,6 +434,7 @@ static int victim_examine(struct ftl *f, int vi)
 			rd->from = ppa;
 			rd->data_crc = sp.data_crc;
 			rd->victim = (uint16_t)vi;
+			rd->tries = 0;
 			struct nand_op *op = &rd->op;
 			op->type = NAND_OP_READ;
 			op->block = v->block;
@@ -659,13 +677,20 @@ static int victim_admit(struct ftl *f)
 	if (!nfree_v)
 		return -1;
 	uint32_t b = FTL_NO_BLOCK, bi = FTL_NO_BLOCK, valid = 0, nmem = 1;
-	bool retire = false;
+	bool retire = false, urgent = false;
 	if (f->retire.count) {
 		b = blist_pop(f, &f->retire);
 		retire = true;
 		valid = f->blk[b].valid;
 	} else {
-		bi = band_victim_pick(f, f->row_victims);
+		/* bands marked for refresh first: their data is at risk */
+		bi = band_refresh_pick(f);
+		urgent = bi != FTL_NO_BLOCK;
+		/* now and then a cold band, for static wear levelling */
+		if (!urgent)
+			bi = band_wl_pick(f);
+		if (bi == FTL_NO_BLOCK)
+			bi = band_victim_pick(f, f->row_victims);
 		if (bi != FTL_NO_BLOCK) {
 			valid = f->band[bi].valid;
 			nmem = f->band[bi].n_closed;
@@ -693,13 +718,15 @@ static int victim_admit(struct ftl *f)
 		return -1;
 	}
 	if (retire) {
-		victim_start(f, victim_free_slot(f), b, true);
+		victim_start(f, victim_free_slot(f), b, true, true);
 		return 1;
 	}
+	if (urgent)
+		f->st.refresh_collected++;
 	for (uint32_t c = 0; c < f->row_width; c++) {
 		uint32_t m = band_block(f, bi, c);
 		if (f->blk[m].state == BLK_CLOSED)
-			victim_start(f, victim_free_slot(f), m, false);
+			victim_start(f, victim_free_slot(f), m, false, urgent);
 	}
 	return 1;
 }

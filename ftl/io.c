@@ -104,8 +104,10 @@ static int read_verdict(struct ftl *f, const struct nand_op *op, const void *dat
 		return f->error;
 	if (op->status == NAND_CORRECTED) {
 		f->st.read_errors_corrected++;
+		blk_read_health(f, ppa_block(f, ppa), op->status, op->corrected_max);
 	} else if (op->status != NAND_OK) {
 		f->st.read_errors_uncorrectable++;
+		blk_read_health(f, ppa_block(f, ppa), op->status, op->corrected_max);
 		return -EIO;
 	}
 	return ftl_check_data(f, data, spare, unit, ppa);
@@ -177,6 +179,7 @@ static void read_continue(struct ftl *f, struct ftl_io *io)
 			f->st.nand_pages_read++;
 			struct nand_op now = { .block = ppa_block(f, e), .page = ppa_page(f, e) };
 			now.status = f->read_now(f->dev, now.block, now.page, dst, spare);
+			now.corrected_max = f->dev->last_corrected_max;
 			int err = read_verdict(f, &now, dst, spare, u, e);
 			if (err && !io->status)
 				io->status = err;
@@ -228,6 +231,28 @@ static void rmw_issue(struct ftl *f, struct ftl_io *io, int which, uint64_t u, u
 }
 
 /*
+ * Write-reduced mode (ftl.h): each host unit buffered takes throttle_ns of
+ * device time, with a burst of THROTTLE_BURST units; a write that must wait
+ * sets throttle_wait, and ftl_next_deadline() names throttle_at.  One clock
+ * read per unit, only in that mode.
+ */
+#define THROTTLE_BURST 32
+static bool throttle_pass(struct ftl *f)
+{
+	uint64_t now = nand_now(f->dev);
+	uint64_t floor = now - THROTTLE_BURST * f->throttle_ns;
+	if (now > THROTTLE_BURST * f->throttle_ns && f->throttle_at < floor)
+		f->throttle_at = floor;
+	if (f->throttle_at > now) {
+		f->throttle_wait = true;
+		return false;
+	}
+	f->throttle_wait = false;
+	f->throttle_at += f->throttle_ns;
+	return true;
+}
+
+/*
  * Work on the head of wq_write.  Returns true when every unit is buffered
  * or unmapped (the io may still wait to be durable), false to wait.
  */
@@ -267,6 +292,8 @@ static bool write_continue(struct ftl *f, struct ftl_io *io)
 
 		/* one slot for the unit, one kept for a trim record */
 		if (ring_free(r) < 2)
+			return false;
+		if (f->throttle_ns && !throttle_pass(f))
 			return false;
 		if (f->ntrim_pend && trim_pending_overlaps(f, u) && !trim_close_record(f))
 			return false;
@@ -414,12 +441,20 @@ int io_kick(struct ftl *f)
 
 	if (f->error)
 		return 0;
+	f->throttle_wait = false; /* set again below while a write still waits */
 	while ((io = f->wq_write.head) != NULL) {
 		if (io->type == FTL_IO_FLUSH) {
 			if (f->ntrim_pend && !trim_close_record(f))
 				break;
 			ioq_pop(&f->wq_write);
 			durable_push(f, io);
+			n++;
+			continue;
+		}
+		if (f->wear_ro) {
+			/* worn out while waiting: read-only now */
+			ioq_pop(&f->wq_write);
+			io_complete(f, io, -EROFS);
 			n++;
 			continue;
 		}
@@ -500,8 +535,8 @@ static int io_validate(struct ftl *f, const struct ftl_io *io)
 	if ((io->type == FTL_IO_READ || io->type == FTL_IO_WRITE) && io->length && !io->buf)
 		return -EINVAL;
 	if (io->type != FTL_IO_READ) {
-		if (f->readonly)
-			return -EROFS;
+		if (f->readonly || f->wear_ro)
+			return -EROFS; /* opened read-only, or worn out (block.c) */
 		/* out of spare blocks: unmapping still works (it frees space) */
 		if (f->no_space && io_needs_space(io))
 			return -ENOSPC;

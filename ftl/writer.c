@@ -238,7 +238,9 @@ uint32_t set_next_page(struct ftl *f, struct open_set *set, uint32_t floor)
 				nfoot++;
 			if (nfoot < w)
 				continue;
-			uint32_t bi = band_alloc(f, row, BLK_OPEN);
+			/* data GC found cold rests on a worn band */
+			bool worn = set->blkf == (BLKF_GC | BLKF_COLD);
+			uint32_t bi = band_alloc(f, row, BLK_OPEN, worn);
 			if (bi == FTL_NO_BLOCK)
 				continue;
 			for (uint32_t c = 0; c < w; c++) {
@@ -441,9 +443,24 @@ int writer_kick(struct ftl *f, struct stream *s)
 
 	if (f->error)
 		return 0;
+	/*
+	 * A failed program: anything but the checkpoint's blocks.  A user
+	 * slot that finds no page there takes one in a band GC has open: GC
+	 * victims wait for the user ring to drain before they are erased
+	 * (gc.c, victim_finish), so a retry without a page would hold every
+	 * block they would free (seen when worn blocks fail programs by the
+	 * dozen: the pool sat at the floor with the ring unable to drain).
+	 * A page in a GC band serves as well (the page's spare and the
+	 * block's footer name its unit); GC admission's room may come up a
+	 * page short, which GC handles as when it runs out of blocks.
+	 */
 	while (r->nretry) {
-		/* a failed program: anything but the checkpoint's blocks */
 		uint32_t ppa = stream_next_page(f, s, f->cp_reserve);
+		if (ppa == FTL_NO_BLOCK && s->id == STREAM_USER) {
+			struct stream *g = &f->stream[STREAM_GC];
+			for (uint32_t k = 0; k < g->nsets && ppa == FTL_NO_BLOCK; k++)
+				ppa = set_next_page(f, &g->set[k], UINT32_MAX / 2); /* open bands only */
+		}
 		if (ppa == FTL_NO_BLOCK)
 			return n;
 		slot_submit(f, s, r->retry[--r->nretry], ppa);

@@ -179,6 +179,10 @@ static void json_stats(struct evbuffer *b, const struct ftl_stats *s)
 	U("erase_count_max", s->erase_max);
 	U("rated_pe_cycles", s->rated_pe_cycles);
 	D("reserve_percent", s->reserve_percent);
+	D("endurance_used_percent", s->endurance_used_percent);
+	U("refresh_marked", s->refresh_marked);
+	U("refresh_collected", s->refresh_collected);
+	U("wl_collected", s->wl_collected);
 	U("l2p_bytes", s->l2p_bytes);
 	U("ram_bytes", s->ram_bytes);
 	evbuffer_add_printf(b, "}");
@@ -287,6 +291,8 @@ static void json_dimm(struct ctl_req *cr, struct evbuffer *b, const struct dimm_
 		evbuffer_add_printf(b, ", \"checkpoint_damaged\": %s, \"notes\": ",
 				    fi->checkpoint_damaged ? "true" : "false");
 		json_str(b, fi->notes);
+		evbuffer_add_printf(b, ", \"health\": ");
+		json_str(b, fi->health);
 		evbuffer_add_printf(b, ", \"lifetime\": {\"host_read_bytes\": %llu, \"host_write_bytes\": %llu, "
 				       "\"nand_read_bytes\": %llu, \"nand_write_bytes\": %llu, "
 				       "\"nand_page_size\": %u}",
@@ -471,6 +477,8 @@ static void text_dimm(struct ctl_req *cr, struct evbuffer *b, const struct dimm_
 			    st->timing ? ", NAND timing model on" : "", st->connections);
 	if (fi->notes[0])
 		evbuffer_add_printf(b, "    Warning: %s\n", fi->notes);
+	if (fi->health[0])
+		evbuffer_add_printf(b, "    Health: %s\n", fi->health);
 	evbuffer_add_printf(b, "    Format: %llu sectors of %u bytes (%s), %.1f%% over-provisioning\n",
 			    (unsigned long long)(fi->capacity / fi->sector_size), fi->sector_size, cap,
 			    fi->op_percent);
@@ -505,6 +513,10 @@ static void text_dimm(struct ctl_req *cr, struct evbuffer *b, const struct dimm_
 			    (unsigned long long)s->read_errors_uncorrectable, (unsigned long long)s->crc_errors,
 			    (unsigned long long)s->lost_units, (unsigned long long)s->program_failures,
 			    (unsigned long long)s->erase_failures);
+	evbuffer_add_printf(b, "    Refresh: %llu bands marked (a read neared the ECC limit), %llu "
+			       "relocated; wear levelling: %llu cold bands collected\n",
+			    (unsigned long long)s->refresh_marked, (unsigned long long)s->refresh_collected,
+			    (unsigned long long)s->wl_collected);
 	evbuffer_add_printf(b, "    RAM usage: current %.1f MiB, peak %.1f MiB (map %.1f MiB)\n",
 			    (double)s->ram_bytes / (1 << 20), (double)st->ram_peak / (1 << 20),
 			    (double)s->l2p_bytes / (1 << 20));

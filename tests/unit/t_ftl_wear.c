@@ -1,0 +1,394 @@
+/*
+ * t_ftl_wear - the FTL on wearing media, with the simulator's error model
+ * on (bit errors growing with wear, retention and read disturb; grown bad
+ * blocks past the rated P/E):
+ *
+ *   refresh        a band aged to its rated P/E and by years of retention
+ *                  reads with its ECC margin nearly gone: the reads mark it,
+ *                  GC relocates it first, and every unit reads back
+ *   wear_levelling cold bands (written once, never again) on young blocks
+ *                  while the rest of the device is worn: GC takes the cold
+ *                  bands as victims so they take their share of erases
+ *   wear_out       a small device driven to the end of its life: online,
+ *                  write-reduced, read-only; every transition checked, and
+ *                  every unit still reads its last data
+ */
+#include "ftl/ftl.h"
+#include "tests/unit/t.h"
+
+#define NS_PER_YEAR (365ull * 24 * 3600 * 1000000000ull)
+
+static void fill(uint8_t *b, uint64_t unit, uint32_t ver)
+{
+	for (int i = 0; i < 4096; i += 8) {
+		uint64_t v = (unit << 32 | ver) * 0x9E3779B97F4A7C15ull + (uint64_t)i;
+		memcpy(b + i, &v, 8);
+	}
+}
+
+static struct nand_dev *dev_new(const char *preset, bool timed, uint64_t seed)
+{
+	struct nand_sim_config cfg = { .preset = preset, .error_model = true, .seed = seed,
+				       .timing = timed, .virtual_time = timed };
+	struct nand_dev *d;
+	char err[256];
+	CHECK_RC(nand_sim_open(&cfg, &d, err, sizeof err));
+	return d;
+}
+
+static struct ftl *open_ok(struct nand_dev *d)
+{
+	struct ftl *f;
+	char err[256];
+	int rc = ftl_open(d, NULL, &f, err, sizeof err);
+	if (rc) {
+		fprintf(stderr, "ftl_open: %s\n", err);
+		exit(1);
+	}
+	return f;
+}
+
+static void format(struct nand_dev *d, double op)
+{
+	char err[256];
+	struct ftl_format_params fp = { .sector_size = 4096, .op_percent = op };
+	CHECK_RC(ftl_format(d, &fp, err, sizeof err));
+}
+
+/* Read every unit; each must hold ver[u] (0: zeros).  Returns EIOs, which
+ * are errors unless eio_ok. */
+static uint64_t verify(struct ftl *f, const uint32_t *ver, uint64_t units, bool eio_ok)
+{
+	uint8_t b[4096], e[4096];
+	uint64_t eio = 0;
+	for (uint64_t u = 0; u < units; u++) {
+		int rc = ftl_read_sync(f, b, u * 4096, 4096);
+		if (rc == -EIO && eio_ok) {
+			eio++;
+			continue;
+		}
+		if (rc) {
+			fprintf(stderr, "unit %" PRIu64 ": read failed (%s)\n", u, strerror(-rc));
+			exit(1);
+		}
+		if (!ver[u])
+			memset(e, 0, sizeof e);
+		else
+			fill(e, u, ver[u]);
+		if (memcmp(b, e, 4096)) {
+			fprintf(stderr, "unit %" PRIu64 " holds wrong data\n", u);
+			exit(1);
+		}
+	}
+	return eio;
+}
+
+/* Let background work (GC, erases) run until nothing moves. */
+static void settle(struct ftl *f)
+{
+	int quiet = 0;
+	for (int i = 0; i < 10000000 && quiet < 50; i++) {
+		int n = ftl_poll(f);
+		uint64_t dl = ftl_next_deadline(f);
+		if (!n && ftl_idle(f) && dl == UINT64_MAX)
+			quiet++;
+		else
+			quiet = 0;
+		if (dl != UINT64_MAX && dl > nand_now(ftl_device(f)))
+			nand_wait_until(ftl_device(f), dl);
+	}
+}
+
+static void refresh(void)
+{
+	struct nand_dev *d = dev_new("test-64m", false, 3);
+	format(d, 20);
+	struct ftl *f = open_ok(d);
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	uint64_t units = info.units;
+	uint32_t *ver = calloc(units, sizeof *ver);
+	uint8_t b[4096];
+	for (uint64_t u = 0; u < units; u++) {
+		ver[u] = 1;
+		fill(b, u, 1);
+		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
+	}
+	CHECK_RC(ftl_flush_sync(f));
+	settle(f);
+	/* every block at its rated P/E, and 1.5 years of retention: a page
+	 * read then corrects ~15 bits per codeword on average (ECC: 40) */
+	uint32_t rated = d->rated_pe_cycles;
+	uint32_t nblocks = nand_blocks(&d->geo);
+	for (uint32_t k = 0; k < nblocks; k++)
+		CHECK_RC(nand_sim_set_erase_count(d, k, rated));
+	CHECK_RC(nand_sim_age(d, NS_PER_YEAR * 3 / 2));
+	struct ftl_stats st0, st;
+	ftl_get_stats(f, &st0);
+	verify(f, ver, units, false);
+	ftl_get_stats(f, &st);
+	printf("refresh: first read of the aged device: %" PRIu64 " reads corrected, %" PRIu64
+	       " bands marked\n",
+	       st.read_errors_corrected - st0.read_errors_corrected, st.refresh_marked);
+	CHECK(st.refresh_marked > 0);
+	settle(f);
+	ftl_get_stats(f, &st);
+	/* relocated: the marked bands were collected, their blocks erased */
+	uint32_t erased_again = 0;
+	for (uint32_t k = 0; k < nblocks; k++)
+		erased_again += nand_erase_count(d, k) > rated;
+	printf("refresh: %" PRIu64 " bands collected, %" PRIu64 " pages relocated, %u blocks "
+	       "erased since aging\n",
+	       st.refresh_collected, st.gc_pages_relocated - st0.gc_pages_relocated, erased_again);
+	/* bands still open when marked are collected once they close */
+	CHECK(st.refresh_collected <= st.refresh_marked);
+	CHECK(st.gc_pages_relocated - st0.gc_pages_relocated > 0);
+	CHECK(erased_again > 0);
+	/* every unit reads back, and the relocated data has its margin back:
+	 * fewer bands get marked on this pass than on the first */
+	uint64_t marked = st.refresh_marked;
+	verify(f, ver, units, false);
+	ftl_get_stats(f, &st);
+	printf("refresh: second read: %" PRIu64 " more bands marked\n", st.refresh_marked - marked);
+	CHECK(st.refresh_marked - marked < marked);
+	CHECK_EQ(st.lost_units, 0);
+	/* host writes close the open bands: the marked ones among them are
+	 * collected then */
+	for (uint64_t u = 0; u < units / 3; u++) {
+		ver[u]++;
+		fill(b, u, ver[u]);
+		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
+	}
+	CHECK_RC(ftl_flush_sync(f));
+	settle(f);
+	ftl_get_stats(f, &st);
+	printf("refresh: after writes, %" PRIu64 " of %" PRIu64 " marked bands collected\n",
+	       st.refresh_collected, st.refresh_marked);
+	CHECK_EQ(st.refresh_collected, st.refresh_marked);
+	verify(f, ver, units, false);
+	settle(f);
+	CHECK_RC(ftl_close(f));
+	f = open_ok(d);
+	verify(f, ver, units, false);
+	CHECK_RC(ftl_close(f));
+	nand_close(d);
+	free(ver);
+}
+
+/* erase counts of the blocks that hold data (not bad, not the superblock
+ * blocks: block 0 of dies 0 and 1) */
+static void erase_spread(struct nand_dev *d, uint32_t *emin, uint32_t *emax)
+{
+	uint32_t nb = nand_blocks(&d->geo), bpd = d->geo.blocks_per_die;
+	*emin = UINT32_MAX;
+	*emax = 0;
+	for (uint32_t k = 0; k < nb; k++) {
+		if (k == 0 || k == bpd)
+			continue;
+		uint32_t ec = nand_erase_count(d, k);
+		*emin = ec < *emin ? ec : *emin;
+		*emax = ec > *emax ? ec : *emax;
+	}
+}
+
+static void wear_levelling(void)
+{
+	struct nand_dev *d = dev_new("test-16m", false, 5);
+	format(d, 20);
+	struct ftl *f = open_ok(d);
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	uint64_t units = info.units, cold = units / 2;
+	uint32_t *ver = calloc(units, sizeof *ver);
+	uint8_t b[4096];
+	for (uint64_t u = 0; u < units; u++) {
+		ver[u] = 1;
+		fill(b, u, 1);
+		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
+	}
+	/* only the upper half is ever rewritten: the lower half is cold */
+	uint32_t spread = d->rated_pe_cycles / 20; /* block.c: WL_SPREAD_DIV */
+	uint32_t emin, emax;
+	uint64_t seed = 99, writes = 0;
+	do {
+		for (int i = 0; i < 20000; i++) {
+			uint64_t u = cold + t_rand(&seed) % (units - cold);
+			ver[u]++;
+			fill(b, u, ver[u]);
+			CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
+		}
+		writes += 20000;
+		erase_spread(d, &emin, &emax);
+	} while (emax < 3 * spread);
+	struct ftl_stats st;
+	ftl_get_stats(f, &st);
+	printf("wear levelling: %" PRIu64 " writes to the hot half: erase counts %u..%u (threshold "
+	       "%u), %" PRIu64 " bands collected for wear levelling, WA %.2f\n",
+	       writes, emin, emax, spread, st.wl_collected, st.write_amplification);
+	CHECK(st.wl_collected > 0);
+	/* the cold blocks took their share: within the threshold and the
+	 * erases of a check interval or two */
+	CHECK(emax - emin < spread + spread / 2);
+	verify(f, ver, units, false);
+	CHECK_RC(ftl_close(f));
+	f = open_ok(d);
+	verify(f, ver, units, false);
+	CHECK_RC(ftl_close(f));
+	nand_close(d);
+	free(ver);
+}
+
+/*
+ * Wear-out: test-64m at 30 % over-provisioning (44 spare blocks: at 20 %
+ * there are 18, and 10 % of that is under one block) with every block
+ * started at 2.6 times its rated P/E, where the error model fails about
+ * 1.4 % of blocks per P/E cycle (on a program or an erase).  Random host writes on the virtual clock until the
+ * device turns read-only; every state change is recorded and checked:
+ * ONLINE -> WRITE_REDUCED -> READONLY, in that order, each at its reserve
+ * threshold, throttled writes in WRITE_REDUCED, -EROFS after; then every
+ * unit must read its last written data, before and after a reopen.
+ */
+/* the FTL's state changes as logged (block.c, health_update) */
+static char logged[8][64];
+static int nlogged;
+static void log_states(void *arg, const char *msg)
+{
+	(void)arg;
+	const char *arrow = strstr(msg, " -> ");
+	if (strncmp(msg, "state ", 6) == 0 && arrow && nlogged < 8) {
+		const char *to = arrow + 4, *end = strchr(to, ':');
+		snprintf(logged[nlogged++], sizeof logged[0], "%.*s", (int)(end ? end - to : 40), to);
+	}
+	fprintf(stderr, "ftl: %s\n", msg);
+}
+
+struct transition {
+	enum ftl_state from, to;
+	double reserves;
+	uint64_t bad, writes;
+	uint64_t t_ns;
+};
+
+static void wear_out(void)
+{
+	struct nand_dev *d = dev_new("test-64m", true, 11);
+	format(d, 30);
+	struct ftl *f = open_ok(d);
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	uint64_t units = info.units;
+	uint32_t *ver = calloc(units, sizeof *ver);
+	uint8_t b[4096];
+	for (uint64_t u = 0; u < units; u++) {
+		ver[u] = 1;
+		fill(b, u, 1);
+		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
+	}
+	CHECK_RC(ftl_flush_sync(f));
+	ftl_set_logger(log_states, NULL);
+	uint32_t rated = d->rated_pe_cycles, nb = nand_blocks(&d->geo);
+	for (uint32_t k = 0; k < nb; k++)
+		CHECK_RC(nand_sim_set_erase_count(d, k, rated * 26 / 10));
+
+	struct transition tr[16];
+	int ntr = 0;
+	enum ftl_state prev = FTL_STATE_ONLINE;
+	uint64_t seed = 1234, writes = 0, reduced_writes = 0;
+	uint64_t reduced_ns = 0;
+	struct ftl_stats st;
+	int rc = 0;
+	while (writes < 50 * units) {
+		uint64_t u = t_rand(&seed) % units;
+		fill(b, u, ver[u] + 1);
+		uint64_t t0 = nand_now(d);
+		rc = ftl_write_sync(f, b, u * 4096, 4096, 0);
+		if (rc == 0) {
+			ver[u]++;
+			writes++;
+		}
+		ftl_get_info(f, &info);
+		if (prev == FTL_STATE_WRITE_REDUCED && rc == 0) {
+			reduced_writes++;
+			reduced_ns += nand_now(d) - t0;
+		}
+		if (info.state != prev) {
+			ftl_get_stats(f, &st);
+			CHECK(ntr < 16);
+			tr[ntr++] = (struct transition){ prev, info.state, st.reserve_percent,
+							 st.blocks_bad_grown, writes, nand_now(d) };
+			printf("wear-out: %s -> %s after %" PRIu64 " writes, %.1f s: reserves %.1f%%, "
+			       "%" PRIu64 " grown bad, endurance used %.1f%%; %s\n",
+			       ftl_state_name(prev), ftl_state_name(info.state), writes,
+			       (double)nand_now(d) / 1e9, st.reserve_percent, st.blocks_bad_grown,
+			       st.endurance_used_percent, info.health);
+			prev = info.state;
+		}
+		if (rc) {
+			ftl_get_stats(f, &st);
+			printf("wear-out: write failed (%s) after %" PRIu64 " writes: state %s, reserves "
+			       "%.1f%%, %" PRIu64 " bad (%" PRIu64 " grown), needed %" PRIu64 "\n",
+			       strerror(-rc), writes, ftl_state_name(info.state), st.reserve_percent,
+			       st.blocks_bad, st.blocks_bad_grown, st.blocks_needed);
+			CHECK_EQ(rc, -EROFS);
+			break;
+		}
+	}
+	ftl_get_stats(f, &st);
+	CHECK_EQ(rc, -EROFS);
+	CHECK_EQ(ntr, 2);
+	CHECK_EQ(tr[0].from, FTL_STATE_ONLINE);
+	CHECK_EQ(tr[0].to, FTL_STATE_WRITE_REDUCED);
+	CHECK(tr[0].reserves <= FTL_RESERVE_REDUCED_PERCENT);
+	CHECK_EQ(tr[1].to, FTL_STATE_READONLY);
+	CHECK(tr[1].reserves == 0);
+	/* throttled: a write took FTL_REDUCED_WRITE_NS or more on average */
+	if (reduced_writes > 64) {
+		double per = (double)reduced_ns / (double)reduced_writes;
+		printf("wear-out: %" PRIu64 " writes in write-reduced mode, %.0f us each on average\n",
+		       reduced_writes, per / 1e3);
+		CHECK(per >= FTL_REDUCED_WRITE_NS * 0.8);
+	}
+	/* each logged at warning level (everything the FTL logs is), in order:
+	 * the 10 % warning, write-reduced, read-only */
+	CHECK_EQ(nlogged, 3);
+	CHECK(strcmp(logged[0], "online, reserves low") == 0);
+	CHECK(strcmp(logged[1], "write-reduced") == 0);
+	CHECK(strcmp(logged[2], "read-only") == 0);
+	/* read-only: writes, trims and zeroes refused, flush fine */
+	CHECK_EQ(ftl_write_sync(f, b, 0, 4096, 0), -EROFS);
+	CHECK_EQ(ftl_trim_sync(f, 0, 4096, 0), -EROFS);
+	CHECK_EQ(ftl_write_zeroes_sync(f, 0, 4096, 0), -EROFS);
+	CHECK_RC(ftl_flush_sync(f));
+	printf("wear-out: %" PRIu64 " program and %" PRIu64 " erase failures, %" PRIu64
+	       " refreshes, %" PRIu64 " units lost\n",
+	       st.program_failures, st.erase_failures, st.refresh_collected, st.lost_units);
+	CHECK_EQ(st.lost_units, 0);
+	verify(f, ver, units, false);
+	settle(f);
+	verify(f, ver, units, false);
+	/* the state survives a reopen (the checkpoint keeps the bad blocks) */
+	CHECK_RC(ftl_close(f));
+	f = open_ok(d);
+	ftl_get_info(f, &info);
+	CHECK_EQ(info.state, FTL_STATE_READONLY);
+	verify(f, ver, units, false);
+	CHECK_EQ(ftl_write_sync(f, b, 0, 4096, 0), -EROFS);
+	CHECK_RC(ftl_close(f));
+	ftl_set_logger(NULL, NULL);
+	nand_close(d);
+	free(ver);
+}
+
+int main(int argc, char **argv)
+{
+	const char *only = argc > 1 ? argv[1] : NULL;
+	ftl_set_logger(NULL, NULL);
+	if (!only || !strcmp(only, "refresh"))
+		refresh();
+	if (!only || !strcmp(only, "wear_levelling"))
+		wear_levelling();
+	if (!only || !strcmp(only, "wear_out"))
+		wear_out();
+	printf("ok\n");
+	return 0;
+}
