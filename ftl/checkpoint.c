@@ -518,16 +518,30 @@ int cp_kick(struct ftl *f)
 				cp_abort(f);
 				return 1;
 			}
-			if (nand_sync(f->dev) < 0) {
+			/* the pages must be durable before the superblock names
+			 * them; the sync runs beside host I/O (on an image file
+			 * it can take seconds) */
+			if (nand_sync_start(f->dev, &c->sync_ticket) < 0) {
 				ftl_fail(f, -EIO, "syncing the medium failed");
 				return 1;
 			}
-			c->phase = CP_COMMIT;
-			if (sb_start_write(f, c->clean, cp_commit_done) < 0)
-				ftl_fail(f, -EIO, "superblock busy during a checkpoint");
-			n++;
+			c->phase = CP_SYNC;
+			return n + 1;
 		}
 		return n;
+	}
+	case CP_SYNC: {
+		int r = nand_sync_poll(f->dev, c->sync_ticket);
+		if (r < 0) {
+			ftl_fail(f, -EIO, "syncing the medium failed");
+			return 1;
+		}
+		if (!r)
+			return 0; /* next_due brings the owner back */
+		c->phase = CP_COMMIT;
+		if (sb_start_write(f, c->clean, cp_commit_done) < 0)
+			ftl_fail(f, -EIO, "superblock busy during a checkpoint");
+		return 1;
 	}
 	case CP_COMMIT:
 	case CP_FAILED:
@@ -696,7 +710,7 @@ static int cp_read(struct ftl *f, uint32_t block, const uint64_t *want_seq, bool
 	}
 	struct cp_load_ctx x = { .h = &h, .blocks = lists, .index = index,
 				 .per_page = f->page_size / 4, .load = load };
-	rc = read_batch(f, nread, 64, cp_load_setup, cp_load_result, &x);
+	rc = read_batch(f, nread, 256, cp_load_setup, cp_load_result, &x);
 	if (rc)
 		goto out;
 	if (x.error) {

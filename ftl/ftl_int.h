@@ -313,6 +313,7 @@ enum cp_phase {
 	CP_IDLE,
 	CP_QUIESCE,     /* waiting for free blocks to write it to */
 	CP_WRITE,       /* programming header and l2p pages */
+	CP_SYNC,        /* the medium's sync of those pages (nand_sync_start) */
 	CP_COMMIT,      /* programming the superblock page */
 	CP_FAILED,
 };
@@ -341,6 +342,7 @@ struct cp_state {
 	uint32_t *present;          /* in hdr_buf: bitmap of written l2p pages */
 	uint32_t nlist_words;       /* u32 words after the header (lists, bitmap) */
 	uint32_t pages_done;
+	uint64_t sync_ticket;       /* CP_SYNC: the medium's sync to wait for */
 	int error;
 	uint8_t *hdr_buf;           /* hdr_cap pages, grown (never shrunk) when
 	                             * the lists outgrow it; allocated at open */
@@ -466,6 +468,8 @@ struct ftl {
 	struct ioq wq_write;        /* writes, trims, zeroes: head is active */
 	struct ioq wq_read;         /* reads waiting for a read op */
 	struct ioq wq_durable;      /* flush/FUA: waiting for user done >= wait_pos */
+	struct ioq wq_syncing;      /* flush/FUA: programmed, waiting for the sync */
+	uint64_t durable_ticket;    /* that sync (nand_sync_start) */
 	uint32_t ios_in_flight;
 	bool in_progress;
 	bool need_poll;             /* ftl_submit left work for ftl_poll */
@@ -568,7 +572,7 @@ static inline uint32_t band_block(const struct ftl *f, uint32_t band, uint32_t c
  */
 static inline uint32_t user_floor(const struct ftl *f)
 {
-	bool held = f->cp.phase == CP_WRITE || f->cp.phase == CP_COMMIT;
+	bool held = f->cp.phase == CP_WRITE || f->cp.phase == CP_SYNC || f->cp.phase == CP_COMMIT;
 	return held ? f->user_min - f->cp_headroom : f->user_min;
 }
 

@@ -10,6 +10,9 @@
  *   wq_read    - reads that ran out of read ops.
  *   wq_durable - flushes and FUA writes whose data is in the ring, waiting
  *                for the ring's done cursor to pass wait_pos.
+ *   wq_syncing - those whose data is programmed, waiting for the medium's
+ *                sync (nand_sync_start: one at a time, each for all of
+ *                them; the others wait in wq_durable meanwhile).
  * Reads never wait behind writes: a read sees every write that completed
  * before it was submitted (buffered data is read from its slot).
  */
@@ -374,30 +377,42 @@ static void durable_push(struct ftl *f, struct ftl_io *io)
 	ioq_push(&f->wq_durable, io);
 }
 
-/* Complete flushes and FUA writes whose data is programmed (one sync for all). */
+/*
+ * Complete flushes and FUA writes whose data is programmed and synced: one
+ * sync for all that are ready, run beside other I/O (on an image file an
+ * fdatasync can take seconds; reads and writes go on meanwhile).
+ */
 static int durable_kick(struct ftl *f)
 {
 	struct ring *r = &f->stream[STREAM_USER].ring;
-	struct ftl_io *ready = NULL, **tailp = &ready;
 	int n = 0;
 
-	while (f->wq_durable.head && f->wq_durable.head->wait_pos <= r->done) {
-		struct ftl_io *io = ioq_pop(&f->wq_durable);
-		*tailp = io;
-		tailp = &io->wait_next;
-		n++;
+	if (f->wq_syncing.head) {
+		int rc = nand_sync_poll(f->dev, f->durable_ticket);
+		if (!rc)
+			return 0; /* next_due brings the owner back */
+		if (rc < 0)
+			ftl_fail(f, -EIO, "syncing the medium failed");
+		struct ftl_io *io;
+		while ((io = ioq_pop(&f->wq_syncing))) {
+			io_complete(f, io, rc < 0 ? -EIO : io->status);
+			n++;
+		}
+		if (rc < 0)
+			return n;
 	}
-	if (!n)
-		return 0;
-	int rc = nand_sync(f->dev);
-	if (rc < 0)
+	while (f->wq_durable.head && f->wq_durable.head->wait_pos <= r->done)
+		ioq_push(&f->wq_syncing, ioq_pop(&f->wq_durable));
+	if (!f->wq_syncing.head)
+		return n;
+	if (nand_sync_start(f->dev, &f->durable_ticket) < 0) {
+		f->durable_ticket = 0;
 		ftl_fail(f, -EIO, "syncing the medium failed");
-	while (ready) {
-		struct ftl_io *io = ready;
-		ready = io->wait_next;
-		io_complete(f, io, rc < 0 ? -EIO : io->status);
+		struct ftl_io *io;
+		while ((io = ioq_pop(&f->wq_syncing)))
+			io_complete(f, io, -EIO);
 	}
-	return n;
+	return n + 1;
 }
 
 /*
@@ -503,6 +518,8 @@ void io_fail_all(struct ftl *f)
 	while ((io = ioq_pop(&f->wq_write)))
 		io_complete(f, io, f->error);
 	while ((io = ioq_pop(&f->wq_durable)))
+		io_complete(f, io, f->error);
+	while ((io = ioq_pop(&f->wq_syncing)))
 		io_complete(f, io, f->error);
 	while ((io = ioq_pop(&f->wq_read))) {
 		io->pending--;

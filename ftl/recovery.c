@@ -82,7 +82,15 @@ int read_batch(struct ftl *f, uint64_t count, uint32_t window,
 	}
 	/* completions are taken in submission order, so results come in order */
 	uint32_t head = 0;
+	uint64_t ahead = 0; /* pages hinted to the backend (nand_prefetch) */
 	while (finished < count) {
+		/* hint the next pages well before they are read: a backend on a
+		 * file fetches them in parallel (setup has no side effects) */
+		while (ahead < count && ahead < next + 8 * (uint64_t)window) {
+			struct nand_op pf = { .type = NAND_OP_READ };
+			setup(f, ctx, ahead++, &pf);
+			nand_prefetch(f->dev, pf.block, pf.page);
+		}
 		while (next < count && inflight < window) {
 			uint32_t k = (uint32_t)(next % window);
 			struct nand_op *op = &s[k].op;

@@ -171,6 +171,22 @@ struct nand_ops {
 	 * negative errno.
 	 */
 	int (*temperature_mc)(struct nand_dev *dev, int32_t *mc);
+	/*
+	 * Optional (NULL: sync is done at once; call through nand_sync_start).
+	 * Start what sync does without waiting for it: *ticket names this
+	 * sync (0: already done).  sync_poll: 1 once every sync up to ticket
+	 * has finished, 0 while it runs, or a negative errno (sticky).  While
+	 * one runs, next_due reports a time soon, so the owner polls.
+	 */
+	int (*sync_start)(struct nand_dev *dev, uint64_t *ticket);
+	int (*sync_poll)(struct nand_dev *dev, uint64_t ticket);
+	/*
+	 * Optional (NULL: nothing to do).  A hint: the owner will read this
+	 * page soon.  A backend that keeps pages in a file starts fetching it
+	 * (the simulator's image: otherwise every first touch of a page not
+	 * in the page cache is a disk read in turn); no effect on results.
+	 */
+	void (*prefetch)(struct nand_dev *dev, uint32_t block, uint32_t page);
 };
 
 struct nand_dev {
@@ -207,6 +223,28 @@ static inline uint64_t nand_next_due(struct nand_dev *d)
 static inline int nand_sync(struct nand_dev *d)
 {
 	return d->ops->sync(d);
+}
+/* Asynchronous sync (see nand_ops.sync_start): backends without it sync at
+ * once here (and *ticket is 0: done). */
+static inline int nand_sync_start(struct nand_dev *d, uint64_t *ticket)
+{
+	*ticket = 0;
+	if (d->ops->struct_size >= offsetof(struct nand_ops, sync_poll) + sizeof(void *) &&
+	    d->ops->sync_start)
+		return d->ops->sync_start(d, ticket);
+	return d->ops->sync(d);
+}
+static inline void nand_prefetch(struct nand_dev *d, uint32_t block, uint32_t page)
+{
+	if (d->ops->struct_size >= offsetof(struct nand_ops, prefetch) + sizeof(void *) &&
+	    d->ops->prefetch)
+		d->ops->prefetch(d, block, page);
+}
+static inline int nand_sync_poll(struct nand_dev *d, uint64_t ticket)
+{
+	if (!ticket)
+		return 1;
+	return d->ops->sync_poll(d, ticket);
 }
 static inline uint32_t nand_erase_count(struct nand_dev *d, uint32_t block)
 {

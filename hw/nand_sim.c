@@ -55,6 +55,7 @@
  * them cannot fault on a full filesystem.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
@@ -172,6 +173,16 @@ struct sim {
 	bool readonly;
 	bool timing;
 	bool sync_on_flush;
+	/* asynchronous sync (sim_sync_start): one thread runs fdatasync while
+	 * the owner goes on; sync_req / sync_done are tickets, sync_err is
+	 * sticky; all under sync_mu (sync_done also read atomically) */
+	bool sync_thread_up;
+	bool sync_stop;
+	pthread_t sync_thread;
+	pthread_mutex_t sync_mu;
+	pthread_cond_t sync_cv;
+	uint64_t sync_req, sync_done;
+	int sync_err;
 	bool virtual_time;
 	bool discard_on_erase;        /* punch a hole for erased blocks (file) */
 	uint64_t vclock;
@@ -1049,12 +1060,22 @@ static int sim_poll(struct nand_dev *d, uint64_t now_ns)
 	return n;
 }
 
+/* poll granularity while an asynchronous sync runs */
+#define SIM_SYNC_POLL_NS 1000000ull
+
 static uint64_t sim_next_due(struct nand_dev *d)
 {
 	struct sim *s = to_sim(d);
 	if (s->fifo_head || s->done_head)
 		return 0;
-	return s->nevents ? s->dies[s->events[0]].until : UINT64_MAX;
+	uint64_t due = s->nevents ? s->dies[s->events[0]].until : UINT64_MAX;
+	if (s->sync_thread_up &&
+	    __atomic_load_n(&s->sync_done, __ATOMIC_ACQUIRE) < __atomic_load_n(&s->sync_req, __ATOMIC_ACQUIRE)) {
+		uint64_t soon = sim_now(d) + SIM_SYNC_POLL_NS;
+		if (soon < due)
+			due = soon;
+	}
+	return due;
 }
 
 static int sim_sync(struct nand_dev *d)
@@ -1065,6 +1086,93 @@ static int sim_sync(struct nand_dev *d)
 	if (fdatasync(s->fd) < 0)
 		return -errno;
 	return 0;
+}
+
+static void *sim_sync_main(void *arg)
+{
+	struct sim *s = arg;
+	pthread_mutex_lock(&s->sync_mu);
+	while (!s->sync_stop) {
+		if (s->sync_done >= s->sync_req) {
+			pthread_cond_wait(&s->sync_cv, &s->sync_mu);
+			continue;
+		}
+		uint64_t upto = s->sync_req;
+		pthread_mutex_unlock(&s->sync_mu);
+		int rc = fdatasync(s->fd) < 0 ? -errno : 0;
+		pthread_mutex_lock(&s->sync_mu);
+		if (rc && !s->sync_err)
+			s->sync_err = rc;
+		__atomic_store_n(&s->sync_done, upto, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&s->sync_mu);
+	return NULL;
+}
+
+/* fdatasync on a thread of its own: a checkpoint or a FLUSH waits for it
+ * without stopping the owner's other I/O (it may take seconds when much
+ * of the image is dirty in the page cache). */
+static int sim_sync_start(struct nand_dev *d, uint64_t *ticket)
+{
+	struct sim *s = to_sim(d);
+	*ticket = 0;
+	if (s->fd < 0 || !s->sync_on_flush || s->readonly)
+		return 0;
+	if (!s->sync_thread_up) {
+		pthread_mutex_init(&s->sync_mu, NULL);
+		pthread_cond_init(&s->sync_cv, NULL);
+		if (pthread_create(&s->sync_thread, NULL, sim_sync_main, s) != 0) {
+			pthread_cond_destroy(&s->sync_cv);
+			pthread_mutex_destroy(&s->sync_mu);
+			return sim_sync(d); /* no thread: at once */
+		}
+		s->sync_thread_up = true;
+	}
+	pthread_mutex_lock(&s->sync_mu);
+	*ticket = __atomic_add_fetch(&s->sync_req, 1, __ATOMIC_RELEASE);
+	pthread_cond_signal(&s->sync_cv);
+	pthread_mutex_unlock(&s->sync_mu);
+	return 0;
+}
+
+static int sim_sync_poll(struct nand_dev *d, uint64_t ticket)
+{
+	struct sim *s = to_sim(d);
+	pthread_mutex_lock(&s->sync_mu);
+	int rc = s->sync_err ? s->sync_err : s->sync_done >= ticket;
+	pthread_mutex_unlock(&s->sync_mu);
+	return rc;
+}
+
+/* madvise(WILLNEED) on a written page's slot in the mapped image: the
+ * kernel reads it ahead, so a batch of reads (a checkpoint, recovery) has
+ * many disk reads in flight instead of one fault at a time.  Pages never
+ * written (holes) and RAM media: nothing.  Cost: one syscall. */
+static void sim_prefetch(struct nand_dev *d, uint32_t block, uint32_t page)
+{
+	struct sim *s = to_sim(d);
+	const struct nand_geometry *g = &d->geo;
+	if (s->fd < 0 || s->metadata_only || !s->ram || block >= nand_blocks(g) ||
+	    page >= s->blocks[block].wp)
+		return;
+	uint64_t ppa = (uint64_t)block * g->pages_per_block + page;
+	uintptr_t lo = (uintptr_t)ram_slot(s, ppa) & ~(uintptr_t)4095;
+	uintptr_t hi = ((uintptr_t)ram_slot(s, ppa) + s->slot_size + 4095) & ~(uintptr_t)4095;
+	(void)madvise((void *)lo, hi - lo, MADV_WILLNEED);
+}
+
+static void sim_sync_stop(struct sim *s)
+{
+	if (!s->sync_thread_up)
+		return;
+	pthread_mutex_lock(&s->sync_mu);
+	s->sync_stop = true;
+	pthread_cond_signal(&s->sync_cv);
+	pthread_mutex_unlock(&s->sync_mu);
+	pthread_join(s->sync_thread, NULL);
+	pthread_cond_destroy(&s->sync_cv);
+	pthread_mutex_destroy(&s->sync_mu);
+	s->sync_thread_up = false;
 }
 
 static uint32_t sim_erase_count(struct nand_dev *d, uint32_t block)
@@ -1083,6 +1191,7 @@ static void sim_close(struct nand_dev *d)
 {
 	struct sim *s = to_sim(d);
 	/* deliver nothing: the caller has abandoned its operations */
+	sim_sync_stop(s);
 	if (s->fd >= 0) {
 		if (s->hdr)
 			munmap(s->hdr, s->map_len);
@@ -1133,7 +1242,10 @@ static enum nand_status sim_read_now(struct nand_dev *d, uint32_t block, uint32_
 	.now = sim_now,                                  \
 	.wait_until = sim_wait_until,                    \
 	.close = sim_close,                              \
-	.temperature_mc = sim_temperature_mc
+	.temperature_mc = sim_temperature_mc,            \
+	.sync_start = sim_sync_start,                    \
+	.sync_poll = sim_sync_poll,                      \
+	.prefetch = sim_prefetch
 
 /* timing model on: every operation takes its time */
 static const struct nand_ops sim_ops = { SIM_OPS_COMMON };
