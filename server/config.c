@@ -719,6 +719,14 @@ static int handler(void *user, const char *section, const char *key, const char 
 			if (parse_bool(value, &b))
 				BAD("sync must be on or off");
 			d->sync = b;
+		} else if (!strcmp(key, "checkpoint_interval")) {
+			uint64_t u;
+			if (!strcmp(value, "auto"))
+				u = 0;
+			else if (parse_byte_size(value, 64ull << 20, 1ull << 40, &u))
+				BAD("checkpoint_interval must be auto or a size from 64M to 1T (log written "
+				    "between checkpoints, e.g. 16G)");
+			d->cp_interval = u;
 		} else if (!strcmp(key, "tls")) {
 			int m = tls_mode_parse(value);
 			if (m < 0)

@@ -368,7 +368,8 @@ static int dimm_open_media(struct dimm *d, bool strict, char *err, size_t errlen
 		if (rc)
 			goto fail;
 	}
-	struct ftl_open_params op = { .readonly = c->readonly };
+	struct ftl_open_params op = { .readonly = c->readonly,
+				      .checkpoint_interval = c->cp_interval / FTL_UNIT_SIZE };
 	rc = ftl_open(d->dev, &op, &d->ftl, err, errlen);
 	if (rc)
 		goto fail;
@@ -514,7 +515,8 @@ static void op_progress(struct dimm *d)
 		cmd_msg(cmd, rc, "%s: closing the FTL for the checkpoint failed: %s", d->cfg->name,
 			strerror(-rc));
 	}
-	struct ftl_open_params op = { .readonly = d->cfg->readonly };
+	struct ftl_open_params op = { .readonly = d->cfg->readonly,
+				      .checkpoint_interval = d->cfg->cp_interval / FTL_UNIT_SIZE };
 	int orc = ftl_open(d->dev, &op, &d->ftl, err, sizeof err);
 	if (orc) {
 		d->ftl = NULL;

@@ -873,6 +873,7 @@ static void reload_dimm(struct reload_result *r, struct dimm_cfg *a, const struc
 			    "needs flashctl format)");
 	cmp_int(r, K("timing"), a->timing, b->timing);
 	cmp_int(r, K("sync"), a->sync, b->sync);
+	cmp_int(r, K("checkpoint_interval"), (long)a->cp_interval, (long)b->cp_interval);
 	if (a->tls != b->tls)
 		reload_item(r, false, K("tls"), "%s -> %s: " RESTART, tls_mode_name(a->tls),
 			    tls_mode_name(b->tls));

@@ -16,6 +16,7 @@
 # of free disk in $TMPDIR (the images are sparse).  KEEP_LOGS=DIR keeps fio's
 # per-250-ms latency logs and the checkpoint samples.
 #
+#   [FLASHD_CONF=FILE] [FLASHD_STATE=DIR] [KEEP_LOGS=DIR] \
 #   tests/bench/start-and-checkpoint.sh [DURATION] [GIB]     (defaults 240, 7)
 source "$(dirname "$0")/../functions.sh"
 
@@ -33,9 +34,10 @@ ready_time() { # start flashd again; $ready: seconds until it is ready
 	grep 'opened in' "$T/flashd.log" | tail -2 | sed 's/.*\(dimm[0-9]\).*\(opened in [0-9.]* s\).*/  \1: \2/'
 }
 
-_flashd_args=()
+# FLASHD_CONF=FILE: that configuration instead of the embedded Duo (e.g. a
+# smaller checkpoint_interval, images on tmpfs with FLASHD_STATE=DIR)
 t0=$(date +%s.%N)
-start_flashd
+if [ -n "${FLASHD_CONF:-}" ]; then start_flashd --config "$FLASHD_CONF"; else start_flashd; fi
 echo "first start (format of both 320 GiB images): ready in $(secs "$t0" "$(date +%s.%N)") s"
 t0=$(date +%s.%N)
 stop_flashd
