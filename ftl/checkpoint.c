@@ -436,7 +436,8 @@ static bool cp_may_submit(const struct cp_state *c)
 bool cp_wants_poll(const struct ftl *f)
 {
 	const struct cp_state *c = &f->cp;
-	return c->phase == CP_WRITE && !c->error && c->next_page < c->l2p_pages && cp_may_submit(c);
+	return !f->error && !f->readonly && c->phase == CP_WRITE && !c->error &&
+	       c->next_page < c->l2p_pages && cp_may_submit(c);
 }
 
 int cp_kick(struct ftl *f)

@@ -806,12 +806,31 @@ int ftl_poll(struct ftl *f)
 	return (int)(before != f->dev->inflight + f->ios_in_flight);
 }
 
-/* the medium's next completion, or the end of a write-reduced wait */
+/* the period at which an outstanding medium sync is polled */
+#define SYNC_POLL_NS 1000000ull
+
+/*
+ * The medium's next completion, the end of a write-reduced wait, or the
+ * next look at an outstanding sync (a checkpoint's or flushes'): now if it
+ * has finished (it may have finished since progress looked: without this
+ * an owner with nothing else in flight would sleep for ever), else soon.
+ */
 static uint64_t next_due(struct ftl *f)
 {
 	uint64_t due = nand_next_due(f->dev);
 	if (f->throttle_wait && !f->error && f->throttle_at < due)
 		due = f->throttle_at;
+	if (!f->error) {
+		bool cp = f->cp.phase == CP_SYNC;
+		if (cp || f->wq_syncing.head) {
+			if ((cp && nand_sync_poll(f->dev, f->cp.sync_ticket)) ||
+			    (f->wq_syncing.head && nand_sync_poll(f->dev, f->durable_ticket)))
+				return 0;
+			uint64_t soon = nand_now(f->dev) + SYNC_POLL_NS;
+			if (soon < due)
+				due = soon;
+		}
+	}
 	return due;
 }
 
