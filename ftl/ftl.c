@@ -764,7 +764,11 @@ static void progress(struct ftl *f, bool foreground)
 		if (due != UINT64_MAX) {
 			uint64_t now = due ? nand_now(f->dev) : 0;
 			if (due <= now)
-				n += nand_poll(f->dev, now);
+			{
+				int c = nand_poll(f->dev, now);
+				f->nand_completions += (uint64_t)c;
+				n += c;
+			}
 		}
 		if (f->error) {
 			io_fail_all(f);
@@ -918,7 +922,7 @@ static void drain_device(struct ftl *f)
 		nand_wait_until(f->dev, due);
 		uint64_t now = nand_now(f->dev);
 		f->in_progress = true; /* completions only; start nothing new */
-		nand_poll(f->dev, now);
+		f->nand_completions += (uint64_t)nand_poll(f->dev, now);
 		f->in_progress = false;
 	}
 }

@@ -283,6 +283,7 @@ struct victim {
 	bool log_closed;          /* finishing: trims closed, wait_user_pos set */
 	bool aborted;             /* relocations given back: return it unerased */
 	uint32_t cursor;          /* next page to examine */
+	uint32_t fpos;            /* finishing: its index in ftl.vfinish */
 	uint32_t scans_done;      /* spare reads completed */
 	uint32_t pending;         /* data reads + relocation programs in flight */
 	uint64_t wait_user_pos;   /* re-logged trims durable once user done >= */
@@ -487,7 +488,13 @@ struct ftl {
 	struct victim *victims;     /* [nvictims] */
 	uint32_t nvictims;
 	uint32_t gc_examining;      /* victims in VIC_EXAMINING */
+	uint32_t gc_finishing;      /* victims in VIC_FINISHING: vfinish[0..) */
+	uint32_t *vfinish;          /* [nvictims]: those victims' indices, any
+	                             * order (gc_kick looks at these only) */
 	uint32_t gc_examining_max;
+	uint32_t gc_slots_wanted;   /* members of the last band turned down for
+	                             * want of victim slots (0: none): no new
+	                             * pick until that many are free */
 	uint16_t *row_victims;      /* [nrows]: examining victims in each row */
 	uint64_t gc_admitted;       /* victims admitted so far */
 	struct vorder { uint32_t vi; uint64_t admitted; } *vorder;
@@ -498,6 +505,9 @@ struct ftl {
 	struct gc_read *gc_read_free;
 	uint32_t gc_reads_out;      /* reads in flight = ring slots reserved */
 	int64_t gc_credit;          /* victim pages GC may examine (x16) */
+	uint64_t nand_completions;  /* NAND completions delivered (progress) */
+	uint64_t finish_seen[8];    /* what the finishing victims waited on when
+	                             * a scan of them finished none (gc_kick) */
 	int64_t gc_ratio;           /* credit per user page (x16) */
 
 	/* superblock */

@@ -14,7 +14,7 @@
 #   4. a clean stop (both checkpoints) and a clean start.
 # Run it on a quiet machine: a starved ioDimm thread runs late.  Needs ~50 GiB
 # of free disk in $TMPDIR (the images are sparse).  KEEP_LOGS=DIR keeps fio's
-# per-250-ms latency logs and the checkpoint samples.
+# per-250-ms latency logs, the checkpoint samples and flashd's log.
 #
 #   [FLASHD_CONF=FILE] [FLASHD_STATE=DIR] [KEEP_LOGS=DIR] \
 #   tests/bench/start-and-checkpoint.sh [DURATION] [GIB]     (defaults 240, 7)
@@ -124,3 +124,4 @@ echo "clean stop: $(secs "$t0" "$(date +%s.%N)") s"
 ready_time
 echo "clean start: ready in $ready s"
 stop_flashd
+[ -z "${KEEP_LOGS:-}" ] || cp "$T/flashd.log" "$KEEP_LOGS"/
