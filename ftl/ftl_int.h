@@ -431,6 +431,12 @@ struct ftl {
 	char health_msg[192];
 	uint32_t wl_erases;         /* blocks erased since the last wear
 	                             * levelling check (band_wl_pick) */
+	/* erase-count figures for ftl_get_stats, as of es_erased erases and
+	 * es_bad bad blocks (es_known false: not counted yet) */
+	bool es_known;
+	uint64_t es_erased;
+	uint32_t es_bad, es_min, es_max;
+	double es_avg;
 
 	/* bands */
 	struct band *band;          /* [nbands] */

@@ -157,6 +157,20 @@ static void basic(uint32_t sector, bool timing)
 	CHECK(st.gc_pages_relocated > 0);
 	CHECK_RC(ftl_close(f));
 	f = open_ftl(d);
+	/* nothing in flight after a clean open: every mapped unit is a valid
+	 * page on NAND (valid_pages is summed over bands) */
+	uint64_t nmapped = 0;
+	for (uint64_t off = 0; off < cap;) {
+		bool m;
+		uint64_t n = ftl_map_extent(f, off, cap - off, &m);
+		CHECK(n > 0);
+		if (m)
+			nmapped += n / 4096;
+		off += n;
+	}
+	ftl_get_stats(f, &st);
+	CHECK_EQ(st.valid_pages, nmapped);
+	CHECK(st.erase_max >= st.erase_min && st.erase_max > 0);
 	for (uint64_t u = 0; u < units; u++) {
 		if (!ver[u])
 			continue;
