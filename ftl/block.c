@@ -668,9 +668,6 @@ uint32_t band_alloc(struct ftl *f, uint32_t row, enum blk_state st, bool worn)
 		struct blk *k = &f->blk[b];
 		if (k->state != BLK_FREE)
 			continue; /* a hole */
-		if (st == BLK_META)
-			nand_prepare(f->dev, b); /* a checkpoint's bands: taken many
-						  * at once, written over a while */
 		blk_move(f, b, st);
 		k->wp = 0;
 		k->valid = 0;
