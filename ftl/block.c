@@ -241,18 +241,14 @@ int blk_init(struct ftl *f)
 	f->blk_max_seq = ftl_alloc(f, (size_t)f->nblocks * sizeof *f->blk_max_seq);
 	f->band = ftl_alloc(f, (size_t)f->nbands * sizeof *f->band);
 	f->band_free = ftl_alloc(f, f->nrows * sizeof *f->band_free);
-	f->band_next = ftl_alloc(f, f->nrows * sizeof *f->band_next);
 	f->nbuckets = f->row_width * f->data_pages + 1;
 	f->band_bucket = ftl_alloc(f, (size_t)f->nbuckets * sizeof *f->band_bucket);
-	if (!f->blk || !f->blk_max_seq || !f->band || !f->band_free || !f->band_next ||
-	    !f->band_bucket)
+	if (!f->blk || !f->blk_max_seq || !f->band || !f->band_free || !f->band_bucket)
 		return -ENOMEM;
 	for (uint32_t b = 0; b < f->nblocks; b++)
 		f->blk[b].next = f->blk[b].prev = FTL_NO_BLOCK;
-	for (uint32_t r = 0; r < f->nrows; r++) {
+	for (uint32_t r = 0; r < f->nrows; r++)
 		blist_init(&f->band_free[r]);
-		f->band_next[r] = FTL_NO_BLOCK;
-	}
 	for (uint32_t v = 0; v < f->nbuckets; v++)
 		blist_init(&f->band_bucket[v]);
 	blist_init(&f->dirty);
@@ -613,13 +609,11 @@ uint32_t band_wl_pick(struct ftl *f)
  * (worn: for data GC found cold, which will rest there).  A band's members
  * are erased together, so its first member stands for all. */
 #define ALLOC_LOOK 64
-static uint32_t band_choose(struct ftl *f, uint32_t row, bool worn, uint32_t except)
+uint32_t band_alloc(struct ftl *f, uint32_t row, enum blk_state st, bool worn)
 {
 	struct blist *l = &f->band_free[row];
 	uint32_t best = FTL_NO_BLOCK, best_ec = UINT32_MAX, looked = 0;
 	for (uint32_t bi = l->head; bi != FTL_NO_BLOCK && looked++ < ALLOC_LOOK; bi = f->band[bi].next) {
-		if (bi == except)
-			continue;
 		uint32_t ec = UINT32_MAX;
 		for (uint32_t c = 0; c < f->row_width && ec == UINT32_MAX; c++) {
 			uint32_t b = band_block(f, bi, c);
@@ -633,34 +627,8 @@ static uint32_t band_choose(struct ftl *f, uint32_t row, bool worn, uint32_t exc
 			best_ec = ec;
 		}
 	}
-	return best;
-}
-
-/*
- * The band chosen for a row's next allocation is chosen one allocation
- * ahead and its free members are handed to nand_prepare, so a backend can
- * get them ready (the simulator allocates and maps their image range on a
- * thread of its own) before the stripe-by-stripe writes reach them.  Data
- * GC found cold (worn) is placed by its own choice, unprepared.
- */
-uint32_t band_alloc(struct ftl *f, uint32_t row, enum blk_state st, bool worn)
-{
-	uint32_t best = f->band_next[row];
-	if (worn || best == FTL_NO_BLOCK || f->band[best].list != BAND_LIST_FREE)
-		best = band_choose(f, row, worn, FTL_NO_BLOCK);
-	else
-		f->band_next[row] = FTL_NO_BLOCK;
 	if (best == FTL_NO_BLOCK)
 		return best;
-	if (!worn) {
-		uint32_t next = band_choose(f, row, false, best);
-		f->band_next[row] = next;
-		for (uint32_t c = 0; next != FTL_NO_BLOCK && c < f->row_width; c++) {
-			uint32_t b = band_block(f, next, c);
-			if (f->blk[b].state == BLK_FREE)
-				nand_prepare(f->dev, b);
-		}
-	}
 	f->band[best].born = (uint32_t)f->write_clock;
 	f->band[best].nborn = 0;
 	for (uint32_t c = 0; c < f->row_width; c++) {

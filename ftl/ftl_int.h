@@ -441,10 +441,6 @@ struct ftl {
 	/* bands */
 	struct band *band;          /* [nbands] */
 	struct blist *band_free;    /* [nrows] bands with every member FREE */
-	uint32_t *band_next;        /* [nrows] the free band each row's next
-	                             * band_alloc takes, chosen and prepared
-	                             * (nand_prepare) one allocation ahead;
-	                             * FTL_NO_BLOCK: none (choose then) */
 	struct blist *band_bucket;  /* [nbuckets] GC candidates by valid count */
 	uint32_t nbuckets;          /* row_width * data_pages + 1 */
 	uint32_t min_bucket;        /* no candidate has fewer valid pages */

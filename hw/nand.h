@@ -187,15 +187,6 @@ struct nand_ops {
 	 * in the page cache is a disk read in turn); no effect on results.
 	 */
 	void (*prefetch)(struct nand_dev *dev, uint32_t block, uint32_t page);
-	/*
-	 * Optional (NULL: nothing to do).  A hint: the owner will program
-	 * this erased block soon.  A backend that keeps pages in a file backs
-	 * it with space and maps it ahead, off the owner's thread (the
-	 * simulator's image: otherwise the first program of each block
-	 * allocates and zeroes its pages on the owner's thread, ~65 % of that
-	 * thread's time while a fresh image fills); no effect on results.
-	 */
-	void (*prepare)(struct nand_dev *dev, uint32_t block);
 };
 
 struct nand_dev {
@@ -248,12 +239,6 @@ static inline void nand_prefetch(struct nand_dev *d, uint32_t block, uint32_t pa
 	if (d->ops->struct_size >= offsetof(struct nand_ops, prefetch) + sizeof(void *) &&
 	    d->ops->prefetch)
 		d->ops->prefetch(d, block, page);
-}
-static inline void nand_prepare(struct nand_dev *d, uint32_t block)
-{
-	if (d->ops->struct_size >= offsetof(struct nand_ops, prepare) + sizeof(void *) &&
-	    d->ops->prepare)
-		d->ops->prepare(d, block);
 }
 static inline int nand_sync_poll(struct nand_dev *d, uint64_t ticket)
 {

@@ -183,14 +183,6 @@ struct sim {
 	pthread_cond_t sync_cv;
 	uint64_t sync_req, sync_done;
 	int sync_err;
-	/* sim_prepare: blocks to back with space and map ahead of their first
-	 * program, a ring under sync_mu that the same thread works through
-	 * when no sync is waiting (hints: dropped when full); backed[b] is 1
-	 * (atomic) once block b's range is allocated and mapped, set by
-	 * either thread, cleared when a discard punches the range out */
-	uint32_t *prep_q;             /* [SIM_PREP_Q] */
-	uint32_t prep_head, prep_tail;
-	uint8_t *backed;              /* [blocks], NULL until the first hint */
 	bool virtual_time;
 	bool discard_on_erase;        /* punch a hole for erased blocks (file) */
 	uint64_t vclock;
@@ -640,20 +632,16 @@ static enum nand_status media_program(struct sim *s, struct nand_op *op, bool in
 			em_programmed(s, op->block, op->page);
 		return interrupted ? NAND_POWER_LOSS : NAND_PROGRAM_FAILED;
 	}
-	if (op->page == 0 && s->fd >= 0 &&
-	    !(s->backed && __atomic_load_n(&s->backed[op->block], __ATOMIC_ACQUIRE))) {
-		/* back the whole block with disk space now (unless sim_prepare's
-		 * thread did): a store into a mapped hole on a full filesystem
-		 * would be SIGBUS, this is an error of the image file, not of
-		 * the NAND (nothing is written) */
+	if (op->page == 0 && s->fd >= 0) {
+		/* back the whole block with disk space now: a store into a mapped
+		 * hole on a full filesystem would be SIGBUS, this is an error of
+		 * the image file, not of the NAND (nothing is written) */
 		uint64_t len = (uint64_t)g->pages_per_block * s->slot_size;
 		if (fallocate(s->fd, 0, (off_t)(s->data_off + (uint64_t)op->block * len), (off_t)len) < 0 &&
 		    errno != EOPNOTSUPP) {
 			op->err = -errno;
 			return NAND_IO_ERROR;
 		}
-		if (s->backed)
-			__atomic_store_n(&s->backed[op->block], 1, __ATOMIC_RELEASE);
 	}
 	if (s->metadata_only) {
 		uint8_t *m = s->ram + ppa * s->meta_slot;
@@ -700,12 +688,9 @@ static void media_discard(struct sim *s, uint32_t block)
 	 * page on the next program */
 	if (s->fd < 0)
 		return;
-	if (!s->readonly) {
+	if (!s->readonly)
 		fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
 			  (off_t)(s->data_off + lo), (off_t)(hi - lo));
-		if (s->backed)
-			__atomic_store_n(&s->backed[block], 0, __ATOMIC_RELEASE);
-	}
 }
 
 static enum nand_status media_erase(struct sim *s, struct nand_op *op, bool interrupted)
@@ -1075,9 +1060,6 @@ static int sim_poll(struct nand_dev *d, uint64_t now_ns)
 	return n;
 }
 
-/* prepare hints queued at most (a row's next band is 25 blocks) */
-#define SIM_PREP_Q 4096u
-
 /* poll granularity while an asynchronous sync runs */
 #define SIM_SYNC_POLL_NS 1000000ull
 
@@ -1106,40 +1088,12 @@ static int sim_sync(struct nand_dev *d)
 	return 0;
 }
 
-/* Allocate block b's range in the image and map it writable (sim_prepare's
- * thread).  A failure leaves b unbacked: its first program allocates it and
- * reports the error. */
-static void sim_back_block(struct sim *s, uint32_t b)
-{
-	const struct nand_geometry *g = &s->dev.geo;
-	uint64_t len = (uint64_t)g->pages_per_block * s->slot_size;
-	uint64_t off = (uint64_t)b * len;
-	if (fallocate(s->fd, 0, (off_t)(s->data_off + off), (off_t)len) < 0 && errno != EOPNOTSUPP)
-		return;
-	/* whole pages around the block (a neighbour's edge page is only mapped,
-	 * never written) */
-	uint64_t lo = off & ~4095ull, hi = (off + len + 4095) & ~4095ull;
-	if (hi > s->ram_len)
-		hi = s->ram_len;
-	if (hi > lo)
-		(void)madvise(s->ram + lo, hi - lo, MADV_POPULATE_WRITE);
-	__atomic_store_n(&s->backed[b], 1, __ATOMIC_RELEASE);
-}
-
 static void *sim_sync_main(void *arg)
 {
 	struct sim *s = arg;
 	pthread_mutex_lock(&s->sync_mu);
 	while (!s->sync_stop) {
 		if (s->sync_done >= s->sync_req) {
-			if (s->prep_head != s->prep_tail) {
-				/* no sync waiting: back the next prepared block */
-				uint32_t b = s->prep_q[s->prep_head++ % SIM_PREP_Q];
-				pthread_mutex_unlock(&s->sync_mu);
-				sim_back_block(s, b);
-				pthread_mutex_lock(&s->sync_mu);
-				continue;
-			}
 			pthread_cond_wait(&s->sync_cv, &s->sync_mu);
 			continue;
 		}
@@ -1158,21 +1112,6 @@ static void *sim_sync_main(void *arg)
 /* fdatasync on a thread of its own: a checkpoint or a FLUSH waits for it
  * without stopping the owner's other I/O (it may take seconds when much
  * of the image is dirty in the page cache). */
-static bool sim_thread_start(struct sim *s)
-{
-	if (s->sync_thread_up)
-		return true;
-	pthread_mutex_init(&s->sync_mu, NULL);
-	pthread_cond_init(&s->sync_cv, NULL);
-	if (pthread_create(&s->sync_thread, NULL, sim_sync_main, s) != 0) {
-		pthread_cond_destroy(&s->sync_cv);
-		pthread_mutex_destroy(&s->sync_mu);
-		return false;
-	}
-	s->sync_thread_up = true;
-	return true;
-}
-
 static int sim_sync_start(struct nand_dev *d, uint64_t *ticket)
 {
 	struct sim *s = to_sim(d);
@@ -1181,8 +1120,16 @@ static int sim_sync_start(struct nand_dev *d, uint64_t *ticket)
 		return 0;
 	if (s->virtual_time)
 		return sim_sync(d); /* no wall clock to wait on: at once */
-	if (!sim_thread_start(s))
-		return sim_sync(d); /* no thread: at once */
+	if (!s->sync_thread_up) {
+		pthread_mutex_init(&s->sync_mu, NULL);
+		pthread_cond_init(&s->sync_cv, NULL);
+		if (pthread_create(&s->sync_thread, NULL, sim_sync_main, s) != 0) {
+			pthread_cond_destroy(&s->sync_cv);
+			pthread_mutex_destroy(&s->sync_mu);
+			return sim_sync(d); /* no thread: at once */
+		}
+		s->sync_thread_up = true;
+	}
 	pthread_mutex_lock(&s->sync_mu);
 	*ticket = __atomic_add_fetch(&s->sync_req, 1, __ATOMIC_RELEASE);
 	pthread_cond_signal(&s->sync_cv);
@@ -1214,36 +1161,6 @@ static void sim_prefetch(struct nand_dev *d, uint32_t block, uint32_t page)
 	uintptr_t lo = (uintptr_t)ram_slot(s, ppa) & ~(uintptr_t)4095;
 	uintptr_t hi = ((uintptr_t)ram_slot(s, ppa) + s->slot_size + 4095) & ~(uintptr_t)4095;
 	(void)madvise((void *)lo, hi - lo, MADV_WILLNEED);
-}
-
-/* Queue an erased block of the image to be backed and mapped on the helper
- * thread (see nand_ops.prepare).  Not with discard_on_erase (a punch could
- * race the backing) nor for RAM media.  Cost: a lock and a signal. */
-static void sim_prepare(struct nand_dev *d, uint32_t block)
-{
-	struct sim *s = to_sim(d);
-	if (s->fd < 0 || s->readonly || s->metadata_only || !s->ram || s->discard_on_erase ||
-	    block >= nand_blocks(&d->geo) || s->blocks[block].wp != 0)
-		return;
-	if (!s->backed) {
-		s->backed = calloc(nand_blocks(&d->geo), 1);
-		s->prep_q = malloc(SIM_PREP_Q * sizeof *s->prep_q);
-		if (!s->backed || !s->prep_q) {
-			free(s->backed);
-			free(s->prep_q);
-			s->backed = NULL;
-			s->prep_q = NULL;
-			return;
-		}
-	}
-	if (__atomic_load_n(&s->backed[block], __ATOMIC_ACQUIRE) || !sim_thread_start(s))
-		return;
-	pthread_mutex_lock(&s->sync_mu);
-	if (s->prep_tail - s->prep_head < SIM_PREP_Q) {
-		s->prep_q[s->prep_tail++ % SIM_PREP_Q] = block;
-		pthread_cond_signal(&s->sync_cv);
-	}
-	pthread_mutex_unlock(&s->sync_mu);
 }
 
 static void sim_sync_stop(struct sim *s)
@@ -1301,8 +1218,6 @@ static void sim_close(struct nand_dev *d)
 	free(s->events);
 	free(s->perr);
 	free(s->em);
-	free(s->backed);
-	free(s->prep_q);
 	free(s);
 }
 
@@ -1332,8 +1247,7 @@ static enum nand_status sim_read_now(struct nand_dev *d, uint32_t block, uint32_
 	.temperature_mc = sim_temperature_mc,            \
 	.sync_start = sim_sync_start,                    \
 	.sync_poll = sim_sync_poll,                      \
-	.prefetch = sim_prefetch,                        \
-	.prepare = sim_prepare
+	.prefetch = sim_prefetch
 
 /* timing model on: every operation takes its time */
 static const struct nand_ops sim_ops = { SIM_OPS_COMMON };

@@ -7,7 +7,6 @@
  * cools when idle.
  */
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <math.h>
 #include <unistd.h>
 
@@ -723,59 +722,6 @@ static void thermal(void)
 	nand_close(d);
 }
 
-/*
- * nand_prepare: the image range of a hinted erased block is allocated on the
- * simulator's thread; hints for written blocks do nothing; data programmed
- * into prepared and unprepared blocks reads back, also after a reopen.
- */
-static void prepared(void)
-{
-	char err[256], path[] = "/tmp/t_nand_sim-prep-XXXXXX";
-	int fd = mkstemp(path);
-	CHECK(fd >= 0);
-	close(fd);
-	struct nand_dev *d;
-	struct nand_sim_config fc = { .preset = "test-64m", .path = path, .create = true };
-	CHECK_RC(nand_sim_open(&fc, &d, err, sizeof err));
-	const struct nand_geometry geo = d->geo, *g = &geo; /* d is reopened below */
-	uint8_t *data = malloc(g->page_size), *rd = malloc(g->page_size);
-	memset(data, 0x3C, g->page_size);
-	CHECK_EQ(run(d, NAND_OP_PROGRAM, 7, 0, data, NULL), NAND_OK);
-	struct stat st0, st;
-	CHECK(stat(path, &st0) == 0);
-	for (uint32_t b = 10; b < 30; b++)
-		nand_prepare(d, b);
-	nand_prepare(d, 7); /* written: nothing happens to it */
-	/* 20 blocks of 64 x (2 KiB + 64): 2.7 MB allocated in the background */
-	uint64_t want = (uint64_t)st0.st_blocks * 512 + 20ull * g->pages_per_block * g->page_size;
-	for (int i = 0; i < 500; i++) {
-		CHECK(stat(path, &st) == 0);
-		if ((uint64_t)st.st_blocks * 512 >= want)
-			break;
-		usleep(10000);
-	}
-	CHECK((uint64_t)st.st_blocks * 512 >= want);
-	memset(data, 0xA5, g->page_size);
-	CHECK_EQ(run(d, NAND_OP_PROGRAM, 10, 0, data, NULL), NAND_OK); /* prepared */
-	CHECK_EQ(run(d, NAND_OP_PROGRAM, 10, 1, data, NULL), NAND_OK);
-	CHECK_EQ(run(d, NAND_OP_PROGRAM, 40, 0, data, NULL), NAND_OK); /* not */
-	CHECK_EQ(run(d, NAND_OP_READ, 7, 0, rd, NULL), NAND_OK);
-	CHECK(rd[0] == 0x3C && rd[g->page_size - 1] == 0x3C);
-	nand_close(d);
-	struct nand_sim_config again = { .path = path };
-	CHECK_RC(nand_sim_open(&again, &d, err, sizeof err));
-	CHECK_EQ(run(d, NAND_OP_READ, 10, 1, rd, NULL), NAND_OK);
-	CHECK(memcmp(rd, data, g->page_size) == 0);
-	CHECK_EQ(run(d, NAND_OP_READ, 40, 0, rd, NULL), NAND_OK);
-	CHECK(memcmp(rd, data, g->page_size) == 0);
-	CHECK_EQ(run(d, NAND_OP_READ, 11, 0, rd, NULL), NAND_OK); /* prepared, never written */
-	CHECK(rd[0] == 0xFF && rd[g->page_size - 1] == 0xFF);
-	nand_close(d);
-	unlink(path);
-	free(data);
-	free(rd);
-}
-
 int main(void)
 {
 	char err[256];
@@ -824,7 +770,6 @@ int main(void)
 	unlink(path);
 
 	timing();
-	prepared();
 	table_damage();
 	backend_errors();
 
