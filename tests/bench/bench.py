@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """bench.py - flashd against nbdkit (memory, null) and qemu-nbd, in one run.
 
-  make bench            (or: tests/bench/run.sh [--runtime SECONDS] [--only JOB,...])
+  make bench            (or: tests/bench/run.sh [--runtime SECONDS] [--reps N] [--only JOB,...]
+                                             [--no-qemu] [--skip-ftl] [--skip-duo] [--flashd BIN])
 
 Starts, on 127.0.0.1 and with their data on tmpfs (/dev/shm):
   flashd       the simulated ioDimm (preset test-1g, timing model off)
@@ -11,7 +12,14 @@ Starts, on 127.0.0.1 and with their data on tmpfs (/dev/shm):
 fills every export once (so flashd's writes run with GC active), then runs
 the same fio jobs (ioengine=nbd) against each, the servers interleaved job
 by job, and prints one table: IOPS or MiB/s, mean and p99 latency, and each
-server's ratio to nbdkit-null.  Also: the in-process FTL benchmark
+server's ratio to nbdkit-null and to nbdkit-mem.  Jobs named *-4c run four
+fio jobs of one NBD connection each (numjobs=4; the sequential ones on four
+disjoint quarters of the export), so they measure multi-conn serving.
+Every job runs --reps times (default 3) against each server (qemu-nbd, a
+reference only, once by default: --qemu-reps); the table shows the median
+of the repetitions (and the spread, min-max of the metric, in the JSON), so
+one noisy run does not decide.  nbdkit runs with its default --threads.
+Default total: about 12 minutes on 2 cores.  Also: the in-process FTL benchmark
 (flashctl simulate on RAM media) and flashd's resident memory serving the
 default ioDrive Duo.  Everything goes to build/bench.json as well.
 Peers that are not installed are skipped with a message.
@@ -31,6 +39,7 @@ TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 BUILD = os.path.join(TOP, "build")
 SIZE = 858992640  # test-1g at stock format
 
+QUARTER = SIZE // 4
 JOBS = [
     # name, fio parameters, what the table shows
     ("randread-4k-qd1", dict(rw="randread", bs="4k", iodepth=1), "iops"),
@@ -40,6 +49,13 @@ JOBS = [
     ("randrw70-8k-qd32", dict(rw="randrw", rwmixread=70, bs="8k", iodepth=32), "iops"),
     ("read-1m-qd8", dict(rw="read", bs="1m", iodepth=8), "bw"),
     ("write-1m-qd8", dict(rw="write", bs="1m", iodepth=8), "bw"),
+    # four connections (one per fio job), queue depth per connection
+    ("randread-4k-qd32-4c", dict(rw="randread", bs="4k", iodepth=32, numjobs=4), "iops"),
+    ("randwrite-4k-qd32-4c", dict(rw="randwrite", bs="4k", iodepth=32, numjobs=4), "iops"),
+    ("read-1m-qd8-4c", dict(rw="read", bs="1m", iodepth=8, numjobs=4, size=QUARTER,
+                            offset_increment=QUARTER), "bw"),
+    ("write-1m-qd8-4c", dict(rw="write", bs="1m", iodepth=8, numjobs=4, size=QUARTER,
+                             offset_increment=QUARTER), "bw"),
 ]
 
 procs = []
@@ -91,13 +107,15 @@ def fio(uri, name, params, runtime, tmp, size=None):
     if size:
         args += ["--size=%d" % size]
     else:
-        args += ["--time_based", "--runtime=%d" % runtime, "--ramp_time=1", "--size=%d" % SIZE,
-                 "--randrepeat=0", "--norandommap"]
+        args += ["--time_based", "--runtime=%d" % runtime, "--ramp_time=1", "--randrepeat=0",
+                 "--norandommap"]
+        if "size" not in params:
+            args += ["--size=%d" % SIZE]
     for k, v in params.items():
         args.append("--%s=%s" % (k, v))
     subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     with open(out) as f:
-        job = json.load(f)["jobs"][0]
+        job = json.load(f)["jobs"][0]  # group_reporting: all numjobs summed
     r = {}
     iops = bw = 0.0
     lat_n = 0
@@ -141,8 +159,14 @@ def machine():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--runtime", type=int, default=8, help="seconds per fio run")
+    ap.add_argument("--runtime", type=int, default=5, help="seconds per fio run (after 1 s of ramp)")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions of every job (median shown)")
+    ap.add_argument("--qemu-reps", type=int, default=1, help="repetitions against qemu-nbd (reference)")
     ap.add_argument("--only", help="comma-separated job names")
+    ap.add_argument("--flashd", default=os.path.join(BUILD, "flashd"),
+                    help="flashd binary (e.g. a copy of an older build, to compare)")
+    ap.add_argument("--no-qemu", action="store_true", help="leave qemu-nbd out")
+    ap.add_argument("--skip-ftl", action="store_true", help="skip the in-process FTL benchmark")
     ap.add_argument("--skip-duo", action="store_true", help="skip the default-Duo memory check")
     a = ap.parse_args()
     jobs = [j for j in JOBS if not a.only or j[0] in a.only.split(",")]
@@ -152,29 +176,31 @@ def main():
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
     tmp = tempfile.mkdtemp(prefix="flashd-bench.", dir=shm)
     log = open(os.path.join(tmp, "servers.log"), "w")
-    result = {"machine": m, "runtime_s": a.runtime, "jobs": {}, "servers": []}
+    result = {"machine": m, "runtime_s": a.runtime, "reps": a.reps, "jobs": {}, "servers": [],
+              "loadavg_start": os.getloadavg()}
     try:
         servers = []
         port = free_port()
-        start([os.path.join(BUILD, "flashd"), "--foreground", "--state-dir", os.path.join(tmp, "flashd"),
+        start([a.flashd, "--foreground", "--state-dir", os.path.join(tmp, "flashd"),
                "--listen", "127.0.0.1:%d" % port, "--preset", "test-1g", "--timing", "off"], port, log)
         servers.append(("flashd", "nbd://127.0.0.1:%d/dimm0" % port, procs[-1]))
         if shutil.which("nbdkit"):
             for plugin, label in (("memory", "nbdkit-mem"), ("null", "nbdkit-null")):
                 port = free_port()
+                # --threads left at nbdkit's default (16): its multi-conn best
                 start(["nbdkit", "-f", "-i", "127.0.0.1", "-p", str(port), plugin, str(SIZE)], port, log)
                 servers.append((label, "nbd://127.0.0.1:%d/" % port, procs[-1]))
         else:
             print("nbdkit not found: skipping nbdkit-mem and nbdkit-null")
-        if shutil.which("qemu-nbd"):
+        if not a.no_qemu and shutil.which("qemu-nbd"):
             raw = os.path.join(tmp, "qemu.raw")
             with open(raw, "wb") as f:
                 f.truncate(SIZE)
             port = free_port()
-            start(["qemu-nbd", "-f", "raw", "-b", "127.0.0.1", "-p", str(port), "-t", "-x", "",
+            start(["qemu-nbd", "-f", "raw", "-b", "127.0.0.1", "-p", str(port), "-t", "-x", "", "-e", "16",
                    "--cache=writeback", "--aio=threads", raw], port, log)
             servers.append(("qemu-nbd", "nbd://127.0.0.1:%d/" % port, procs[-1]))
-        else:
+        elif not a.no_qemu:
             print("qemu-nbd not found: skipping it")
         result["servers"] = [s[0] for s in servers]
 
@@ -182,14 +208,32 @@ def main():
         for name, uri, _ in servers:
             fio(uri, "fill", dict(rw="write", bs="1m", iodepth=8), 0, tmp, size=SIZE)
 
-        for i, (job, params, kind) in enumerate(jobs):
-            order = servers[i % len(servers):] + servers[:i % len(servers)]
+        # rep-major: a slow minute of the machine hits one repetition of
+        # every job rather than all repetitions of one job
+        runs = {job: {name: [] for name, _, _ in servers} for job, _, _ in jobs}
+        total = sum(1 for rep in range(a.reps) for _ in jobs for name, _, _ in servers
+                    if name != "qemu-nbd" or rep < a.qemu_reps)
+        print("%d fio runs of %d+1 s ..." % (total, a.runtime))
+        for rep in range(a.reps):
+            for i, (job, params, kind) in enumerate(jobs):
+                k = (i + rep) % len(servers)
+                for name, uri, _ in servers[k:] + servers[:k]:
+                    if name == "qemu-nbd" and rep >= a.qemu_reps:
+                        continue
+                    runs[job][name].append(fio(uri, job, params, a.runtime, tmp))
+                    sys.stdout.write(".")
+                    sys.stdout.flush()
+        for job, params, kind in jobs:
+            key = "iops" if kind == "iops" else "mib_s"
             res = {}
-            for name, uri, _ in order:
-                res[name] = fio(uri, job, params, a.runtime, tmp)
-                sys.stdout.write(".")
-                sys.stdout.flush()
-            result["jobs"][job] = {"metric": kind, "results": res}
+            for name, rl in runs[job].items():
+                srt = sorted(rl, key=lambda r: r[key])
+                med = dict(srt[(len(srt) - 1) // 2])  # median (lower one if even)
+                med["reps"] = [r[key] for r in rl]
+                med["min"] = srt[0][key]
+                med["max"] = srt[-1][key]
+                res[name] = med
+            result["jobs"][job] = {"metric": kind, "params": params, "results": res}
         print()
         flashd_pid = servers[0][2].pid
         result["flashd_rss_kib_test_1g"] = rss_kib(flashd_pid)
@@ -199,25 +243,48 @@ def main():
 
     # ---- table --------------------------------------------------------------
     names = result["servers"]
-    ref = "nbdkit-null" if "nbdkit-null" in names else None
-    print("\n%-19s %-12s %12s %11s %11s %9s" % ("job", "server", "IOPS|MiB/s", "mean us", "p99 us",
-                                                 "x null"))
+    refs = [(n, k) for n, k in (("nbdkit-null", "ratio_to_null"), ("nbdkit-mem", "ratio_to_mem"))
+            if n in names]
+    result["loadavg_end"] = os.getloadavg()
+    print("\nmedian of %d runs (qemu-nbd: %d) of %d s; spread = (max-min)/median; load average "
+          "%.2f at start, %.2f at end" % (a.reps, min(a.qemu_reps, a.reps), a.runtime,
+                                          result["loadavg_start"][0], result["loadavg_end"][0]))
+    print("%-21s %-12s %14s %9s %9s %7s %7s %7s" % ("job", "server", "IOPS|MiB/s", "mean us", "p99 us",
+                                                   "spread", "x null", "x mem"))
     for job, jr in result["jobs"].items():
         kind = jr["metric"]
+        key = "iops" if kind == "iops" else "mib_s"
         for name in names:
             r = jr["results"][name]
-            v = r["iops"] if kind == "iops" else r["mib_s"]
-            ratio = ""
-            if ref:
-                rv = jr["results"][ref]["iops" if kind == "iops" else "mib_s"]
-                r["ratio_to_null"] = v / rv if rv else 0
-                ratio = "%.2f" % r["ratio_to_null"]
-            print("%-19s %-12s %12s %11.1f %11.1f %9s" % (
+            v = r[key]
+            ratios = {}
+            for ref, rk in refs:
+                rv = jr["results"][ref][key]
+                r[rk] = v / rv if rv else 0
+                ratios[rk] = "%.2f" % r[rk]
+            spread = (r["max"] - r["min"]) / v if v else 0
+            print("%-21s %-12s %14s %9.1f %9.1f %6.0f%% %7s %7s" % (
                 job, name, ("%.0f" % v) if kind == "iops" else ("%.0f MiB/s" % v),
-                r["lat_mean_us"], r["lat_p99_us"], ratio))
+                r["lat_mean_us"], r["lat_p99_us"], 100 * spread, ratios.get("ratio_to_null", ""),
+                ratios.get("ratio_to_mem", "")))
         print()
 
     # ---- in-process FTL ------------------------------------------------------
+    if not a.skip_ftl:
+        in_process(result)
+
+    # ---- memory serving the default Duo --------------------------------------
+    if not a.skip_duo:
+        duo(result, shm)
+
+    os.makedirs(BUILD, exist_ok=True)
+    with open(os.path.join(BUILD, "bench.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    print("\nresults: build/bench.json")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def in_process(result):
     print("in-process FTL (flashctl simulate, RAM media, test-1g, 20 % OP, steady state with GC):")
     out = subprocess.run([os.path.join(BUILD, "flashctl"), "simulate", "--preset", "test-1g", "--op", "20",
                           "--passes", "3", "--reads", "3000000", "--ram", "--json"],
@@ -230,34 +297,28 @@ def main():
     print("  random 4 KiB reads:  %.0f/s on one core" % sim["reads_per_sec"])
     print("  map: %.0f MiB per TiB of user capacity" % (sim["l2p_bytes_per_tib"] / (1 << 20)))
 
-    # ---- memory serving the default Duo --------------------------------------
-    if not a.skip_duo:
-        tmp2 = tempfile.mkdtemp(prefix="flashd-duo.", dir=shm)
-        try:
-            port = free_port()
-            p = start([os.path.join(BUILD, "flashd"), "--foreground", "--state-dir", tmp2, "--listen",
-                       "127.0.0.1:%d" % port, "--timing", "off"], port, subprocess.DEVNULL)
-            fio("nbd://127.0.0.1:%d/dimm0" % port, "duo", dict(rw="randwrite", bs="4k", iodepth=32), 5, tmp2)
-            rss = rss_kib(p.pid)
-            anon = rss_kib(p.pid, "RssAnon")
-            l2p = 2 * 320 * 1024  # KiB: two 320 GiB ioDimms, 4 bytes per 4 KiB
-            result["duo_rss_kib"] = rss
-            result["duo_rss_anon_kib"] = anon
-            result["duo_l2p_kib"] = l2p
-            print("flashd serving the default Duo (2 x iodimm-mlc-320), after 5 s of 4 KiB random writes:")
-            print("  own memory (RssAnon) %.1f MiB = map %.0f MiB + %.1f MiB (target: map + 64 MiB)" % (
-                anon / 1024, l2p / 1024, (anon - l2p) / 1024))
-            print("  VmRSS %.1f MiB: also counts the pages of the mapped NAND images touched so far "
-                  "(the simulated card's NAND, in the page cache)" % (rss / 1024))
-        finally:
-            stop_all()
-            shutil.rmtree(tmp2, ignore_errors=True)
 
-    os.makedirs(BUILD, exist_ok=True)
-    with open(os.path.join(BUILD, "bench.json"), "w") as f:
-        json.dump(result, f, indent=1)
-    print("\nresults: build/bench.json")
-    shutil.rmtree(tmp, ignore_errors=True)
+def duo(result, shm):
+    tmp2 = tempfile.mkdtemp(prefix="flashd-duo.", dir=shm)
+    try:
+        port = free_port()
+        p = start([os.path.join(BUILD, "flashd"), "--foreground", "--state-dir", tmp2, "--listen",
+                   "127.0.0.1:%d" % port, "--timing", "off"], port, subprocess.DEVNULL)
+        fio("nbd://127.0.0.1:%d/dimm0" % port, "duo", dict(rw="randwrite", bs="4k", iodepth=32), 5, tmp2)
+        rss = rss_kib(p.pid)
+        anon = rss_kib(p.pid, "RssAnon")
+        l2p = 2 * 320 * 1024  # KiB: two 320 GiB ioDimms, 4 bytes per 4 KiB
+        result["duo_rss_kib"] = rss
+        result["duo_rss_anon_kib"] = anon
+        result["duo_l2p_kib"] = l2p
+        print("flashd serving the default Duo (2 x iodimm-mlc-320), after 5 s of 4 KiB random writes:")
+        print("  own memory (RssAnon) %.1f MiB = map %.0f MiB + %.1f MiB (target: map + 64 MiB)" % (
+            anon / 1024, l2p / 1024, (anon - l2p) / 1024))
+        print("  VmRSS %.1f MiB: also counts the pages of the mapped NAND images touched so far "
+              "(the simulated card's NAND, in the page cache)" % (rss / 1024))
+    finally:
+        stop_all()
+        shutil.rmtree(tmp2, ignore_errors=True)
 
 
 if __name__ == "__main__":
