@@ -2,7 +2,8 @@
 """bench.py - flashd against nbdkit (memory, null) and qemu-nbd, in one run.
 
   make bench            (or: tests/bench/run.sh [--runtime SECONDS] [--reps N] [--only JOB,...]
-                                             [--no-qemu] [--skip-ftl] [--skip-duo] [--flashd BIN])
+                                             [--no-qemu] [--skip-ftl] [--skip-duo] [--flashd BIN]
+                                             [--baseline BIN])
 
 Starts, on 127.0.0.1 and with their data on tmpfs (/dev/shm):
   flashd       the simulated ioDimm (preset test-1g, timing model off)
@@ -165,6 +166,7 @@ def main():
     ap.add_argument("--only", help="comma-separated job names")
     ap.add_argument("--flashd", default=os.path.join(BUILD, "flashd"),
                     help="flashd binary (e.g. a copy of an older build, to compare)")
+    ap.add_argument("--baseline", help="a second flashd binary, served as flashd-base in the same run")
     ap.add_argument("--no-qemu", action="store_true", help="leave qemu-nbd out")
     ap.add_argument("--skip-ftl", action="store_true", help="skip the in-process FTL benchmark")
     ap.add_argument("--skip-duo", action="store_true", help="skip the default-Duo memory check")
@@ -184,6 +186,11 @@ def main():
         start([a.flashd, "--foreground", "--state-dir", os.path.join(tmp, "flashd"),
                "--listen", "127.0.0.1:%d" % port, "--preset", "test-1g", "--timing", "off"], port, log)
         servers.append(("flashd", "nbd://127.0.0.1:%d/dimm0" % port, procs[-1]))
+        if a.baseline:
+            port = free_port()
+            start([a.baseline, "--foreground", "--state-dir", os.path.join(tmp, "flashd-base"),
+                   "--listen", "127.0.0.1:%d" % port, "--preset", "test-1g", "--timing", "off"], port, log)
+            servers.append(("flashd-base", "nbd://127.0.0.1:%d/dimm0" % port, procs[-1]))
         if shutil.which("nbdkit"):
             for plugin, label in (("memory", "nbdkit-mem"), ("null", "nbdkit-null")):
                 port = free_port()
