@@ -753,6 +753,15 @@ int ftl_open(struct nand_dev *dev, const struct ftl_open_params *p, struct ftl *
  * requests (a write is acknowledged once it is in the write buffer, so its
  * programming need not delay the reply).
  */
+/* Deliver the device's due completions, counted for gc_kick (a finishing
+ * victim can only have moved on if something completed). */
+static int poll_device(struct ftl *f, uint64_t now)
+{
+	int c = nand_poll(f->dev, now);
+	f->nand_completions += (uint64_t)c;
+	return c;
+}
+
 static void progress(struct ftl *f, bool foreground)
 {
 	if (f->in_progress)
@@ -764,11 +773,7 @@ static void progress(struct ftl *f, bool foreground)
 		if (due != UINT64_MAX) {
 			uint64_t now = due ? nand_now(f->dev) : 0;
 			if (due <= now)
-			{
-				int c = nand_poll(f->dev, now);
-				f->nand_completions += (uint64_t)c;
-				n += c;
-			}
+				n += poll_device(f, now);
 		}
 		if (f->error) {
 			io_fail_all(f);
@@ -922,7 +927,7 @@ static void drain_device(struct ftl *f)
 		nand_wait_until(f->dev, due);
 		uint64_t now = nand_now(f->dev);
 		f->in_progress = true; /* completions only; start nothing new */
-		f->nand_completions += (uint64_t)nand_poll(f->dev, now);
+		poll_device(f, now);
 		f->in_progress = false;
 	}
 }

@@ -542,7 +542,6 @@ int gc_cancel_stalled(struct ftl *f)
 	return n;
 }
 
-/* Try to finish victim vi; returns 1 if it did. */
 /* A finishing victim is done: its slot is free again. */
 static void victim_finished(struct ftl *f, struct victim *v)
 {
@@ -553,6 +552,7 @@ static void victim_finished(struct ftl *f, struct victim *v)
 	v->phase = VIC_FREE;
 }
 
+/* Try to finish victim vi; returns 1 if it did. */
 static int victim_finish(struct ftl *f, int vi)
 {
 	struct victim *v = &f->victims[vi];
