@@ -420,7 +420,8 @@ void health_update(struct ftl *f)
 	else if (res <= FTL_RESERVE_WARN_PERCENT)
 		h = HEALTH_LOW;
 	f->wear_ro = h == HEALTH_READONLY;
-	f->throttle_ns = h == HEALTH_REDUCED ? FTL_REDUCED_WRITE_NS : 0;
+	f->health_throttle_ns = h == HEALTH_REDUCED ? FTL_REDUCED_WRITE_NS : 0;
+	throttle_update(f);
 	if (h == f->health)
 		return;
 	uint32_t spare = usable > f->min_usable ? usable - f->min_usable : 0;

@@ -739,6 +739,12 @@ int ftl_open(struct nand_dev *dev, const struct ftl_open_params *p, struct ftl *
 		return rc;
 	}
 	f->info.open_ns = nand_now(dev) - t0;
+	int32_t mc;
+	f->temp_mc = f->temp_max_mc = FTL_TEMP_NONE;
+	if (nand_temperature_mc(dev, &mc) == 0) {
+		f->thermal_sensor = true;
+		thermal_check(f, true);
+	}
 	*out = f;
 	return 0;
 }
@@ -762,11 +768,84 @@ static int poll_device(struct ftl *f, uint64_t now)
 	return c;
 }
 
+/* ---- thermal (ftl.h, "Thermal protection") ------------------------------ */
+
+const char *ftl_thermal_name(enum ftl_thermal t)
+{
+	switch (t) {
+	case FTL_THERMAL_OK: return "ok";
+	case FTL_THERMAL_THROTTLED: return "throttled";
+	case FTL_THERMAL_STOPPED: return "stopped";
+	}
+	return "?";
+}
+
+void throttle_update(struct ftl *f)
+{
+	uint64_t ns = f->health_throttle_ns > f->thermal_throttle_ns ? f->health_throttle_ns
+								       : f->thermal_throttle_ns;
+	if (ns && !f->throttle_ns)
+		f->throttle_at = 0; /* a fresh start: the burst is allowed */
+	f->throttle_ns = ns;
+	if (!ns)
+		f->throttle_wait = false;
+}
+
+/*
+ * Read the sensor (at most every FTL_THERMAL_PERIOD_NS unless forced) and
+ * move between the thermal states.  Cost: one clock read per call, one
+ * sensor read per period.
+ */
+void thermal_check(struct ftl *f, bool force)
+{
+	if (!f->thermal_sensor)
+		return;
+	uint64_t now = nand_now(f->dev);
+	if (!force && now < f->thermal_at)
+		return;
+	f->thermal_at = now + FTL_THERMAL_PERIOD_NS;
+	int32_t mc;
+	if (nand_temperature_mc(f->dev, &mc) < 0)
+		return; /* the reading failed: keep the last one */
+	f->temp_mc = mc;
+	if (mc > f->temp_max_mc)
+		f->temp_max_mc = mc;
+	uint8_t t = f->thermal;
+	if (mc >= FTL_THERMAL_STOP_MC)
+		t = FTL_THERMAL_STOPPED;
+	else if (t == FTL_THERMAL_STOPPED && mc < FTL_THERMAL_RESUME_MC)
+		t = FTL_THERMAL_OK;
+	else if (t != FTL_THERMAL_STOPPED && mc >= FTL_THERMAL_THROTTLE_MC)
+		t = FTL_THERMAL_THROTTLED;
+	else if (t == FTL_THERMAL_THROTTLED && mc < FTL_THERMAL_THROTTLE_MC - FTL_THERMAL_HYST_MC)
+		t = FTL_THERMAL_OK;
+	if (t == FTL_THERMAL_OK && f->thermal == FTL_THERMAL_STOPPED &&
+	    mc >= FTL_THERMAL_THROTTLE_MC - FTL_THERMAL_HYST_MC)
+		t = FTL_THERMAL_THROTTLED; /* cannot happen with the defaults */
+	if (t == f->thermal)
+		return;
+	ftl_log("temperature %.1f C: thermal state %s -> %s%s", mc / 1000.0,
+		ftl_thermal_name(f->thermal), ftl_thermal_name(t),
+		t == FTL_THERMAL_STOPPED ? " (host I/O held, checkpoint written, until it "
+					   "cools below 75 C)"
+		: t == FTL_THERMAL_THROTTLED ? " (host writes paced to about 40 MB/s)"
+					     : "");
+	uint8_t was = f->thermal;
+	f->thermal = t;
+	f->thermal_throttle_ns = t == FTL_THERMAL_THROTTLED ? FTL_THERMAL_WRITE_NS : 0;
+	throttle_update(f);
+	if (t == FTL_THERMAL_STOPPED && !f->readonly && !f->error)
+		cp_request(f, false); /* the state on the media while it cools */
+	if (was == FTL_THERMAL_STOPPED)
+		io_release_held(f);
+}
+
 static void progress(struct ftl *f, bool foreground)
 {
 	if (f->in_progress)
 		return;
 	f->in_progress = true;
+	thermal_check(f, false);
 	for (;;) {
 		int n = deliver_refused(f);
 		uint64_t due = nand_next_due(f->dev);
@@ -829,6 +908,8 @@ static uint64_t next_due(struct ftl *f)
 	uint64_t due = nand_next_due(f->dev);
 	if (f->throttle_wait && !f->error && f->throttle_at < due)
 		due = f->throttle_at;
+	if (f->wq_held.head && f->thermal_at < due)
+		due = f->thermal_at; /* held I/O: look at the sensor again */
 	if (!f->error) {
 		bool cp = f->cp.phase == CP_SYNC;
 		if (cp || f->wq_syncing.head) {
@@ -1010,6 +1091,13 @@ int ftl_close(struct ftl *f)
 	int rc = 0;
 	if (!f)
 		return 0;
+	/* closing: I/O held for heat goes on (a stop must not wait for the
+	 * device to cool) */
+	if (f->thermal == FTL_THERMAL_STOPPED) {
+		f->thermal = FTL_THERMAL_THROTTLED;
+		f->thermal_sensor = false; /* no more checks */
+		io_release_held(f);
+	}
 	if (!f->error && !f->readonly) {
 		rc = ftl_run_until(f, no_host_io, NULL);
 		if (!rc) {
@@ -1060,11 +1148,14 @@ void ftl_get_info(struct ftl *f, struct ftl_info *info)
 		info->state = FTL_STATE_READONLY;
 	else if (f->no_space)
 		info->state = FTL_STATE_NO_SPACE;
-	else if (f->throttle_ns)
+	else if (f->health_throttle_ns)
 		info->state = FTL_STATE_WRITE_REDUCED;
 	else
 		info->state = FTL_STATE_ONLINE;
 	snprintf(info->health, sizeof info->health, "%s", f->health_msg);
+	info->temp_mc = f->thermal_sensor || f->temp_mc != FTL_TEMP_NONE ? f->temp_mc : FTL_TEMP_NONE;
+	info->temp_max_mc = f->temp_max_mc;
+	info->thermal = (enum ftl_thermal)f->thermal;
 }
 
 void ftl_get_stats(struct ftl *f, struct ftl_stats *st)

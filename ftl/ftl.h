@@ -240,6 +240,35 @@ enum ftl_state {
 #define FTL_REDUCED_WRITE_NS 400000ull
 const char *ftl_state_name(enum ftl_state st);
 
+/*
+ * Thermal protection, like the vendor's: the FTL reads the medium's
+ * temperature sensor (nand_temperature_mc) every FTL_THERMAL_PERIOD_NS of
+ * device time while it works.
+ *   >= FTL_THERMAL_THROTTLE_MC  THROTTLED: host writes are paced to
+ *                               FTL_THERMAL_WRITE_NS per 4 KiB unit (less
+ *                               NAND activity, less heat); reads run
+ *   >= FTL_THERMAL_STOP_MC      STOPPED: new host I/O is held (queued, not
+ *                               failed), what is in flight finishes, a
+ *                               checkpoint is written; the FTL idles
+ *   below FTL_THERMAL_RESUME_MC the held I/O goes on (from STOPPED), and
+ *   below FTL_THERMAL_THROTTLE_MC - FTL_THERMAL_HYST_MC throttling ends.
+ * Each change is logged at warning level with the temperature.  Without a
+ * sensor the state stays OK.
+ */
+enum ftl_thermal {
+	FTL_THERMAL_OK,
+	FTL_THERMAL_THROTTLED,
+	FTL_THERMAL_STOPPED,
+};
+#define FTL_TEMP_NONE INT32_MIN
+#define FTL_THERMAL_THROTTLE_MC 78000
+#define FTL_THERMAL_STOP_MC 85000
+#define FTL_THERMAL_RESUME_MC 75000
+#define FTL_THERMAL_HYST_MC 3000
+#define FTL_THERMAL_PERIOD_NS 10000000ull    /* 10 ms */
+#define FTL_THERMAL_WRITE_NS 100000ull       /* ~40 MB/s of 4 KiB units */
+const char *ftl_thermal_name(enum ftl_thermal t);
+
 struct ftl_info {
 	uint64_t format_id;
 	uint32_t sector_size;
@@ -261,6 +290,10 @@ struct ftl_info {
 	/* endurance: why the state is what it is when the reserves are low
 	 * (reserves, grown bad blocks, what writes do now), or "" */
 	char health[192];
+	/* thermal (below): the controller's temperature, now and the highest
+	 * seen since open, in milli-degrees C (FTL_TEMP_NONE: no sensor) */
+	int32_t temp_mc, temp_max_mc;
+	enum ftl_thermal thermal;
 };
 void ftl_get_info(struct ftl *f, struct ftl_info *info);
 

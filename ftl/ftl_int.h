@@ -428,6 +428,14 @@ struct ftl {
 	                             * unit (0: not throttled) */
 	uint64_t throttle_at;       /* the next host unit is buffered from then */
 	bool throttle_wait;         /* a host write waits for throttle_at */
+	uint64_t health_throttle_ns;/* throttle_ns is the larger of these two */
+	uint64_t thermal_throttle_ns;
+	/* thermal (ftl.c, thermal_check; ftl.h "Thermal protection") */
+	uint8_t thermal;            /* enum ftl_thermal */
+	bool thermal_sensor;        /* the medium has one */
+	int32_t temp_mc, temp_max_mc;
+	uint64_t thermal_at;        /* the sensor is read again from then */
+	struct ioq wq_held;         /* host I/O held while STOPPED */
 	char health_msg[192];
 	uint32_t wl_erases;         /* blocks erased since the last wear
 	                             * levelling check (band_wl_pick) */
@@ -684,6 +692,10 @@ enum { HEALTH_OK, HEALTH_LOW, HEALTH_REDUCED, HEALTH_READONLY };
  * they give; a change is logged.  O(1); called whenever nusable changes. */
 double reserve_percent(const struct ftl *f);
 void health_update(struct ftl *f);
+void throttle_update(struct ftl *f);  /* throttle_ns from its two causes */
+void thermal_check(struct ftl *f, bool force);
+void io_dispatch(struct ftl *f, struct ftl_io *io);
+void io_release_held(struct ftl *f);
 uint32_t band_members_free(const struct ftl *f);    /* members of all free bands */
 /* user pages written since the data of ppa's band was written by the host */
 uint32_t band_data_age(const struct ftl *f, uint32_t ppa);

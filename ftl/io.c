@@ -521,6 +521,8 @@ void io_fail_all(struct ftl *f)
 		io_complete(f, io, f->error);
 	while ((io = ioq_pop(&f->wq_syncing)))
 		io_complete(f, io, f->error);
+	while ((io = ioq_pop(&f->wq_held)))
+		io_complete(f, io, f->error);
 	while ((io = ioq_pop(&f->wq_read))) {
 		io->pending--;
 		io->unit = io->end_unit; /* issue nothing more */
@@ -579,7 +581,26 @@ void ftl_submit(struct ftl *f, struct ftl_io *io)
 		io_complete(f, io, rc);
 		return;
 	}
+	if (f->thermal == FTL_THERMAL_STOPPED) {
+		ioq_push(&f->wq_held, io); /* counted in ios_in_flight */
+		return;
+	}
+	io_dispatch(f, io);
+	if (!f->in_progress)
+		ftl_progress_foreground(f);
+}
 
+/* Host I/O held while the FTL was stopped for heat goes on, in order. */
+void io_release_held(struct ftl *f)
+{
+	struct ftl_io *io;
+	while ((io = ioq_pop(&f->wq_held)))
+		io_dispatch(f, io);
+}
+
+/* An io validated and counted in ios_in_flight: start it or queue it. */
+void io_dispatch(struct ftl *f, struct ftl_io *io)
+{
 	switch (io->type) {
 	case FTL_IO_READ:
 		f->st.host_read_ops++;
@@ -616,8 +637,6 @@ void ftl_submit(struct ftl *f, struct ftl_io *io)
 		ioq_push(&f->wq_write, io);
 		break;
 	}
-	if (!f->in_progress)
-		ftl_progress_foreground(f);
 }
 
 /* ---- allocation map ----------------------------------------------------- */

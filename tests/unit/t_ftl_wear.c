@@ -12,6 +12,10 @@
  *   wear_out       a small device driven to the end of its life: online,
  *                  write-reduced, read-only; every transition checked, and
  *                  every unit still reads its last data
+ *   thermal        the controller heated past 78 C: host writes paced;
+ *                  past 85 C: host I/O held and a checkpoint written, then
+ *                  everything goes on once it has cooled below 75 C; a
+ *                  close while stopped does not wait for the cooling
  */
 #include "ftl/ftl.h"
 #include "tests/unit/t.h"
@@ -379,6 +383,135 @@ static void wear_out(void)
 	free(ver);
 }
 
+static char th_logged[8][32];
+static int th_nlogged;
+
+static void log_thermal(void *arg, const char *msg)
+{
+	(void)arg;
+	const char *arrow = strstr(msg, " -> ");
+	if (strstr(msg, "thermal state") && arrow && th_nlogged < 8) {
+		const char *to = arrow + 4;
+		size_t n = strcspn(to, " ");
+		snprintf(th_logged[th_nlogged++], sizeof th_logged[0], "%.*s", (int)n, to);
+	}
+	fprintf(stderr, "ftl: %s\n", msg);
+}
+
+static void th_done(struct ftl_io *io)
+{
+	*(int *)io->priv = io->status == 0 ? 1 : -1;
+}
+
+/* Run the FTL on its virtual clock until *flag is set (or a limit). */
+static void run_until_flag(struct nand_dev *d, struct ftl *f, const int *flag, uint64_t limit_ns)
+{
+	uint64_t t0 = nand_now(d);
+	while (!*flag && nand_now(d) - t0 < limit_ns) {
+		ftl_poll(f);
+		if (*flag)
+			break;
+		uint64_t due = ftl_next_deadline(f);
+		if (due != UINT64_MAX && due > nand_now(d))
+			nand_wait_until(d, due);
+	}
+}
+
+static void thermal(void)
+{
+	struct nand_dev *d = dev_new("test-64m", true, 21);
+	format(d, 30);
+	struct ftl *f = open_ok(d);
+	struct ftl_info info;
+	struct ftl_stats st;
+	ftl_get_info(f, &info);
+	CHECK(info.temp_mc != FTL_TEMP_NONE);
+	CHECK(info.temp_mc < FTL_THERMAL_THROTTLE_MC);
+	CHECK_EQ(info.thermal, FTL_THERMAL_OK);
+	uint64_t units = info.units;
+	uint8_t b[4096];
+	ftl_set_logger(log_thermal, NULL);
+
+	/* 80 C: throttled; a run of writes takes FTL_THERMAL_WRITE_NS each */
+	nand_sim_set_temperature_mc(d, 80000);
+	nand_wait_until(d, nand_now(d) + FTL_THERMAL_PERIOD_NS); /* the next look */
+	ftl_poll(f);
+	ftl_get_info(f, &info);
+	CHECK_EQ(info.thermal, FTL_THERMAL_THROTTLED);
+	uint64_t t0 = nand_now(d);
+	for (int i = 0; i < 400; i++) {
+		nand_sim_set_temperature_mc(d, 80000); /* hold it there */
+		fill(b, (uint64_t)i % units, 2);
+		CHECK_RC(ftl_write_sync(f, b, ((uint64_t)i % units) * 4096, 4096, 0));
+	}
+	double per = (double)(nand_now(d) - t0) / 400;
+	printf("thermal: 80 C: %.0f us per 4 KiB write (paced to %llu)\n", per / 1e3,
+	       FTL_THERMAL_WRITE_NS / 1000);
+	CHECK(per >= FTL_THERMAL_WRITE_NS * 0.8);
+
+	/* 86 C: a write is held (not failed), a checkpoint is written */
+	ftl_get_stats(f, &st);
+	uint64_t cps = st.checkpoints;
+	nand_sim_set_temperature_mc(d, 86000);
+	uint64_t t_hot = nand_now(d);
+	int flag = 0;
+	struct ftl_io io = { .type = FTL_IO_WRITE, .offset = 0, .length = 4096, .buf = b,
+			     .done = th_done, .priv = &flag };
+	fill(b, 0, 3);
+	/* the next sensor reading is at most a period away */
+	nand_wait_until(d, nand_now(d) + FTL_THERMAL_PERIOD_NS);
+	ftl_poll(f);
+	ftl_get_info(f, &info);
+	CHECK_EQ(info.thermal, FTL_THERMAL_STOPPED);
+	ftl_submit(f, &io);
+	ftl_poll(f);
+	CHECK_EQ(flag, 0);
+	run_until_flag(d, f, &flag, 300ull * 1000000000);
+	CHECK_EQ(flag, 1);
+	double held_s = (double)(nand_now(d) - t_hot) / 1e9;
+	ftl_get_info(f, &info);
+	ftl_get_stats(f, &st);
+	printf("thermal: 86 C: a write held %.1f s (virtual) until %.1f C, max %.1f C, %" PRIu64
+	       " checkpoint(s) meanwhile\n",
+	       held_s, info.temp_mc / 1000.0, info.temp_max_mc / 1000.0, st.checkpoints - cps);
+	CHECK(held_s > 1.0);
+	CHECK(info.temp_mc < FTL_THERMAL_RESUME_MC);
+	CHECK(info.temp_max_mc >= 85000);
+	CHECK(st.checkpoints > cps);
+	CHECK(info.thermal != FTL_THERMAL_STOPPED);
+	uint8_t r[4096];
+	CHECK_RC(ftl_read_sync(f, r, 0, 4096));
+	CHECK(memcmp(r, b, 4096) == 0);
+	/* each change logged, in order */
+	CHECK(th_nlogged >= 3);
+	CHECK(strcmp(th_logged[0], "throttled") == 0);
+	CHECK(strcmp(th_logged[1], "stopped") == 0);
+	CHECK(strcmp(th_logged[2], "ok") == 0 || strcmp(th_logged[2], "throttled") == 0);
+
+	/* stopped again, then closed: the held write completes, nothing waits
+	 * for the cooling */
+	nand_sim_set_temperature_mc(d, 90000);
+	nand_wait_until(d, nand_now(d) + FTL_THERMAL_PERIOD_NS);
+	ftl_poll(f);
+	ftl_get_info(f, &info);
+	CHECK_EQ(info.thermal, FTL_THERMAL_STOPPED);
+	flag = 0;
+	fill(b, 1, 4);
+	io = (struct ftl_io){ .type = FTL_IO_WRITE, .offset = 4096, .length = 4096, .buf = b,
+			      .done = th_done, .priv = &flag };
+	ftl_submit(f, &io);
+	ftl_poll(f);
+	CHECK_EQ(flag, 0);
+	CHECK_RC(ftl_close(f));
+	CHECK_EQ(flag, 1);
+	f = open_ok(d);
+	CHECK_RC(ftl_read_sync(f, r, 4096, 4096));
+	CHECK(memcmp(r, b, 4096) == 0);
+	CHECK_RC(ftl_close(f));
+	ftl_set_logger(NULL, NULL);
+	nand_close(d);
+}
+
 int main(int argc, char **argv)
 {
 	const char *only = argc > 1 ? argv[1] : NULL;
@@ -389,6 +522,8 @@ int main(int argc, char **argv)
 		wear_levelling();
 	if (!only || !strcmp(only, "wear_out"))
 		wear_out();
+	if (!only || !strcmp(only, "thermal"))
+		thermal();
 	printf("ok\n");
 	return 0;
 }
