@@ -359,6 +359,14 @@ void blk_set_retiring(struct ftl *f, uint32_t b)
 	}
 }
 
+void blk_doom(struct ftl *f, uint32_t b)
+{
+	if (f->blk[b].state == BLK_BAD || (f->blk[b].flags & BLKF_DOOMED))
+		return;
+	f->blk[b].flags |= BLKF_DOOMED;
+	f->ndoomed++;
+}
+
 void blk_set_bad(struct ftl *f, uint32_t b, bool grown)
 {
 	struct blk *k = &f->blk[b];
@@ -496,22 +504,41 @@ void band_born_note(struct ftl *f, uint32_t ppa, uint32_t from)
  * data (metadata, victims already being collected, bad) are left alone.
  * Logged (rate-limited), counted in refresh_marked.  O(row_width).
  */
-void band_mark_refresh(struct ftl *f, uint32_t b, enum nand_status st, uint16_t cmax)
+static bool band_refresh_set(struct ftl *f, uint32_t b)
 {
-	(void)st;
 	if (!f->bands_ready || blk_is_sb(f, b) || f->readonly)
-		return;
+		return false;
 	uint8_t state = f->blk[b].state;
 	if (state != BLK_CLOSED && state != BLK_OPEN)
-		return;
+		return false;
 	uint32_t bi = block_band(f, b);
 	struct band *bd = &f->band[bi];
 	if (bd->flags & BANDF_REFRESH)
-		return;
+		return false;
 	bd->flags |= BANDF_REFRESH;
 	if (bd->list == BAND_LIST_BUCKET)
 		f->nrefresh_ready++;
 	f->st.refresh_marked++;
+	return true;
+}
+
+void band_flag_refresh(struct ftl *f, uint32_t b, const char *why)
+{
+	if (!band_refresh_set(f, b) || !why)
+		return;
+	uint64_t n = f->st.refresh_marked;
+	if (n <= 10 || (n & (n - 1)) == 0)
+		ftl_log("band %u (block %u): %s; its data will be relocated (%llu bands marked for "
+			"refresh so far)",
+			block_band(f, b), b, why, (unsigned long long)n);
+}
+
+void band_mark_refresh(struct ftl *f, uint32_t b, enum nand_status st, uint16_t cmax)
+{
+	(void)st;
+	if (!band_refresh_set(f, b))
+		return;
+	uint32_t bi = block_band(f, b);
 	uint64_t n = f->st.refresh_marked;
 	if (n <= 10 || (n & (n - 1)) == 0)
 		ftl_log("band %u (block %u, %u erases): a read %s (%u bits in one codeword, ECC "
@@ -703,6 +730,7 @@ static void erase_done(struct nand_op *op)
 	if (ftl_op_stops(f, op))
 		return; /* stopped: the block stays ERASING, nothing is retired */
 	f->st.blocks_erased++;
+	die_note(f, b, DIE_ERASE, op->status == NAND_OK);
 	if (op->status == NAND_OK) {
 		f->wl_erases++;
 		blk_set_free(f, b);
@@ -757,8 +785,10 @@ void blk_limits(struct ftl *f)
 	f->user_min = f->gc_min + f->ndies + 1;
 	f->gc_start = f->user_min + f->ndies + 2;
 	/* every unit mapped, the reserves, both streams' open bands, superblocks */
-	f->min_usable = (uint32_t)((f->units + f->data_pages - 1) / f->data_pages) + f->gc_start +
-			2 * f->ndies + 2 + f->cp_reserve;
+	uint64_t data_blocks = (f->units + f->data_pages - 1) / f->data_pages;
+	if (f->parity) /* a parity member per band */
+		data_blocks = (data_blocks * w + (w - f->parity) - 1) / (w - f->parity);
+	f->min_usable = (uint32_t)data_blocks + f->gc_start + 2 * f->ndies + 2 + f->cp_reserve;
 	health_update(f);
 	if (f->nusable < f->min_usable && !f->no_space) {
 		f->no_space = true;

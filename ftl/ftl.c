@@ -348,12 +348,20 @@ int ftl_format(struct nand_dev *dev, const struct ftl_format_params *p, char *er
 		rc = -EINVAL;
 		goto out;
 	}
-	if (p->parity_width) {
-		snprintf(err, errlen, "parity width %u: this version of flashd writes bands without "
-			 "parity (width 0 only)", p->parity_width);
+	if (p->parity_width > 1 || (p->parity_width && (f->row_width < 2 || f->row_width > 32))) {
+		snprintf(err, errlen, "parity width %u: flashd writes 0 or 1 parity die per band "
+			 "stripe, and parity needs 2 to 32 dies per row (this geometry has %u)",
+			 p->parity_width, f->row_width);
 		rc = -ENOTSUP;
 		goto out;
 	}
+	if (p->parity_width && f->spare_size < 2 * sizeof(struct ftl_spare)) {
+		snprintf(err, errlen, "parity needs %zu spare bytes per page; this geometry has %u",
+			 2 * sizeof(struct ftl_spare), f->spare_size);
+		rc = -ENOTSUP;
+		goto out;
+	}
+	f->parity = p->parity_width;
 	uint64_t cap;
 	if (p->capacity_bytes) {
 		cap = p->capacity_bytes / FTL_UNIT_SIZE * FTL_UNIT_SIZE;
@@ -366,8 +374,15 @@ int ftl_format(struct nand_dev *dev, const struct ftl_format_params *p, char *er
 			goto out;
 		}
 		cap = ftl_capacity_for_op(dev, op);
+		/* over-provisioning is the share of the data dies' space the
+		 * host does not see: parity comes off the top, so GC has the
+		 * same room as without it */
+		if (f->parity)
+			cap = cap / f->row_width * (f->row_width - f->parity) / FTL_UNIT_SIZE * FTL_UNIT_SIZE;
 	}
 	uint64_t max = ftl_max_capacity(dev);
+	if (f->parity)
+		max = max / f->row_width * (f->row_width - f->parity) / FTL_UNIT_SIZE * FTL_UNIT_SIZE;
 	if (cap < (1u << 20) || cap > max) {
 		snprintf(err, errlen, "capacity %llu bytes is out of range (1 MiB to %llu bytes)",
 			 (unsigned long long)cap, (unsigned long long)max);
@@ -545,11 +560,12 @@ static int step_superblock(struct open_ctx *c)
 		snprintf(c->err, c->errlen, "the superblock holds an impossible format");
 		return -EINVAL;
 	}
-	if (c->sb.parity_width) {
+	if (c->sb.parity_width > 1 || (c->sb.parity_width && (f->row_width < 2 || f->row_width > 32))) {
 		snprintf(c->err, c->errlen, "formatted with %u parity dies per band stripe, which this "
 			 "version of flashd cannot serve", c->sb.parity_width);
 		return -ENOTSUP;
 	}
+	f->parity = c->sb.parity_width;
 	f->format_id = c->sb.format_id;
 	f->sector_size = c->sb.sector_size;
 	f->units = c->sb.units;
@@ -564,6 +580,7 @@ static int step_memory(struct open_ctx *c)
 	struct ftl *f = c->f;
 	const struct ftl_open_params *p = c->p;
 
+	f->st.lost_first = UINT64_MAX;
 	f->l2p = ftl_map(f, f->units * sizeof(uint32_t));
 	int rc = blk_init(f);
 	if (rc)
@@ -630,6 +647,8 @@ static int step_memory(struct open_ctx *c)
 	f->nerase_free = f->ndies;
 
 	rc = gc_init(f);
+	if (!rc)
+		rc = par_init(f);
 	if (!rc)
 		rc = footer_init(f);
 	if (!rc)
@@ -1104,6 +1123,8 @@ int ftl_close(struct ftl *f)
 			cp_request(f, true);
 			rc = ftl_run_until(f, cp_finished, NULL);
 		}
+		if (!rc && f->parity)
+			par_seal_all(f); /* drain_device waits for the programs */
 		if (!rc && f->cp.phase != CP_IDLE)
 			rc = -EIO;
 	}
@@ -1139,7 +1160,7 @@ void ftl_get_info(struct ftl *f, struct ftl_info *info)
 	info->format_time = f->format_time;
 	info->band_rows = f->nrows;
 	info->band_width = f->row_width;
-	info->parity_width = 0;
+	info->parity_width = f->parity;
 	info->was_clean = f->was_clean;
 	info->error = f->error;
 	if (f->error)
@@ -1156,6 +1177,20 @@ void ftl_get_info(struct ftl *f, struct ftl_info *info)
 	info->temp_mc = f->thermal_sensor || f->temp_mc != FTL_TEMP_NONE ? f->temp_mc : FTL_TEMP_NONE;
 	info->temp_max_mc = f->temp_max_mc;
 	info->thermal = (enum ftl_thermal)f->thermal;
+}
+
+int ftl_unit_location(struct ftl *f, uint64_t unit, uint32_t *die, uint32_t *block,
+		      uint32_t *page)
+{
+	if (unit >= f->units)
+		return -ENOENT;
+	uint32_t e = f->l2p[unit];
+	if (!l2p_is_ppa(e) || e == L2P_LOST || e == L2P_UNMAPPED)
+		return -ENOENT;
+	*block = ppa_block(f, e);
+	*page = ppa_page(f, e);
+	*die = block_die(f, *block);
+	return 0;
 }
 
 void ftl_get_stats(struct ftl *f, struct ftl_stats *st)
@@ -1205,6 +1240,8 @@ void ftl_get_stats(struct ftl *f, struct ftl_stats *st)
 	st->rated_pe_cycles = f->dev->rated_pe_cycles;
 	st->endurance_used_percent =
 		st->rated_pe_cycles ? 100.0 * st->erase_avg / st->rated_pe_cycles : 0;
+	st->dies_failed = f->ndead;
+	st->rebuild_bands_left = f->ndead ? par_rebuild_left(f) : 0;
 	st->l2p_bytes = f->units * sizeof(uint32_t);
 	st->ram_bytes = f->ram_bytes;
 	st->write_amplification = st->host_pages_written ?

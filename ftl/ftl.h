@@ -72,8 +72,12 @@ struct ftl_format_params {
 	 * NAND kept as over-provisioning (0 means the stock 20 %) */
 	uint64_t capacity_bytes;
 	double op_percent;
-	/* parity dies per band stripe; 0 (no parity) is the only width this
-	 * version builds (ftl_format refuses others with -ENOTSUP) */
+	/* parity dies per band stripe (Flashback): 0 or 1.  With 1, one die
+	 * of each band's row holds the XOR of the others' pages (24 + 1 on
+	 * iodimm-mlc-320), and the capacity an op_percent gives shrinks by
+	 * that share, so GC keeps the same room (ftl_format refuses other
+	 * widths, or geometries with fewer than 2 or more than 32 dies per
+	 * row, with -ENOTSUP) */
 	uint32_t parity_width;
 };
 
@@ -296,6 +300,11 @@ struct ftl_info {
 	enum ftl_thermal thermal;
 };
 void ftl_get_info(struct ftl *f, struct ftl_info *info);
+/* Where unit lives on the NAND now: 0 and its die, block and page, or
+ * -ENOENT (unmapped, lost, or still in the write buffer).  For tests and
+ * tools; O(1). */
+int ftl_unit_location(struct ftl *f, uint64_t unit, uint32_t *die, uint32_t *block,
+		      uint32_t *page);
 
 /*
  * Counters since the format (lifetime): host bytes and ops read and
@@ -319,6 +328,17 @@ struct ftl_stats {
 	uint64_t crc_errors;            /* data pages that failed their CRC32C */
 	uint64_t program_failures, erase_failures;
 	uint64_t lost_units;            /* units made unreadable by media errors */
+	uint64_t lost_first, lost_last; /* the range they fall in (since open;
+	                                 * lost_first > lost_last: none) */
+	/* parity (Flashback): parity pages programmed, pages rebuilt from
+	 * their stripe (host reads and GC), rebuilds that failed (a second
+	 * error in the stripe: the unit is lost), dead dies, and the bands
+	 * with data on dead dies: at the failure and still to move */
+	uint64_t parity_pages_programmed;
+	uint64_t parity_rebuilds, parity_rebuild_failures;
+	uint64_t parity_stripes_unprotected; /* closed without a parity page */
+	uint32_t dies_failed;
+	uint32_t rebuild_bands_total, rebuild_bands_left;
 	uint64_t blocks_total, blocks_free, blocks_bad, blocks_bad_grown, blocks_meta;
 	uint64_t blocks_data;
 	uint64_t blocks_needed;         /* fewer usable blocks than this: no space */

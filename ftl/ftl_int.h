@@ -119,6 +119,11 @@ struct band {
 	uint16_t counted;        /* members counted in nfree (0: not all free) */
 	uint8_t list;            /* BAND_LIST_* */
 	uint8_t flags;           /* BANDF_*: cleared when the band is free again */
+	uint16_t par;            /* open band with parity: its parity context
+	                          * (parity.c) + 1; 0: none */
+	uint16_t gc_busy;        /* GC victims of the band not yet ready to be
+	                          * erased: with parity, none is erased before
+	                          * all are (a rebuild reads the others) */
 };
 enum { BAND_LIST_NONE, BAND_LIST_FREE, BAND_LIST_BUCKET };
 /* a read of one of its pages came back with few ECC bits to spare (or none):
@@ -223,6 +228,25 @@ struct footer {
 	struct footer *next_free;
 };
 
+/* ---- parity (parity.c) -------------------------------------------------- */
+
+/*
+ * A request to rebuild page ppa from the rest of its stripe, embedded in
+ * the reader's own state (a host read, a GC relocation).  done runs from a
+ * completion (never inside par_rebuild) with 0 and the page's data and
+ * spare (its ftl_spare, checked by the caller like a read's), or -EIO.
+ */
+struct rb_req {
+	uint32_t ppa;
+	uint8_t *data;            /* page_size: out */
+	uint8_t *spare;           /* spare_size: out */
+	void (*done)(struct ftl *f, struct rb_req *rq, int status);
+	struct rb_req *next;      /* waiting for a rebuild context */
+};
+
+struct band_par;
+struct rb_ctx;
+
 /* ---- reads -------------------------------------------------------------- */
 
 struct rop {
@@ -235,6 +259,8 @@ struct rop {
 	uint32_t copy_len;
 	uint8_t *copy_dst;
 	bool rmw;            /* read-modify-write pre-read */
+	bool rebuilt;        /* a parity rebuild was tried */
+	struct rb_req rb;
 	uint8_t *bounce;     /* one page */
 	uint8_t *spare;
 	struct rop *next_free;
@@ -269,6 +295,11 @@ struct gc_read {
 	uint32_t lba, from, data_crc;
 	uint16_t victim;
 	uint16_t tries;           /* reads of the page that were uncorrectable */
+	bool rebuilt;             /* a parity rebuild was tried */
+	bool crc_from_rebuild;    /* the unit came from the dead die's reverse
+	                           * map: its CRC from the rebuilt spare */
+	uint8_t *spare;           /* one spare area (rebuilds) */
+	struct rb_req rb;
 	struct gc_read *next_free;
 };
 
@@ -282,6 +313,12 @@ struct victim {
 	bool need_trim_record;    /* re-logged trims must be closed into a record */
 	bool log_closed;          /* finishing: trims closed, wait_user_pos set */
 	bool aborted;             /* relocations given back: return it unerased */
+	bool ready;               /* reached the erase point once (band.gc_busy) */
+	bool swept;               /* parity: units still mapped into it after the
+	                           * examination were looked up in the map and
+	                           * examined again (foot_state 4) */
+	uint32_t *rmap;           /* [ppb] the unit of each page, from the map
+	                           * (foot_state 4), UINT32_MAX: none */
 	uint32_t cursor;          /* next page to examine */
 	uint32_t fpos;            /* finishing: its index in ftl.vfinish */
 	uint32_t scans_done;      /* spare reads completed */
@@ -299,7 +336,8 @@ struct victim {
 	uint32_t trim_range, trim_unit; /* resume point */
 	uint32_t trim_crc;        /* data CRC of the record being read */
 	/* the block's footer, read first: with it, no spare is scanned */
-	uint8_t foot_state;       /* 0 reading, 1 valid, 2 not there: scan */
+	uint8_t foot_state;       /* 0 reading, 1 valid, 2 not there: scan,
+	                           * 3 dead die: its reverse map, 4 rmap */
 	uint32_t foot_done;       /* footer page reads completed */
 	bool foot_failed;
 	struct nand_op *foot_ops; /* [footer_pages] */
@@ -537,6 +575,26 @@ struct ftl {
 	struct cp_state cp;
 	uint64_t cp_interval;
 
+	/* parity (parity.c): 0 or 1 parity die per band stripe */
+	uint32_t parity;
+	struct band_par *par_pool;  /* contexts of open bands with parity */
+	struct band_par *par_free;
+	uint32_t npar;
+	struct rb_ctx *rb_pool;     /* rebuilds in flight */
+	struct rb_ctx *rb_free;
+	struct rb_req *rb_wait_head, *rb_wait_tail; /* waiting for a context */
+	uint32_t nrb;
+	/* failed dies: every operation on them fails (parity.c, die_note) */
+	uint8_t *die_bad_run;       /* [ndies] failures in a row, saturating */
+	uint8_t *die_bad_kinds;     /* [ndies] 1 << enum die_op seen in that run */
+	uint8_t *die_dead;          /* [ndies] declared failed */
+	uint32_t ndead;
+	uint32_t **dead_rmap;       /* [ndies] for a dead die (with parity): the
+	                             * unit in each of its pages (ppa within the
+	                             * die), as of when it failed (checked
+	                             * against the l2p before use); NULL: none */
+	uint32_t rebuild_total;     /* bands with data on dead dies, at failure */
+
 	/* zero page for zero writes */
 	uint8_t *zero_page;
 
@@ -656,6 +714,9 @@ void blk_set_free(struct ftl *f, uint32_t b);      /* erased */
 void blk_set_dirty(struct ftl *f, uint32_t b);     /* needs an erase */
 void blk_set_closed(struct ftl *f, uint32_t b);
 void blk_set_bad(struct ftl *f, uint32_t b, bool grown);
+/* counted as lost by the reserves from now on, before it is retired (a
+ * dead die's blocks still holding data); the caller updates health */
+void blk_doom(struct ftl *f, uint32_t b);
 void blk_set_victim(struct ftl *f, uint32_t b);    /* CLOSED or RETIRING -> VICTIM */
 void blk_set_retiring(struct ftl *f, uint32_t b);  /* OPEN, a program failed */
 void blk_invalidate(struct ftl *f, uint32_t ppa);  /* valid-- */
@@ -703,6 +764,44 @@ uint32_t band_data_age(const struct ftl *f, uint32_t ppa);
 void band_born_note(struct ftl *f, uint32_t ppa, uint32_t from);
 int eraser_kick(struct ftl *f);
 void blk_limits(struct ftl *f);
+
+/* parity.c */
+int par_init(struct ftl *f);
+/* band bi was opened by a set: pick its parity column, attach a context;
+ * false if none is free (the set tries again later) */
+bool par_band_open(struct ftl *f, uint32_t bi);
+bool par_is_pcol(const struct ftl *f, uint32_t bi, uint32_t col);
+/* data page `page` of band bi in column col is being handed out; last: no
+ * later column of the stripe will be.  false: the stripe's context slot is
+ * still busy with an older stripe (hand out nothing from this band now) */
+bool par_handout(struct ftl *f, uint32_t bi, uint32_t page, uint32_t col, bool last);
+bool par_handout_ok(struct ftl *f, uint32_t bi, uint32_t page);
+/* the cursor left stripe `page` of band bi: nothing more is handed out */
+void par_seal(struct ftl *f, uint32_t bi, uint32_t page);
+/* closing: program the parity of the partial stripes (nothing more will be
+ * handed out of the open bands: the next open closes them) */
+void par_seal_all(struct ftl *f);
+/* a data page's program was submitted: fold it into its stripe's parity */
+void par_submitted(struct ftl *f, uint32_t ppa, const uint8_t *data, const uint8_t *spare);
+/* 0: rebuild started or queued (rq->done follows); -ENOENT: no parity */
+int par_rebuild(struct ftl *f, struct rb_req *rq);
+/* an operation on block b completed ok or failed: a die whose operations
+ * all fail is declared dead (logged, its bands rebuilt by GC) */
+enum die_op { DIE_READ, DIE_PROGRAM, DIE_ERASE };
+void die_note(struct ftl *f, uint32_t b, enum die_op kind, bool ok);
+static inline bool die_is_dead(const struct ftl *f, uint32_t b)
+{
+	return f->ndead && f->die_dead[b / f->blocks_per_die];
+}
+/* the unit the dead die's reverse map puts at ppa, or UINT32_MAX */
+uint32_t dead_rmap_unit(struct ftl *f, uint32_t ppa);
+uint32_t par_rebuild_left(struct ftl *f);  /* bands still holding data on dead dies */
+/* writer.c, for parity.c */
+void footer_note(struct ftl *f, uint32_t ppa, uint32_t lba, uint64_t seq, uint32_t crc);
+void blk_programs_settled(struct ftl *f, uint32_t b);
+void blk_program_failed(struct ftl *f, uint32_t b);
+/* block.c: mark band of b for refresh (GC moves its data first), why logged */
+void band_flag_refresh(struct ftl *f, uint32_t b, const char *why);
 
 /* writer.c */
 int ring_init(struct ftl *f, struct ring *r, uint32_t nslots);

@@ -64,6 +64,9 @@ int gc_init(struct ftl *f)
 		struct gc_read *rd = &f->gc_reads[i];
 		rd->f = f;
 		rd->buf = bufs + (size_t)i * f->page_size;
+		rd->spare = ftl_alloc(f, f->spare_size);
+		if (!rd->spare)
+			return -ENOMEM;
 		rd->next_free = f->gc_read_free;
 		f->gc_read_free = rd;
 	}
@@ -75,6 +78,9 @@ int gc_init(struct ftl *f)
 		v->spares = ftl_alloc(f, (size_t)f->ppb * f->spare_size);
 		v->scan_st = ftl_alloc(f, f->ppb);
 		v->lost = ftl_alloc(f, (size_t)f->ppb * sizeof *v->lost);
+		v->rmap = ftl_alloc(f, (size_t)f->ppb * sizeof *v->rmap);
+		if (!v->rmap)
+			return -ENOMEM;
 		v->trim_buf = ftl_alloc_pages(f, f->page_size);
 		v->foot_ops = ftl_alloc(f, f->footer_pages * sizeof *v->foot_ops);
 		v->foot_buf = ftl_alloc_pages(f, (size_t)f->footer_pages * f->page_size);
@@ -166,6 +172,13 @@ static void foot_read_done(struct nand_op *op)
 		v->scans_done = f->ppb; /* nothing to scan */
 		return;
 	}
+	if (f->dead_rmap[block_die(f, v->block)]) {
+		/* a dead die: its spares are gone too; the units come from the
+		 * reverse map made when it died, their data from parity */
+		v->foot_state = 3;
+		v->scans_done = f->ppb;
+		return;
+	}
 	v->foot_state = 2;
 	if (!f->error)
 		victim_scan(f, vi);
@@ -189,6 +202,9 @@ static void victim_start(struct ftl *f, int vi, uint32_t b, bool retire, bool ur
 	blk_set_victim(f, b);
 	v->block = b;
 	v->phase = VIC_EXAMINING;
+	v->ready = false;
+	v->swept = false;
+	f->band[block_band(f, b)].gc_busy++;
 	v->admitted = ++f->gc_admitted;
 	f->vorder[f->nvorder++] = (struct vorder){ .vi = (uint32_t)vi, .admitted = v->admitted };
 	f->gc_examining++;
@@ -239,6 +255,40 @@ static void gc_read_put(struct ftl *f, struct gc_read *rd)
 	f->gc_read_free = rd;
 }
 
+static void unit_lost(struct ftl *f, uint32_t u)
+{
+	f->st.lost_units++;
+	if (u < f->st.lost_first)
+		f->st.lost_first = u;
+	if (u > f->st.lost_last)
+		f->st.lost_last = u;
+}
+
+static void gc_read_landed(struct ftl *f, struct gc_read *rd, bool readable, bool corrected);
+
+/* The page could not be read: rebuilt from its stripe (or not). */
+static void gc_rebuilt(struct ftl *f, struct rb_req *rq, int status)
+{
+	struct gc_read *rd = (struct gc_read *)((char *)rq - offsetof(struct gc_read, rb));
+	struct victim *v = &f->victims[rd->victim];
+	v->pending--;
+	if (f->error || f->l2p[rd->lba] != rd->from) {
+		gc_read_put(f, rd);
+		return;
+	}
+	bool readable = status == 0;
+	if (readable) {
+		struct ftl_spare sp;
+		readable = spare_parse(f, rd->spare, &sp) == 0 && sp.type == FTL_PG_DATA &&
+			   sp.lba == rd->lba && (rd->crc_from_rebuild || sp.data_crc == rd->data_crc);
+		if (readable)
+			rd->data_crc = sp.data_crc;
+		if (readable && crc32c(0, rd->buf, f->page_size) != rd->data_crc)
+			readable = false;
+	}
+	gc_read_landed(f, rd, readable, false);
+}
+
 /* A relocation read landed: if the unit still lives there, its data takes
  * the next GC ring slot (reserved when the read was issued). */
 static void gc_read_done(struct nand_op *op)
@@ -252,7 +302,9 @@ static void gc_read_done(struct nand_op *op)
 		gc_read_put(f, rd); /* stopped, or rewritten or trimmed meanwhile */
 		return;
 	}
-	if (op->status == NAND_UNCORRECTABLE && rd->tries < GC_READ_TRIES - 1) {
+	die_note(f, op->block, DIE_READ, op->status == NAND_OK || op->status == NAND_CORRECTED);
+	if (op->status == NAND_UNCORRECTABLE && rd->tries < GC_READ_TRIES - 1 &&
+	    !die_is_dead(f, op->block)) {
 		/*
 		 * Read it again before giving the unit up: bit errors differ
 		 * from read to read (NAND controllers retry with shifted read
@@ -266,15 +318,40 @@ static void gc_read_done(struct nand_op *op)
 		return;
 	}
 	bool readable = op->status == NAND_OK || op->status == NAND_CORRECTED;
+	if (readable && rd->crc_from_rebuild) {
+		/* the unit came from the reverse map: the spare says the rest */
+		struct ftl_spare sp;
+		readable = spare_parse(f, rd->spare, &sp) == 0 && sp.type == FTL_PG_DATA &&
+			   sp.lba == rd->lba;
+		if (readable)
+			rd->data_crc = sp.data_crc;
+	}
 	if (readable && crc32c(0, rd->buf, f->page_size) != rd->data_crc) {
 		/* bit rot beyond ECC: relocating it would make it look good */
 		ftl_crc_error(f, rd->from, "data page being relocated by GC");
 		readable = false;
 	}
+	if (!readable && f->parity && !rd->rebuilt) {
+		rd->rebuilt = true;
+		rd->rb.ppa = rd->from;
+		rd->rb.data = rd->buf;
+		rd->rb.spare = rd->spare;
+		rd->rb.done = gc_rebuilt;
+		if (par_rebuild(f, &rd->rb) == 0) {
+			v->pending++; /* until the rebuild is back */
+			return;
+		}
+	}
+	gc_read_landed(f, rd, readable, op->status == NAND_CORRECTED);
+}
+
+static void gc_read_landed(struct ftl *f, struct gc_read *rd, bool readable, bool corrected)
+{
+	struct victim *v = &f->victims[rd->victim];
 	if (!readable) {
 		/* the unit's only current copy is unreadable */
 		f->st.read_errors_uncorrectable++;
-		f->st.lost_units++;
+		unit_lost(f, rd->lba);
 		f->l2p[rd->lba] = L2P_LOST;
 		blk_invalidate(f, rd->from);
 		v->lost[v->nlost++] = rd->lba;
@@ -282,7 +359,7 @@ static void gc_read_done(struct nand_op *op)
 		gc_read_put(f, rd);
 		return;
 	}
-	if (op->status == NAND_CORRECTED)
+	if (corrected)
 		f->st.read_errors_corrected++;
 	struct ring *r = &f->stream[STREAM_GC].ring;
 	uint32_t idx = (uint32_t)(r->fill & r->mask);
@@ -408,6 +485,18 @@ static int victim_examine(struct ftl *f, int vi)
 			sp.lba = e->lba;
 			sp.seq = e->seq;
 			sp.data_crc = e->data_crc;
+		} else if (v->foot_state >= 3) {
+			if (p >= f->data_pages) {
+				v->cursor = f->ppb;
+				n++;
+				break;
+			}
+			uint32_t u = v->foot_state == 3 ? dead_rmap_unit(f, ppa) : v->rmap[p];
+			rc = u == UINT32_MAX ? -EILSEQ : 0;
+			sp.type = FTL_PG_DATA;
+			sp.lba = u;
+			sp.seq = 0;
+			sp.data_crc = 0;
 		} else {
 			if (!v->scan_st[p])
 				break; /* spare read not back yet */
@@ -433,12 +522,14 @@ static int victim_examine(struct ftl *f, int vi)
 			rd->data_crc = sp.data_crc;
 			rd->victim = (uint16_t)vi;
 			rd->tries = 0;
+			rd->rebuilt = false;
+			rd->crc_from_rebuild = v->foot_state >= 3;
 			struct nand_op *op = &rd->op;
 			op->type = NAND_OP_READ;
 			op->block = v->block;
 			op->page = p;
 			op->data = rd->buf;
-			op->spare = NULL;
+			op->spare = rd->crc_from_rebuild ? rd->spare : NULL;
 			op->done = gc_read_done;
 			op->priv = rd;
 			v->pending++;
@@ -490,7 +581,7 @@ static void victim_sweep_lost(struct ftl *f, struct victim *v)
 		if (e >= lo && e < hi && l2p_is_ppa(e)) {
 			f->l2p[u] = L2P_LOST;
 			blk_invalidate(f, e);
-			f->st.lost_units++;
+			unit_lost(f, (uint32_t)u);
 			if (v->nlost < f->ppb)
 				v->lost[v->nlost++] = (uint32_t)u;
 			ftl_log("unit %llu lost: its page in block %u is unreadable",
@@ -545,11 +636,31 @@ int gc_cancel_stalled(struct ftl *f)
 /* A finishing victim is done: its slot is free again. */
 static void victim_finished(struct ftl *f, struct victim *v)
 {
+	if (!v->ready)
+		f->band[block_band(f, v->block)].gc_busy--;
 	uint32_t last = f->vfinish[--f->gc_finishing];
 	f->vfinish[v->fpos] = last;
 	f->victims[last].fpos = v->fpos;
 	v->block = FTL_NO_BLOCK;
 	v->phase = VIC_FREE;
+}
+
+/* The units the map puts into v's block, page by page: one pass over the
+ * l2p (as victim_sweep_lost), then v is examined again from them. */
+static void victim_map_units(struct ftl *f, struct victim *v)
+{
+	uint32_t lo = ppa_make(f, v->block, 0), hi = lo + f->ppb;
+	for (uint32_t p = 0; p < f->ppb; p++)
+		v->rmap[p] = UINT32_MAX;
+	for (uint64_t u = 0; u < f->units; u++) {
+		uint32_t e = f->l2p[u];
+		if (e >= lo && e < hi && l2p_is_ppa(e))
+			v->rmap[e - lo] = (uint32_t)u;
+	}
+	v->swept = true;
+	v->urgent = true; /* not paced by host writes: it holds its band */
+	v->foot_state = 4;
+	v->cursor = 0;
 }
 
 /* Try to finish victim vi; returns 1 if it did. */
@@ -558,8 +669,21 @@ static int victim_finish(struct ftl *f, int vi)
 	struct victim *v = &f->victims[vi];
 	struct ring *ur = &f->stream[STREAM_USER].ring;
 
+	if (v->swept && v->cursor < f->ppb) {
+		victim_examine(f, vi);
+		if (v->cursor < f->ppb)
+			return 0;
+	}
 	if (v->cursor < f->ppb || v->pending || v->scans_done < f->ppb)
 		return 0;
+	if (f->parity && !v->swept && !v->aborted && f->blk[v->block].valid && !f->error) {
+		/* units still mapped into it whose pages said nothing readable
+		 * (footer and spares gone): found through the map, relocated
+		 * with their data rebuilt from parity */
+		victim_map_units(f, v);
+		victim_examine(f, vi);
+		return 0;
+	}
 	if (v->aborted) {
 		/* some relocations were given back: the block keeps them */
 		uint32_t b = v->block;
@@ -595,6 +719,16 @@ static int victim_finish(struct ftl *f, int vi)
 		v->wait_user_pos = ur->fill;
 	}
 	if (ur->done < v->wait_user_pos)
+		return 0;
+	/* with parity, an unreadable page is rebuilt from the other members:
+	 * none is erased before all are relocated.  This costs no free space:
+	 * a band is allocated again only once every member is erased */
+	struct band *bd = &f->band[block_band(f, v->block)];
+	if (!v->ready) {
+		v->ready = true;
+		bd->gc_busy--;
+	}
+	if (bd->gc_busy && f->parity)
 		return 0;
 
 	uint32_t b = v->block;

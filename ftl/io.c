@@ -105,6 +105,8 @@ static int read_verdict(struct ftl *f, const struct nand_op *op, const void *dat
 {
 	if (op->status != NAND_OK && op->status != NAND_CORRECTED && ftl_op_stops(f, op))
 		return f->error;
+	if (op->block < f->nblocks)
+		die_note(f, op->block, DIE_READ, op->status == NAND_OK || op->status == NAND_CORRECTED);
 	if (op->status == NAND_CORRECTED) {
 		f->st.read_errors_corrected++;
 		blk_read_health(f, ppa_block(f, ppa), op->status, op->corrected_max);
@@ -116,13 +118,72 @@ static int read_verdict(struct ftl *f, const struct nand_op *op, const void *dat
 	return ftl_check_data(f, data, spare, unit, ppa);
 }
 
+static void rop_finish(struct ftl *f, struct rop *ro, int err);
+static void rop_submit(struct ftl *f, struct rop *ro, uint32_t ppa, void *data);
+
+/*
+ * A read failed, but the unit has moved meanwhile (GC relocated it, or the
+ * host rewrote or trimmed it): read it where it is now.  A rebuild must
+ * not be tried at the old place: GC may have erased the rest of its stripe
+ * by then.  Returns true if it took over the rop.
+ */
+static bool rop_moved(struct ftl *f, struct rop *ro)
+{
+	uint32_t e = f->l2p[ro->unit];
+	if (e == ro->expect || e == L2P_LOST || f->error)
+		return false;
+	uint8_t *data = ro->op.data;
+	if (e == L2P_UNMAPPED) {
+		memset(data, 0, f->page_size);
+		rop_finish(f, ro, 0);
+	} else if (l2p_is_slot(e)) {
+		memcpy(data, slot_data(f, e), f->page_size);
+		rop_finish(f, ro, 0);
+	} else {
+		ro->expect = e;
+		rop_submit(f, ro, e, data);
+	}
+	return true;
+}
+
+/* A page that could not be read, rebuilt from its stripe (or not). */
+static void rop_rebuilt(struct ftl *f, struct rb_req *rq, int status)
+{
+	struct rop *ro = (struct rop *)((char *)rq - offsetof(struct rop, rb));
+	int err = status;
+	if (!err && f->error)
+		err = f->error;
+	if (!err)
+		err = ftl_check_data(f, rq->data, ro->spare, ro->unit, ro->expect);
+	if (err && rop_moved(f, ro))
+		return;
+	rop_finish(f, ro, err);
+}
+
 static void rop_done(struct nand_op *op)
 {
 	struct rop *ro = op->priv;
 	struct ftl *f = ro->f;
-	struct ftl_io *io = ro->io;
 	int err = read_verdict(f, op, op->data, ro->spare, ro->unit, ro->expect);
 
+	if (err == -EIO && f->parity && rop_moved(f, ro))
+		return;
+	if (err == -EIO && f->parity && !ro->rebuilt && !f->error &&
+	    (!ro->io || ro->io->status == 0 || ro->rmw)) {
+		ro->rebuilt = true;
+		ro->rb.ppa = ro->expect;
+		ro->rb.data = op->data;
+		ro->rb.spare = ro->spare;
+		ro->rb.done = rop_rebuilt;
+		if (par_rebuild(f, &ro->rb) == 0)
+			return;
+	}
+	rop_finish(f, ro, err);
+}
+
+static void rop_finish(struct ftl *f, struct rop *ro, int err)
+{
+	struct ftl_io *io = ro->io;
 	if (ro->rmw) {
 		/* pre-read of a partially written unit; the write resumes in io_kick */
 		ro->copy_len = err ? 2u : 1u; /* 1: ready, 2: failed */
@@ -152,6 +213,7 @@ static void rop_submit(struct ftl *f, struct rop *ro, uint32_t ppa, void *data)
 	op->spare = ro->spare;
 	op->done = rop_done;
 	op->priv = ro;
+	ro->rebuilt = false;
 	f->st.nand_pages_read++;
 	ftl_nand_submit(f, op);
 }
@@ -184,9 +246,14 @@ static void read_continue(struct ftl *f, struct ftl_io *io)
 			now.status = f->read_now(f->dev, now.block, now.page, dst, spare);
 			now.corrected_max = f->dev->last_corrected_max;
 			int err = read_verdict(f, &now, dst, spare, u, e);
+			if (err && f->parity && !f->error && f->rop_free) {
+				/* rebuilt from its stripe: through a read op */
+				goto async;
+			}
 			if (err && !io->status)
 				io->status = err;
 		} else {
+		async:;
 			struct rop *ro = f->rop_free;
 			if (!ro) {
 				io->pending++; /* hold completion while queued */

@@ -25,6 +25,20 @@
  *               of every spare area.  A block without a valid footer
  *               (written before footers existed, cut short by a crash or
  *               a failure) is read spare by spare as before.
+ *   parity      with parity width 1 (Flashback), one member of each band
+ *               (the last live one when the band opens) holds parity: its
+ *               page p is the XOR of page p of the stripe's data members
+ *               (those whose bit is set in the parity page's spare field
+ *               `reserved`), and its spare, after its own struct
+ *               ftl_spare, holds the XOR of those members' ftl_spare
+ *               structs, so a page rebuilt from the others carries its own
+ *               unit, sequence number and CRC and is checked like a read.
+ *               A stripe's parity is programmed once every data page of
+ *               it has been submitted; until then the FTL keeps it in
+ *               memory.  Stripes cut short by a crash have no parity page:
+ *               recovery marks their bands for refresh, so GC moves that
+ *               data into protected stripes first.  Footer pages are not
+ *               covered (GC falls back to the map for a dead die's pages).
  */
 #ifndef FLASHD_FTL_MEDIA_H
 #define FLASHD_FTL_MEDIA_H
@@ -48,6 +62,8 @@ enum ftl_page_type {
 	FTL_PG_CKPT = 3,    /* lba = page index within the checkpoint */
 	FTL_PG_SB = 4,      /* lba = 0 */
 	FTL_PG_FOOTER = 5,  /* lba = page index within the footer */
+	FTL_PG_PARITY = 6,  /* lba = stripe (page index); reserved = columns
+	                     * of the stripe's data pages; seq = their newest */
 };
 
 /* Spare area of every page the FTL programs. */
@@ -157,6 +173,7 @@ _Static_assert(sizeof(struct ftl_trim_hdr) == 8, "on media");
 #define FTL_FOOTER_MAGIC "FLASHFTR"
 #define FTL_FOOTER_TRIM 0xFFFFFFFEu   /* entry lba: a trim record page */
 #define FTL_FOOTER_NONE 0xFFFFFFFFu   /* entry lba: page not written */
+#define FTL_FOOTER_PARITY 0xFFFFFFFDu /* entry lba: a parity page */
 
 struct __attribute__((packed)) ftl_footer_hdr {
 	char magic[8];

@@ -239,7 +239,8 @@ static void first_result(struct ftl *f, void *ctx, uint64_t i, struct nand_op *o
 	int rc = spare_parse(f, op->spare, &sp);
 	if (rc == -ENODATA)
 		x->cls[b] = RC_FREE;
-	else if (rc != 0 || (sp.type != FTL_PG_DATA && sp.type != FTL_PG_TRIM))
+	else if (rc != 0 ||
+		 (sp.type != FTL_PG_DATA && sp.type != FTL_PG_TRIM && sp.type != FTL_PG_PARITY))
 		x->cls[b] = RC_DIRTY;
 	else if (sp.seq > f->cp.cur_seq || cp_open)
 		x->cls[b] = RC_SCAN;
@@ -459,6 +460,13 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 		}
 		k->flags &= (uint8_t)~BLKF_CP_OPEN;
 	}
+	/* parity: stripes cut short by the crash have no parity page (a clean
+	 * close programs the parity of the last, partial ones): GC moves the
+	 * data of bands that were open into protected stripes first */
+	if (f->parity && !f->was_clean)
+		for (uint32_t b = 0; b < f->nblocks; b++)
+			if (x.cls[b] == RC_SCAN && x.no_footer[b] && f->blk[b].state == BLK_CLOSED)
+				band_flag_refresh(f, b, NULL);
 out:
 	if (rc && err && !err[0])
 		snprintf(err, errlen, "recovery failed: %s", strerror(-rc));

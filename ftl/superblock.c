@@ -42,6 +42,7 @@ void sb_fill(struct ftl *f, struct ftl_sb *sb, bool clean)
 	memcpy(sb->geo, &f->geo, sizeof sb->geo);
 	snprintf(sb->preset, sizeof sb->preset, "%s", f->dev->preset);
 	sb->sector_size = f->sector_size;
+	sb->parity_width = f->parity;
 	sb->unit_size = FTL_UNIT_SIZE;
 	sb->units = f->units;
 	sb->format_time = f->format_time;

@@ -94,8 +94,6 @@ static void footer_release(struct ftl *f, struct footer *fo)
 	f->footer_free = fo;
 }
 
-static void blk_programs_settled(struct ftl *f, uint32_t b);
-static void blk_program_failed(struct ftl *f, uint32_t b);
 
 static void footer_done(struct nand_op *op)
 {
@@ -152,7 +150,7 @@ static void footer_write(struct ftl *f, struct footer *fo)
 }
 
 /* A program of page ppa was submitted: note it in its block's footer. */
-static void footer_note(struct ftl *f, uint32_t ppa, uint32_t lba, uint64_t seq, uint32_t crc)
+void footer_note(struct ftl *f, uint32_t ppa, uint32_t lba, uint64_t seq, uint32_t crc)
 {
 	uint32_t b = ppa_block(f, ppa), p = ppa_page(f, ppa);
 	struct footer *fo = footer_get(f, b);
@@ -215,6 +213,15 @@ void ring_release(struct ftl *f, struct ring *r)
  * least `floor` free blocks remain afterwards.
  * Cost: O(nrows + row_width) at worst, O(1) typically.
  */
+/* Column c of the band orow fills takes the stripe's next data page. */
+static bool member_takes(struct ftl *f, const struct open_row *orow, uint32_t c)
+{
+	uint32_t b = band_block(f, orow->band, c);
+	const struct blk *k = &f->blk[b];
+	return k->state == BLK_OPEN && k->wp == orow->page && f->footer_of[b] &&
+	       !(f->parity && par_is_pcol(f, orow->band, c));
+}
+
 uint32_t set_next_page(struct ftl *f, struct open_set *set, uint32_t floor)
 {
 	uint32_t w = f->row_width;
@@ -238,11 +245,14 @@ uint32_t set_next_page(struct ftl *f, struct open_set *set, uint32_t floor)
 				nfoot++;
 			if (nfoot < w)
 				continue;
+			if (f->parity && !f->par_free)
+				continue; /* no parity context for another band yet */
 			/* data GC found cold rests on a worn band */
 			bool worn = set->blkf == (BLKF_GC | BLKF_COLD);
 			uint32_t bi = band_alloc(f, row, BLK_OPEN, worn);
 			if (bi == FTL_NO_BLOCK)
 				continue;
+			par_band_open(f, bi);
 			for (uint32_t c = 0; c < w; c++) {
 				uint32_t b = band_block(f, bi, c);
 				struct blk *k = &f->blk[b];
@@ -256,19 +266,36 @@ uint32_t set_next_page(struct ftl *f, struct open_set *set, uint32_t floor)
 			orow->col = 0;
 		}
 		/* the next live member of the stripe (a member whose program
-		 * failed is retiring: the band goes on without it) */
+		 * failed is retiring: the band goes on without it; the parity
+		 * column is programmed by parity.c) */
+		bool busy = false;
 		for (;;) {
 			if (orow->col == w) {
+				par_seal(f, orow->band, orow->page);
 				orow->col = 0;
 				if (++orow->page == f->data_pages) {
 					orow->band = FTL_NO_BLOCK;
 					break;
 				}
 			}
-			uint32_t b = band_block(f, orow->band, orow->col++);
+			uint32_t c = orow->col;
+			uint32_t b = band_block(f, orow->band, c);
 			struct blk *k = &f->blk[b];
-			if (k->state != BLK_OPEN || k->wp != orow->page || !f->footer_of[b])
+			if (!member_takes(f, orow, c)) {
+				orow->col++;
 				continue;
+			}
+			if (f->parity && !par_handout_ok(f, orow->band, orow->page)) {
+				busy = true; /* an older stripe still holds its slot */
+				break;
+			}
+			orow->col++;
+			if (f->parity) {
+				uint32_t later = orow->col;
+				while (later < w && !member_takes(f, orow, later))
+					later++;
+				par_handout(f, orow->band, orow->page, c, later == w);
+			}
 			uint32_t ppa = ppa_make(f, b, k->wp);
 			k->wp++;
 			k->inflight++;
@@ -279,6 +306,8 @@ uint32_t set_next_page(struct ftl *f, struct open_set *set, uint32_t floor)
 			}
 			return ppa;
 		}
+		if (busy)
+			continue;
 		if (orow->band == FTL_NO_BLOCK)
 			i--; /* the band is full: this row may open another */
 	}
@@ -338,7 +367,7 @@ uint32_t gc_set(struct ftl *f, uint32_t from)
 }
 
 /* A block whose last program finished: close it, or hand it to GC to retire. */
-static void blk_programs_settled(struct ftl *f, uint32_t b)
+void blk_programs_settled(struct ftl *f, uint32_t b)
 {
 	struct blk *k = &f->blk[b];
 	if (k->inflight)
@@ -350,7 +379,7 @@ static void blk_programs_settled(struct ftl *f, uint32_t b)
 }
 
 /* The program of a block failed: stop using the block; GC retires it. */
-static void blk_program_failed(struct ftl *f, uint32_t b)
+void blk_program_failed(struct ftl *f, uint32_t b)
 {
 	struct blk *k = &f->blk[b];
 	if (k->state != BLK_OPEN)
@@ -377,6 +406,7 @@ static void slot_program_done(struct nand_op *op)
 	f->blk[b].inflight--;
 	if (ftl_op_stops(f, op))
 		return; /* stopped: the slot stays unreleased, nothing is retired */
+	die_note(f, b, DIE_PROGRAM, op->status == NAND_OK);
 	if (op->status != NAND_OK) {
 		f->st.program_failures++;
 		blk_program_failed(f, b);
@@ -429,6 +459,8 @@ static void slot_submit(struct ftl *f, struct stream *s, uint32_t idx, uint32_t 
 	op->priv2 = idx;
 	ftl_nand_submit(f, op);
 	footer_note(f, ppa, sl->type == FTL_PG_TRIM ? FTL_FOOTER_TRIM : sl->lba, sl->seq, crc);
+	if (f->parity)
+		par_submitted(f, ppa, data, spare);
 }
 
 /*

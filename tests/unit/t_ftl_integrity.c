@@ -308,10 +308,14 @@ static void t_parity_width(void)
 	char err[256];
 	struct nand_dev *d = dev_new("test-4g", false);
 	struct ftl_info info;
-	struct ftl_format_params fp = { .sector_size = 4096, .parity_width = 1 };
+	struct ftl_format_params fp = { .sector_size = 4096, .parity_width = 2 };
 	CHECK_EQ(ftl_format(d, &fp, err, sizeof err), -ENOTSUP);
-	CHECK(strstr(err, "parity width 1"));
+	CHECK(strstr(err, "parity width 2"));
 	CHECK_EQ(ftl_probe(d, &info, err, sizeof err), -ENODATA); /* nothing written */
+	fp.parity_width = 1; /* 7 + 1: the width is kept in the superblock */
+	CHECK_RC(ftl_format(d, &fp, err, sizeof err));
+	CHECK_RC(ftl_probe(d, &info, err, sizeof err));
+	CHECK_EQ(info.parity_width, 1);
 	fp.parity_width = 0;
 	CHECK_RC(ftl_format(d, &fp, err, sizeof err));
 	struct ftl *f = open_ok(d);
@@ -324,7 +328,7 @@ static void t_parity_width(void)
 	CHECK_RC(ftl_probe(d, &info, err, sizeof err));
 	CHECK_EQ(info.band_width, 8);
 	nand_close(d);
-	printf("ok: parity width: 1 refused before anything is written, 0 formats; bands 2 x 8\n");
+	printf("ok: parity width: 2 refused before anything is written, 1 and 0 format; bands 2 x 8\n");
 }
 
 /* ---- checkpoint ----------------------------------------------------------------- */

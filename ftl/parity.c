@@ -1,0 +1,706 @@
+/*
+ * ftl/parity.c - Flashback: XOR parity per band stripe, the rebuild of a
+ * page from the rest of its stripe, and dead dies.
+ *
+ * Writing (media.h, "parity").  A band opened by a set with parity on gets
+ * a context (struct band_par) and a parity column: its last live member.
+ * The set hands out the other members' pages stripe by stripe
+ * (writer.c, set_next_page); each stripe in progress has a slot in the
+ * context (stripe page % PAR_STRIPES) holding the XOR of the data pages
+ * submitted so far.  A stripe is sealed when its last data page is handed
+ * out; once sealed and every handed-out page submitted, its parity page is
+ * programmed into the parity column, stripes strictly in page order (the
+ * block's pages are programmed in order).  The slot is free again when
+ * that program completes; a band whose next stripe would need a slot still
+ * in use hands out nothing until it is free (bounded memory: PAR_STRIPES
+ * pages per open band).  Cost per data page: one XOR of a page and of a
+ * spare struct, on the ioDimm thread.
+ *
+ * Rebuilding.  A page that reads uncorrectable (or fails its CRC) is
+ * rebuilt from its stripe: the other members' pages at the same index are
+ * read, all dies at once; the parity page (found by its spare type, which
+ * lists the members) XOR the members gives the page and its spare, which
+ * the caller checks like any read.  A stripe still in memory uses the
+ * accumulated XOR instead of a parity page.  A second unreadable member
+ * makes the rebuild fail: the unit is lost (EIO), never wrong data.  A
+ * rebuilt page's band is marked for refresh, so GC rewrites it elsewhere.
+ * Up to nrb rebuilds run at once; more wait in order.
+ *
+ * Dead dies (with parity).  DIE_DEAD_RUN operations in a row failing on one
+ * die, reads and programs or erases among them, none succeeding, declare it
+ * dead (logged at warning level): its free and dirty
+ * blocks are retired, every band with data on it is marked for refresh,
+ * and a reverse map of its pages (unit per page, from one pass over the
+ * l2p) lets GC relocate pages whose footer and spares are gone.  GC then
+ * moves those bands' data (rebuilt from parity) onto the other dies and
+ * retires the dead die's blocks when their erase fails: the bands shrink by
+ * a column, the reserves drop, the capacity stays.  Without parity the
+ * data on the die is lost (reads fail with EIO).
+ */
+#include <errno.h>
+
+#include "ftl/ftl_int.h"
+
+#define PAR_STRIPES 16  /* stripes of one band in progress at once */
+#define RB_CONTEXTS 8   /* rebuilds in flight at once */
+#define DIE_DEAD_RUN 16 /* failures in a row that declare a die dead */
+
+enum { PS_FREE, PS_FILLING, PS_PROGRAMMING };
+
+struct par_stripe {
+	uint32_t page;            /* the stripe (page index) while not FREE */
+	uint8_t state;            /* PS_* */
+	bool sealed;              /* its last data page was handed out */
+	uint16_t need;            /* handed out, not yet submitted */
+	uint32_t sub_mask;        /* columns submitted (XORed into acc) */
+	uint64_t max_seq;         /* newest sequence number among them */
+	struct nand_op op;        /* the parity program */
+	uint8_t *acc;             /* one page: XOR of the submitted data */
+	uint8_t *spare;           /* one spare area: the parity page's own
+	                           * ftl_spare, then the XOR of the members' */
+};
+
+struct band_par {
+	struct ftl *f;
+	uint32_t band;            /* FTL_NO_BLOCK: free */
+	uint32_t pcol;            /* the parity column */
+	uint32_t next;            /* next stripe whose parity is due */
+	uint32_t busy;            /* stripes not FREE */
+	bool dead;                /* the parity block failed: no more parity */
+	struct par_stripe st[PAR_STRIPES];
+	struct band_par *next_free;
+};
+
+struct rb_ctx {
+	struct ftl *f;
+	struct rb_req *rq;
+	uint32_t band, page, tcol;
+	uint32_t pending;         /* reads in flight */
+	uint32_t read_mask;       /* columns read */
+	bool snap;                /* parity from the in-memory stripe */
+	uint32_t snap_mask;       /* its members (target included) */
+	uint8_t *bufs;            /* [row_width] pages; bufs[tcol]: snapshot */
+	uint8_t *spares;          /* [row_width] spare areas */
+	uint8_t *st;              /* [row_width] read status + 1 */
+	struct nand_op *ops;      /* [row_width] */
+	struct rb_ctx *next_free;
+};
+
+#define SPARE_SZ ((uint32_t)sizeof(struct ftl_spare))
+
+static void xor_into(uint8_t *dst, const uint8_t *src, size_t n)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		uint64_t a, b;
+		memcpy(&a, dst + i, 8);
+		memcpy(&b, src + i, 8);
+		a ^= b;
+		memcpy(dst + i, &a, 8);
+	}
+	for (; i < n; i++)
+		dst[i] ^= src[i];
+}
+
+static inline uint32_t block_col(const struct ftl *f, uint32_t b)
+{
+	return block_die(f, b) / f->dies_per_channel;
+}
+
+int par_init(struct ftl *f)
+{
+	uint32_t w = f->row_width;
+	f->die_bad_run = ftl_alloc(f, f->ndies);
+	f->die_dead = ftl_alloc(f, f->ndies);
+	f->die_bad_kinds = ftl_alloc(f, f->ndies);
+	if (!f->die_bad_kinds)
+		return -ENOMEM;
+	f->dead_rmap = ftl_alloc(f, f->ndies * sizeof *f->dead_rmap);
+	if (!f->die_bad_run || !f->die_dead || !f->dead_rmap)
+		return -ENOMEM;
+	if (!f->parity)
+		return 0;
+	/* open bands: two sets per stream, a band per row each, and as many
+	 * again whose pages are all handed out but whose parity is not yet
+	 * programmed */
+	f->npar = 2 * NSTREAMS * NSETS * f->nrows + 4;
+	f->par_pool = ftl_alloc(f, f->npar * sizeof *f->par_pool);
+	if (!f->par_pool)
+		return -ENOMEM;
+	for (uint32_t i = f->npar; i-- > 0;) {
+		struct band_par *bp = &f->par_pool[i];
+		bp->f = f;
+		bp->band = FTL_NO_BLOCK;
+		uint8_t *pages = ftl_alloc_pages(f, (size_t)PAR_STRIPES * f->page_size);
+		uint8_t *spares = ftl_alloc(f, (size_t)PAR_STRIPES * f->spare_size);
+		if (!pages || !spares)
+			return -ENOMEM;
+		for (uint32_t k = 0; k < PAR_STRIPES; k++) {
+			bp->st[k].acc = pages + (size_t)k * f->page_size;
+			bp->st[k].spare = spares + (size_t)k * f->spare_size;
+		}
+		bp->next_free = f->par_free;
+		f->par_free = bp;
+	}
+	f->nrb = RB_CONTEXTS;
+	f->rb_pool = ftl_alloc(f, f->nrb * sizeof *f->rb_pool);
+	if (!f->rb_pool)
+		return -ENOMEM;
+	for (uint32_t i = f->nrb; i-- > 0;) {
+		struct rb_ctx *x = &f->rb_pool[i];
+		x->f = f;
+		x->bufs = ftl_alloc_pages(f, (size_t)w * f->page_size);
+		x->spares = ftl_alloc(f, (size_t)w * f->spare_size);
+		x->st = ftl_alloc(f, w);
+		x->ops = ftl_alloc(f, (size_t)w * sizeof *x->ops);
+		if (!x->bufs || !x->spares || !x->st || !x->ops)
+			return -ENOMEM;
+		x->next_free = f->rb_free;
+		f->rb_free = x;
+	}
+	return 0;
+}
+
+static struct band_par *band_par_of(const struct ftl *f, uint32_t bi)
+{
+	uint16_t i = f->band[bi].par;
+	return i ? &f->par_pool[i - 1] : NULL;
+}
+
+/* ---- writing --------------------------------------------------------------- */
+
+bool par_band_open(struct ftl *f, uint32_t bi)
+{
+	if (!f->parity)
+		return true;
+	struct band_par *bp = f->par_free;
+	if (!bp)
+		return false;
+	uint32_t pcol = UINT32_MAX, ndata = 0;
+	for (uint32_t c = 0; c < f->row_width; c++) {
+		uint32_t b = band_block(f, bi, c);
+		if (f->blk[b].state != BLK_OPEN)
+			continue;
+		if (pcol != UINT32_MAX)
+			ndata++;
+		pcol = c;
+	}
+	if (pcol == UINT32_MAX || !ndata)
+		return true; /* fewer than two live members: nothing to protect with */
+	f->par_free = bp->next_free;
+	bp->band = bi;
+	bp->pcol = pcol;
+	bp->next = 0;
+	bp->busy = 0;
+	bp->dead = false;
+	for (uint32_t k = 0; k < PAR_STRIPES; k++)
+		bp->st[k].state = PS_FREE;
+	f->band[bi].par = (uint16_t)(bp - f->par_pool + 1);
+	return true;
+}
+
+static void par_release(struct ftl *f, struct band_par *bp)
+{
+	f->band[bp->band].par = 0;
+	bp->band = FTL_NO_BLOCK;
+	bp->next_free = f->par_free;
+	f->par_free = bp;
+}
+
+static void par_maybe_release(struct ftl *f, struct band_par *bp)
+{
+	if (bp->band != FTL_NO_BLOCK && bp->next >= f->data_pages && !bp->busy)
+		par_release(f, bp);
+}
+
+bool par_is_pcol(const struct ftl *f, uint32_t bi, uint32_t col)
+{
+	const struct band_par *bp = band_par_of(f, bi);
+	return bp && bp->pcol == col;
+}
+
+bool par_handout_ok(struct ftl *f, uint32_t bi, uint32_t page)
+{
+	struct band_par *bp = band_par_of(f, bi);
+	if (!bp)
+		return true;
+	struct par_stripe *s = &bp->st[page % PAR_STRIPES];
+	return s->state == PS_FREE || s->page == page;
+}
+
+static void par_try_submit(struct ftl *f, struct band_par *bp);
+
+bool par_handout(struct ftl *f, uint32_t bi, uint32_t page, uint32_t col, bool last)
+{
+	struct band_par *bp = band_par_of(f, bi);
+	if (!bp)
+		return true;
+	struct par_stripe *s = &bp->st[page % PAR_STRIPES];
+	if (s->state != PS_FREE && s->page != page)
+		return false;
+	if (s->state == PS_FREE) {
+		s->state = PS_FILLING;
+		s->page = page;
+		s->sealed = false;
+		s->need = 0;
+		s->sub_mask = 0;
+		s->max_seq = 0;
+		memset(s->acc, 0, f->page_size);
+		memset(s->spare, 0, f->spare_size);
+		bp->busy++;
+	}
+	(void)col;
+	s->need++;
+	if (last)
+		s->sealed = true;
+	return true;
+}
+
+void par_seal(struct ftl *f, uint32_t bi, uint32_t page)
+{
+	struct band_par *bp = band_par_of(f, bi);
+	if (!bp)
+		return;
+	struct par_stripe *s = &bp->st[page % PAR_STRIPES];
+	if (s->state != PS_FILLING || s->page != page || s->sealed)
+		return;
+	s->sealed = true;
+	par_try_submit(f, bp);
+}
+
+void par_submitted(struct ftl *f, uint32_t ppa, const uint8_t *data, const uint8_t *spare)
+{
+	uint32_t b = ppa_block(f, ppa), page = ppa_page(f, ppa);
+	struct band_par *bp = band_par_of(f, block_band(f, b));
+	if (!bp)
+		return;
+	struct par_stripe *s = &bp->st[page % PAR_STRIPES];
+	if (s->state != PS_FILLING || s->page != page || !s->need)
+		return; /* not handed out under this context (a retry into a band
+			 * opened before parity began): unprotected */
+	xor_into(s->acc, data, f->page_size);
+	xor_into(s->spare + SPARE_SZ, spare, SPARE_SZ);
+	struct ftl_spare sp;
+	memcpy(&sp, spare, sizeof sp);
+	if (sp.seq > s->max_seq)
+		s->max_seq = sp.seq;
+	s->sub_mask |= 1u << block_col(f, b);
+	s->need--;
+	par_try_submit(f, bp);
+}
+
+static void par_program_done(struct nand_op *op)
+{
+	struct band_par *bp = op->priv;
+	struct ftl *f = bp->f;
+	struct par_stripe *s = &bp->st[op->priv2];
+	uint32_t b = op->block;
+	f->blk[b].inflight--;
+	s->state = PS_FREE;
+	bp->busy--;
+	if (ftl_op_stops(f, op)) {
+		par_maybe_release(f, bp);
+		return;
+	}
+	die_note(f, b, DIE_PROGRAM, op->status == NAND_OK);
+	if (op->status != NAND_OK) {
+		f->st.program_failures++;
+		f->st.parity_stripes_unprotected++;
+		bp->dead = true;
+		blk_program_failed(f, b);
+		band_flag_refresh(f, b, "its parity block failed a program");
+	} else {
+		f->st.nand_pages_programmed++;
+		f->st.parity_pages_programmed++;
+		f->cp.pages_since++;
+	}
+	blk_programs_settled(f, b);
+	par_try_submit(f, bp);
+	par_maybe_release(f, bp);
+}
+
+/* Program the parity of every stripe that is complete, in page order. */
+static void par_try_submit(struct ftl *f, struct band_par *bp)
+{
+	while (bp->band != FTL_NO_BLOCK && bp->next < f->data_pages) {
+		uint32_t k = bp->next % PAR_STRIPES;
+		struct par_stripe *s = &bp->st[k];
+		if (s->state != PS_FILLING || s->page != bp->next || !s->sealed || s->need)
+			break;
+		uint32_t b = band_block(f, bp->band, bp->pcol);
+		struct blk *m = &f->blk[b];
+		bp->next++;
+		if (bp->dead || f->error || m->state != BLK_OPEN || m->wp != s->page) {
+			/* the parity block failed: this stripe stays unprotected */
+			if (!bp->dead) {
+				bp->dead = true;
+				band_flag_refresh(f, b, "its parity block is gone");
+			}
+			f->st.parity_stripes_unprotected++;
+			s->state = PS_FREE;
+			bp->busy--;
+			continue;
+		}
+		uint32_t crc = crc32c(0, s->acc, f->page_size);
+		struct ftl_spare sp = {
+			.magic = FTL_SPARE_MAGIC,
+			.type = FTL_PG_PARITY,
+			.version = FTL_MEDIA_VERSION,
+			.lba = s->page,
+			.data_crc = crc,
+			.seq = s->max_seq,
+			.format_id = f->format_id,
+			.reserved = s->sub_mask,
+		};
+		sp.crc = crc32c(0, &sp, offsetof(struct ftl_spare, crc));
+		memcpy(s->spare, &sp, sizeof sp);
+		if (f->spare_size > 2 * SPARE_SZ)
+			memset(s->spare + 2 * SPARE_SZ, 0xFF, f->spare_size - 2 * SPARE_SZ);
+		uint32_t ppa = ppa_make(f, b, m->wp);
+		m->wp++;
+		m->inflight++;
+		if (m->wp == f->data_pages) {
+			m->wp = (uint16_t)f->ppb;
+			m->inflight = (uint16_t)(m->inflight + f->footer_pages);
+		}
+		s->state = PS_PROGRAMMING;
+		struct nand_op *op = &s->op;
+		memset(op, 0, sizeof *op);
+		op->type = NAND_OP_PROGRAM;
+		op->block = b;
+		op->page = s->page;
+		op->data = s->acc;
+		op->spare = s->spare;
+		op->done = par_program_done;
+		op->priv = bp;
+		op->priv2 = k;
+		ftl_nand_submit(f, op);
+		footer_note(f, ppa, FTL_FOOTER_PARITY, s->max_seq, crc);
+	}
+}
+
+void par_seal_all(struct ftl *f)
+{
+	for (uint32_t i = 0; i < f->npar; i++) {
+		struct band_par *bp = &f->par_pool[i];
+		if (bp->band == FTL_NO_BLOCK)
+			continue;
+		for (uint32_t k = 0; k < PAR_STRIPES; k++)
+			if (bp->st[k].state == PS_FILLING)
+				bp->st[k].sealed = true;
+		par_try_submit(f, bp);
+	}
+}
+
+/* ---- rebuilding ------------------------------------------------------------ */
+
+static void rb_start(struct ftl *f, struct rb_ctx *x, struct rb_req *rq);
+
+static void rb_put(struct ftl *f, struct rb_ctx *x)
+{
+	x->rq = NULL;
+	struct rb_req *next = f->rb_wait_head;
+	if (next) {
+		f->rb_wait_head = next->next;
+		if (!f->rb_wait_head)
+			f->rb_wait_tail = NULL;
+		rb_start(f, x, next);
+		return;
+	}
+	x->next_free = f->rb_free;
+	f->rb_free = x;
+}
+
+static bool member_page_ok(struct ftl *f, struct rb_ctx *x, uint32_t c, struct ftl_spare *sp)
+{
+	uint8_t st = x->st[c];
+	if (st != NAND_OK + 1 && st != NAND_CORRECTED + 1)
+		return false;
+	if (spare_parse(f, x->spares + (size_t)c * f->spare_size, sp) != 0)
+		return false;
+	return sp->data_crc == crc32c(0, x->bufs + (size_t)c * f->page_size, f->page_size);
+}
+
+/* Every read landed: find the parity, XOR the stripe, hand the page over. */
+static void rb_finish(struct ftl *f, struct rb_ctx *x)
+{
+	struct rb_req *rq = x->rq;
+	uint32_t ps = f->page_size, ss = f->spare_size;
+	int status = -EIO;
+	uint32_t members = 0, pc = UINT32_MAX;
+	struct ftl_spare sp;
+
+	if (x->snap) {
+		members = x->snap_mask & ~(1u << x->tcol);
+		pc = x->tcol; /* bufs[tcol] and spares[tcol] hold the snapshot */
+	} else {
+		for (uint32_t c = 0; c < f->row_width; c++) {
+			if (!(x->read_mask & (1u << c)) || !member_page_ok(f, x, c, &sp))
+				continue;
+			if (sp.type == FTL_PG_PARITY && sp.lba == x->page &&
+			    (sp.reserved & (1u << x->tcol))) {
+				pc = c;
+				members = sp.reserved & ~(1u << x->tcol);
+				break;
+			}
+		}
+	}
+	if (pc != UINT32_MAX && !(members & ~x->read_mask)) {
+		uint8_t *out = rq->data, *osp = rq->spare;
+		memcpy(out, x->bufs + (size_t)pc * ps, ps);
+		memset(osp, 0xFF, ss);
+		memcpy(osp, x->spares + (size_t)pc * ss + SPARE_SZ, SPARE_SZ);
+		bool ok = true;
+		for (uint32_t c = 0; c < f->row_width && ok; c++) {
+			if (!(members & (1u << c)))
+				continue;
+			if (!member_page_ok(f, x, c, &sp) || (sp.type != FTL_PG_DATA && sp.type != FTL_PG_TRIM)) {
+				ok = false;
+				break;
+			}
+			xor_into(out, x->bufs + (size_t)c * ps, ps);
+			xor_into(osp, x->spares + (size_t)c * ss, SPARE_SZ);
+		}
+		if (ok)
+			status = 0;
+	}
+	uint32_t ppa = rq->ppa;
+	if (status == 0) {
+		f->st.parity_rebuilds++;
+		band_flag_refresh(f, ppa_block(f, ppa), "a page of it was rebuilt from parity");
+	} else {
+		f->st.parity_rebuild_failures++;
+		uint64_t n = f->st.parity_rebuild_failures;
+		if (n <= 10 || (n & (n - 1)) == 0)
+			ftl_log("block %u page %u: rebuild from parity failed (a second member of "
+				"the stripe unreadable, or no parity) (%llu failures so far)",
+				ppa_block(f, ppa), ppa_page(f, ppa), (unsigned long long)n);
+	}
+	rb_put(f, x);
+	rq->done(f, rq, status);
+}
+
+static void rb_read_done(struct nand_op *op)
+{
+	struct rb_ctx *x = op->priv;
+	struct ftl *f = x->f;
+	uint32_t c = (uint32_t)op->priv2;
+	if (ftl_op_stops(f, op))
+		x->st[c] = 0;
+	else
+		x->st[c] = (uint8_t)(op->status + 1);
+	if (!--x->pending)
+		rb_finish(f, x);
+}
+
+static void rb_start(struct ftl *f, struct rb_ctx *x, struct rb_req *rq)
+{
+	uint32_t b = ppa_block(f, rq->ppa), page = ppa_page(f, rq->ppa);
+	x->rq = rq;
+	x->band = block_band(f, b);
+	x->page = page;
+	x->tcol = block_col(f, b);
+	x->pending = 0;
+	x->read_mask = 0;
+	x->snap = false;
+	memset(x->st, 0, f->row_width);
+	uint32_t want = 0;
+	struct band_par *bp = band_par_of(f, x->band);
+	struct par_stripe *s = bp ? &bp->st[page % PAR_STRIPES] : NULL;
+	if (s && s->state != PS_FREE && s->page == page) {
+		/* the stripe's parity is (still) in memory: the XOR so far
+		 * stands for the parity page, over the pages submitted so far */
+		x->snap = true;
+		x->snap_mask = s->sub_mask;
+		memcpy(x->bufs + (size_t)x->tcol * f->page_size, s->acc, f->page_size);
+		memcpy(x->spares + (size_t)x->tcol * f->spare_size + SPARE_SZ, s->spare + SPARE_SZ,
+		       SPARE_SZ);
+		want = s->sub_mask & ~(1u << x->tcol);
+		if (!(s->sub_mask & (1u << x->tcol)))
+			want = 0; /* the page is not in it: cannot rebuild */
+	} else if (page < f->data_pages) {
+		for (uint32_t c = 0; c < f->row_width; c++) {
+			if (c == x->tcol)
+				continue;
+			uint8_t st = f->blk[band_block(f, x->band, c)].state;
+			if (st == BLK_OPEN || st == BLK_CLOSED || st == BLK_VICTIM || st == BLK_RETIRING)
+				want |= 1u << c;
+		}
+	}
+	if (!want) {
+		/* nothing to read: fails at once, from the next completion's
+		 * point of view (done must not run inside par_rebuild) */
+		x->pending = 1;
+		x->st[x->tcol] = 0;
+		struct nand_op *op = &x->ops[x->tcol];
+		memset(op, 0, sizeof *op);
+		op->type = NAND_OP_READ;
+		op->block = b;
+		op->page = page;
+		op->data = NULL;
+		op->spare = x->spares + (size_t)x->tcol * f->spare_size;
+		if (x->snap) {
+			/* keep the snapshot's spare half: read into a scratch */
+			op->spare = x->spares + (size_t)((x->tcol + 1) % f->row_width) * f->spare_size;
+		}
+		x->snap = false;
+		x->read_mask = 0;
+		op->done = rb_read_done;
+		op->priv = x;
+		op->priv2 = x->tcol;
+		f->st.nand_spare_reads++;
+		ftl_nand_submit(f, op);
+		return;
+	}
+	x->read_mask = want;
+	for (uint32_t c = 0; c < f->row_width; c++)
+		if (want & (1u << c))
+			x->pending++;
+	for (uint32_t c = 0; c < f->row_width; c++) {
+		if (!(want & (1u << c)))
+			continue;
+		struct nand_op *op = &x->ops[c];
+		memset(op, 0, sizeof *op);
+		op->type = NAND_OP_READ;
+		op->block = band_block(f, x->band, c);
+		op->page = page;
+		op->data = x->bufs + (size_t)c * f->page_size;
+		op->spare = x->spares + (size_t)c * f->spare_size;
+		op->done = rb_read_done;
+		op->priv = x;
+		op->priv2 = c;
+		f->st.nand_pages_read++;
+		ftl_nand_submit(f, op);
+	}
+}
+
+int par_rebuild(struct ftl *f, struct rb_req *rq)
+{
+	if (!f->parity || f->error || ppa_page(f, rq->ppa) >= f->data_pages)
+		return -ENOENT;
+	rq->next = NULL;
+	struct rb_ctx *x = f->rb_free;
+	if (!x) {
+		if (f->rb_wait_tail)
+			f->rb_wait_tail->next = rq;
+		else
+			f->rb_wait_head = rq;
+		f->rb_wait_tail = rq;
+		return 0;
+	}
+	f->rb_free = x->next_free;
+	rb_start(f, x, rq);
+	return 0;
+}
+
+/* ---- dead dies --------------------------------------------------------------- */
+
+uint32_t dead_rmap_unit(struct ftl *f, uint32_t ppa)
+{
+	uint32_t b = ppa_block(f, ppa);
+	const uint32_t *m = f->dead_rmap[block_die(f, b)];
+	if (!m)
+		return UINT32_MAX;
+	return m[(size_t)(b % f->blocks_per_die) * f->ppb + ppa_page(f, ppa)];
+}
+
+static bool band_has_data_on(struct ftl *f, uint32_t b)
+{
+	uint8_t st = f->blk[b].state;
+	return st == BLK_OPEN || st == BLK_CLOSED || st == BLK_VICTIM || st == BLK_RETIRING;
+}
+
+uint32_t par_rebuild_left(struct ftl *f)
+{
+	uint32_t n = 0;
+	for (uint32_t d = 0; d < f->ndies && f->ndead; d++) {
+		if (!f->die_dead[d])
+			continue;
+		for (uint32_t i = 0; i < f->blocks_per_die; i++) {
+			uint32_t b = d * f->blocks_per_die + i;
+			n += band_has_data_on(f, b) && f->blk[b].valid;
+		}
+	}
+	return n;
+}
+
+static void die_declare_dead(struct ftl *f, uint32_t die)
+{
+	f->die_dead[die] = 1;
+	f->ndead++;
+	f->st.dies_failed = f->ndead;
+	uint32_t first = die * f->blocks_per_die, marked = 0, retired = 0;
+	for (uint32_t i = 0; i < f->blocks_per_die; i++) {
+		uint32_t b = first + i;
+		uint8_t st = f->blk[b].state;
+		if (st == BLK_FREE || st == BLK_DIRTY) {
+			blk_set_bad(f, b, true);
+			retired++;
+			continue;
+		}
+		if (st == BLK_BAD || st == BLK_META)
+			continue;
+		if (st == BLK_OPEN) {
+			blk_program_failed(f, b); /* no more pages into it */
+			blk_programs_settled(f, b); /* to GC now if nothing is in flight */
+		}
+		if (band_has_data_on(f, b) && f->blk[b].valid) {
+			band_flag_refresh(f, b, NULL);
+			marked++;
+		}
+		blk_doom(f, b); /* retired when its erase fails */
+	}
+	f->rebuild_total += marked;
+	f->st.rebuild_bands_total = f->rebuild_total;
+	/* the units on the die, page by page, for pages whose footer and spare
+	 * died with it: one pass over the l2p, 4 bytes per page of the die */
+	if (f->parity) {
+		size_t n = (size_t)f->blocks_per_die * f->ppb;
+		uint32_t *m = ftl_alloc(f, n * sizeof *m);
+		if (m) {
+			memset(m, 0xFF, n * sizeof *m);
+			for (uint64_t u = 0; u < f->units; u++) {
+				uint32_t e = f->l2p[u];
+				if (!l2p_is_ppa(e))
+					continue;
+				uint32_t b = ppa_block(f, e);
+				if (block_die(f, b) == die)
+					m[(size_t)(b - first) * f->ppb + ppa_page(f, e)] = (uint32_t)u;
+			}
+			f->dead_rmap[die] = m;
+		} else {
+			ftl_log("die %u: no memory for its reverse map: pages GC cannot identify "
+				"are lost", die);
+		}
+	}
+	ftl_log("die %u failed (%d operations in a row): %s; %u bands hold data on it, %u "
+		"of its blocks retired at once",
+		die, DIE_DEAD_RUN,
+		f->parity ? "rebuilding its data from parity onto the other dies"
+			  : "no parity: the data on it is lost (reads fail with EIO)",
+		marked, retired);
+	health_update(f);
+}
+
+void die_note(struct ftl *f, uint32_t b, enum die_op kind, bool ok)
+{
+	if (!f->parity || b >= f->nblocks)
+		return;
+	uint32_t die = block_die(f, b);
+	if (ok) {
+		f->die_bad_run[die] = 0;
+		f->die_bad_kinds[die] = 0;
+		return;
+	}
+	if (f->die_dead[die] || f->readonly)
+		return;
+	if (f->die_bad_run[die] < 255)
+		f->die_bad_run[die]++;
+	f->die_bad_kinds[die] |= (uint8_t)(1u << kind);
+	/* worn blocks fail programs and erases one by one, and a page can
+	 * read uncorrectable: only a run of failures of reads and of writes
+	 * alike, nothing succeeding, is a dead die */
+	if (f->die_bad_run[die] >= DIE_DEAD_RUN && (f->die_bad_kinds[die] & (1u << DIE_READ)) &&
+	    (f->die_bad_kinds[die] & ~(1u << DIE_READ)))
+		die_declare_dead(f, die);
+}

@@ -1,0 +1,390 @@
+/*
+ * t_ftl_parity - Flashback parity (parity width 1) on simulated media:
+ *
+ *   format       parity takes one die per row: capacity and WA figures
+ *   pages        uncorrectable pages, in closed bands and in the stripe
+ *                still in memory, read back right (rebuilt), and GC moves
+ *                their bands
+ *   die          a die fails under load: every unit reads right throughout,
+ *                the FTL declares the die dead, GC rebuilds its data onto
+ *                the others, the reserves drop and the capacity does not;
+ *                the same after a reopen
+ *   two_dies     two dies of one row fail at once: exactly the units on
+ *                them are lost (EIO), every other unit reads right, and the
+ *                lost range is reported
+ *   timed        the die test's load on the virtual clock (asynchronous
+ *                completions, rebuild reads queued behind other work)
+ * Errors must be errors (EIO), never wrong data.
+ */
+#include "ftl/ftl.h"
+#include "tests/unit/t.h"
+
+static void fill(uint8_t *b, uint64_t unit, uint32_t ver)
+{
+	for (int i = 0; i < 4096; i += 8) {
+		uint64_t v = (unit << 32 | ver) * 0x9E3779B97F4A7C15ull + (uint64_t)i;
+		memcpy(b + i, &v, 8);
+	}
+}
+
+static struct nand_dev *dev_new(const char *preset, bool timed)
+{
+	struct nand_sim_config cfg = { .preset = preset, .timing = timed, .virtual_time = timed };
+	struct nand_dev *d;
+	char err[256];
+	CHECK_RC(nand_sim_open(&cfg, &d, err, sizeof err));
+	return d;
+}
+
+static struct ftl *open_ok(struct nand_dev *d)
+{
+	struct ftl *f;
+	char err[256];
+	int rc = ftl_open(d, NULL, &f, err, sizeof err);
+	if (rc) {
+		fprintf(stderr, "ftl_open: %s\n", err);
+		exit(1);
+	}
+	return f;
+}
+
+static void format(struct nand_dev *d, double op, uint32_t parity)
+{
+	char err[256];
+	struct ftl_format_params fp = { .sector_size = 4096, .op_percent = op, .parity_width = parity };
+	int rc = ftl_format(d, &fp, err, sizeof err);
+	if (rc) {
+		fprintf(stderr, "ftl_format: %s\n", err);
+		exit(1);
+	}
+}
+
+static void churn(struct ftl *f, uint32_t *ver, uint64_t units, uint64_t n, uint64_t *seed)
+{
+	uint8_t b[4096];
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t u = i < units ? i : t_rand(seed) % units;
+		ver[u]++;
+		fill(b, u, ver[u]);
+		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
+	}
+}
+
+/* Every unit reads its last version, or EIO where lost[u] (NULL: none may
+ * fail).  Returns the number of EIOs. */
+static uint64_t verify(struct ftl *f, const uint32_t *ver, uint64_t units, const uint8_t *lost)
+{
+	uint8_t b[4096], e[4096];
+	uint64_t eio = 0;
+	for (uint64_t u = 0; u < units; u++) {
+		int rc = ftl_read_sync(f, b, u * 4096, 4096);
+		if (lost && lost[u]) {
+			if (rc != -EIO) {
+				fprintf(stderr, "unit %" PRIu64 " should be lost, read gave %d\n", u, rc);
+				exit(1);
+			}
+			eio++;
+			continue;
+		}
+		if (rc) {
+			fprintf(stderr, "unit %" PRIu64 ": read failed (%s)\n", u, strerror(-rc));
+			exit(1);
+		}
+		if (!ver[u])
+			memset(e, 0, sizeof e);
+		else
+			fill(e, u, ver[u]);
+		if (memcmp(b, e, 4096)) {
+			fprintf(stderr, "unit %" PRIu64 " holds wrong data\n", u);
+			exit(1);
+		}
+	}
+	return eio;
+}
+
+static void format_figures(void)
+{
+	struct nand_dev *d = dev_new("test-1g", false);
+	struct ftl_info i0, i1;
+	format(d, 20, 0);
+	struct ftl *f = open_ok(d);
+	ftl_get_info(f, &i0);
+	CHECK_RC(ftl_close(f));
+	format(d, 20, 1);
+	f = open_ok(d);
+	ftl_get_info(f, &i1);
+	CHECK_EQ(i1.parity_width, 1);
+	/* 4 dies per row: a quarter for parity */
+	printf("format: capacity %" PRIu64 " MiB without parity, %" PRIu64 " MiB with (rows of %u)\n",
+	       i0.capacity >> 20, i1.capacity >> 20, i1.band_width);
+	CHECK(i1.capacity < i0.capacity);
+	CHECK(i1.capacity >= i0.capacity / i1.band_width * (i1.band_width - 1) - (1 << 20));
+	uint64_t units = i1.units, seed = 7;
+	uint32_t *ver = calloc(units, sizeof *ver);
+	churn(f, ver, units, 3 * units, &seed);
+	CHECK_RC(ftl_flush_sync(f));
+	struct ftl_stats st;
+	ftl_get_stats(f, &st);
+	printf("format: %" PRIu64 " parity pages for %" PRIu64 " host pages, WA %.2f\n",
+	       st.parity_pages_programmed, st.host_pages_written, st.write_amplification);
+	CHECK(st.parity_pages_programmed > 0);
+	/* one parity page per (row width - 1) data pages, give or take the
+	 * stripes still open */
+	double share = (double)st.parity_pages_programmed / (double)st.nand_pages_programmed;
+	CHECK(share > 0.15 && share < 0.30);
+	verify(f, ver, units, NULL);
+	CHECK_RC(ftl_close(f));
+	f = open_ok(d);
+	verify(f, ver, units, NULL);
+	CHECK_RC(ftl_close(f));
+	/* widths other than 0 and 1 are refused */
+	char err[256];
+	struct ftl_format_params fp = { .sector_size = 4096, .parity_width = 2 };
+	CHECK_EQ(ftl_format(d, &fp, err, sizeof err), -ENOTSUP);
+	free(ver);
+	nand_close(d);
+}
+
+static void pages(void)
+{
+	struct nand_dev *d = dev_new("test-1g", false);
+	format(d, 20, 1);
+	struct ftl *f = open_ok(d);
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	uint64_t units = info.units, seed = 11;
+	uint32_t *ver = calloc(units, sizeof *ver);
+	churn(f, ver, units, units + units / 2, &seed);
+	/* a closed band's page and the newest unit's (its stripe may still be
+	 * in memory): both uncorrectable from now on */
+	uint32_t die, block, page;
+	uint64_t bad[64];
+	int nbad = 0;
+	for (uint64_t u = 0; u < units && nbad < 63; u += units / 61) {
+		if (ftl_unit_location(f, u, &die, &block, &page) == 0) {
+			CHECK_RC(nand_sim_page_error(d, (uint64_t)block * d->geo.pages_per_block + page,
+						     NAND_UNCORRECTABLE));
+			bad[nbad++] = u;
+		}
+	}
+	uint8_t b[4096];
+	uint64_t last = t_rand(&seed) % units;
+	ver[last]++;
+	fill(b, last, ver[last]);
+	CHECK_RC(ftl_write_sync(f, b, last * 4096, 4096, 0));
+	CHECK_RC(ftl_flush_sync(f));
+	if (ftl_unit_location(f, last, &die, &block, &page) == 0) {
+		CHECK_RC(nand_sim_page_error(d, (uint64_t)block * d->geo.pages_per_block + page,
+					     NAND_UNCORRECTABLE));
+		bad[nbad++] = last;
+	}
+	for (int i = 0; i < nbad; i++) {
+		uint8_t e[4096];
+		CHECK_RC(ftl_read_sync(f, b, bad[i] * 4096, 4096));
+		fill(e, bad[i], ver[bad[i]]);
+		CHECK(memcmp(b, e, 4096) == 0);
+	}
+	struct ftl_stats st;
+	ftl_get_stats(f, &st);
+	printf("pages: %d uncorrectable pages read back right: %" PRIu64 " rebuilds, %" PRIu64
+	       " failed, %" PRIu64 " bands marked for refresh\n",
+	       nbad, st.parity_rebuilds, st.parity_rebuild_failures, st.refresh_marked);
+	CHECK(st.parity_rebuilds >= (uint64_t)nbad);
+	CHECK_EQ(st.parity_rebuild_failures, 0);
+	CHECK(st.refresh_marked > 0);
+	/* GC moves the marked bands (their bad pages rebuilt on the way) */
+	churn(f, ver, units, units, &seed);
+	CHECK_RC(ftl_flush_sync(f));
+	ftl_get_stats(f, &st);
+	printf("pages: after more writes: %" PRIu64 " refreshes collected, %" PRIu64 " lost\n",
+	       st.refresh_collected, st.lost_units);
+	CHECK_EQ(st.lost_units, 0);
+	verify(f, ver, units, NULL);
+	CHECK_RC(ftl_close(f));
+	f = open_ok(d);
+	verify(f, ver, units, NULL);
+	CHECK_RC(ftl_close(f));
+	free(ver);
+	nand_close(d);
+}
+
+static void die_run(bool timed)
+{
+	struct nand_dev *d = dev_new("test-1g", timed);
+	format(d, 36, 1); /* a die is an eighth of this device */
+	struct ftl *f = open_ok(d);
+	struct ftl_info info;
+	struct ftl_stats st0, st;
+	ftl_get_info(f, &info);
+	uint64_t units = info.units, cap = info.capacity, seed = 13;
+	uint32_t *ver = calloc(units, sizeof *ver);
+	churn(f, ver, units, units + units / 4, &seed);
+	CHECK_RC(ftl_flush_sync(f));
+	ftl_get_stats(f, &st0);
+	uint32_t dead = 5;
+	CHECK_RC(nand_sim_fail_die(d, dead));
+	/* everything reads right at once (rebuilt on the fly) */
+	verify(f, ver, units, NULL);
+	/* writes go on; the die is declared dead; GC moves its bands */
+	for (int round = 0; round < 40; round++) {
+		churn(f, ver, units, units / 8, &seed);
+		CHECK_RC(ftl_flush_sync(f));
+		ftl_get_stats(f, &st);
+		if (st.dies_failed && !st.rebuild_bands_left)
+			break;
+	}
+	ftl_get_info(f, &info);
+	printf("die%s: die %u failed: %u dead, %u of %u bands left to rebuild, %" PRIu64
+	       " rebuilds (%" PRIu64 " failed), reserves %.1f%% -> %.1f%%, %" PRIu64 " lost\n",
+	       timed ? " (timed)" : "", dead, st.dies_failed, st.rebuild_bands_left,
+	       st.rebuild_bands_total, st.parity_rebuilds, st.parity_rebuild_failures,
+	       st0.reserve_percent, st.reserve_percent, st.lost_units);
+	CHECK_EQ(st.dies_failed, 1);
+	CHECK_EQ(st.rebuild_bands_left, 0);
+	CHECK(st.rebuild_bands_total > 0);
+	CHECK_EQ(st.lost_units, 0);
+	CHECK(st.reserve_percent < st0.reserve_percent);
+	CHECK_EQ(info.capacity, cap);
+	CHECK(info.state == FTL_STATE_ONLINE || info.state == FTL_STATE_WRITE_REDUCED);
+	verify(f, ver, units, NULL);
+	/* nothing lives on the dead die any more */
+	for (uint64_t u = 0; u < units; u++) {
+		uint32_t die, block, page;
+		if (ftl_unit_location(f, u, &die, &block, &page) == 0)
+			CHECK(die != dead);
+	}
+	CHECK_RC(ftl_close(f));
+	f = open_ok(d);
+	verify(f, ver, units, NULL);
+	churn(f, ver, units, units / 2, &seed);
+	verify(f, ver, units, NULL);
+	CHECK_RC(ftl_close(f));
+	free(ver);
+	nand_close(d);
+}
+
+static void read_done_flag(struct nand_op *op)
+{
+	*(bool *)op->priv = true;
+}
+
+static bool page_erased(struct nand_dev *d, uint32_t block, uint32_t page)
+{
+	uint8_t spare[512];
+	bool done = false;
+	struct nand_op op = { .type = NAND_OP_READ, .block = block, .page = page, .spare = spare,
+			      .done = read_done_flag, .priv = &done };
+	CHECK(d->geo.spare_size <= sizeof spare);
+	CHECK_RC(nand_submit(d, &op));
+	while (!done)
+		nand_poll(d, nand_now(d));
+	for (uint32_t i = 0; i < d->geo.spare_size; i++)
+		if (spare[i] != 0xFF)
+			return false;
+	return true;
+}
+
+static void two_dies(void)
+{
+	struct nand_dev *d = dev_new("test-1g", false);
+	format(d, 50, 1); /* two dies are a quarter of this device */
+	struct ftl *f = open_ok(d);
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	uint64_t units = info.units, seed = 17;
+	uint32_t *ver = calloc(units, sizeof *ver);
+	churn(f, ver, units, units + units / 4, &seed);
+	CHECK_RC(ftl_close(f)); /* every stripe sealed */
+	f = open_ok(d);
+	/* dies 1 and 3: channels 0 and 1 of row 1 (2 dies per channel) */
+	uint32_t a = 1, b = 3, dpc = d->geo.dies_per_channel;
+	CHECK_EQ(a % dpc, b % dpc);
+	/* a unit on one of them is lost unless the other's block of the same
+	 * band is not a member of its stripe: a hole (factory bad, or a
+	 * superblock block: block 0 of dies 0 and 1), or a page never written
+	 * (the last stripe of a band that was open at the close holds only
+	 * the pages written before it, and its parity covers just those) */
+	uint8_t *lost = calloc(units, 1);
+	uint64_t nlost = 0, saved = 0;
+	uint32_t bpd = d->geo.blocks_per_die;
+	for (uint64_t u = 0; u < units; u++) {
+		uint32_t die, block, page;
+		if (ftl_unit_location(f, u, &die, &block, &page) != 0 || (die != a && die != b))
+			continue;
+		uint32_t other = (die == a ? b : a) * bpd + block % bpd;
+		if (nand_factory_bad(d, other) || other == 0 || other == bpd ||
+		    page_erased(d, other, page)) {
+			saved++;
+			continue;
+		}
+		lost[u] = 1;
+		nlost++;
+	}
+	CHECK_RC(nand_sim_fail_die(d, a));
+	CHECK_RC(nand_sim_fail_die(d, b));
+	uint64_t eio = verify(f, ver, units, lost);
+	struct ftl_stats st;
+	ftl_get_stats(f, &st);
+	printf("two dies: %" PRIu64 " of %" PRIu64 " units were on dies %u and %u in stripes with "
+	       "both: all read EIO, every other unit right (%" PRIu64 " on them rebuilt)\n",
+	       nlost, units, a, b, saved);
+	CHECK(nlost > 0);
+	CHECK_EQ(eio, nlost);
+	/* GC gives the units up for good (lost, recorded) and moves the rest */
+	churn(f, ver, units, 0, &seed);
+	for (int round = 0; round < 40; round++) {
+		uint8_t buf[4096];
+		for (uint64_t i = 0; i < units / 8; i++) {
+			uint64_t u = t_rand(&seed) % units;
+			if (lost[u])
+				continue;
+			ver[u]++;
+			fill(buf, u, ver[u]);
+			CHECK_RC(ftl_write_sync(f, buf, u * 4096, 4096, 0));
+		}
+		CHECK_RC(ftl_flush_sync(f));
+		ftl_get_stats(f, &st);
+		if (st.dies_failed == 2 && !st.rebuild_bands_left)
+			break;
+	}
+	printf("two dies: %u dead, %u bands left, %" PRIu64 " units lost, range %" PRIu64
+	       "-%" PRIu64 "\n",
+	       st.dies_failed, st.rebuild_bands_left, st.lost_units, st.lost_first, st.lost_last);
+	CHECK_EQ(st.dies_failed, 2);
+	CHECK_EQ(st.rebuild_bands_left, 0);
+	CHECK_EQ(st.lost_units, nlost);
+	uint64_t lo = UINT64_MAX, hi = 0;
+	for (uint64_t u = 0; u < units; u++)
+		if (lost[u]) {
+			lo = u < lo ? u : lo;
+			hi = u;
+		}
+	CHECK_EQ(st.lost_first, lo);
+	CHECK_EQ(st.lost_last, hi);
+	CHECK_EQ(verify(f, ver, units, lost), nlost);
+	CHECK_RC(ftl_close(f));
+	f = open_ok(d);
+	CHECK_EQ(verify(f, ver, units, lost), nlost);
+	CHECK_RC(ftl_close(f));
+	free(lost);
+	free(ver);
+	nand_close(d);
+}
+
+int main(int argc, char **argv)
+{
+	const char *only = argc > 1 ? argv[1] : NULL;
+	ftl_set_logger(NULL, NULL);
+	if (!only || !strcmp(only, "format"))
+		format_figures();
+	if (!only || !strcmp(only, "pages"))
+		pages();
+	if (!only || !strcmp(only, "die"))
+		die_run(false);
+	if (!only || !strcmp(only, "two_dies"))
+		two_dies();
+	if (!only || !strcmp(only, "timed"))
+		die_run(true);
+	printf("ok\n");
+	return 0;
+}
