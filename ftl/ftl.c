@@ -982,6 +982,8 @@ void ftl_debug_dump(struct ftl *f)
 	ftl_log("io: write head %p durable head %p read head %p in flight %u",
 		(void *)f->wq_write.head, (void *)f->wq_durable.head, (void *)f->wq_read.head,
 		f->ios_in_flight);
+	if (f->parity)
+		par_debug_dump(f);
 }
 
 void ftl_debug_dump_public(struct ftl *f)

@@ -260,6 +260,7 @@ struct rop {
 	uint8_t *copy_dst;
 	bool rmw;            /* read-modify-write pre-read */
 	bool rebuilt;        /* a parity rebuild was tried */
+	bool retried;        /* read again once after an uncorrectable read */
 	struct rb_req rb;
 	uint8_t *bounce;     /* one page */
 	uint8_t *spare;
@@ -767,6 +768,7 @@ void blk_limits(struct ftl *f);
 
 /* parity.c */
 int par_init(struct ftl *f);
+void par_debug_dump(struct ftl *f); /* through ftl_log */
 /* band bi was opened by a set: pick its parity column, attach a context;
  * false if none is free (the set tries again later) */
 bool par_band_open(struct ftl *f, uint32_t bi);
@@ -783,6 +785,11 @@ void par_seal(struct ftl *f, uint32_t bi, uint32_t page);
 void par_seal_all(struct ftl *f);
 /* a data page's program was submitted: fold it into its stripe's parity */
 void par_submitted(struct ftl *f, uint32_t ppa, const uint8_t *data, const uint8_t *spare);
+/* recovery, with the blocks that were open at the crash (no footer): the
+ * stripes they hold without a parity page get one (*done: bands made
+ * whole; the others are marked for refresh).  0, or -EIO if the medium
+ * stopped (a power cut during open). */
+int par_recover(struct ftl *f, const uint32_t *blocks, uint32_t n, uint32_t *done);
 /* 0: rebuild started or queued (rq->done follows); -ENOENT: no parity */
 int par_rebuild(struct ftl *f, struct rb_req *rq);
 /* an operation on block b completed ok or failed: a die whose operations

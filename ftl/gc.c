@@ -755,12 +755,17 @@ static uint64_t gc_room(struct ftl *f)
 				continue;
 			for (uint32_t c = 0; c < f->row_width; c++) {
 				const struct blk *m = &f->blk[band_block(f, bi, c)];
-				if (m->state == BLK_OPEN && m->wp < f->data_pages)
+				if (m->state == BLK_OPEN && m->wp < f->data_pages &&
+				    !(f->parity && par_is_pcol(f, bi, c)))
 					room += f->data_pages - m->wp;
 			}
 		}
-	if (f->nfree > f->gc_min)
-		room += (uint64_t)(f->nfree - f->gc_min) * f->data_pages;
+	if (f->nfree > f->gc_min) {
+		uint64_t pages = (uint64_t)(f->nfree - f->gc_min) * f->data_pages;
+		if (f->parity) /* a member of each band holds parity */
+			pages = pages * (f->row_width - f->parity) / f->row_width;
+		room += pages;
+	}
 	return room;
 }
 

@@ -168,6 +168,14 @@ static void rop_done(struct nand_op *op)
 
 	if (err == -EIO && f->parity && rop_moved(f, ro))
 		return;
+	if (err == -EIO && f->parity && !ro->retried && op->status == NAND_UNCORRECTABLE &&
+	    !die_is_dead(f, op->block) && !f->error) {
+		/* once more first: a read's bit errors differ from try to try */
+		ro->retried = true;
+		f->st.nand_pages_read++;
+		ftl_nand_submit(f, op);
+		return;
+	}
 	if (err == -EIO && f->parity && !ro->rebuilt && !f->error &&
 	    (!ro->io || ro->io->status == 0 || ro->rmw)) {
 		ro->rebuilt = true;
@@ -214,6 +222,7 @@ static void rop_submit(struct ftl *f, struct rop *ro, uint32_t ppa, void *data)
 	op->done = rop_done;
 	op->priv = ro;
 	ro->rebuilt = false;
+	ro->retried = false;
 	f->st.nand_pages_read++;
 	ftl_nand_submit(f, op);
 }

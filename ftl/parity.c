@@ -593,6 +593,188 @@ int par_rebuild(struct ftl *f, struct rb_req *rq)
 	return 0;
 }
 
+void par_debug_dump(struct ftl *f)
+{
+	uint32_t nfree = 0;
+	for (struct band_par *bp = f->par_free; bp; bp = bp->next_free)
+		nfree++;
+	ftl_log("parity: %u of %u contexts free", nfree, f->npar);
+	for (uint32_t i = 0; i < f->npar; i++) {
+		struct band_par *bp = &f->par_pool[i];
+		if (bp->band == FTL_NO_BLOCK)
+			continue;
+		char buf[160];
+		int n = 0;
+		for (uint32_t k = 0; k < PAR_STRIPES && n < (int)sizeof buf - 24; k++)
+			if (bp->st[k].state != PS_FREE)
+				n += snprintf(buf + n, sizeof buf - (size_t)n, " %u:%c%s%u", bp->st[k].page,
+					      bp->st[k].state == PS_FILLING ? 'f' : 'p',
+					      bp->st[k].sealed ? "s" : "", bp->st[k].need);
+		buf[n] = 0;
+		ftl_log("  band %u pcol %u next %u busy %u dead %d:%s", bp->band, bp->pcol, bp->next,
+			bp->busy, bp->dead, buf);
+	}
+}
+
+/* ---- recovery: stripes cut short ---------------------------------------------- */
+
+static bool stop_status(enum nand_status st)
+{
+	return st == NAND_POWER_LOSS || st == NAND_IO_ERROR || st == NAND_INVALID;
+}
+
+/* Read page of b (data may be NULL): its status; *sp parsed, *valid when
+ * the spare is ours and (with data) the data matches its CRC, *erased. */
+static enum nand_status rec_read(struct ftl *f, uint32_t b, uint32_t page, uint8_t *data,
+				 uint8_t *spare, struct ftl_spare *sp, bool *valid, bool *erased)
+{
+	struct nand_op op = { .type = NAND_OP_READ, .block = b, .page = page, .data = data,
+			      .spare = spare };
+	enum nand_status st = nand_op_sync(f->dev, &op);
+	if (data)
+		f->st.nand_pages_read++;
+	else
+		f->st.nand_spare_reads++;
+	bool readable = st == NAND_OK || st == NAND_CORRECTED;
+	int rc = readable ? spare_parse(f, spare, sp) : -EILSEQ;
+	*erased = rc == -ENODATA;
+	*valid = rc == 0 && (!data || sp->data_crc == crc32c(0, data, f->page_size));
+	return st;
+}
+
+/*
+ * One band that was open at a crash: program the parity of its stripes
+ * that have data but no parity page yet, in page order, into its parity
+ * column.  The parity column is the member whose page 0 is a parity page,
+ * or, when none is, the last member not bad whose page 0 is erased (the
+ * crash came before the first stripe's parity).  1: every stripe with data
+ * is protected; 0: not (GC refreshes the band); -EIO: the medium stopped.
+ * Cost: a spare read per member, ~log2(pages) spare reads, and a page read
+ * per member for each stripe without parity (at most PAR_STRIPES + 1 of
+ * them: a band hands out no stripe further ahead), synchronous.
+ */
+static int par_recover_band(struct ftl *f, uint32_t bi, uint8_t *bufs, uint8_t *spares,
+			    uint8_t *acc, uint8_t *pspare)
+{
+	uint32_t w = f->row_width, ps = f->page_size, ss = f->spare_size;
+	uint32_t pcol = UINT32_MAX, live = 0, empty = 0;
+	struct ftl_spare sp;
+	bool valid, erased;
+	for (uint32_t c = 0; c < w; c++) {
+		uint32_t b = band_block(f, bi, c);
+		uint8_t st = f->blk[b].state;
+		if (st == BLK_BAD || st == BLK_META)
+			continue;
+		live |= 1u << c;
+		enum nand_status ns = rec_read(f, b, 0, NULL, spares, &sp, &valid, &erased);
+		if (stop_status(ns))
+			return -EIO;
+		if (valid && sp.type == FTL_PG_PARITY)
+			pcol = c;
+		if (erased)
+			empty |= 1u << c;
+	}
+	if (pcol == UINT32_MAX)
+		for (uint32_t c = w; c-- > 0;)
+			if (empty & (1u << c)) {
+				pcol = c;
+				break;
+			}
+	if (pcol == UINT32_MAX || !(live & ~(1u << pcol)))
+		return 0;
+	uint32_t pb = band_block(f, bi, pcol);
+	/* the first stripe without parity: the parity column's first erased
+	 * page (its pages are programmed in order) */
+	uint32_t lo = 0, hi = f->data_pages;
+	while (lo < hi) {
+		uint32_t mid = (lo + hi) / 2;
+		enum nand_status ns = rec_read(f, pb, mid, NULL, spares, &sp, &valid, &erased);
+		if (stop_status(ns))
+			return -EIO;
+		if (erased)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	for (uint32_t page = lo; page < f->data_pages; page++) {
+		uint32_t mask = 0;
+		uint64_t max_seq = 0;
+		memset(acc, 0, ps);
+		memset(pspare, 0, ss);
+		for (uint32_t c = 0; c < w; c++) {
+			if (c == pcol || !(live & (1u << c)))
+				continue;
+			uint8_t *d = bufs + (size_t)c * ps, *sa = spares + (size_t)c * ss;
+			enum nand_status ns = rec_read(f, band_block(f, bi, c), page, d, sa, &sp, &valid,
+						       &erased);
+			if (stop_status(ns))
+				return -EIO;
+			if (!valid || (sp.type != FTL_PG_DATA && sp.type != FTL_PG_TRIM))
+				continue; /* erased, or torn by the crash: never acknowledged */
+			xor_into(acc, d, ps);
+			xor_into(pspare + SPARE_SZ, sa, SPARE_SZ);
+			if (sp.seq > max_seq)
+				max_seq = sp.seq;
+			mask |= 1u << c;
+		}
+		if (!mask)
+			return 1; /* nothing written from here on */
+		struct ftl_spare psp = {
+			.magic = FTL_SPARE_MAGIC, .type = FTL_PG_PARITY, .version = FTL_MEDIA_VERSION,
+			.lba = page, .data_crc = crc32c(0, acc, ps), .seq = max_seq,
+			.format_id = f->format_id, .reserved = mask,
+		};
+		psp.crc = crc32c(0, &psp, offsetof(struct ftl_spare, crc));
+		memcpy(pspare, &psp, sizeof psp);
+		if (ss > 2 * SPARE_SZ)
+			memset(pspare + 2 * SPARE_SZ, 0xFF, ss - 2 * SPARE_SZ);
+		struct nand_op op = { .type = NAND_OP_PROGRAM, .block = pb, .page = page, .data = acc,
+				      .spare = pspare };
+		enum nand_status st = nand_op_sync(f->dev, &op);
+		if (stop_status(st))
+			return -EIO;
+		if (st != NAND_OK)
+			return 0; /* the parity block failed */
+		f->st.nand_pages_programmed++;
+		f->st.parity_pages_programmed++;
+		if (f->blk[pb].state == BLK_FREE)
+			blk_set_closed(f, pb); /* it holds pages now: erased before reuse */
+	}
+	return 1;
+}
+
+int par_recover(struct ftl *f, const uint32_t *blocks, uint32_t n, uint32_t *done)
+{
+	*done = 0;
+	if (!f->parity || !n || f->readonly)
+		return 0;
+	uint32_t w = f->row_width;
+	uint8_t *seen = calloc(f->nbands, 1);
+	uint8_t *bufs = aligned_alloc(4096, (size_t)(w + 1) * f->page_size);
+	uint8_t *spares = malloc((size_t)(w + 1) * f->spare_size);
+	int rc = 0;
+	if (!seen || !bufs || !spares)
+		rc = -ENOMEM;
+	for (uint32_t i = 0; !rc && i < n; i++) {
+		uint32_t bi = block_band(f, blocks[i]);
+		if (seen[bi])
+			continue;
+		seen[bi] = 1;
+		int r = par_recover_band(f, bi, bufs, spares, bufs + (size_t)w * f->page_size,
+					 spares + (size_t)w * f->spare_size);
+		if (r < 0)
+			rc = r;
+		else if (r)
+			(*done)++;
+		else
+			band_flag_refresh(f, blocks[i], NULL); /* GC moves its data instead */
+	}
+	free(seen);
+	free(bufs);
+	free(spares);
+	return rc;
+}
+
 /* ---- dead dies --------------------------------------------------------------- */
 
 uint32_t dead_rmap_unit(struct ftl *f, uint32_t ppa)

@@ -26,6 +26,8 @@
 
 #include "ftl/ftl_int.h"
 
+#define READ_TRIES 3 /* reads of a page that came back uncorrectable */
+
 static void batch_op_done(struct nand_op *op)
 {
 	*(bool *)op->priv = true;
@@ -43,18 +45,30 @@ enum nand_status nand_op_sync(struct nand_dev *dev, struct nand_op *op)
 		op->err = rc;
 		return op->status;
 	}
-	while (!done) {
-		uint64_t due = nand_next_due(dev);
-		if (due != UINT64_MAX)
-			nand_wait_until(dev, due);
-		nand_poll(dev, nand_now(dev));
+	for (int tries = 1;; tries++) {
+		while (!done) {
+			uint64_t due = nand_next_due(dev);
+			if (due != UINT64_MAX)
+				nand_wait_until(dev, due);
+			nand_poll(dev, nand_now(dev));
+		}
+		/* a read's bit errors differ from try to try: read again before
+		 * taking a page as unreadable (and a log entry as never made) */
+		if (op->type != NAND_OP_READ || op->status != NAND_UNCORRECTABLE ||
+		    tries == READ_TRIES)
+			return op->status;
+		done = false;
+		if (nand_submit(dev, op)) {
+			op->status = NAND_INVALID;
+			return op->status;
+		}
 	}
-	return op->status;
 }
 
 struct batch_slot {
 	struct nand_op op;
 	bool done;
+	uint8_t tries;
 	uint64_t index;
 };
 
@@ -102,6 +116,7 @@ int read_batch(struct ftl *f, uint64_t count, uint32_t window,
 			op->done = batch_slot_done;
 			op->priv = &s[k];
 			s[k].done = false;
+			s[k].tries = 1;
 			s[k].index = next;
 			next++;
 			inflight++;
@@ -120,6 +135,15 @@ int read_batch(struct ftl *f, uint64_t count, uint32_t window,
 		nand_poll(f->dev, nand_now(f->dev));
 		while (inflight && s[head].done) {
 			struct nand_op *op = &s[head].op;
+			if (op->status == NAND_UNCORRECTABLE && s[head].tries < READ_TRIES && !rc) {
+				/* read again (as nand_op_sync); results stay in order */
+				s[head].tries++;
+				s[head].done = false;
+				if (nand_submit(f->dev, op) == 0)
+					break;
+				op->status = NAND_INVALID;
+				s[head].done = true;
+			}
 			if (op->status == NAND_POWER_LOSS || op->status == NAND_INVALID ||
 			    op->status == NAND_IO_ERROR)
 				rc = -EIO;
@@ -460,13 +484,20 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 		}
 		k->flags &= (uint8_t)~BLKF_CP_OPEN;
 	}
-	/* parity: stripes cut short by the crash have no parity page (a clean
-	 * close programs the parity of the last, partial ones): GC moves the
-	 * data of bands that were open into protected stripes first */
-	if (f->parity && !f->was_clean)
+	/* parity: stripes cut short by a crash have no parity page (a clean
+	 * close programs the parity of the last, partial ones): program it
+	 * now, from the pages that made it (a band where that fails is
+	 * refreshed: GC moves its data into protected stripes first) */
+	if (f->parity) {
+		uint32_t n = 0, done = 0;
 		for (uint32_t b = 0; b < f->nblocks; b++)
 			if (x.cls[b] == RC_SCAN && x.no_footer[b] && f->blk[b].state == BLK_CLOSED)
-				band_flag_refresh(f, b, NULL);
+				x.list[n++] = b;
+		rc = par_recover(f, x.list, n, &done);
+		if (done)
+			ftl_log("parity: %u bands open at the crash had stripes without parity: "
+				"programmed it", done);
+	}
 out:
 	if (rc && err && !err[0])
 		snprintf(err, errlen, "recovery failed: %s", strerror(-rc));

@@ -30,16 +30,23 @@ struct config {
 	bool timing;     /* virtual-time timing model: completions arrive later */
 	bool faults;     /* grown bad blocks and corrected bit errors */
 	double op;       /* over-provisioning, % of raw (0: stock) */
+	uint32_t parity; /* parity width: with 1, reads also fail uncorrectable
+	                  * now and then (rebuilt from their stripes) */
 };
 
 static const struct config configs[] = {
-	{ "test-16m", 4096, false, false, 0 },
-	{ "test-16m", 512, true, false, 0 },
-	{ "test-64m", 512, false, true, 0 },
-	{ "test-64m-bad", 4096, true, true, 25 },
+	{ "test-16m", 4096, false, false, 0, 0 },
+	{ "test-16m", 512, true, false, 0, 0 },
+	{ "test-64m", 512, false, true, 0, 0 },
+	{ "test-64m-bad", 4096, true, true, 25, 0 },
 	/* large blocks (512 pages) on one die with completions arriving later:
 	 * hundreds of programs in flight per block */
-	{ "test-128m-512p", 4096, true, false, 35 },
+	{ "test-128m-512p", 4096, true, false, 35, 0 },
+	/* Flashback parity, with grown bad blocks, corrected and
+	 * uncorrectable bit errors: 2-die rows (the parity mirrors), and
+	 * 4-die rows (3 + 1) with completions arriving later */
+	{ "test-64m", 4096, false, true, 30, 1 },
+	{ "test-1g", 512, true, true, 30, 1 },
 };
 #define NCONFIGS (sizeof configs / sizeof configs[0])
 
@@ -67,6 +74,9 @@ static struct {
 	int verbose;
 	/* counters */
 	uint64_t ops, cuts, reopens, flushes, failed_ios, open_cuts, grown;
+	uint64_t rebuilds, rebuild_failures; /* parity, over every open */
+	uint64_t sticky;                     /* pages made unreadable */
+	uint32_t grown_blocks[8], ngrown_blocks; /* blocks made to fail */
 } M;
 
 static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -184,6 +194,45 @@ static void unit_durable_from(uint64_t u, uint32_t idx)
 
 /* ---- device ------------------------------------------------------------- */
 
+/* the configuration's steady faults (no power cut armed) */
+static struct nand_sim_faults base_faults(void)
+{
+	struct nand_sim_faults ft = { 0 };
+	if (M.cfg->faults)
+		ft.corrected_ppm = 1000;
+	if (M.cfg->parity)
+		ft.uncorrectable_ppm = 300;
+	return ft;
+}
+
+/* The band of block b (block b of every die of its row, FTL's layout) has
+ * another member, and none the test made fail: its stripes carry parity. */
+static bool band_protected(uint32_t b)
+{
+	const struct nand_geometry *g = &M.dev->geo;
+	uint32_t bpd = g->blocks_per_die, dpc = g->dies_per_channel;
+	uint32_t row = (b / bpd) % dpc, idx = b % bpd, members = 0;
+	for (uint32_t c = 0; c < g->channels; c++) {
+		uint32_t o = (c * dpc + row) * bpd + idx;
+		if (nand_factory_bad(M.dev, o) || o == 0 || o == bpd) /* bad, superblock */
+			continue;
+		for (uint32_t i = 0; i < M.ngrown_blocks; i++)
+			if (M.grown_blocks[i] == o)
+				return false;
+		members++;
+	}
+	return members >= 2;
+}
+
+/* before the FTL is closed or abandoned: its counters since open */
+static void count_stats(void)
+{
+	struct ftl_stats st;
+	ftl_get_stats(M.f, &st);
+	M.rebuilds += st.parity_rebuilds;
+	M.rebuild_failures += st.parity_rebuild_failures;
+}
+
 static void open_ftl(void)
 {
 	char err[256];
@@ -250,11 +299,26 @@ static void verify_after_reopen(bool exact)
 
 static void reopen_clean(void)
 {
+	count_stats();
 	int rc = ftl_close(M.f);
 	if (rc)
 		fail("clean close: %d", rc);
 	open_ftl();
 	M.reopens++;
+	if (M.cfg->parity) {
+		/* pages that stay unreadable (until erased): read back through
+		 * their stripes' parity.  Pages the checkpoint covers only, so
+		 * recovery never needs their spares */
+		for (int i = 0; i < 4; i++) {
+			uint32_t die, block, page;
+			uint64_t u = rnd_below(M.units);
+			if (ftl_unit_location(M.f, u, &die, &block, &page) == 0 && band_protected(block)) {
+				nand_sim_page_error(M.dev, (uint64_t)block * M.dev->geo.pages_per_block + page,
+						    NAND_UNCORRECTABLE);
+				M.sticky++;
+			}
+		}
+	}
 	if (rnd_below(4) == 0)
 		verify_after_reopen(true);
 	else
@@ -263,13 +327,13 @@ static void reopen_clean(void)
 
 static void after_power_cut(void)
 {
+	count_stats();
 	ftl_abandon(M.f);
 	nand_sim_power_on(M.dev);
 	if (rnd_below(8) == 0) {
 		/* cut again early in the next open or right after it */
-		struct nand_sim_faults ft = { .power_cut_after = 1 + rnd_below(20) };
-		if (M.cfg->faults)
-			ft.corrected_ppm = 1000;
+		struct nand_sim_faults ft = base_faults();
+		ft.power_cut_after = 1 + rnd_below(20);
 		nand_sim_set_faults(M.dev, &ft);
 	}
 	open_ftl();
@@ -278,9 +342,7 @@ static void after_power_cut(void)
 		fail("medium without power after open");
 	verify_after_reopen(false);
 	/* a cut armed for the open that did not fire: disarm */
-	struct nand_sim_faults ft = { 0 };
-	if (M.cfg->faults)
-		ft.corrected_ppm = 1000;
+	struct nand_sim_faults ft = base_faults();
 	nand_sim_set_faults(M.dev, &ft);
 }
 
@@ -409,10 +471,13 @@ static void run_batch(void)
 		struct mop *m = &ops[i];
 		M.ops++;
 		if (m->io.status) {
-			if (m->io.status != -EIO || nand_sim_powered(M.dev))
+			if (m->io.status != -EIO || nand_sim_powered(M.dev)) {
+				if (M.verbose)
+					ftl_debug_dump_public(M.f);
 				fail("%s at %" PRIu64 "+%" PRIu64 " failed: %d",
 				     m->io.type == FTL_IO_READ ? "read" : "write", m->io.offset,
 				     m->io.length, m->io.status);
+			}
 			M.failed_ios++;
 			cut = true;
 			continue;
@@ -448,7 +513,8 @@ static void run_config(const struct config *cfg, uint64_t nops, uint64_t seed)
 	char err[256];
 	if (nand_sim_open(&nc, &M.dev, err, sizeof err))
 		fail("nand_sim_open: %s", err);
-	struct ftl_format_params fp = { .sector_size = cfg->sector, .op_percent = cfg->op };
+	struct ftl_format_params fp = { .sector_size = cfg->sector, .op_percent = cfg->op,
+					.parity_width = cfg->parity };
 	if (ftl_format(M.dev, &fp, err, sizeof err))
 		fail("format: %s", err);
 	open_ftl();
@@ -464,8 +530,8 @@ static void run_config(const struct config *cfg, uint64_t nops, uint64_t seed)
 	M.touched = calloc(M.units * 64, sizeof *M.touched);
 	M.ntouched = 0;
 	M.next_ver = 0;
-	if (cfg->faults) {
-		struct nand_sim_faults ft = { .corrected_ppm = 1000 };
+	if (cfg->faults || cfg->parity) {
+		struct nand_sim_faults ft = base_faults();
 		nand_sim_set_faults(M.dev, &ft);
 	}
 
@@ -491,8 +557,10 @@ static void run_config(const struct config *cfg, uint64_t nops, uint64_t seed)
 			reopen_clean();
 		} else if (r < 45) {
 			/* power cut during a clean close */
-			struct nand_sim_faults ft = { .power_cut_after = 1 + rnd_below(60) };
+			struct nand_sim_faults ft = base_faults();
+			ft.power_cut_after = 1 + rnd_below(60);
 			nand_sim_set_faults(M.dev, &ft);
+			count_stats();
 			int rc = ftl_close(M.f);
 			nand_sim_power_on(M.dev);
 			open_ftl();
@@ -503,7 +571,7 @@ static void run_config(const struct config *cfg, uint64_t nops, uint64_t seed)
 				M.cuts++;
 				verify_after_reopen(false);
 			}
-			struct nand_sim_faults off = { .corrected_ppm = cfg->faults ? 1000 : 0 };
+			struct nand_sim_faults off = base_faults();
 			nand_sim_set_faults(M.dev, &off);
 		} else if (r < 50 && cfg->faults && M.grown < 6) {
 			/* a block goes bad: programs or erases fail from now on */
@@ -512,23 +580,26 @@ static void run_config(const struct config *cfg, uint64_t nops, uint64_t seed)
 			if (b % M.dev->geo.blocks_per_die > 1) { /* keep superblock blocks */
 				nand_sim_fail_block(M.dev, b, rnd_below(2), rnd_below(2));
 				M.grown++;
+				if (M.ngrown_blocks < 8)
+					M.grown_blocks[M.ngrown_blocks++] = b;
 			}
 		} else {
 			/* power cut at a random operation from now */
-			struct nand_sim_faults ft = { .power_cut_after = 1 + rnd_below(400),
-						      .corrected_ppm = cfg->faults ? 1000 : 0 };
+			struct nand_sim_faults ft = base_faults();
+			ft.power_cut_after = 1 + rnd_below(400);
 			nand_sim_set_faults(M.dev, &ft);
 			uint64_t cuts0 = M.cuts;
 			for (int i = 0; i < 2000 && M.cuts == cuts0; i++)
 				run_batch();
 			if (nand_sim_powered(M.dev)) {
-				struct nand_sim_faults off = { .corrected_ppm = cfg->faults ? 1000 : 0 };
+				struct nand_sim_faults off = base_faults();
 				nand_sim_set_faults(M.dev, &off);
 			}
 		}
 	}
 	struct ftl_stats st;
 	ftl_get_stats(M.f, &st);
+	count_stats();
 	if (ftl_close(M.f))
 		fail("final close");
 	open_ftl();
@@ -536,9 +607,14 @@ static void run_config(const struct config *cfg, uint64_t nops, uint64_t seed)
 	ftl_close(M.f);
 	printf("%-13s %4u %-5s ops %8" PRIu64 "  power cuts %5" PRIu64 " (+%" PRIu64
 	       " during open)  clean reopens %4" PRIu64 "  flushes %4" PRIu64 "  failed ios %5" PRIu64
-	       "  WA %.2f  bad %" PRIu64 "\n",
+	       "  WA %.2f  bad %" PRIu64 "%s\n",
 	       cfg->preset, cfg->sector, cfg->timing ? "timed" : "", M.ops, M.cuts, M.open_cuts,
-	       M.reopens, M.flushes, M.failed_ios, st.write_amplification, st.blocks_bad);
+	       M.reopens, M.flushes, M.failed_ios, st.write_amplification, st.blocks_bad,
+	       cfg->parity ? "  parity" : "");
+	if (cfg->parity)
+		printf("%-24s parity: %" PRIu64 " pages made unreadable, %" PRIu64
+		       " rebuilt from their stripes (%" PRIu64 " rebuilds failed)\n", "", M.sticky,
+		       M.rebuilds, M.rebuild_failures);
 	fflush(stdout);
 	nand_close(M.dev);
 	for (uint64_t u = 0; u < M.units; u++)
