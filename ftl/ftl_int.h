@@ -800,6 +800,10 @@ static inline bool die_is_dead(const struct ftl *f, uint32_t b)
 {
 	return f->ndead && f->die_dead[b / f->blocks_per_die];
 }
+void die_declare_dead(struct ftl *f, uint32_t die, const char *why);
+int par_recover_dead_spares(struct ftl *f, uint32_t die,
+			    int (*add)(void *ctx, uint64_t seq, uint32_t ppa, uint8_t type, uint32_t lba),
+			    void *ctx);
 /* the unit the dead die's reverse map puts at ppa, or UINT32_MAX */
 uint32_t dead_rmap_unit(struct ftl *f, uint32_t ppa);
 uint32_t par_rebuild_left(struct ftl *f);  /* bands still holding data on dead dies */

@@ -44,6 +44,7 @@
 #define PAR_STRIPES 16  /* stripes of one band in progress at once */
 #define RB_CONTEXTS 8   /* rebuilds in flight at once */
 #define DIE_DEAD_RUN 16 /* failures in a row that declare a die dead */
+#define RB_READ_TRIES 3 /* reads of a member that came back uncorrectable */
 
 enum { PS_FREE, PS_FILLING, PS_PROGRAMMING };
 
@@ -82,6 +83,7 @@ struct rb_ctx {
 	uint8_t *bufs;            /* [row_width] pages; bufs[tcol]: snapshot */
 	uint8_t *spares;          /* [row_width] spare areas */
 	uint8_t *st;              /* [row_width] read status + 1 */
+	uint8_t *tries;           /* [row_width] reads of the member so far */
 	struct nand_op *ops;      /* [row_width] */
 	struct rb_ctx *next_free;
 };
@@ -101,6 +103,8 @@ static void xor_into(uint8_t *dst, const uint8_t *src, size_t n)
 	for (; i < n; i++)
 		dst[i] ^= src[i];
 }
+
+static bool band_has_data_on(struct ftl *f, uint32_t b);
 
 static inline uint32_t block_col(const struct ftl *f, uint32_t b)
 {
@@ -152,8 +156,9 @@ int par_init(struct ftl *f)
 		x->bufs = ftl_alloc_pages(f, (size_t)w * f->page_size);
 		x->spares = ftl_alloc(f, (size_t)w * f->spare_size);
 		x->st = ftl_alloc(f, w);
+		x->tries = ftl_alloc(f, w);
 		x->ops = ftl_alloc(f, (size_t)w * sizeof *x->ops);
-		if (!x->bufs || !x->spares || !x->st || !x->ops)
+		if (!x->bufs || !x->spares || !x->st || !x->tries || !x->ops)
 			return -ENOMEM;
 		x->next_free = f->rb_free;
 		f->rb_free = x;
@@ -485,10 +490,18 @@ static void rb_read_done(struct nand_op *op)
 	struct rb_ctx *x = op->priv;
 	struct ftl *f = x->f;
 	uint32_t c = (uint32_t)op->priv2;
-	if (ftl_op_stops(f, op))
+	if (ftl_op_stops(f, op)) {
 		x->st[c] = 0;
-	else
+	} else if (op->status == NAND_UNCORRECTABLE && x->tries[c] < RB_READ_TRIES &&
+		   !die_is_dead(f, op->block) && (x->read_mask & (1u << c))) {
+		/* read again: a read's bit errors differ from try to try */
+		x->tries[c]++;
+		f->st.nand_pages_read++;
+		ftl_nand_submit(f, op);
+		return;
+	} else {
 		x->st[c] = (uint8_t)(op->status + 1);
+	}
 	if (!--x->pending)
 		rb_finish(f, x);
 }
@@ -504,6 +517,7 @@ static void rb_start(struct ftl *f, struct rb_ctx *x, struct rb_req *rq)
 	x->read_mask = 0;
 	x->snap = false;
 	memset(x->st, 0, f->row_width);
+	memset(x->tries, 1, f->row_width);
 	uint32_t want = 0;
 	struct band_par *bp = band_par_of(f, x->band);
 	struct par_stripe *s = bp ? &bp->st[page % PAR_STRIPES] : NULL;
@@ -576,7 +590,8 @@ static void rb_start(struct ftl *f, struct rb_ctx *x, struct rb_req *rq)
 
 int par_rebuild(struct ftl *f, struct rb_req *rq)
 {
-	if (!f->parity || f->error || ppa_page(f, rq->ppa) >= f->data_pages)
+	if (!f->parity || f->error || ppa_page(f, rq->ppa) >= f->data_pages ||
+	    !band_has_data_on(f, ppa_block(f, rq->ppa)))
 		return -ENOENT;
 	rq->next = NULL;
 	struct rb_ctx *x = f->rb_free;
@@ -696,6 +711,16 @@ static int par_recover_band(struct ftl *f, uint32_t bi, uint8_t *bufs, uint8_t *
 		else
 			lo = mid + 1;
 	}
+	/* the stripe before: its parity program may have been cut (torn
+	 * page): that stripe stays unprotected, GC moves the band's data */
+	int whole = 1;
+	if (lo > 0) {
+		enum nand_status ns = rec_read(f, pb, lo - 1, NULL, spares, &sp, &valid, &erased);
+		if (stop_status(ns))
+			return -EIO;
+		if (!valid || sp.type != FTL_PG_PARITY)
+			whole = 0;
+	}
 	for (uint32_t page = lo; page < f->data_pages; page++) {
 		uint32_t mask = 0;
 		uint64_t max_seq = 0;
@@ -718,7 +743,7 @@ static int par_recover_band(struct ftl *f, uint32_t bi, uint8_t *bufs, uint8_t *
 			mask |= 1u << c;
 		}
 		if (!mask)
-			return 1; /* nothing written from here on */
+			return whole; /* nothing written from here on */
 		struct ftl_spare psp = {
 			.magic = FTL_SPARE_MAGIC, .type = FTL_PG_PARITY, .version = FTL_MEDIA_VERSION,
 			.lba = page, .data_crc = crc32c(0, acc, ps), .seq = max_seq,
@@ -740,7 +765,7 @@ static int par_recover_band(struct ftl *f, uint32_t bi, uint8_t *bufs, uint8_t *
 		if (f->blk[pb].state == BLK_FREE)
 			blk_set_closed(f, pb); /* it holds pages now: erased before reuse */
 	}
-	return 1;
+	return whole;
 }
 
 int par_recover(struct ftl *f, const uint32_t *blocks, uint32_t n, uint32_t *done)
@@ -775,6 +800,98 @@ int par_recover(struct ftl *f, const uint32_t *blocks, uint32_t n, uint32_t *don
 	return rc;
 }
 
+/*
+ * Recovery, die `die` dead: for every band with a block on it, the stripes
+ * whose parity page says a member on the die holds a log page newer than
+ * the checkpoint: that page's spare is rebuilt from the parity page's and
+ * the other members' spares, and reported through add (as if read).
+ * Cost: a spare read per page of the parity column of each such band, and
+ * row_width - 2 more per stripe newer than the checkpoint; synchronous.
+ */
+int par_recover_dead_spares(struct ftl *f, uint32_t die,
+			    int (*add)(void *ctx, uint64_t seq, uint32_t ppa, uint8_t type, uint32_t lba),
+			    void *ctx)
+{
+	uint32_t w = f->row_width, ss = f->spare_size;
+	uint32_t dcol = die / f->dies_per_channel;
+	uint8_t *spares = malloc((size_t)(w + 1) * ss);
+	uint8_t *out = spares ? spares + (size_t)w * ss : NULL;
+	if (!spares)
+		return -ENOMEM;
+	int rc = 0;
+	uint64_t found = 0;
+	for (uint32_t i = 0; i < f->blocks_per_die && !rc; i++) {
+		uint32_t db = die * f->blocks_per_die + i;
+		if (f->blk[db].state == BLK_BAD || f->blk[db].state == BLK_META)
+			continue;
+		uint32_t bi = block_band(f, db);
+		/* the parity column: page 0 of a member is a parity page */
+		uint32_t pcol = UINT32_MAX;
+		struct ftl_spare sp;
+		bool valid, erased;
+		for (uint32_t c = 0; c < w && pcol == UINT32_MAX; c++) {
+			uint32_t b = band_block(f, bi, c);
+			if (c == dcol || f->blk[b].state == BLK_BAD || f->blk[b].state == BLK_META)
+				continue;
+			enum nand_status ns = rec_read(f, b, 0, NULL, spares, &sp, &valid, &erased);
+			if (stop_status(ns)) {
+				rc = -EIO;
+				break;
+			}
+			if (valid && sp.type == FTL_PG_PARITY)
+				pcol = c;
+		}
+		if (rc || pcol == UINT32_MAX)
+			continue; /* no parity: nothing on the dead block can be found */
+		uint32_t pb = band_block(f, bi, pcol);
+		for (uint32_t page = 0; page < f->data_pages && !rc; page++) {
+			enum nand_status ns = rec_read(f, pb, page, NULL, spares, &sp, &valid, &erased);
+			if (stop_status(ns)) {
+				rc = -EIO;
+				break;
+			}
+			if (erased)
+				break; /* no more stripes */
+			if (!valid || sp.type != FTL_PG_PARITY || sp.lba != page ||
+			    !(sp.reserved & (1u << dcol)) || sp.seq <= f->cp.cur_seq)
+				continue;
+			uint32_t members = sp.reserved & ~(1u << dcol);
+			memset(out, 0, ss);
+			memcpy(out, spares + SPARE_SZ, SPARE_SZ);
+			bool ok = true;
+			for (uint32_t c = 0; c < w && ok; c++) {
+				if (!(members & (1u << c)))
+					continue;
+				ns = rec_read(f, band_block(f, bi, c), page, NULL, spares + ss, &sp, &valid,
+					      &erased);
+				if (stop_status(ns)) {
+					rc = -EIO;
+					ok = false;
+					break;
+				}
+				if (!valid) {
+					ok = false;
+					break;
+				}
+				xor_into(out, spares + ss, SPARE_SZ);
+			}
+			if (!ok)
+				continue;
+			struct ftl_spare rs;
+			if (spare_parse(f, out, &rs) != 0 || rs.seq <= f->cp.cur_seq ||
+			    (rs.type != FTL_PG_DATA && rs.type != FTL_PG_TRIM))
+				continue;
+			rc = add(ctx, rs.seq, ppa_make(f, db, page), rs.type, rs.lba);
+			found++;
+		}
+	}
+	free(spares);
+	if (found)
+		ftl_log("die %u dead at open: %llu log pages on it newer than the checkpoint found "
+			"through parity", die, (unsigned long long)found);
+	return rc;
+}
+
 /* ---- dead dies --------------------------------------------------------------- */
 
 uint32_t dead_rmap_unit(struct ftl *f, uint32_t ppa)
@@ -806,7 +923,7 @@ uint32_t par_rebuild_left(struct ftl *f)
 	return n;
 }
 
-static void die_declare_dead(struct ftl *f, uint32_t die)
+void die_declare_dead(struct ftl *f, uint32_t die, const char *why)
 {
 	f->die_dead[die] = 1;
 	f->ndead++;
@@ -855,13 +972,17 @@ static void die_declare_dead(struct ftl *f, uint32_t die)
 				"are lost", die);
 		}
 	}
-	ftl_log("die %u failed (%d operations in a row): %s; %u bands hold data on it, %u "
-		"of its blocks retired at once",
-		die, DIE_DEAD_RUN,
+	ftl_log("die %u failed (%s): %s; %u bands hold data on it, %u of its blocks retired "
+		"at once",
+		die, why,
 		f->parity ? "rebuilding its data from parity onto the other dies"
 			  : "no parity: the data on it is lost (reads fail with EIO)",
 		marked, retired);
 	health_update(f);
+	/* the map as it is now, on other dies than this one, in a checkpoint:
+	 * a crash from then on needs nothing the die held */
+	if (!f->readonly && !f->error && f->bands_ready)
+		cp_request(f, false);
 }
 
 void die_note(struct ftl *f, uint32_t b, enum die_op kind, bool ok)
@@ -884,5 +1005,5 @@ void die_note(struct ftl *f, uint32_t b, enum die_op kind, bool ok)
 	 * alike, nothing succeeding, is a dead die */
 	if (f->die_bad_run[die] >= DIE_DEAD_RUN && (f->die_bad_kinds[die] & (1u << DIE_READ)) &&
 	    (f->die_bad_kinds[die] & ~(1u << DIE_READ)))
-		die_declare_dead(f, die);
+		die_declare_dead(f, die, "16 operations in a row");
 }

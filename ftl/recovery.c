@@ -189,6 +189,11 @@ struct rctx {
 	/* footers being read: pages of one block arrive in a row */
 	uint8_t *foot_buf, *foot_spares;
 	uint8_t *no_footer;   /* [nblocks]: scan its spares */
+	/* page-0 reads per die, and how many failed: a die where all failed
+	 * is dead (parity only) */
+	uint32_t *die_reads, *die_fails;
+	uint8_t *dead;        /* [ndies] */
+	uint64_t units;
 };
 
 static int rentry_add(struct rctx *x, uint64_t seq, uint32_t ppa, uint32_t lba)
@@ -240,6 +245,14 @@ static void foot_result(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op
 	}
 }
 
+static int rentry_add_cb(void *ctx, uint64_t seq, uint32_t ppa, uint8_t type, uint32_t lba)
+{
+	struct rctx *x = ctx;
+	if (type == FTL_PG_DATA && lba >= x->units)
+		return 0;
+	return rentry_add(x, seq, ppa, type == FTL_PG_TRIM ? TRIM_LBA : lba);
+}
+
 static void first_setup(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op)
 {
 	struct rctx *x = ctx;
@@ -255,9 +268,11 @@ static void first_result(struct ftl *f, void *ctx, uint64_t i, struct nand_op *o
 	bool cp_open = f->blk[b].flags & BLKF_CP_OPEN;
 	struct ftl_spare sp;
 
+	x->die_reads[block_die(f, b)]++;
 	if (op->status != NAND_OK && op->status != NAND_CORRECTED) {
 		/* later pages may still be readable and newer than the checkpoint */
 		x->cls[b] = RC_SCAN;
+		x->die_fails[block_die(f, b)]++;
 		return;
 	}
 	int rc = spare_parse(f, op->spare, &sp);
@@ -316,7 +331,12 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 	x.no_footer = calloc(f->nblocks, 1);
 	x.foot_buf = aligned_alloc(4096, (size_t)f->footer_pages * f->page_size);
 	x.foot_spares = malloc((size_t)f->footer_pages * f->spare_size);
-	if (!x.cls || !x.list || !x.no_footer || !x.foot_buf || !x.foot_spares) {
+	x.die_reads = calloc(f->ndies, sizeof *x.die_reads);
+	x.die_fails = calloc(f->ndies, sizeof *x.die_fails);
+	x.dead = calloc(f->ndies, 1);
+	x.units = f->units;
+	if (!x.cls || !x.list || !x.no_footer || !x.foot_buf || !x.foot_spares || !x.die_reads ||
+	    !x.die_fails || !x.dead) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -336,6 +356,29 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 	rc = read_batch(f, x.nlist, 1024, first_setup, first_result, &x);
 	if (rc)
 		goto out;
+
+	/* a die none of whose blocks could be read (parity only: without it
+	 * nothing on it can be recovered, and its blocks are read as before):
+	 * dead.  Its blocks are not scanned (every read fails); the log pages
+	 * on it newer than the checkpoint are found through their stripes'
+	 * parity, which carries their spares */
+	uint32_t ndead = 0;
+	for (uint32_t d = 0; f->parity && d < f->ndies; d++) {
+		if (x.die_reads[d] < 2 || x.die_fails[d] != x.die_reads[d])
+			continue;
+		ndead++;
+		x.dead[d] = 1;
+		for (uint32_t i = 0; i < f->blocks_per_die; i++) {
+			uint32_t b = d * f->blocks_per_die + i;
+			if (x.cls[b] == RC_SCAN)
+				x.cls[b] = RC_UNREADABLE;
+		}
+		rc = par_recover_dead_spares(f, d, rentry_add_cb, &x);
+		if (!rc)
+			rc = x.error;
+		if (rc)
+			goto out;
+	}
 
 	/* 2. the blocks written since the checkpoint: footers, then the
 	 * spares of those without one */
@@ -497,6 +540,9 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 		if (done)
 			ftl_log("parity: %u bands open at the crash had stripes without parity: "
 				"programmed it", done);
+		for (uint32_t d = 0; !rc && d < f->ndies; d++)
+			if (x.dead[d])
+				die_declare_dead(f, d, "every block on it unreadable at open");
 	}
 out:
 	if (rc && err && !err[0])
@@ -507,5 +553,8 @@ out:
 	free(x.no_footer);
 	free(x.foot_buf);
 	free(x.foot_spares);
+	free(x.die_reads);
+	free(x.die_fails);
+	free(x.dead);
 	return rc;
 }

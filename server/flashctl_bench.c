@@ -5,7 +5,8 @@
  *   flashctl bench --preset P [--op PCT] [--sector-size N] [--blocks-per-die N]
  *                  [--workload randwrite|randread|rw70|seqwrite|seqread]
  *                  [--qd N] [--precondition PASSES] [--duration SECONDS]
- *                  [--interval SECONDS] [--seed S] [--hotcold W/S] [--csv FILE] [--json]
+ *                  [--interval SECONDS] [--seed S] [--hotcold W/S] [--parity-width 0|1]
+ *                  [--csv FILE] [--json]
  *
  * The medium keeps only page metadata (hw/nand.h: metadata_only), so a
  * full-size ioDimm fits in memory (56 bytes per page), and its timing model
@@ -387,12 +388,14 @@ int cmd_bench(int argc, char **argv)
 		{ "json", no_argument, 0, 'j' },
 		{ "full-data", no_argument, 0, 'F' },
 		{ "hotcold", required_argument, 0, 'H' },
+		{ "parity-width", required_argument, 0, 'P' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
 	int c;
 	bool full_data = false;
-	while ((c = getopt_long(argc, argv, "p:o:b:B:w:S:q:k:d:i:s:c:jFH:h", opts, NULL)) != -1) {
+	uint64_t parity = 0;
+	while ((c = getopt_long(argc, argv, "p:o:b:B:w:S:q:k:d:i:s:c:jFH:P:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'p': preset = optarg; break;
 		case 'o':
@@ -451,12 +454,17 @@ int cmd_bench(int argc, char **argv)
 				bdie("bad --hotcold '%s': W/S, W%% of the random writes to S%% of the "
 				     "sectors (e.g. 80/20)", optarg);
 			break;
+		case 'P':
+			if (parse_uint(optarg, 0, 1, &parity))
+				bdie("bad --parity-width '%s': 0 or 1", optarg);
+			break;
 		case 'h':
 			printf("usage: flashctl bench --preset P [--op PCT] [--sector-size 512|4096]\n"
 			       "         [--blocks-per-die N] [--workload randwrite|randread|rw70|seqwrite|seqread|\n"
 			       "          fileserver|webserver]\n"
 			       "         [--bs SIZE] [--qd N] [--precondition PASSES] [--duration SECONDS]\n"
-			       "         [--interval SECONDS] [--seed S] [--hotcold W/S] [--csv FILE] [--json]\n");
+			       "         [--interval SECONDS] [--seed S] [--hotcold W/S] [--parity-width 0|1]\n"
+			       "         [--csv FILE] [--json]\n");
 			return 0;
 		default: return 2;
 		}
@@ -476,7 +484,8 @@ int cmd_bench(int argc, char **argv)
 	char err[512];
 	if (nand_sim_open(&nc, &b.dev, err, sizeof err))
 		bdie("%s", err);
-	struct ftl_format_params fp = { .sector_size = sector, .op_percent = op };
+	struct ftl_format_params fp = { .sector_size = sector, .op_percent = op,
+					.parity_width = (uint32_t)parity };
 	if (ftl_format(b.dev, &fp, err, sizeof err))
 		bdie("format: %s", err);
 	if (ftl_open(b.dev, NULL, &b.f, err, sizeof err))
@@ -507,9 +516,9 @@ int cmd_bench(int argc, char **argv)
 	const struct nand_geometry *g = &b.dev->geo;
 	const struct nand_preset *pr = nand_preset_find(preset);
 	fprintf(stderr, "bench: %s, %u dies, %u blocks/die, %.1f GiB user, %u-byte sectors, %.1f%% OP, "
-			"%s %" PRIu64 " B QD%" PRIu64 "\n",
+			"parity %u, %s %" PRIu64 " B QD%" PRIu64 "\n",
 		preset, nand_dies(g), g->blocks_per_die, (double)b.info.capacity / (1 << 30), sector,
-		b.info.op_percent, wl_name(wl), bs, qd);
+		b.info.op_percent, b.info.parity_width, wl_name(wl), bs, qd);
 
 	if (csv_path) {
 		csv = fopen(csv_path, "w");
@@ -585,7 +594,8 @@ int cmd_bench(int argc, char **argv)
 	double mb_s = (double)(b.bytes_done - s0_bytes) / secs / 1e6;
 	if (json) {
 		printf("{\"preset\": \"%s\", \"dies\": %u, \"blocks_per_die\": %u, \"capacity_bytes\": %" PRIu64
-		       ", \"sector_size\": %u, \"op_percent\": %.2f, \"workload\": \"%s\", \"bs\": %u, "
+		       ", \"sector_size\": %u, \"op_percent\": %.2f, \"parity_width\": %u, "
+		       "\"workload\": \"%s\", \"bs\": %u, "
 		       "\"qd\": %" PRIu64 ", \"precondition_passes\": %g, \"duration_s\": %.3f, "
 		       "\"iops\": %.0f, \"mb_per_s\": %.1f, \"lat_mean_ms\": %.3f, \"lat_sd_ms\": %.3f, "
 		       "\"lat_p99_ms\": %.3f, \"lat_max_ms\": %.3f, \"interval_lat_sd_max_ms\": %.3f, "
@@ -594,7 +604,8 @@ int cmd_bench(int argc, char **argv)
 		       "\"bound_die_iops\": %.0f, \"bound_channel_iops\": %.0f, \"bound_iops\": %.0f, "
 		       "\"share_of_bound\": %.3f, \"bound_brief_iops\": %.0f, \"failed\": %" PRIu64 "}\n",
 		       preset, nand_dies(g), g->blocks_per_die, b.info.capacity, sector,
-		       b.info.op_percent, wl_name(wl), b.bs, qd, passes, secs, iops, mb_s,
+		       b.info.op_percent, b.info.parity_width, wl_name(wl), b.bs, qd, passes, secs, iops,
+		       mb_s,
 		       lat_mean(&b.lat_all) / 1e6, lat_sd(&b.lat_all) / 1e6,
 		       (double)lat_pct(&b.lat_all, 0.99) / 1e6, (double)b.lat_all.max / 1e6,
 		       iv_sd_max / 1e6, iv_iops_min, iv_iops_max, wa, 100 * util, die_bound,

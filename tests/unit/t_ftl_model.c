@@ -32,21 +32,23 @@ struct config {
 	double op;       /* over-provisioning, % of raw (0: stock) */
 	uint32_t parity; /* parity width: with 1, reads also fail uncorrectable
 	                  * now and then (rebuilt from their stripes) */
+	bool die;        /* a die fails, once, at a random point */
 };
 
 static const struct config configs[] = {
-	{ "test-16m", 4096, false, false, 0, 0 },
-	{ "test-16m", 512, true, false, 0, 0 },
-	{ "test-64m", 512, false, true, 0, 0 },
-	{ "test-64m-bad", 4096, true, true, 25, 0 },
+	{ "test-16m", 4096, false, false, 0, 0, false },
+	{ "test-16m", 512, true, false, 0, 0, false },
+	{ "test-64m", 512, false, true, 0, 0, false },
+	{ "test-64m-bad", 4096, true, true, 25, 0, false },
 	/* large blocks (512 pages) on one die with completions arriving later:
 	 * hundreds of programs in flight per block */
-	{ "test-128m-512p", 4096, true, false, 35, 0 },
+	{ "test-128m-512p", 4096, true, false, 35, 0, false },
 	/* Flashback parity, with grown bad blocks, corrected and
 	 * uncorrectable bit errors: 2-die rows (the parity mirrors), and
-	 * 4-die rows (3 + 1) with completions arriving later */
-	{ "test-64m", 4096, false, true, 30, 1 },
-	{ "test-1g", 512, true, true, 30, 1 },
+	 * 4-die rows (3 + 1) with completions arriving later and a die that
+	 * fails for good somewhere in the run */
+	{ "test-64m", 4096, false, true, 30, 1, false },
+	{ "test-1g", 512, true, true, 30, 1, true },
 };
 #define NCONFIGS (sizeof configs / sizeof configs[0])
 
@@ -76,7 +78,10 @@ static struct {
 	uint64_t ops, cuts, reopens, flushes, failed_ios, open_cuts, grown;
 	uint64_t rebuilds, rebuild_failures; /* parity, over every open */
 	uint64_t sticky;                     /* pages made unreadable */
+	uint64_t sticky_ppa[1024];           /* the last of them (healed when a die
+	                                      * fails: one fault at a time) */
 	uint32_t grown_blocks[8], ngrown_blocks; /* blocks made to fail */
+	int dead_die;                        /* -1: none */
 } M;
 
 static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -219,6 +224,8 @@ static bool band_protected(uint32_t b)
 		for (uint32_t i = 0; i < M.ngrown_blocks; i++)
 			if (M.grown_blocks[i] == o)
 				return false;
+		if (M.dead_die >= 0 && o / bpd == (uint32_t)M.dead_die)
+			return false; /* its data is rebuilt already: no second fault */
 		members++;
 	}
 	return members >= 2;
@@ -313,8 +320,9 @@ static void reopen_clean(void)
 			uint32_t die, block, page;
 			uint64_t u = rnd_below(M.units);
 			if (ftl_unit_location(M.f, u, &die, &block, &page) == 0 && band_protected(block)) {
-				nand_sim_page_error(M.dev, (uint64_t)block * M.dev->geo.pages_per_block + page,
-						    NAND_UNCORRECTABLE);
+				uint64_t ppa = (uint64_t)block * M.dev->geo.pages_per_block + page;
+				nand_sim_page_error(M.dev, ppa, NAND_UNCORRECTABLE);
+				M.sticky_ppa[M.sticky % 1024] = ppa;
 				M.sticky++;
 			}
 		}
@@ -419,6 +427,14 @@ static void run_batch(void)
 		if (clash)
 			continue;
 		uint64_t r = rnd_below(100);
+		/* after a die failure: no more power cuts.  A cut before the
+		 * stripes open at the failure have their parity on the media
+		 * loses the dead die's pages in them (EIO, a double fault this
+		 * test does not model); clean reopens still find the die dead */
+		if (M.dead_die >= 0 && r >= 38 && r < 45)
+			r = 0;
+		if (M.dead_die >= 0 && r >= 52)
+			r = 1;
 		m->io.offset = off;
 		m->io.length = len;
 		m->io.done = mop_done;
@@ -530,6 +546,7 @@ static void run_config(const struct config *cfg, uint64_t nops, uint64_t seed)
 	M.touched = calloc(M.units * 64, sizeof *M.touched);
 	M.ntouched = 0;
 	M.next_ver = 0;
+	M.dead_die = -1;
 	if (cfg->faults || cfg->parity) {
 		struct nand_sim_faults ft = base_faults();
 		nand_sim_set_faults(M.dev, &ft);
@@ -573,6 +590,17 @@ static void run_config(const struct config *cfg, uint64_t nops, uint64_t seed)
 			}
 			struct nand_sim_faults off = base_faults();
 			nand_sim_set_faults(M.dev, &off);
+		} else if (r < 52 && r >= 50 && cfg->die && M.dead_die < 0) {
+			/* a die fails for good (not 0 or 1: they hold the superblock) */
+			uint32_t nd = nand_dies(&M.dev->geo);
+			M.dead_die = 2 + (int)rnd_below(nd - 2);
+			/* no page errors left behind in the stripes it breaks: a
+			 * second fault in a stripe is data loss, not modelled */
+			for (uint64_t i = 0; i < M.sticky && i < 1024; i++)
+				nand_sim_page_error(M.dev, M.sticky_ppa[i], NAND_OK);
+			nand_sim_fail_die(M.dev, (uint32_t)M.dead_die);
+			if (M.verbose)
+				fprintf(stderr, "die %d fails now (op %" PRIu64 ")\n", M.dead_die, M.ops);
 		} else if (r < 50 && cfg->faults && M.grown < 6) {
 			/* a block goes bad: programs or erases fail from now on */
 			uint32_t nb = nand_blocks(&M.dev->geo);
@@ -611,6 +639,10 @@ static void run_config(const struct config *cfg, uint64_t nops, uint64_t seed)
 	       cfg->preset, cfg->sector, cfg->timing ? "timed" : "", M.ops, M.cuts, M.open_cuts,
 	       M.reopens, M.flushes, M.failed_ios, st.write_amplification, st.blocks_bad,
 	       cfg->parity ? "  parity" : "");
+	if (cfg->die)
+		printf("%-24s die %d failed during the run (since the last open: %u dead, %u bands "
+		       "left to rebuild; %" PRIu64 " blocks bad)\n", "", M.dead_die, st.dies_failed,
+		       st.rebuild_bands_left, st.blocks_bad);
 	if (cfg->parity)
 		printf("%-24s parity: %" PRIu64 " pages made unreadable, %" PRIu64
 		       " rebuilt from their stripes (%" PRIu64 " rebuilds failed)\n", "", M.sticky,
