@@ -311,6 +311,16 @@ uint64_t ftl_capacity_for_op(const struct nand_dev *dev, double op_percent)
 	return cap / FTL_UNIT_SIZE * FTL_UNIT_SIZE;
 }
 
+uint64_t ftl_capacity_for_format(const struct nand_dev *dev, double op_percent,
+				 uint32_t parity_width)
+{
+	uint64_t cap = ftl_capacity_for_op(dev, op_percent);
+	uint32_t w = dev->geo.channels;
+	if (parity_width && w > parity_width)
+		cap = cap / w * (w - parity_width) / FTL_UNIT_SIZE * FTL_UNIT_SIZE;
+	return cap;
+}
+
 uint64_t ftl_max_capacity(const struct nand_dev *dev)
 {
 	struct nand_dev *d = (struct nand_dev *)dev;
@@ -373,12 +383,10 @@ int ftl_format(struct nand_dev *dev, const struct ftl_format_params *p, char *er
 			rc = -EINVAL;
 			goto out;
 		}
-		cap = ftl_capacity_for_op(dev, op);
 		/* over-provisioning is the share of the data dies' space the
 		 * host does not see: parity comes off the top, so GC has the
 		 * same room as without it */
-		if (f->parity)
-			cap = cap / f->row_width * (f->row_width - f->parity) / FTL_UNIT_SIZE * FTL_UNIT_SIZE;
+		cap = ftl_capacity_for_format(dev, op, f->parity);
 	}
 	uint64_t max = ftl_max_capacity(dev);
 	if (f->parity)
@@ -819,6 +827,10 @@ void thermal_check(struct ftl *f, bool force)
 {
 	if (!f->thermal_sensor)
 		return;
+	/* a clock read every 64 calls (progress runs per request); every
+	 * call while I/O is held, so it goes on as soon as it may */
+	if (!force && !f->wq_held.head && (++f->thermal_calls & 63))
+		return;
 	uint64_t now = nand_now(f->dev);
 	if (!force && now < f->thermal_at)
 		return;
@@ -857,6 +869,16 @@ void thermal_check(struct ftl *f, bool force)
 		cp_request(f, false); /* the state on the media while it cools */
 	if (was == FTL_THERMAL_STOPPED)
 		io_release_held(f);
+}
+
+void ftl_sensors_changed(struct ftl *f)
+{
+	bool in = f->in_progress;
+	f->in_progress = true; /* held I/O released here is started, not run */
+	thermal_check(f, true);
+	f->in_progress = in;
+	if (!in)
+		ftl_progress(f);
 }
 
 static void progress(struct ftl *f, bool foreground)

@@ -90,6 +90,10 @@ struct ftl_format_params {
 
 /* User capacity (bytes, a multiple of 4 KiB) for an over-provisioning share. */
 uint64_t ftl_capacity_for_op(const struct nand_dev *dev, double op_percent);
+/* What ftl_format gives for op_percent with parity_width parity dies per
+ * stripe (the op's share of the data dies' space). */
+uint64_t ftl_capacity_for_format(const struct nand_dev *dev, double op_percent,
+				 uint32_t parity_width);
 /* Largest user capacity a format of this device accepts. */
 uint64_t ftl_max_capacity(const struct nand_dev *dev);
 
@@ -247,7 +251,8 @@ const char *ftl_state_name(enum ftl_state st);
 /*
  * Thermal protection, like the vendor's: the FTL reads the medium's
  * temperature sensor (nand_temperature_mc) every FTL_THERMAL_PERIOD_NS of
- * device time while it works.
+ * device time while it works (looking at the clock every 64th turn of its
+ * progress loop), and at once after ftl_sensors_changed().
  *   >= FTL_THERMAL_THROTTLE_MC  THROTTLED: host writes are paced to
  *                               FTL_THERMAL_WRITE_NS per 4 KiB unit (less
  *                               NAND activity, less heat); reads run
@@ -272,6 +277,9 @@ enum ftl_thermal {
 #define FTL_THERMAL_PERIOD_NS 10000000ull    /* 10 ms */
 #define FTL_THERMAL_WRITE_NS 100000ull       /* ~40 MB/s of 4 KiB units */
 const char *ftl_thermal_name(enum ftl_thermal t);
+/* The owner knows a sensor changed (a fault injected, an alarm): read the
+ * temperature now instead of at the next period. */
+void ftl_sensors_changed(struct ftl *f);
 
 struct ftl_info {
 	uint64_t format_id;

@@ -474,6 +474,7 @@ struct ftl {
 	bool thermal_sensor;        /* the medium has one */
 	int32_t temp_mc, temp_max_mc;
 	uint64_t thermal_at;        /* the sensor is read again from then */
+	uint32_t thermal_calls;     /* thermal_check calls (clock read 1 in 64) */
 	struct ioq wq_held;         /* host I/O held while STOPPED */
 	char health_msg[192];
 	uint32_t wl_erases;         /* blocks erased since the last wear

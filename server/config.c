@@ -5,13 +5,14 @@
  *   [server]   listen (repeatable), unix, control, state_dir, pidfile,
  *              max_connections, max_connections_per_address, handshake_timeout,
  *              idle_timeout, buffer_limit, shutdown_timeout, poll_us,
- *              timing, log, verbose, allow_degraded, tls, unix_tls,
+ *              timing, fault_injection, log, verbose, allow_degraded, tls, unix_tls,
  *              tls_certificates, tls_psk, tls_verify_peer, unix_mode,
  *              unix_group, control_mode, control_group, umask
  *              (listen = ADDR tls=MODE: that listener's TLS mode)
  *   [card NAME]  model, timing (default for its ioDimms)
  *   [dimm NAME]  card, preset, image, export, description, readonly,
- *              sector_size, capacity (BYTES or PCT% of stock), op, timing, sync,
+ *              sector_size, capacity (BYTES or PCT% of stock), op, parity_width,
+ *              timing, sync,
  *              tls, allow and allow_ro (repeatable; common/acl.h), list_denied
  * See conf/flashd.conf for the documented example.
  *
@@ -564,6 +565,10 @@ static int handler(void *user, const char *section, const char *key, const char 
 				BAD("timing must be on or off");
 			if (cfg->timing < 0)
 				cfg->timing = b;
+		} else if (!strcmp(key, "fault_injection")) {
+			if (parse_bool(value, &b))
+				BAD("fault_injection must be yes or no");
+			cfg->fault_injection = b;
 		} else if (!strcmp(key, "log")) {
 			if (!strcmp(value, "syslog"))
 				cfg->use_syslog = true;
@@ -711,6 +716,12 @@ static int handler(void *user, const char *section, const char *key, const char 
 				    "(e.g. op = 20)", FTL_MIN_OP_PERCENT, FTL_MAX_OP_PERCENT);
 			d->op_percent = f;
 			d->capacity_set = true;
+		} else if (!strcmp(key, "parity_width")) {
+			if (parse_byte_size(value, 0, 1, &u))
+				BAD("parity_width must be 0 (no parity) or 1 (Flashback: one parity die "
+				    "per band stripe)");
+			d->parity_width = (uint32_t)u;
+			d->parity_set = true;
 		} else if (!strcmp(key, "timing")) {
 			if (parse_bool(value, &b))
 				BAD("timing must be on or off");

@@ -14,7 +14,7 @@
  *   POST /v1/dimms/NAME/detach           withdraw the export, drain and close
  *                                        its connections, close the FTL
  *                                        (checkpoint) and the image
- *   POST /v1/dimms/NAME/format[?sector_size=N][&capacity=BYTES|PCT%][&op=PCT]
+ *   POST /v1/dimms/NAME/format[?sector_size=N][&capacity=BYTES|PCT%][&op=PCT][&parity_width=0|1]
  *                                        low-level format, detached only;
  *                                        unset: the [dimm] keys
  *   POST /v1/dimms/NAME/checkpoint       write a checkpoint now
@@ -113,6 +113,7 @@ static const char *action_name(enum dimm_cmd_type t)
 	case DCMD_FORMAT: return "format";
 	case DCMD_CHECKPOINT: return "checkpoint";
 	case DCMD_STALL: return "test-stall";
+	case DCMD_INJECT: return "inject";
 	}
 	return "?";
 }
@@ -167,6 +168,17 @@ static void json_stats(struct evbuffer *b, const struct ftl_stats *s)
 	U("program_failures", s->program_failures);
 	U("erase_failures", s->erase_failures);
 	U("lost_units", s->lost_units);
+	if (s->lost_units && s->lost_first <= s->lost_last) {
+		U("lost_first_unit", s->lost_first);
+		U("lost_last_unit", s->lost_last);
+	}
+	U("parity_pages_programmed", s->parity_pages_programmed);
+	U("parity_rebuilds", s->parity_rebuilds);
+	U("parity_rebuild_failures", s->parity_rebuild_failures);
+	U("parity_stripes_unprotected", s->parity_stripes_unprotected);
+	U("dies_failed", s->dies_failed);
+	U("rebuild_bands_total", s->rebuild_bands_total);
+	U("rebuild_bands_left", s->rebuild_bands_left);
 	U("blocks_total", s->blocks_total);
 	U("blocks_free", s->blocks_free);
 	U("blocks_data", s->blocks_data);
@@ -268,8 +280,14 @@ static void json_dimm(struct ctl_req *cr, struct evbuffer *b, const struct dimm_
 		evbuffer_add_printf(b, ", \"note\": ");
 		json_str(b, n);
 	}
-	evbuffer_add_printf(b, ", \"beacon\": %s, \"temperature_celsius\": null",
-			    st->beacon ? "true" : "false");
+	evbuffer_add_printf(b, ", \"beacon\": %s", st->beacon ? "true" : "false");
+	if (st->answered && st->attached && st->info.temp_mc != FTL_TEMP_NONE)
+		evbuffer_add_printf(b, ", \"temperature_celsius\": %.1f, \"temperature_max_celsius\": %.1f, "
+				       "\"thermal\": \"%s\"",
+				    st->info.temp_mc / 1000.0, st->info.temp_max_mc / 1000.0,
+				    ftl_thermal_name(st->info.thermal));
+	else
+		evbuffer_add_printf(b, ", \"temperature_celsius\": null");
 	evbuffer_add_printf(b, ", \"attached\": %s, \"readonly\": %s, \"timing\": %s, "
 			       "\"connections\": %u, \"total_connections\": %llu",
 			    st->attached ? "true" : "false", st->readonly ? "true" : "false",
@@ -280,12 +298,12 @@ static void json_dimm(struct ctl_req *cr, struct evbuffer *b, const struct dimm_
 		const struct ftl_stats *s = &st->stats;
 		evbuffer_add_printf(b, ", \"format\": {\"sector_size\": %u, \"sectors\": %llu, "
 				       "\"capacity_bytes\": %llu, \"raw_bytes\": %llu, "
-				       "\"op_percent\": %.2f, \"format_id\": \"%016llx\", "
+				       "\"op_percent\": %.2f, \"parity_width\": %u, \"format_id\": \"%016llx\", "
 				       "\"format_time\": %llu, \"last_close_clean\": %s, "
 				       "\"recovered_pages\": %llu, \"open_seconds\": %.3f}",
 				    fi->sector_size, (unsigned long long)(fi->capacity / fi->sector_size),
 				    (unsigned long long)fi->capacity, (unsigned long long)fi->raw_bytes,
-				    fi->op_percent, (unsigned long long)fi->format_id,
+				    fi->op_percent, fi->parity_width, (unsigned long long)fi->format_id,
 				    (unsigned long long)fi->format_time, fi->was_clean ? "true" : "false",
 				    (unsigned long long)fi->recovered_pages, (double)fi->open_ns / 1e9);
 		evbuffer_add_printf(b, ", \"checkpoint_damaged\": %s, \"notes\": ",
@@ -479,9 +497,28 @@ static void text_dimm(struct ctl_req *cr, struct evbuffer *b, const struct dimm_
 		evbuffer_add_printf(b, "    Warning: %s\n", fi->notes);
 	if (fi->health[0])
 		evbuffer_add_printf(b, "    Health: %s\n", fi->health);
-	evbuffer_add_printf(b, "    Format: %llu sectors of %u bytes (%s), %.1f%% over-provisioning\n",
+	evbuffer_add_printf(b, "    Format: %llu sectors of %u bytes (%s), %.1f%% over-provisioning, %s\n",
 			    (unsigned long long)(fi->capacity / fi->sector_size), fi->sector_size, cap,
-			    fi->op_percent);
+			    fi->op_percent, fi->parity_width ? "Flashback parity (1 die per stripe)" :
+							       "no parity");
+	if (fi->temp_mc != FTL_TEMP_NONE)
+		evbuffer_add_printf(b, "    Internal temperature: %.1f degC, max %.1f degC%s\n",
+				    fi->temp_mc / 1000.0, fi->temp_max_mc / 1000.0,
+				    fi->thermal == FTL_THERMAL_STOPPED ? "; STOPPED: too hot, host I/O held "
+									 "until below 75 degC"
+				    : fi->thermal == FTL_THERMAL_THROTTLED ? "; writes throttled (at 78 degC)"
+									   : "");
+	if (s->dies_failed)
+		evbuffer_add_printf(b, "    Flashback: %u die(s) failed; rebuild %s (%u of %u bands left)%s\n",
+				    s->dies_failed, s->rebuild_bands_left ? "in progress" : "complete",
+				    s->rebuild_bands_left, s->rebuild_bands_total,
+				    fi->parity_width ? "" : "; no parity: the data on them is lost");
+	if (s->lost_units && s->lost_first <= s->lost_last)
+		evbuffer_add_printf(b, "    Lost data: %llu units (4 KiB) unreadable, within bytes %llu to "
+				       "%llu; reads of them fail with EIO\n",
+				    (unsigned long long)s->lost_units,
+				    (unsigned long long)(s->lost_first * 4096),
+				    (unsigned long long)(s->lost_last * 4096 + 4095));
 	evbuffer_add_printf(b, "    Reserve space status: %s; Reserves: %.2f%%, warn at 10.00%%\n",
 			    s->reserve_percent >= 10 ? "Healthy" : "Low", s->reserve_percent);
 	evbuffer_add_printf(b, "    Rated endurance: %u P/E cycles; used %.2f%% (erase counts min/avg/max "
@@ -500,7 +537,6 @@ static void text_dimm(struct ctl_req *cr, struct evbuffer *b, const struct dimm_
 			    fi->was_clean ? "clean" : "unclean (recovered from the log)",
 			    (double)fi->open_ns / 1e9);
 	evbuffer_add_printf(b, "    Powerloss protection: protected (flush and FUA are durable)\n");
-	evbuffer_add_printf(b, "    Temperature: not reported (the simulated NAND has no sensor)\n");
 	evbuffer_add_printf(b, "    Blocks: %llu total, %llu free, %llu data, %llu metadata, %llu bad "
 			       "(%llu grown); %llu erased in its lifetime\n",
 			    (unsigned long long)s->blocks_total, (unsigned long long)s->blocks_free,
@@ -806,6 +842,31 @@ static void metrics_text(struct ctl_req *cr, struct evbuffer *b)
 		if (FTL_OK(&S[i]))
 			prom_sample(b, "flashd_dimm_endurance_used_ratio", &S[i], NULL, "%.6f",
 				    endurance_used(&S[i].stats) / 100);
+	prom_family(b, "flashd_dimm_temperature_celsius", "gauge", "controller temperature (the simulator's sensor)");
+	for (int i = 0; i < n; i++)
+		if (FTL_OK(&S[i]) && S[i].info.temp_mc != FTL_TEMP_NONE)
+			prom_sample(b, "flashd_dimm_temperature_celsius", &S[i], NULL, "%.1f",
+				    S[i].info.temp_mc / 1000.0);
+	prom_family(b, "flashd_dimm_thermal_throttled", "gauge",
+		    "1: writes throttled (78 C), 2: host I/O held (85 C), 0: neither");
+	for (int i = 0; i < n; i++)
+		if (FTL_OK(&S[i]) && S[i].info.temp_mc != FTL_TEMP_NONE)
+			prom_sample(b, "flashd_dimm_thermal_throttled", &S[i], NULL, "%d", (int)S[i].info.thermal);
+	prom_family(b, "flashd_dimm_parity_rebuilds_total", "counter",
+		    "pages rebuilt from their stripe's parity since the FTL was opened");
+	for (int i = 0; i < n; i++)
+		if (FTL_OK(&S[i]))
+			prom_sample(b, "flashd_dimm_parity_rebuilds_total", &S[i], NULL, "%llu",
+				    (unsigned long long)S[i].stats.parity_rebuilds);
+	prom_family(b, "flashd_dimm_dies_failed", "gauge", "dies declared dead since the FTL was opened");
+	for (int i = 0; i < n; i++)
+		if (FTL_OK(&S[i]))
+			prom_sample(b, "flashd_dimm_dies_failed", &S[i], NULL, "%u", S[i].stats.dies_failed);
+	prom_family(b, "flashd_dimm_rebuild_bands_left", "gauge", "bands still holding data on dead dies");
+	for (int i = 0; i < n; i++)
+		if (FTL_OK(&S[i]))
+			prom_sample(b, "flashd_dimm_rebuild_bands_left", &S[i], NULL, "%u",
+				    S[i].stats.rebuild_bands_left);
 	prom_family(b, "flashd_dimm_reserves_ratio", "gauge", "spare blocks left, of those at format (warn below 0.1)");
 	for (int i = 0; i < n; i++)
 		if (FTL_OK(&S[i]))
@@ -1072,7 +1133,7 @@ void ctl_cmd_done(evutil_socket_t fd, short what, void *arg)
 	while (cmd) {
 		struct dimm_cmd *next = cmd->next;
 		struct ctl_req *cr = cmd->owner;
-		if (cmd->type != DCMD_STATUS && cmd->type != DCMD_STALL)
+		if (cmd->type != DCMD_STATUS && cmd->type != DCMD_STALL && cmd->type != DCMD_INJECT)
 			action_done(cmd->d, cmd, cr ? cr->before : DM_DETACHED);
 		if (cr) {
 			if (cr->req) {
@@ -1164,6 +1225,51 @@ static void do_dashboard(struct evhttp_request *req, const char *path)
 	evbuffer_free(b);
 }
 
+/*
+ * Injection parameters from the query: what=die-fail|bad-block|bit-errors|
+ * temperature and value (die, block, reads per million, degrees C).  The
+ * ranges that depend on the device (die, block) are checked on its thread.
+ * 0, or -EINVAL with why.
+ */
+static int inject_params(struct evkeyvalq *q, enum inject_kind *k, int64_t *value, char *why,
+			 size_t len)
+{
+	const char *w = evhttp_find_header(q, "what"), *v = evhttp_find_header(q, "value");
+	uint64_t u;
+	double f;
+	if (!w || !v) {
+		snprintf(why, len, "inject needs what (die-fail, bad-block, bit-errors, temperature) "
+			 "and value");
+		return -EINVAL;
+	}
+	if (!strcmp(w, "die-fail") || !strcmp(w, "bad-block")) {
+		if (parse_uint(v, 0, UINT32_MAX, &u)) {
+			snprintf(why, len, "%s '%s': a %s number", w, v, w[0] == 'd' ? "die" : "block");
+			return -EINVAL;
+		}
+		*k = w[0] == 'd' ? INJ_DIE_FAIL : INJ_BAD_BLOCK;
+		*value = (int64_t)u;
+	} else if (!strcmp(w, "bit-errors")) {
+		if (parse_uint(v, 0, 100000, &u)) {
+			snprintf(why, len, "bit-errors '%s': uncorrectable reads per million, 0 to 100000", v);
+			return -EINVAL;
+		}
+		*k = INJ_BIT_ERRORS;
+		*value = (int64_t)u;
+	} else if (!strcmp(w, "temperature")) {
+		if (parse_double(v, -40, 150, &f)) {
+			snprintf(why, len, "temperature '%s': degrees C, -40 to 150", v);
+			return -EINVAL;
+		}
+		*k = INJ_TEMPERATURE;
+		*value = (int64_t)(f * 1000);
+	} else {
+		snprintf(why, len, "unknown fault '%s' (die-fail, bad-block, bit-errors, temperature)", w);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 /* Format parameters from the query; 0, or -EINVAL with why. */
 static int format_params(struct evkeyvalq *q, struct dimm_format_req *f, char *why, size_t len)
 {
@@ -1194,6 +1300,13 @@ static int format_params(struct evkeyvalq *q, struct dimm_format_req *f, char *w
 				 "or PCT%% of the stock capacity", cap);
 			return -EINVAL;
 		}
+	}
+	if ((v = evhttp_find_header(q, "parity_width"))) {
+		if (parse_byte_size(v, 0, 1, &u)) {
+			snprintf(why, len, "parity_width '%s': 0 or 1", v);
+			return -EINVAL;
+		}
+		f->parity_width = (int)u;
 	}
 	if (op) {
 		size_t n = strlen(op);
@@ -1263,12 +1376,14 @@ static void do_action(struct server *srv, struct evhttp_request *req, struct evk
 		t = DCMD_CHECKPOINT;
 	else if (!strcmp(verb, "test-stall") && srv->test_hooks)
 		t = DCMD_STALL;
+	else if (!strcmp(verb, "inject"))
+		t = DCMD_INJECT;
 	else if (!strcmp(verb, "beacon")) {
 		do_beacon(req, q, d);
 		return;
 	} else {
-		snprintf(msg, sizeof msg, "unknown action '%s' (attach, detach, format, checkpoint, beacon)",
-			 verb);
+		snprintf(msg, sizeof msg, "unknown action '%s' (attach, detach, format, checkpoint, beacon, "
+			 "inject)", verb);
 		send_error(req, 404, "Not Found", msg);
 		return;
 	}
@@ -1276,7 +1391,7 @@ static void do_action(struct server *srv, struct evhttp_request *req, struct evk
 		send_error(req, 503, "Service Unavailable", "flashd is shutting down");
 		return;
 	}
-	struct dimm_format_req fmt = { 0 };
+	struct dimm_format_req fmt = { .parity_width = -1 };
 	uint64_t stall_ms = 0;
 	if (t == DCMD_FORMAT && format_params(q, &fmt, msg, sizeof msg)) {
 		send_error(req, 400, "Bad Request", msg);
@@ -1286,6 +1401,26 @@ static void do_action(struct server *srv, struct evhttp_request *req, struct evk
 		const char *v = evhttp_find_header(q, "ms");
 		if (!v || parse_uint(v, 1, 60000, &stall_ms)) {
 			send_error(req, 400, "Bad Request", "ms: 1 to 60000");
+			return;
+		}
+	}
+	enum inject_kind inj = INJ_DIE_FAIL;
+	int64_t inj_value = 0;
+	if (t == DCMD_INJECT) {
+		if (srv->cfg.fault_injection != 1) {
+			send_error(req, 403, "Forbidden",
+				   "fault injection is off: it is for simulated ioDimms in tests; set "
+				   "[server] fault_injection = yes in the configuration and restart flashd");
+			return;
+		}
+		if (inject_params(q, &inj, &inj_value, msg, sizeof msg)) {
+			send_error(req, 400, "Bad Request", msg);
+			return;
+		}
+		if (d->mstate != DM_ATTACHED) {
+			snprintf(msg, sizeof msg, "%s is not attached (%s): nothing to inject into", name,
+				 dimm_mstate_name(d->mstate));
+			send_error(req, 409, "Conflict", msg);
 			return;
 		}
 	}
@@ -1358,6 +1493,8 @@ static void do_action(struct server *srv, struct evhttp_request *req, struct evk
 	cmd->owner = cr;
 	cmd->fmt = fmt;
 	cmd->stall_ms = (uint32_t)stall_ms;
+	cmd->inject = inj;
+	cmd->inject_value = inj_value;
 	cmd->slot = d->index;
 	if (t == DCMD_DETACH) {
 		/* withdraw the export first: no handshake hands it a socket from
@@ -1365,7 +1502,7 @@ static void do_action(struct server *srv, struct evhttp_request *req, struct evk
 		d->exported = false;
 	}
 	d->mstate = next;
-	if (t != DCMD_STALL) {
+	if (t != DCMD_STALL && t != DCMD_INJECT) {
 		log_info("%s: %s requested over the control socket", name, verb);
 		server_update_status(srv);
 	}

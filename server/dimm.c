@@ -256,11 +256,12 @@ static uint64_t cfg_capacity(const struct dimm_cfg *c, struct nand_dev *dev)
 	if (c->capacity)
 		return c->capacity / FTL_UNIT_SIZE * FTL_UNIT_SIZE;
 	if (c->capacity_pct > 0)
-		return (uint64_t)((double)ftl_capacity_for_op(dev, FTL_STOCK_OP_PERCENT) *
+		return (uint64_t)((double)ftl_capacity_for_format(dev, FTL_STOCK_OP_PERCENT,
+								  c->parity_width) *
 				  c->capacity_pct / 100.0) / FTL_UNIT_SIZE * FTL_UNIT_SIZE;
 	if (c->op_percent > 0)
-		return ftl_capacity_for_op(dev, c->op_percent);
-	return ftl_capacity_for_op(dev, FTL_STOCK_OP_PERCENT);
+		return ftl_capacity_for_format(dev, c->op_percent, c->parity_width);
+	return ftl_capacity_for_format(dev, FTL_STOCK_OP_PERCENT, c->parity_width);
 }
 
 static void cfg_capacity_text(const struct dimm_cfg *c, char *buf, size_t len)
@@ -288,8 +289,21 @@ static bool format_mismatch(struct dimm *d, const struct ftl_info *fi, char *why
 	uint64_t wcap = cfg_capacity(c, d->dev);
 	bool sec = c->sector_size_set && c->sector_size != fi->sector_size;
 	bool capm = c->capacity_set && wcap != fi->capacity;
-	if (!sec && !capm)
+	bool par = c->parity_set && c->parity_width != fi->parity_width;
+	if (!sec && !capm && !par)
 		return false;
+	if (par && !sec && !capm) {
+		describe_format(fi, have, sizeof have);
+		snprintf(why, len,
+			 "image %s is formatted with %u parity dies per stripe (%s), but [dimm %s] in "
+			 "%s asks for parity_width = %u; flashd never reformats: erase it with "
+			 "'flashctl format %s --parity-width %u --yes' (%s detached), or make [dimm %s] "
+			 "match the image",
+			 c->image, fi->parity_width, have, c->name,
+			 d->srv->cfg.config_file ? d->srv->cfg.config_file : "the configuration",
+			 c->parity_width, c->name, c->parity_width, c->name, c->name);
+		return true;
+	}
 	cfg_capacity_text(c, cap, sizeof cap);
 	if (sec && capm)
 		snprintf(want, sizeof want, "sector_size = %u and %s (%.2f GiB)", c->sector_size, cap,
@@ -359,7 +373,8 @@ static int dimm_open_media(struct dimm *d, bool strict, char *err, size_t errlen
 		}
 		struct ftl_format_params fp = { .sector_size = c->sector_size,
 						.capacity_bytes = c->capacity,
-						.op_percent = c->op_percent };
+						.op_percent = c->op_percent,
+						.parity_width = c->parity_width };
 		if (c->capacity_pct > 0)
 			fp.capacity_bytes = cfg_capacity(c, d->dev);
 		log_info("%s: formatting %s (%s, %u-byte sectors)", c->name, c->image, c->preset,
@@ -436,12 +451,15 @@ static void cmd_format(struct dimm *d, struct dimm_cmd *cmd)
 		cmd_msg(cmd, rc, "%s: %s", c->name, err[0] ? err : strerror(-rc));
 		return;
 	}
-	struct ftl_format_params fp = { .sector_size = r->sector_size ? r->sector_size : c->sector_size };
+	struct ftl_format_params fp = { .sector_size = r->sector_size ? r->sector_size : c->sector_size,
+					.parity_width = r->parity_width >= 0 ? (uint32_t)r->parity_width
+									     : c->parity_width };
 	/* the request's size if it gives one, else the [dimm] keys' */
 	if (r->capacity)
 		fp.capacity_bytes = r->capacity;
 	else if (r->capacity_pct > 0)
-		fp.capacity_bytes = (uint64_t)((double)ftl_capacity_for_op(dev, FTL_STOCK_OP_PERCENT) *
+		fp.capacity_bytes = (uint64_t)((double)ftl_capacity_for_format(dev, FTL_STOCK_OP_PERCENT,
+									       fp.parity_width) *
 					       r->capacity_pct / 100.0);
 	else if (r->op_percent > 0)
 		fp.op_percent = r->op_percent;
@@ -563,6 +581,72 @@ static void op_deadline_cb(evutil_socket_t fd, short what, void *arg)
 	dimm_kick(d);
 }
 
+/* A fault into the simulated NAND, on the thread that owns it; logged at
+ * warning level.  The FTL finds out as it would on a real card. */
+static void cmd_inject(struct dimm *d, struct dimm_cmd *cmd)
+{
+	const char *name = d->cfg->name;
+	if (!d->ftl || !d->dev) {
+		cmd_msg(cmd, -ENODEV, "%s is detached: nothing to inject into", name);
+		return;
+	}
+	if (!nand_is_sim(d->dev)) {
+		cmd_msg(cmd, -EOPNOTSUPP, "%s is not a simulated ioDimm: faults are injected into the "
+			"simulator only", name);
+		return;
+	}
+	const struct nand_geometry *g = &d->dev->geo;
+	int64_t v = cmd->inject_value;
+	int rc = 0;
+	char what[160];
+	switch (cmd->inject) {
+	case INJ_DIE_FAIL:
+		if ((uint64_t)v >= nand_dies(g)) {
+			cmd_msg(cmd, -EINVAL, "%s: die %lld: the ioDimm has dies 0 to %u", name, (long long)v,
+				nand_dies(g) - 1);
+			return;
+		}
+		rc = nand_sim_fail_die(d->dev, (uint32_t)v);
+		snprintf(what, sizeof what, "die %lld failed: every operation on it fails from now on",
+			 (long long)v);
+		break;
+	case INJ_BAD_BLOCK:
+		if ((uint64_t)v >= nand_blocks(g)) {
+			cmd_msg(cmd, -EINVAL, "%s: block %lld: the ioDimm has blocks 0 to %u", name,
+				(long long)v, nand_blocks(g) - 1);
+			return;
+		}
+		rc = nand_sim_fail_block(d->dev, (uint32_t)v, true, true);
+		snprintf(what, sizeof what, "block %lld gone bad: its programs and erases fail from now on",
+			 (long long)v);
+		break;
+	case INJ_BIT_ERRORS: {
+		struct nand_sim_faults ft = { .uncorrectable_ppm = (uint32_t)v,
+					      .corrected_ppm = (uint32_t)(v * 10 > 1000000 ? 1000000 : v * 10) };
+		rc = nand_sim_set_faults(d->dev, &ft);
+		if (v)
+			snprintf(what, sizeof what, "bit errors: %lld reads per million uncorrectable, %lld "
+				 "corrected", (long long)v, (long long)ft.corrected_ppm);
+		else
+			snprintf(what, sizeof what, "bit errors off");
+		break;
+	}
+	case INJ_TEMPERATURE:
+		nand_sim_set_temperature_mc(d->dev, (int32_t)v);
+		ftl_sensors_changed(d->ftl);
+		snprintf(what, sizeof what, "controller temperature set to %.1f C (it relaxes towards "
+			 "ambient from there)", v / 1000.0);
+		break;
+	}
+	if (rc) {
+		cmd_msg(cmd, rc, "%s: injection failed: %s", name, strerror(-rc));
+		return;
+	}
+	log_warn("%s: fault injected: %s", name, what);
+	cmd_msg(cmd, 0, "%s: fault injected: %s", name, what);
+	dimm_kick(d); /* the FTL looks at the sensor and the media on its next turn */
+}
+
 /* Run one command; long ones (detach, checkpoint) become d->op. */
 static void cmd_run(struct dimm *d, struct dimm_cmd *cmd, bool stop)
 {
@@ -599,6 +683,9 @@ static void cmd_run(struct dimm *d, struct dimm_cmd *cmd, bool stop)
 		cmd_msg(cmd, 0, "%s: stalled %u ms", d->cfg->name, cmd->stall_ms);
 		break;
 	}
+	case DCMD_INJECT:
+		cmd_inject(d, cmd);
+		break;
 	case DCMD_DETACH:
 		if (!d->ftl) {
 			cmd_msg(cmd, 0, "%s is detached already", d->cfg->name);

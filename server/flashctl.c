@@ -9,10 +9,11 @@
  *   flashctl format DIMM [--sector-size N] [--capacity X] [--op X] --yes
  *   flashctl stats [--live [--interval S] [--count N]] [--json] [DIMM...]
  *   flashctl reload
+ *   flashctl inject DIMM die-fail N | bad-block B | bit-errors PPM | temperature C
  *   flashctl version
  * (all take --control SOCKET).  Image files flashd does not have open:
  *   flashctl format IMAGE --preset P [--sector-size 512|4096]
- *                         [--capacity BYTES|PCT%] [--op PCT] [--parity-width 0] [--yes]
+ *                         [--capacity BYTES|PCT%] [--op PCT] [--parity-width 0|1] [--yes]
  *   flashctl info IMAGE [--json]
  *   flashctl recover IMAGE [--rebuild-superblock [--sector-size N] [--capacity BYTES]]
  * The FTL alone:
@@ -66,6 +67,11 @@ static void usage(FILE *out)
 		"      write a checkpoint now (requests are held meanwhile)\n"
 		"  %s beacon DIMM [on|off]\n"
 		"      the ioDimm's locate beacon (shown by status and /metrics)\n"
+		"  %s inject DIMM die-fail N | bad-block B | bit-errors PPM | temperature C\n"
+		"      a fault into a simulated ioDimm while it serves (needs [server]\n"
+		"      fault_injection = yes): a die whose every operation fails, a block whose\n"
+		"      programs and erases fail, PPM reads per million uncorrectable (0: off), or the\n"
+		"      controller's temperature now (it relaxes towards ambient)\n"
 		"  %s stats [--live [--interval S] [--count N]] [--json] [DIMM...]\n"
 		"      requests, bandwidth, latency percentiles, GC: since start, or per interval\n"
 		"  %s reload [--json]\n"
@@ -74,11 +80,12 @@ static void usage(FILE *out)
 		"  %s version | --version\n"
 		"Image files (not in use):\n"
 		"  %s format IMAGE --preset P [--sector-size 512|4096] [--capacity BYTES|PCT%%] [--op PCT]\n"
-		"         [--parity-width 0] [--yes]\n"
+		"         [--parity-width 0|1] [--yes]\n"
 		"      low-level format (creates IMAGE if missing).  --capacity PCT%% is a share of the\n"
 		"      stock capacity (100%% = stock = 20%% over-provisioning; 80%% = high performance);\n"
 		"      --op is the over-provisioning as a share of raw NAND (20 = stock, 36 = high perf);\n"
-		"      --parity-width N: parity dies per band stripe (0 only in this version).\n"
+		"      --parity-width 1: Flashback parity, one die per band stripe (24 + 1 on the ioDimm;\n"
+		"      the capacity shrinks by that share); 0: none (the default).\n"
 		"      An image that holds data is formatted only after 'yes' on the terminal, or --yes\n"
 		"  %s info IMAGE [--json]\n"
 		"      geometry, format and statistics of an image that is not in use\n"
@@ -96,7 +103,8 @@ static void usage(FILE *out)
 		"      the reviewers' protocol on the simulator's virtual clock (full-size devices\n"
 		"      fit: only page metadata is kept); prints IOPS, latency, WA and the physical bound\n"
 		"  %s presets\n",
-		prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog);
+		prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog,
+		prog);
 }
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -114,7 +122,7 @@ static void die(const char *fmt, ...)
 static const char *opt_control(const char *c);
 static bool confirm(const char *question);
 static int format_daemon(const char *control, const char *dimm, uint32_t sector, const char *cap,
-			 double op, bool yes, bool json);
+			 double op, int parity, bool yes, bool json);
 
 /* --capacity: BYTES (K/M/G/T) or PCT% of the stock capacity (0 < PCT <= 100). */
 static uint64_t opt_capacity(const char *s, bool *pct, double *pctval)
@@ -323,13 +331,17 @@ static int cmd_format(int argc, char **argv)
 	};
 	int c;
 	uint32_t parity = 0;
+	bool parity_given = false;
 	while ((c = getopt_long(argc, argv, "p:b:s:o:P:yc:jh", opts, NULL)) != -1) {
 		switch (c) {
 		case 'p': preset = optarg; break;
 		case 'b': sector = opt_sector_size(optarg); break;
 		case 's': cap = optarg; break;
 		case 'o': op = opt_double("--op", optarg, FTL_MIN_OP_PERCENT, FTL_MAX_OP_PERCENT); break;
-		case 'P': parity = (uint32_t)opt_uint("--parity-width", optarg, 0, 64); break;
+		case 'P':
+			parity = (uint32_t)opt_uint("--parity-width", optarg, 0, 1);
+			parity_given = true;
+			break;
 		case 'y': yes = true; break;
 		case 'c': control = optarg; break;
 		case 'j': json = true; break;
@@ -348,12 +360,10 @@ static int cmd_format(int argc, char **argv)
 		opt_capacity(cap, &pct, &pv); /* checked here, applied where the device is known */
 	}
 	if (control || !format_target_is_image(path, preset)) {
-		if (parity)
-			die("--parity-width %u: this version of flashd writes bands without parity (width 0 only)",
-			    parity);
 		if (preset)
 			die("--preset is for an image file; a configured ioDimm's preset is in its [dimm] section");
-		return format_daemon(opt_control(control), path, sector, cap, op, yes, json);
+		return format_daemon(opt_control(control), path, sector, cap, op, parity_given ? (int)parity : -1,
+				     yes, json);
 	}
 	if (json)
 		die("--json goes with formatting an ioDimm through flashd");
@@ -1172,6 +1182,21 @@ static int cmd_action(const char *verb, int argc, char **argv)
 		snprintf(q, sizeof q, "state=%s", st);
 		return post_action(opt_control(control), argv[optind], verb, q, json);
 	}
+	if (!strcmp(verb, "inject")) {
+		/* flashctl inject DIMM die-fail N | bad-block B | bit-errors PPM | temperature C */
+		if (optind + 3 != argc)
+			die("inject needs a DIMM, a fault (die-fail, bad-block, bit-errors, temperature) "
+			    "and its value");
+		const char *w = argv[optind + 1];
+		if (strcmp(w, "die-fail") && strcmp(w, "bad-block") && strcmp(w, "bit-errors") &&
+		    strcmp(w, "temperature"))
+			die("inject: unknown fault '%s' (die-fail N, bad-block B, bit-errors PPM, "
+			    "temperature C)", w);
+		char q[300], v[200];
+		url_escape(v, sizeof v, argv[optind + 2]);
+		snprintf(q, sizeof q, "what=%s&value=%s", w, v);
+		return post_action(opt_control(control), argv[optind], verb, q, json);
+	}
 	if (optind + 1 != argc)
 		die("%s needs exactly one DIMM (flashctl status lists them)", verb);
 	return post_action(opt_control(control), argv[optind], verb, NULL, json);
@@ -1179,11 +1204,14 @@ static int cmd_action(const char *verb, int argc, char **argv)
 
 /* flashctl format DIMM ...: through the daemon (detached ioDimms only). */
 static int format_daemon(const char *control, const char *dimm, uint32_t sector, const char *cap,
-			 double op, bool yes, bool json)
+			 double op, int parity, bool yes, bool json)
 {
 	char q[400] = "", v[200];
 	if (sector)
 		snprintf(q + strlen(q), sizeof q - strlen(q), "sector_size=%u", sector);
+	if (parity >= 0)
+		snprintf(q + strlen(q), sizeof q - strlen(q), "%sparity_width=%d", q[0] ? "&" : "",
+			 parity);
 	if (cap) {
 		url_escape(v, sizeof v, cap);
 		snprintf(q + strlen(q), sizeof q - strlen(q), "%scapacity=%s", q[0] ? "&" : "", v);
@@ -1701,7 +1729,7 @@ int main(int argc, char **argv)
 	if (strcmp(cmd, "status") == 0)
 		return cmd_status(argc, argv);
 	if (strcmp(cmd, "attach") == 0 || strcmp(cmd, "detach") == 0 || strcmp(cmd, "checkpoint") == 0 ||
-	    strcmp(cmd, "beacon") == 0)
+	    strcmp(cmd, "beacon") == 0 || strcmp(cmd, "inject") == 0)
 		return cmd_action(cmd, argc, argv);
 	if (strcmp(cmd, "stats") == 0)
 		return cmd_stats(argc, argv);

@@ -114,11 +114,12 @@ struct dimm_cfg {
 	uint64_t capacity;    /* bytes; 0: use op_percent */
 	double capacity_pct;  /* of the stock capacity (fio-format -s N%) */
 	double op_percent;
+	uint32_t parity_width;/* used when the image is formatted: 0 or 1 */
 	int timing;           /* -1: card/server default */
 	int sync;             /* fdatasync on flush: -1 default (on) */
 	uint64_t cp_interval; /* bytes of log between checkpoints; 0: automatic */
 	/* given in the file: an existing image's format must match them */
-	bool sector_size_set, capacity_set;
+	bool sector_size_set, capacity_set, parity_set;
 	int tls;              /* enum tls_mode: TLS_OFF serves plaintext sessions only,
 			       * TLS_REQUIRED TLS sessions only; -1 (unset): both */
 	/* access rules (common/acl.h): allow (read-write) and allow_ro
@@ -155,6 +156,7 @@ struct server_cfg {
 	int shutdown_timeout;    /* seconds after SIGTERM before connections are force-closed; 0: default */
 	int poll_us;             /* ioDimm threads poll this long after activity; -1: default */
 	int timing;              /* default timing model for every ioDimm */
+	int fault_injection;     /* flashctl inject on simulated ioDimms; -1: unset (no) */
 	int allow_degraded;      /* serve what opens (-1: unset, then no) */
 	char *default_preset;
 	/* TLS (server/tls.c); *_where: where the key was given, for errors
@@ -283,6 +285,18 @@ enum dimm_cmd_type {
 	DCMD_FORMAT,      /* low-level format (detached only) */
 	DCMD_CHECKPOINT,  /* hold requests, close the FTL (checkpoint), reopen */
 	DCMD_STALL,       /* test hook (FLASHD_TEST_HOOKS=1): sleep stall_ms */
+	DCMD_INJECT,      /* a fault into the simulated NAND ([server] fault_injection) */
+};
+
+/* What a DCMD_INJECT does (flashctl inject). */
+enum inject_kind {
+	INJ_DIE_FAIL,     /* value: die; every operation on it fails from now on */
+	INJ_BAD_BLOCK,    /* value: block; its programs and erases fail from now on */
+	INJ_BIT_ERRORS,   /* value: reads per million that come back uncorrectable
+	                   * (random, not sticky: a read again may succeed), and
+	                   * 10x that many corrected; 0 turns it off */
+	INJ_TEMPERATURE,  /* value: milli-degrees C, the controller's temperature
+	                   * now (it relaxes from there towards ambient) */
 };
 
 /* Format parameters of a DCMD_FORMAT; 0 / unset: the ioDimm's [dimm] keys. */
@@ -291,6 +305,7 @@ struct dimm_format_req {
 	uint64_t capacity;      /* bytes */
 	double capacity_pct;    /* of the stock capacity */
 	double op_percent;
+	int parity_width;       /* -1: the [dimm] key's */
 };
 
 struct ctl_req;
@@ -304,6 +319,8 @@ struct dimm_cmd {
 	/* arguments */
 	struct dimm_format_req fmt;
 	uint32_t stall_ms;
+	enum inject_kind inject;
+	int64_t inject_value;
 	/* results */
 	int rc;                 /* 0 or negative errno */
 	char msg[1536];         /* what happened, for the client */

@@ -871,6 +871,9 @@ static void reload_dimm(struct reload_result *r, struct dimm_cfg *a, const struc
 	    a->op_percent != b->op_percent || a->capacity_set != b->capacity_set)
 		reload_item(r, false, K("capacity/op"), "changed: " RESTART " (a different format also "
 			    "needs flashctl format)");
+	if (a->parity_width != b->parity_width || a->parity_set != b->parity_set)
+		reload_item(r, false, K("parity_width"), "%u -> %u: " RESTART " (a different format "
+			    "also needs flashctl format)", a->parity_width, b->parity_width);
 	cmp_int(r, K("timing"), a->timing, b->timing);
 	cmp_int(r, K("sync"), a->sync, b->sync);
 	cmp_int(r, K("checkpoint_interval"), (long)a->cp_interval, (long)b->cp_interval);
@@ -927,6 +930,7 @@ void server_reload(struct server *s, const char *why, struct reload_result *r)
 		reload_item(r, false, "[server] log", "%s -> %s: " RESTART, o->use_syslog ? "syslog" : "stderr",
 			    n.use_syslog ? "syslog" : "stderr");
 	cmp_int(r, "[server] timing", o->timing, n.timing);
+	cmp_int(r, "[server] fault_injection", o->fault_injection, n.fault_injection);
 	if (o->allow_degraded != n.allow_degraded)
 		reload_item(r, false, "[server] allow_degraded", "%s -> %s: used at start-up only, "
 			    "takes effect at the next start", show_tri(o->allow_degraded),
@@ -1074,7 +1078,8 @@ int main(int argc, char **argv)
 		{ "tls-verify-peer", no_argument, 0, 1005 },
 		{ 0, 0, 0, 0 },
 	};
-	struct server_cfg cli = { .timing = -1, .poll_us = -1, .allow_degraded = -1, .tls = -1,
+	struct server_cfg cli = { .timing = -1, .fault_injection = -1, .poll_us = -1,
+				  .allow_degraded = -1, .tls = -1,
 				  .unix_tls = -1, .tls_verify_peer = -1,
 				  .unix_mode = -1, .control_mode = -1, .umask = -1, .unix_gid = -1,
 				  .control_gid = -1, .max_conn_per_addr = -1 };

@@ -434,8 +434,7 @@ static void thermal(void)
 
 	/* 80 C: throttled; a run of writes takes FTL_THERMAL_WRITE_NS each */
 	nand_sim_set_temperature_mc(d, 80000);
-	nand_wait_until(d, nand_now(d) + FTL_THERMAL_PERIOD_NS); /* the next look */
-	ftl_poll(f);
+	ftl_sensors_changed(f);
 	ftl_get_info(f, &info);
 	CHECK_EQ(info.thermal, FTL_THERMAL_THROTTLED);
 	uint64_t t0 = nand_now(d);
@@ -458,9 +457,7 @@ static void thermal(void)
 	struct ftl_io io = { .type = FTL_IO_WRITE, .offset = 0, .length = 4096, .buf = b,
 			     .done = th_done, .priv = &flag };
 	fill(b, 0, 3);
-	/* the next sensor reading is at most a period away */
-	nand_wait_until(d, nand_now(d) + FTL_THERMAL_PERIOD_NS);
-	ftl_poll(f);
+	ftl_sensors_changed(f);
 	ftl_get_info(f, &info);
 	CHECK_EQ(info.thermal, FTL_THERMAL_STOPPED);
 	ftl_submit(f, &io);
@@ -491,8 +488,7 @@ static void thermal(void)
 	/* stopped again, then closed: the held write completes, nothing waits
 	 * for the cooling */
 	nand_sim_set_temperature_mc(d, 90000);
-	nand_wait_until(d, nand_now(d) + FTL_THERMAL_PERIOD_NS);
-	ftl_poll(f);
+	ftl_sensors_changed(f);
 	ftl_get_info(f, &info);
 	CHECK_EQ(info.thermal, FTL_THERMAL_STOPPED);
 	flag = 0;

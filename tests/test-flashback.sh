@@ -1,0 +1,215 @@
+#!/bin/bash
+# timeout: 600
+# Flashback parity and run-time faults over NBD (issue 11):
+#   1. flashctl inject is refused while [server] fault_injection is off, and
+#      with bad arguments;
+#   2. dimm0 (parity_width = 1): fio with verify=crc32c writes and verifies
+#      while `flashctl inject dimm0 die-fail 5` kills a die mid-run: no
+#      verify error; status shows the dead die and the rebuild completing;
+#      everything fio wrote verifies again, and again after a restart;
+#   3. dimm1 (parity_width = 1): a file written, then two dies of one row
+#      fail at once: every 4 KiB unit reads back its data or fails with EIO,
+#      never other data; once GC has been through, status counts exactly
+#      the units that read EIO as lost and names a range holding them all;
+#   4. temperature: 80 C -> status says writes are throttled; 90 C ->
+#      stopped: a write waits until the device has cooled below 75 C, then
+#      completes, with its data; bad-block and bit-errors injections are
+#      taken and the data still verifies.
+# (The exact set of units a second die failure loses is checked in
+# tests/unit/t_ftl_parity.c two_dies, where the units' places are known.)
+source "$(dirname "$0")/functions.sh"
+
+cat >"$T/off.conf" <<EOF
+[dimm dimm0]
+preset = test-1g
+parity_width = 1
+op = 36
+EOF
+cat >"$T/on.conf" <<EOF
+[server]
+fault_injection = yes
+[dimm dimm0]
+preset = test-1g
+parity_width = 1
+op = 36
+[dimm dimm1]
+preset = test-1g
+parity_width = 1
+op = 60
+EOF
+
+# st DIMM KEY: a number from the dimm's status JSON (stats, or top level)
+st() {
+	flashd_status | $PYTHON -c '
+import json, sys
+for d in json.load(sys.stdin)["dimms"]:
+    if d["name"] == sys.argv[1]:
+        v = d.get("stats", {}).get(sys.argv[2], d.get(sys.argv[2]))
+        print(v)
+        break
+' "$1" "$2"
+}
+
+# ---- 1. refused -------------------------------------------------------------------------
+start_flashd --config "$T/off.conf" --timing off
+rc=0
+"$FLASHCTL" inject --control "$FLASHD_CTL" dimm0 die-fail 5 >"$T/inj.out" 2>&1 || rc=$?
+cat "$T/inj.out"
+[ $rc -ne 0 ] || fail "inject succeeded with fault_injection off"
+grep -q "fault_injection = yes" "$T/inj.out" || fail "the refusal does not say how to turn it on"
+[ "$(st dimm0 dies_failed)" = 0 ] || fail "a refused injection changed something"
+[ "$(flashd_status | $PYTHON -c 'import json,sys; print(json.load(sys.stdin)["dimms"][0]["format"]["parity_width"])')" = 1 ] ||
+	fail "dimm0 was not formatted with parity (parity_width = 1)"
+stop_flashd
+ok "inject refused while [server] fault_injection is off; parity_width = 1 formats with parity"
+
+start_flashd --config "$T/on.conf" --timing off
+for bad in "dimm0 die-fail 8" "dimm0 bad-block 99999" "dimm0 temperature hot" "dimm0 melt 1" "nosuch die-fail 1"; do
+	rc=0
+	# shellcheck disable=SC2086
+	"$FLASHCTL" inject --control "$FLASHD_CTL" $bad >"$T/bad.out" 2>&1 || rc=$?
+	[ $rc -ne 0 ] || fail "'inject $bad' succeeded"
+	grep -q . "$T/bad.out" || fail "'inject $bad' failed without a word"
+done
+ok "bad injections refused with a message ($(head -c 120 "$T/bad.out"))"
+
+# ---- 2. a die fails under fio --------------------------------------------------------------
+fio_job() {
+	local name=$1
+	shift
+	cat >"$T/$name.fio" <<EOF
+[global]
+ioengine=nbd
+uri=$FLASHD_URI0
+numjobs=4
+size=64m
+offset_increment=64m
+bs=4k
+verify=crc32c
+verify_fatal=1
+verify_dump=0
+verify_state_save=0
+randseed=1234
+[$name]
+EOF
+	printf '%s\n' "$@" >>"$T/$name.fio"
+}
+fio_job write rw=randwrite iodepth=16 do_verify=1 loops=2
+fio_job reverify rw=randwrite iodepth=16 verify_only=1
+(cd "$T" && exec fio --output-format=json --output="$T/write.json" "$T/write.fio") >"$T/write.out" 2>&1 &
+FIO=$!
+track_pid $FIO
+sleep 2
+kill -0 $FIO 2>/dev/null || { cat "$T/write.out"; fail "fio finished before the die could fail (too fast?)"; }
+"$FLASHCTL" inject --control "$FLASHD_CTL" dimm0 die-fail 5 || fail "inject die-fail 5"
+rc=0
+timeout 300 tail --pid=$FIO -f /dev/null || fail "fio did not finish within 300 s"
+wait $FIO || rc=$?
+[ $rc = 0 ] || { cat "$T/write.out"; fail "fio with a die failing mid-run: exit $rc (a verify error?)"; }
+"$PYTHON" - "$T/write.json" <<'PY' || fail "fio: bad result"
+import json, sys
+for j in json.load(open(sys.argv[1]))["jobs"]:
+    assert j["error"] == 0, "job %s: error %d" % (j["jobname"], j["error"])
+    assert j["read"]["io_bytes"] > 0, "job %s verified nothing" % j["jobname"]
+PY
+grep -q "fault injected: die 5 failed" "$T/flashd.log" || fail "the injection is not in the log"
+for _ in $(seq 1 600); do
+	[ "$(st dimm0 dies_failed)" = 1 ] && [ "$(st dimm0 rebuild_bands_left)" = 0 ] && break
+	# GC moves data when writes need room or bands are marked: keep it busy
+	qemu-io -f raw -c "write -P 7 300m 1m" "$FLASHD_URI0" >/dev/null || fail "a write during the rebuild"
+	sleep 0.1
+done
+[ "$(st dimm0 dies_failed)" = 1 ] || fail "status does not show the dead die"
+[ "$(st dimm0 rebuild_bands_left)" = 0 ] || fail "the rebuild did not complete: $(st dimm0 rebuild_bands_left) bands left"
+total=$(st dimm0 rebuild_bands_total)
+rebuilt=$(st dimm0 parity_rebuilds)
+[ "$(st dimm0 lost_units)" = 0 ] || fail "units lost to one dead die: $(st dimm0 lost_units)"
+"$FLASHCTL" status --control "$FLASHD_CTL" --all >"$T/status.txt"
+grep -q "Flashback: 1 die(s) failed; rebuild complete" "$T/status.txt" || { cat "$T/status.txt"; fail "flashctl status does not show the rebuild"; }
+(cd "$T" && fio "$T/reverify.fio") >"$T/reverify.out" 2>&1 || { cat "$T/reverify.out"; fail "the data fio wrote does not verify after the rebuild"; }
+ok "die 5 failed under fio (4 jobs, verify=crc32c): no verify error; rebuild of $total bands complete, $rebuilt pages rebuilt from parity, nothing lost; fio's data verifies again"
+stop_flashd
+start_flashd --config "$T/on.conf" --timing off
+(cd "$T" && fio "$T/reverify.fio") >"$T/reverify2.out" 2>&1 || { cat "$T/reverify2.out"; fail "the data does not verify after a restart"; }
+ok "after a restart with the die still dead: fio's data verifies"
+
+# ---- 3. two dies of one row ---------------------------------------------------------------
+cap=$(flashd_status | $PYTHON -c 'import json,sys; print([d for d in json.load(sys.stdin)["dimms"] if d["name"] == "dimm1"][0]["format"]["capacity_bytes"])')
+mib=$((cap / 1048576 - 8))
+random_file "$T/data1" "$mib"
+qemu-img convert -n -f raw -O raw "$T/data1" "$FLASHD_URI1" || fail "writing dimm1"
+# dies 2 and 4: channels 1 and 2 of row 0 (test-1g: 4 channels x 2 dies)
+"$FLASHCTL" inject --control "$FLASHD_CTL" dimm1 die-fail 2 || fail "inject die-fail 2"
+"$FLASHCTL" inject --control "$FLASHD_CTL" dimm1 die-fail 4 || fail "inject die-fail 4"
+cat >"$T/units.py" <<'PY'
+import sys, nbd
+uri, path, out = sys.argv[1], sys.argv[2], sys.argv[3]
+data = open(path, "rb").read()
+h = nbd.NBD()
+h.connect_uri(uri)
+eio = []
+for u in range(len(data) // 4096):
+    try:
+        b = h.pread(4096, u * 4096)
+    except nbd.Error as e:
+        if e.errnum != 5:
+            sys.exit("unit %d: %s" % (u, e))
+        eio.append(u)
+        continue
+    if b != data[u * 4096:(u + 1) * 4096]:
+        sys.exit("unit %d holds other data" % u)
+open(out, "w").write("\n".join(map(str, eio)) + "\n")
+print(len(eio))
+PY
+n1=$("$PYTHON" "$T/units.py" "$FLASHD_URI1" "$T/data1" "$T/eio1") || fail "reading dimm1 after two dies failed: $n1"
+[ "$n1" -gt 0 ] || fail "two dead dies in one row lost nothing (were they in one row?)"
+# writes make the FTL find the dead dies and GC move (or give up) their data
+for _ in $(seq 1 600); do
+	qemu-io -f raw -c "write -P 9 $((mib + 2))m 1m" "$FLASHD_URI1" >/dev/null 2>&1 || true
+	[ "$(st dimm1 dies_failed)" = 2 ] && [ "$(st dimm1 rebuild_bands_left)" = 0 ] && break
+	sleep 0.1
+done
+[ "$(st dimm1 dies_failed)" = 2 ] || fail "status shows $(st dimm1 dies_failed) dead dies, want 2"
+[ "$(st dimm1 rebuild_bands_left)" = 0 ] || fail "GC did not get through the dead dies' bands"
+n2=$("$PYTHON" "$T/units.py" "$FLASHD_URI1" "$T/data1" "$T/eio2") || fail "reading dimm1 after GC: $n2"
+lost=$(st dimm1 lost_units)
+first=$(st dimm1 lost_first_unit)
+last=$(st dimm1 lost_last_unit)
+cmp -s "$T/eio1" "$T/eio2" || fail "the units that read EIO changed between the reads ($n1 then $n2)"
+[ "$lost" = "$n2" ] || fail "status counts $lost units lost, $n2 read EIO"
+[ "$first" = "$(head -1 "$T/eio2")" ] && [ "$last" = "$(tail -1 "$T/eio2")" ] ||
+	fail "status names units $first-$last as lost, the EIOs are $(head -1 "$T/eio2")-$(tail -1 "$T/eio2")"
+"$FLASHCTL" status --control "$FLASHD_CTL" --all >"$T/status1.txt"
+grep -q "Lost data: $lost units" "$T/status1.txt" || { cat "$T/status1.txt"; fail "flashctl status does not name the lost data"; }
+ok "two dies of a row: $n1 of $((mib * 256)) units read EIO, none wrong; after GC status counts $lost lost, units $first-$last, exactly the EIOs"
+
+# ---- 4. temperature, bad blocks, bit errors ------------------------------------------------------
+"$FLASHCTL" inject --control "$FLASHD_CTL" dimm0 temperature 80 || fail "inject temperature 80"
+qemu-io -f raw -c "write -P 3 0 64k" "$FLASHD_URI0" >/dev/null || fail "a write at 80 C"
+[ "$(st dimm0 thermal)" = throttled ] || fail "at 80 C the thermal state is $(st dimm0 thermal)"
+t=$(st dimm0 temperature_celsius)
+awk -v t="$t" 'BEGIN { exit !(t > 77 && t < 81) }' || fail "status says $t C after 80 C was injected"
+"$FLASHCTL" inject --control "$FLASHD_CTL" dimm0 temperature 90 || fail "inject temperature 90"
+t0=$EPOCHREALTIME
+qemu-io -f raw -c "write -P 4 0 64k" "$FLASHD_URI0" >"$T/hot.out" 2>&1 &
+W=$!
+track_pid $W
+sleep 2
+kill -0 $W 2>/dev/null || fail "a write at 90 C completed at once (not held)"
+[ "$(st dimm0 thermal)" = stopped ] || fail "at 90 C the thermal state is $(st dimm0 thermal)"
+"$FLASHCTL" status --control "$FLASHD_CTL" | grep -q "STOPPED: too hot" || fail "flashctl status does not say it is stopped"
+timeout 120 tail --pid=$W -f /dev/null || fail "the held write did not complete within 120 s"
+wait $W || { cat "$T/hot.out"; fail "the held write failed"; }
+held=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+qemu-io -f raw -c "read -P 4 0 64k" "$FLASHD_URI0" >/dev/null || fail "the held write's data"
+grep -q "thermal state throttled -> stopped" "$T/flashd.log" || fail "no log line for the stop"
+grep -q "thermal state stopped -> ok" "$T/flashd.log" || fail "no log line for the resume"
+ok "temperature: 80 C throttled, 90 C stopped; a write held $held s until below 75 C, then done with its data"
+"$FLASHCTL" inject --control "$FLASHD_CTL" dimm0 bad-block 1000 || fail "inject bad-block"
+"$FLASHCTL" inject --control "$FLASHD_CTL" dimm0 bit-errors 2000 || fail "inject bit-errors"
+(cd "$T" && fio "$T/write.fio") >"$T/write3.out" 2>&1 || { cat "$T/write3.out"; fail "fio with a bad block and bit errors"; }
+"$FLASHCTL" inject --control "$FLASHD_CTL" dimm0 bit-errors 0 || fail "inject bit-errors 0"
+grep -q "fault injected: block 1000 gone bad" "$T/flashd.log" || fail "the bad block is not in the log"
+ok "bad block and 2000 uncorrectable reads per million: fio writes and verifies; $(st dimm0 parity_rebuilds) pages rebuilt from parity"
+stop_flashd
+check_flashd_log
