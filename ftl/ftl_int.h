@@ -784,6 +784,9 @@ void par_seal(struct ftl *f, uint32_t bi, uint32_t page);
 /* closing: program the parity of the partial stripes (nothing more will be
  * handed out of the open bands: the next open closes them) */
 void par_seal_all(struct ftl *f);
+/* a data page's program failed: out of its stripe's parity (or, too late
+ * for that, its band marked for refresh) */
+void par_program_failed(struct ftl *f, uint32_t ppa, const uint8_t *data, const uint8_t *spare);
 /* a data page's program was submitted: fold it into its stripe's parity */
 void par_submitted(struct ftl *f, uint32_t ppa, const uint8_t *data, const uint8_t *spare);
 /* recovery, with the blocks that were open at the crash (no footer): the

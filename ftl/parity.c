@@ -294,6 +294,36 @@ void par_submitted(struct ftl *f, uint32_t ppa, const uint8_t *data, const uint8
 	par_try_submit(f, bp);
 }
 
+/*
+ * The program of data page ppa failed (the page is consumed and reads as
+ * garbage; its data is programmed again elsewhere).  Its stripe must not
+ * count it: taken out of the XOR while the stripe is in memory; once the
+ * stripe's parity is on its way, that parity covers a page that was never
+ * written, so a read error of another member could not be rebuilt: the
+ * band is marked for refresh (GC moves its data into whole stripes).
+ */
+void par_program_failed(struct ftl *f, uint32_t ppa, const uint8_t *data, const uint8_t *spare)
+{
+	uint32_t b = ppa_block(f, ppa), page = ppa_page(f, ppa), bi = block_band(f, b);
+	uint32_t col = block_col(f, b);
+	struct band_par *bp = band_par_of(f, bi);
+	struct par_stripe *s = bp ? &bp->st[page % PAR_STRIPES] : NULL;
+	if (s && s->state == PS_FILLING && s->page == page && (s->sub_mask & (1u << col))) {
+		xor_into(s->acc, data, f->page_size);
+		xor_into(s->spare + SPARE_SZ, spare, SPARE_SZ);
+		s->sub_mask &= ~(1u << col);
+		return;
+	}
+	for (uint32_t c = 0; c < f->row_width; c++)
+		if (c != col && (f->blk[band_block(f, bi, c)].state == BLK_CLOSED ||
+				 f->blk[band_block(f, bi, c)].state == BLK_OPEN)) {
+			band_flag_refresh(f, band_block(f, bi, c),
+					  "a program in one of its stripes failed after the stripe's "
+					  "parity was computed");
+			break;
+		}
+}
+
 static void par_program_done(struct nand_op *op)
 {
 	struct band_par *bp = op->priv;

@@ -409,6 +409,8 @@ static void slot_program_done(struct nand_op *op)
 	die_note(f, b, DIE_PROGRAM, op->status == NAND_OK);
 	if (op->status != NAND_OK) {
 		f->st.program_failures++;
+		if (f->parity)
+			par_program_failed(f, sl->ppa, op->data, op->spare);
 		blk_program_failed(f, b);
 		blk_programs_settled(f, b);
 		/* program the same content elsewhere */

@@ -33,22 +33,26 @@ struct config {
 	uint32_t parity; /* parity width: with 1, reads also fail uncorrectable
 	                  * now and then (rebuilt from their stripes) */
 	bool die;        /* a die fails, once, at a random point */
+	bool aging;      /* the simulator's error model on, blocks at 90 % of
+	                  * their rated P/E, months of retention at each clean
+	                  * reopen: bit errors rise through the run */
 };
 
 static const struct config configs[] = {
-	{ "test-16m", 4096, false, false, 0, 0, false },
-	{ "test-16m", 512, true, false, 0, 0, false },
-	{ "test-64m", 512, false, true, 0, 0, false },
-	{ "test-64m-bad", 4096, true, true, 25, 0, false },
+	{ "test-16m", 4096, false, false, 0, 0, false, false },
+	{ "test-16m", 512, true, false, 0, 0, false, false },
+	{ "test-64m", 512, false, true, 0, 0, false, false },
+	{ "test-64m-bad", 4096, true, true, 25, 0, false, false },
 	/* large blocks (512 pages) on one die with completions arriving later:
 	 * hundreds of programs in flight per block */
-	{ "test-128m-512p", 4096, true, false, 35, 0, false },
+	{ "test-128m-512p", 4096, true, false, 35, 0, false, false },
 	/* Flashback parity, with grown bad blocks, corrected and
-	 * uncorrectable bit errors: 2-die rows (the parity mirrors), and
-	 * 4-die rows (3 + 1) with completions arriving later and a die that
-	 * fails for good somewhere in the run */
-	{ "test-64m", 4096, false, true, 30, 1, false },
-	{ "test-1g", 512, true, true, 30, 1, true },
+	 * uncorrectable bit errors: 2-die rows (the parity mirrors), and 4-die
+	 * rows (3 + 1) on aging media (bit errors rising with retention) with
+	 * completions arriving later and a die that fails for good somewhere
+	 * in the run */
+	{ "test-64m", 4096, false, true, 30, 1, false, false },
+	{ "test-1g", 512, true, true, 30, 1, true, true },
 };
 #define NCONFIGS (sizeof configs / sizeof configs[0])
 
@@ -312,6 +316,8 @@ static void reopen_clean(void)
 		fail("clean close: %d", rc);
 	open_ftl();
 	M.reopens++;
+	if (M.cfg->aging)
+		nand_sim_age(M.dev, 60ull * 24 * 3600 * 1000000000); /* two months on the shelf */
 	if (M.cfg->parity) {
 		/* pages that stay unreadable (until erased): read back through
 		 * their stripes' parity.  Pages the checkpoint covers only, so
@@ -525,6 +531,7 @@ static void run_config(const struct config *cfg, uint64_t nops, uint64_t seed)
 	M.rng = seed ^ 0x5DEECE66Dull;
 	M.seed0 = seed;
 	struct nand_sim_config nc = { .preset = cfg->preset, .timing = cfg->timing,
+				      .error_model = cfg->aging,
 				      .virtual_time = cfg->timing, .seed = seed };
 	char err[256];
 	if (nand_sim_open(&nc, &M.dev, err, sizeof err))
@@ -533,6 +540,11 @@ static void run_config(const struct config *cfg, uint64_t nops, uint64_t seed)
 					.parity_width = cfg->parity };
 	if (ftl_format(M.dev, &fp, err, sizeof err))
 		fail("format: %s", err);
+	if (cfg->aging) {
+		uint32_t nb = nand_blocks(&M.dev->geo), rated = M.dev->rated_pe_cycles;
+		for (uint32_t b = 0; b < nb; b++)
+			nand_sim_set_erase_count(M.dev, b, rated * 9 / 10);
+	}
 	open_ftl();
 	struct ftl_info info;
 	ftl_get_info(M.f, &info);
@@ -643,6 +655,15 @@ static void run_config(const struct config *cfg, uint64_t nops, uint64_t seed)
 		printf("%-24s die %d failed during the run (since the last open: %u dead, %u bands "
 		       "left to rebuild; %" PRIu64 " blocks bad)\n", "", M.dead_die, st.dies_failed,
 		       st.rebuild_bands_left, st.blocks_bad);
+	if (cfg->aging) {
+		struct nand_sim_error_stats es;
+		nand_sim_error_stats(M.dev, &es);
+		printf("%-24s aging: %" PRIu64 " reads corrected, %" PRIu64 " uncorrectable by the "
+		       "error model, %" PRIu64 " program and %" PRIu64 " erase failures; refresh: %" PRIu64
+		       " bands collected since the last open\n", "",
+		       es.reads_corrected, es.reads_uncorrectable, es.program_fails, es.erase_fails,
+		       st.refresh_collected);
+	}
 	if (cfg->parity)
 		printf("%-24s parity: %" PRIu64 " pages made unreadable, %" PRIu64
 		       " rebuilt from their stripes (%" PRIu64 " rebuilds failed)\n", "", M.sticky,
