@@ -333,6 +333,7 @@ static void cp_page_done(struct nand_op *op)
 		return;
 	f->st.program_failures++;
 	f->blk[op->block].flags |= BLKF_GROWN_BAD; /* retired when the attempt is dropped */
+	die_note(f, op->block, DIE_PROGRAM, false);
 	c->error = -EIO;
 }
 
@@ -389,18 +390,27 @@ static void cp_submit_page(struct ftl *f, uint32_t p)
 static void cp_abort(struct ftl *f)
 {
 	struct cp_state *c = &f->cp;
+	uint32_t retired = 0;
 	for (uint32_t i = 0; i <= c->nblocks; i++) {
 		uint32_t b = i == 0 ? c->hdr_block : c->blocks[i - 1];
 		if (f->blk[b].flags & BLKF_GROWN_BAD) {
 			f->blk[b].flags &= (uint8_t)~BLKF_GROWN_BAD;
 			blk_set_bad(f, b, true);
+			retired++;
 		} else {
 			blk_set_dirty(f, b);
 		}
 	}
 	c->phase = CP_IDLE;
 	c->requested = true;
-	if (++c->attempts > 3)
+	/* an attempt that found (and retired) bad blocks made progress: a
+	 * dead die costs one attempt per band of its row that the pool hands
+	 * out; three attempts in a row without one fail, as do 64 in all */
+	if (retired)
+		c->retired_attempts++;
+	else
+		c->attempts++;
+	if (c->attempts > 3 || c->retired_attempts > 64)
 		ftl_fail(f, -EIO, "writing a checkpoint failed three times");
 }
 
@@ -424,6 +434,7 @@ static void cp_commit_done(struct nand_op *op)
 	c->cur_seq = c->cp_seq;
 	c->pages_since = 0;
 	c->attempts = 0;
+	c->retired_attempts = 0;
 	c->phase = CP_IDLE;
 	f->st.checkpoints++;
 }

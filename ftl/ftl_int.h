@@ -369,7 +369,8 @@ struct cp_state {
 	enum cp_phase phase;
 	bool requested;
 	bool clean;                 /* the closing checkpoint */
-	int attempts;
+	int attempts;               /* failed in a row, retiring nothing */
+	int retired_attempts;       /* failed, retiring bad blocks */
 	uint64_t cp_seq;
 	uint32_t hdr_block;
 	uint32_t *blocks;           /* l2p blocks of the checkpoint being written */
@@ -571,6 +572,8 @@ struct ftl {
 	struct nand_op sb_op;
 	uint8_t *sb_buf, *sb_spare;
 	bool sb_busy;
+	uint8_t sb_fail_run;        /* failed programs in a row in this update */
+	bool sb_switched;           /* this update moved to the other block */
 	void (*sb_done)(struct nand_op *); /* called when an update is on media */
 
 	/* checkpoint */
@@ -805,6 +808,7 @@ static inline bool die_is_dead(const struct ftl *f, uint32_t b)
 	return f->ndead && f->die_dead[b / f->blocks_per_die];
 }
 void die_declare_dead(struct ftl *f, uint32_t die, const char *why);
+int par_rebuild_sync(struct ftl *f, uint32_t ppa, uint8_t *data, uint8_t *spare);
 int par_recover_dead_spares(struct ftl *f, uint32_t die,
 			    int (*add)(void *ctx, uint64_t seq, uint32_t ppa, uint8_t type, uint32_t lba),
 			    void *ctx);

@@ -692,8 +692,9 @@ static enum nand_status rec_read(struct ftl *f, uint32_t b, uint32_t page, uint8
  * that have data but no parity page yet, in page order, into its parity
  * column.  The parity column is the member whose page 0 is a parity page,
  * or, when none is, the last member not bad whose page 0 is erased (the
- * crash came before the first stripe's parity).  1: every stripe with data
- * is protected; 0: not (GC refreshes the band); -EIO: the medium stopped.
+ * crash came before the first stripe's parity).  2: parity programmed, every
+ * stripe with data protected; 1: nothing was missing; 0: not protected (GC
+ * refreshes the band); -EIO: the medium stopped.
  * Cost: a spare read per member, ~log2(pages) spare reads, and a page read
  * per member for each stripe without parity (at most PAR_STRIPES + 1 of
  * them: a band hands out no stripe further ahead), synchronous.
@@ -773,7 +774,7 @@ static int par_recover_band(struct ftl *f, uint32_t bi, uint8_t *bufs, uint8_t *
 			mask |= 1u << c;
 		}
 		if (!mask)
-			return whole; /* nothing written from here on */
+			return whole && page > lo ? 2 : whole; /* nothing written from here on */
 		struct ftl_spare psp = {
 			.magic = FTL_SPARE_MAGIC, .type = FTL_PG_PARITY, .version = FTL_MEDIA_VERSION,
 			.lba = page, .data_crc = crc32c(0, acc, ps), .seq = max_seq,
@@ -795,7 +796,7 @@ static int par_recover_band(struct ftl *f, uint32_t bi, uint8_t *bufs, uint8_t *
 		if (f->blk[pb].state == BLK_FREE)
 			blk_set_closed(f, pb); /* it holds pages now: erased before reuse */
 	}
-	return whole;
+	return whole ? 2 : 0;
 }
 
 int par_recover(struct ftl *f, const uint32_t *blocks, uint32_t n, uint32_t *done)
@@ -819,14 +820,71 @@ int par_recover(struct ftl *f, const uint32_t *blocks, uint32_t n, uint32_t *don
 					 spares + (size_t)w * f->spare_size);
 		if (r < 0)
 			rc = r;
-		else if (r)
+		else if (r == 2)
 			(*done)++;
-		else
+		else if (r == 0)
 			band_flag_refresh(f, blocks[i], NULL); /* GC moves its data instead */
 	}
 	free(seen);
 	free(bufs);
 	free(spares);
+	return rc;
+}
+
+/*
+ * Open (recovery): page ppa rebuilt from its stripe with synchronous reads,
+ * into data and spare (its ftl_spare, for the caller to check).  0, -EIO
+ * when it cannot be (no parity page naming it, a second member unreadable),
+ * -ENOMEM.  Cost: a page read per member of the band.
+ */
+int par_rebuild_sync(struct ftl *f, uint32_t ppa, uint8_t *data, uint8_t *spare)
+{
+	uint32_t w = f->row_width, ps = f->page_size, ss = f->spare_size;
+	uint32_t b = ppa_block(f, ppa), page = ppa_page(f, ppa), bi = block_band(f, b);
+	uint32_t tcol = block_col(f, b);
+	if (!f->parity || page >= f->data_pages)
+		return -EIO;
+	uint8_t *bufs = aligned_alloc(4096, (size_t)w * ps);
+	uint8_t *spares = malloc((size_t)w * ss);
+	uint8_t *ok = calloc(w, 1);
+	int rc = -EIO;
+	if (!bufs || !spares || !ok) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	uint32_t pc = UINT32_MAX, members = 0;
+	for (uint32_t c = 0; c < w; c++) {
+		uint32_t mb = band_block(f, bi, c);
+		if (c == tcol || f->blk[mb].state == BLK_BAD || f->blk[mb].state == BLK_META)
+			continue;
+		struct ftl_spare sp;
+		bool valid, erased;
+		rec_read(f, mb, page, bufs + (size_t)c * ps, spares + (size_t)c * ss, &sp, &valid, &erased);
+		ok[c] = valid;
+		if (valid && sp.type == FTL_PG_PARITY && sp.lba == page && (sp.reserved & (1u << tcol))) {
+			pc = c;
+			members = sp.reserved & ~(1u << tcol);
+		}
+	}
+	if (pc == UINT32_MAX)
+		goto out;
+	memcpy(data, bufs + (size_t)pc * ps, ps);
+	memset(spare, 0xFF, ss);
+	memcpy(spare, spares + (size_t)pc * ss + SPARE_SZ, SPARE_SZ);
+	for (uint32_t c = 0; c < w; c++) {
+		if (!(members & (1u << c)))
+			continue;
+		if (!ok[c])
+			goto out;
+		xor_into(data, bufs + (size_t)c * ps, ps);
+		xor_into(spare, spares + (size_t)c * ss, SPARE_SZ);
+	}
+	rc = 0;
+	f->st.parity_rebuilds++;
+out:
+	free(bufs);
+	free(spares);
+	free(ok);
 	return rc;
 }
 

@@ -449,8 +449,13 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 					      .page = ppa_page(f, e->ppa), .data = page, .spare = spare };
 			enum nand_status st = nand_op_sync(f->dev, &op);
 			struct ftl_spare sp;
-			if ((st == NAND_OK || st == NAND_CORRECTED) && spare_parse(f, spare, &sp) == 0 &&
-			    sp.data_crc == crc32c(0, page, f->page_size))
+			bool good = (st == NAND_OK || st == NAND_CORRECTED) &&
+				    spare_parse(f, spare, &sp) == 0 &&
+				    sp.data_crc == crc32c(0, page, f->page_size);
+			if (!good && f->parity && par_rebuild_sync(f, e->ppa, page, spare) == 0)
+				good = spare_parse(f, spare, &sp) == 0 && sp.type == FTL_PG_TRIM &&
+				       sp.seq == e->seq && sp.data_crc == crc32c(0, page, f->page_size);
+			if (good)
 				trim_apply_record(f, page, e->seq);
 			else
 				ftl_log("trim record at page %u unreadable; ignored", e->ppa);

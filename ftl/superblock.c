@@ -133,6 +133,20 @@ static void sb_submit_program(struct ftl *f)
 	ftl_nand_submit(f, op);
 }
 
+static void sb_erase_done(struct nand_op *op);
+
+/* Erase the active block; the update's program follows (sb_erase_done). */
+static void sb_submit_erase(struct ftl *f)
+{
+	struct nand_op *op = &f->sb_op;
+	memset(op, 0, sizeof *op);
+	op->type = NAND_OP_ERASE;
+	op->block = f->sb_block[f->sb_active];
+	op->done = sb_erase_done;
+	op->priv = f;
+	ftl_nand_submit(f, op);
+}
+
 static void sb_erase_done(struct nand_op *op)
 {
 	struct ftl *f = op->priv;
@@ -160,10 +174,23 @@ static void sb_program_done(struct nand_op *op)
 			f->sb_done(op);
 		return;
 	}
-	if (!ftl_op_stops(f, op) && f->sb_next_page < f->ppb) {
-		/* a failed page is skipped; try the next one */
-		sb_submit_program(f);
-		return;
+	if (!ftl_op_stops(f, op)) {
+		/* a failed page is skipped: try the next one; a second failure
+		 * in a row (a worn block, a dead die: superblock blocks are on
+		 * dies 0 and 1) moves the update to the other block, once */
+		if (++f->sb_fail_run < 2 && f->sb_next_page < f->ppb) {
+			sb_submit_program(f);
+			return;
+		}
+		if (!f->sb_switched) {
+			f->sb_switched = true;
+			f->sb_fail_run = 0;
+			ftl_log("superblock block %u: programs fail; the superblock moves to block %u",
+				f->sb_block[f->sb_active], f->sb_block[f->sb_active ^ 1]);
+			f->sb_active ^= 1;
+			sb_submit_erase(f);
+			return;
+		}
 	}
 	f->sb_busy = false;
 	ftl_fail(f, -EIO, "writing the superblock failed");
@@ -185,15 +212,11 @@ int sb_start_write(struct ftl *f, bool clean, void (*done)(struct nand_op *))
 	spare_build(f, f->sb_spare, FTL_PG_SB, 0, f->sb_seq, f->sb_buf, true);
 	f->sb_busy = true;
 	f->sb_done = done;
+	f->sb_fail_run = 0;
+	f->sb_switched = false;
 	if (f->sb_next_page >= f->ppb) {
 		f->sb_active ^= 1;
-		struct nand_op *op = &f->sb_op;
-		memset(op, 0, sizeof *op);
-		op->type = NAND_OP_ERASE;
-		op->block = f->sb_block[f->sb_active];
-		op->done = sb_erase_done;
-		op->priv = f;
-		ftl_nand_submit(f, op);
+		sb_submit_erase(f);
 	} else {
 		sb_submit_program(f);
 	}

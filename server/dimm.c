@@ -251,17 +251,16 @@ static void describe_format(const struct ftl_info *fi, char *buf, size_t len)
 
 /* The capacity the [dimm] keys ask for on dev (as ftl_format computes it),
  * or 0 if they leave it to the default. */
-static uint64_t cfg_capacity(const struct dimm_cfg *c, struct nand_dev *dev)
+static uint64_t cfg_capacity(const struct dimm_cfg *c, struct nand_dev *dev, uint32_t parity)
 {
 	if (c->capacity)
 		return c->capacity / FTL_UNIT_SIZE * FTL_UNIT_SIZE;
 	if (c->capacity_pct > 0)
-		return (uint64_t)((double)ftl_capacity_for_format(dev, FTL_STOCK_OP_PERCENT,
-								  c->parity_width) *
+		return (uint64_t)((double)ftl_capacity_for_format(dev, FTL_STOCK_OP_PERCENT, parity) *
 				  c->capacity_pct / 100.0) / FTL_UNIT_SIZE * FTL_UNIT_SIZE;
 	if (c->op_percent > 0)
-		return ftl_capacity_for_format(dev, c->op_percent, c->parity_width);
-	return ftl_capacity_for_format(dev, FTL_STOCK_OP_PERCENT, c->parity_width);
+		return ftl_capacity_for_format(dev, c->op_percent, parity);
+	return ftl_capacity_for_format(dev, FTL_STOCK_OP_PERCENT, parity);
 }
 
 static void cfg_capacity_text(const struct dimm_cfg *c, char *buf, size_t len)
@@ -286,7 +285,8 @@ static bool format_mismatch(struct dimm *d, const struct ftl_info *fi, char *why
 {
 	const struct dimm_cfg *c = d->cfg;
 	char want[160] = "", have[160], cap[64];
-	uint64_t wcap = cfg_capacity(c, d->dev);
+	/* the parity the keys ask for, or (not given) the image's */
+	uint64_t wcap = cfg_capacity(c, d->dev, c->parity_set ? c->parity_width : fi->parity_width);
 	bool sec = c->sector_size_set && c->sector_size != fi->sector_size;
 	bool capm = c->capacity_set && wcap != fi->capacity;
 	bool par = c->parity_set && c->parity_width != fi->parity_width;
@@ -376,7 +376,7 @@ static int dimm_open_media(struct dimm *d, bool strict, char *err, size_t errlen
 						.op_percent = c->op_percent,
 						.parity_width = c->parity_width };
 		if (c->capacity_pct > 0)
-			fp.capacity_bytes = cfg_capacity(c, d->dev);
+			fp.capacity_bytes = cfg_capacity(c, d->dev, c->parity_width);
 		log_info("%s: formatting %s (%s, %u-byte sectors)", c->name, c->image, c->preset,
 			 c->sector_size);
 		rc = ftl_format(d->dev, &fp, err, errlen);
@@ -464,7 +464,7 @@ static void cmd_format(struct dimm *d, struct dimm_cmd *cmd)
 	else if (r->op_percent > 0)
 		fp.op_percent = r->op_percent;
 	else if (c->capacity || c->capacity_pct > 0)
-		fp.capacity_bytes = c->capacity ? c->capacity : cfg_capacity(c, dev);
+		fp.capacity_bytes = c->capacity ? c->capacity : cfg_capacity(c, dev, fp.parity_width);
 	else
 		fp.op_percent = c->op_percent;
 	log_info("%s: formatting %s on request (%u-byte sectors)", c->name, c->image, fp.sector_size);

@@ -14,6 +14,10 @@
  *                lost range is reported
  *   timed        the die test's load on the virtual clock (asynchronous
  *                completions, rebuild reads queued behind other work)
+ *   sb_die       the die holding the active superblock block fails: the
+ *                superblock moves, the FTL serves on and opens again
+ *   trim_dead    trim records on a die found dead at open are rebuilt from
+ *                their stripes: trimmed units do not get their data back
  * Errors must be errors (EIO), never wrong data.
  */
 #include "ftl/ftl.h"
@@ -371,6 +375,87 @@ static void two_dies(void)
 	nand_close(d);
 }
 
+/* Die 0 holds the active superblock block: its failure moves the
+ * superblock to die 1's block; the FTL keeps serving and opens again. */
+static void sb_die(void)
+{
+	struct nand_dev *d = dev_new("test-1g", false);
+	format(d, 36, 1);
+	struct ftl *f = open_ok(d);
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	uint64_t units = info.units, seed = 23;
+	uint32_t *ver = calloc(units, sizeof *ver);
+	churn(f, ver, units, units, &seed);
+	CHECK_RC(ftl_flush_sync(f));
+	CHECK_RC(nand_sim_fail_die(d, 0));
+	churn(f, ver, units, units / 2, &seed);
+	CHECK_RC(ftl_flush_sync(f));
+	struct ftl_stats st;
+	ftl_get_stats(f, &st);
+	CHECK_EQ(st.dies_failed, 1);
+	verify(f, ver, units, NULL);
+	CHECK_RC(ftl_close(f)); /* the closing superblock update goes to die 1 */
+	f = open_ok(d);
+	verify(f, ver, units, NULL);
+	CHECK_RC(ftl_close(f));
+	printf("sb_die: die 0 (the superblock's) failed: served on, closed and opened again, all "
+	       "data right\n");
+	free(ver);
+	nand_close(d);
+}
+
+/* Trim records on a die found dead at open are rebuilt from their stripes:
+ * trimmed units stay trimmed (not their old data). */
+static void trim_dead(void)
+{
+	struct nand_dev *d = dev_new("test-1g", false);
+	format(d, 36, 1);
+	struct ftl *f = open_ok(d);
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	uint64_t units = info.units, seed = 99, K = 200, tail0 = K * 16;
+	uint32_t *ver = calloc(units, sizeof *ver);
+	uint8_t b[4096], z[4096] = { 0 };
+	churn(f, ver, units, units, &seed);
+	CHECK_RC(ftl_flush_sync(f));
+	CHECK_RC(ftl_close(f));
+	f = open_ok(d);
+	for (uint64_t k = 0; k < K; k++) {
+		CHECK_RC(ftl_trim_sync(f, k * 16 * 4096, 16 * 4096, 0));
+		for (int j = 0; j < 40; j++) {
+			uint64_t u = tail0 + t_rand(&seed) % (units - tail0);
+			ver[u]++;
+			fill(b, u, ver[u]);
+			CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
+		}
+	}
+	CHECK_RC(ftl_flush_sync(f));
+	for (int j = 0; j < 20000; j++) {
+		uint64_t u = tail0 + t_rand(&seed) % (units - tail0);
+		ver[u]++;
+		fill(b, u, ver[u]);
+		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
+	}
+	CHECK_RC(ftl_flush_sync(f));
+	ftl_abandon(f); /* a power cut with nothing in flight */
+	CHECK_RC(nand_sim_fail_die(d, 2)); /* holds trim records (this seed) */
+	f = open_ok(d);
+	uint64_t old = 0;
+	for (uint64_t u = 0; u < tail0; u++)
+		if (ftl_read_sync(f, b, u * 4096, 4096) == 0 && memcmp(b, z, 4096))
+			old++;
+	struct ftl_stats st;
+	ftl_get_stats(f, &st);
+	printf("trim_dead: die 2 dead at open: %" PRIu64 " of %" PRIu64 " trimmed units read old "
+	       "data; %" PRIu64 " pages rebuilt from parity at open\n",
+	       old, tail0, st.parity_rebuilds);
+	CHECK_EQ(old, 0);
+	CHECK_RC(ftl_close(f));
+	free(ver);
+	nand_close(d);
+}
+
 int main(int argc, char **argv)
 {
 	const char *only = argc > 1 ? argv[1] : NULL;
@@ -385,6 +470,10 @@ int main(int argc, char **argv)
 		two_dies();
 	if (!only || !strcmp(only, "timed"))
 		die_run(true);
+	if (!only || !strcmp(only, "sb_die"))
+		sb_die();
+	if (!only || !strcmp(only, "trim_dead"))
+		trim_dead();
 	printf("ok\n");
 	return 0;
 }
