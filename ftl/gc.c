@@ -33,6 +33,7 @@
  * writes cannot get a block at all, GC runs unpaced.
  */
 #include <errno.h>
+#include <inttypes.h>
 
 #include "ftl/ftl_int.h"
 
@@ -355,7 +356,13 @@ static void gc_read_landed(struct ftl *f, struct gc_read *rd, bool readable, boo
 		f->l2p[rd->lba] = L2P_LOST;
 		blk_invalidate(f, rd->from);
 		v->lost[v->nlost++] = rd->lba;
-		ftl_log("unit %u lost: page %u unreadable during GC", rd->lba, rd->from);
+		/* a dead die without parity loses thousands: name the first
+		 * ones, then count (the range is in the stats) */
+		if (f->st.lost_units <= 16)
+			ftl_log("unit %u lost: page %u unreadable during GC", rd->lba, rd->from);
+		else if (f->st.lost_units % 4096 == 0)
+			ftl_log("%" PRIu64 " units lost so far (units %" PRIu64 " to %" PRIu64 ")",
+				f->st.lost_units, f->st.lost_first, f->st.lost_last);
 		gc_read_put(f, rd);
 		return;
 	}

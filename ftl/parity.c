@@ -26,7 +26,7 @@
  * rebuilt page's band is marked for refresh, so GC rewrites it elsewhere.
  * Up to nrb rebuilds run at once; more wait in order.
  *
- * Dead dies (with parity).  DIE_DEAD_RUN operations in a row failing on one
+ * Dead dies (with or without parity).  DIE_DEAD_RUN operations in a row failing on one
  * die, reads and programs or erases among them, none succeeding, declare it
  * dead (logged at warning level): its free and dirty
  * blocks are retired, every band with data on it is marked for refresh,
@@ -35,7 +35,9 @@
  * moves those bands' data (rebuilt from parity) onto the other dies and
  * retires the dead die's blocks when their erase fails: the bands shrink by
  * a column, the reserves drop, the capacity stays.  Without parity the
- * data on the die is lost (reads fail with EIO).
+ * data on the die is lost: reads fail with EIO, and GC turns the units the
+ * reverse map names into lost units (counted, their range in the stats);
+ * the rest of the ioDimm goes on.
  */
 #include <errno.h>
 
@@ -1041,7 +1043,7 @@ void die_declare_dead(struct ftl *f, uint32_t die, const char *why)
 	f->st.rebuild_bands_total = f->rebuild_total;
 	/* the units on the die, page by page, for pages whose footer and spare
 	 * died with it: one pass over the l2p, 4 bytes per page of the die */
-	if (f->parity) {
+	{
 		size_t n = (size_t)f->blocks_per_die * f->ppb;
 		uint32_t *m = ftl_alloc(f, n * sizeof *m);
 		if (m) {
@@ -1075,7 +1077,7 @@ void die_declare_dead(struct ftl *f, uint32_t die, const char *why)
 
 void die_note(struct ftl *f, uint32_t b, enum die_op kind, bool ok)
 {
-	if (!f->parity || b >= f->nblocks)
+	if (b >= f->nblocks)
 		return;
 	uint32_t die = block_die(f, b);
 	if (ok) {

@@ -190,7 +190,7 @@ struct rctx {
 	uint8_t *foot_buf, *foot_spares;
 	uint8_t *no_footer;   /* [nblocks]: scan its spares */
 	/* page-0 reads per die, and how many failed: a die where all failed
-	 * is dead (parity only) */
+	 * is dead */
 	uint32_t *die_reads, *die_fails;
 	uint8_t *dead;        /* [ndies] */
 	uint64_t units;
@@ -357,13 +357,24 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 	if (rc)
 		goto out;
 
-	/* a die none of whose blocks could be read (parity only: without it
-	 * nothing on it can be recovered, and its blocks are read as before):
-	 * dead.  Its blocks are not scanned (every read fails); the log pages
-	 * on it newer than the checkpoint are found through their stripes'
-	 * parity, which carries their spares */
+	/* a die none of whose blocks could be read: dead.  Its blocks are not
+	 * scanned (every read fails).  With parity, the log pages on it newer
+	 * than the checkpoint are found through their stripes' parity, which
+	 * carries their spares; without, they are gone, and the units they
+	 * held read what the checkpoint and the other dies' log say (their
+	 * pages on the dead die fail with EIO, and become lost units at GC) */
 	uint32_t ndead = 0;
-	for (uint32_t d = 0; f->parity && d < f->ndies; d++) {
+	for (uint32_t d = 0; d < f->ndies; d++) {
+		if (x.die_reads[d] == 0) {
+			/* every block of it retired (by the checkpoint, after
+			 * it died in an earlier run): still dead, for status */
+			uint32_t nbad = 0;
+			for (uint32_t i = 0; i < f->blocks_per_die; i++)
+				nbad += f->blk[d * f->blocks_per_die + i].state == BLK_BAD;
+			if (nbad == f->blocks_per_die)
+				x.dead[d] = 1;
+			continue;
+		}
 		if (x.die_reads[d] < 2 || x.die_fails[d] != x.die_reads[d])
 			continue;
 		ndead++;
@@ -373,6 +384,8 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 			if (x.cls[b] == RC_SCAN)
 				x.cls[b] = RC_UNREADABLE;
 		}
+		if (!f->parity)
+			continue;
 		rc = par_recover_dead_spares(f, d, rentry_add_cb, &x);
 		if (!rc)
 			rc = x.error;
@@ -545,10 +558,10 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 		if (done)
 			ftl_log("parity: %u bands open at the crash had stripes without parity: "
 				"programmed it", done);
-		for (uint32_t d = 0; !rc && d < f->ndies; d++)
-			if (x.dead[d])
-				die_declare_dead(f, d, "every block on it unreadable at open");
 	}
+	for (uint32_t d = 0; !rc && d < f->ndies; d++)
+		if (x.dead[d])
+			die_declare_dead(f, d, "every block on it unreadable at open");
 out:
 	if (rc && err && !err[0])
 		snprintf(err, errlen, "recovery failed: %s", strerror(-rc));

@@ -508,11 +508,15 @@ static void text_dimm(struct ctl_req *cr, struct evbuffer *b, const struct dimm_
 									 "until below 75 degC"
 				    : fi->thermal == FTL_THERMAL_THROTTLED ? "; writes throttled (at 78 degC)"
 									   : "");
-	if (s->dies_failed)
-		evbuffer_add_printf(b, "    Flashback: %u die(s) failed; rebuild %s (%u of %u bands left)%s\n",
+	if (s->dies_failed && fi->parity_width)
+		evbuffer_add_printf(b, "    Flashback: %u die(s) failed; rebuild %s (%u of %u bands left)\n",
 				    s->dies_failed, s->rebuild_bands_left ? "in progress" : "complete",
-				    s->rebuild_bands_left, s->rebuild_bands_total,
-				    fi->parity_width ? "" : "; no parity: the data on them is lost");
+				    s->rebuild_bands_left, s->rebuild_bands_total);
+	else if (s->dies_failed)
+		evbuffer_add_printf(b, "    Dies failed: %u; no parity: the data on them is lost (reads of "
+				       "it fail with EIO); bands with data on them: %u of %u still to "
+				       "collect\n",
+				    s->dies_failed, s->rebuild_bands_left, s->rebuild_bands_total);
 	if (s->lost_units && s->lost_first <= s->lost_last)
 		evbuffer_add_printf(b, "    Lost data: %llu units (4 KiB) unreadable, within bytes %llu to "
 				       "%llu; reads of them fail with EIO\n",

@@ -11,6 +11,9 @@
 #      fail at once: every 4 KiB unit reads back its data or fails with EIO,
 #      never other data; once GC has been through, status counts exactly
 #      the units that read EIO as lost and names a range holding them all;
+#   3b. dimm2 (no parity): a file written, one die fails: every unit reads
+#      its data or EIO, never other data; writes go on; after GC status
+#      counts exactly the EIO units as lost and says the die failed;
 #   4. temperature: 80 C -> status says writes are throttled; 90 C ->
 #      stopped: a write waits until the device has cooled below 75 C, then
 #      completes, with its data; bad-block and bit-errors injections are
@@ -36,6 +39,10 @@ op = 36
 preset = test-1g
 parity_width = 1
 op = 60
+[dimm dimm2]
+preset = test-1g
+parity_width = 0
+op = 36
 EOF
 
 # st DIMM KEY: a number from the dimm's status JSON (stats, or top level)
@@ -182,6 +189,28 @@ cmp -s "$T/eio1" "$T/eio2" || fail "the units that read EIO changed between the 
 "$FLASHCTL" status --control "$FLASHD_CTL" --all >"$T/status1.txt"
 grep -q "Lost data: $lost units" "$T/status1.txt" || { cat "$T/status1.txt"; fail "flashctl status does not name the lost data"; }
 ok "two dies of a row: $n1 of $((mib * 256)) units read EIO, none wrong; after GC status counts $lost lost, units $first-$last, exactly the EIOs"
+
+# ---- 3b. no parity: one die -----------------------------------------------------------------
+URI2=nbd://127.0.0.1:$FLASHD_PORT/dimm2
+random_file "$T/data2" "$mib"
+qemu-img convert -n -f raw -O raw "$T/data2" "$URI2" || fail "writing dimm2"
+"$FLASHCTL" inject --control "$FLASHD_CTL" dimm2 die-fail 3 || fail "inject die-fail 3 on dimm2"
+n1=$("$PYTHON" "$T/units.py" "$URI2" "$T/data2" "$T/eio1") || fail "reading dimm2 after a die failed: $n1"
+[ "$n1" -gt 0 ] || fail "a dead die without parity lost nothing"
+for _ in $(seq 1 600); do
+	qemu-io -f raw -c "write -P 9 $((mib + 2))m 1m" "$URI2" >/dev/null 2>&1 || fail "a write to dimm2 after its die failed"
+	[ "$(st dimm2 dies_failed)" = 1 ] && [ "$(st dimm2 rebuild_bands_left)" = 0 ] && break
+	sleep 0.1
+done
+[ "$(st dimm2 dies_failed)" = 1 ] || fail "status shows $(st dimm2 dies_failed) dead dies on dimm2, want 1"
+[ "$(st dimm2 rebuild_bands_left)" = 0 ] || fail "GC did not get through the dead die's bands"
+n2=$("$PYTHON" "$T/units.py" "$URI2" "$T/data2" "$T/eio2") || fail "reading dimm2 after GC: $n2"
+cmp -s "$T/eio1" "$T/eio2" || fail "the units that read EIO changed between the reads ($n1 then $n2)"
+[ "$(st dimm2 lost_units)" = "$n2" ] || fail "status counts $(st dimm2 lost_units) units lost, $n2 read EIO"
+"$FLASHCTL" status --control "$FLASHD_CTL" dimm2 >"$T/status2.txt"
+grep -q "Dies failed: 1; no parity" "$T/status2.txt" || { cat "$T/status2.txt"; fail "flashctl status does not show the failed die"; }
+qemu-io -f raw -c "write -P 7 0 1m" -c "read -P 7 0 1m" "$URI2" >/dev/null || fail "write and read back on dimm2 after GC"
+ok "no parity, die 3 failed: $n1 of $((mib * 256)) units read EIO, none wrong; writes go on; status counts exactly those as lost"
 
 # ---- 4. temperature, bad blocks, bit errors ------------------------------------------------------
 "$FLASHCTL" inject --control "$FLASHD_CTL" dimm0 temperature 80 || fail "inject temperature 80"

@@ -145,41 +145,75 @@ static void bit_errors(void)
 	free(ver);
 }
 
-static void die_failure(void)
+/*
+ * A die fails for good, no parity.  The FTL declares it dead (a run of
+ * failed reads and programs), retires its free blocks and goes on: every
+ * unit reads its data or EIO, never other data; GC turns the units the
+ * dead die held into lost units (counted, their range named).  On test-1g
+ * (8 dies, 20 % OP) the other dies have room: writes go on.  On test-64m
+ * (4 dies, 25 % OP) a quarter of the NAND is too much: read-only.
+ */
+static void die_failure(const char *preset, double op, uint32_t die, bool writable)
 {
-	struct nand_dev *d = dev_new("test-64m");
-	format(d, 25);
+	struct nand_dev *d = dev_new(preset);
+	format(d, op);
 	struct ftl *f = open_ok(d);
 	struct ftl_info info;
 	ftl_get_info(f, &info);
 	uint32_t *ver = calloc(info.units, sizeof *ver);
 	uint64_t seed = 11;
-	churn(f, ver, info.units, info.units, &seed);
+	churn(f, ver, info.units, info.units + info.units / 2, &seed);
 	CHECK_RC(ftl_flush_sync(f));
-	nand_sim_fail_die(d, 2);
-	/* reads: data on die 2 fails with EIO, the rest is intact */
+	nand_sim_fail_die(d, die);
+	/* reads: data on the die fails with EIO, the rest is intact */
 	uint64_t eio = verify(f, ver, info.units, true);
-	printf("die failure: %" PRIu64 " of %" PRIu64 " units unreadable\n", eio, info.units);
+	printf("die failure (%s, no parity): %" PRIu64 " of %" PRIu64 " units unreadable\n",
+	       preset, eio, info.units);
 	CHECK(eio > 0 && eio < info.units / 2);
-	/* writes go on (to the other dies), and read back */
+	/* writes: to the other dies, or refused once the reserves are gone */
 	uint8_t b[4096];
-	for (uint64_t u = 0; u < 2000; u++) {
+	uint64_t nw = writable ? info.units : 2000;
+	for (uint64_t i = 0; i < nw; i++) {
+		uint64_t u = (i * 7919) % info.units;
+		fill(b, u, ver[u] + 1);
+		int rc = ftl_write_sync(f, b, u * 4096, 4096, 0);
+		if (!writable && rc == -EROFS)
+			break;
+		CHECK_RC(rc);
 		ver[u]++;
-		fill(b, u, ver[u]);
-		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
 	}
-	for (uint64_t u = 0; u < 2000; u++) {
-		CHECK_RC(ftl_read_sync(f, b, u * 4096, 4096));
-		uint8_t e[4096];
-		fill(e, u, ver[u]);
-		CHECK(memcmp(b, e, 4096) == 0);
+	struct ftl_stats st;
+	ftl_get_stats(f, &st);
+	CHECK_EQ(st.dies_failed, 1);
+	if (!writable) {
+		CHECK_EQ(ftl_write_sync(f, b, 0, 4096, 0), -EROFS);
+	} else {
+		/* the die's data moved: every unit it held is lost, named
+		 * by the stats' range */
+		CHECK_RC(ftl_flush_sync(f));
+		ftl_get_stats(f, &st);
+		printf("  after GC: %" PRIu64 " units lost (%" PRIu64 "..%" PRIu64 "), "
+		       "%u rebuild bands left\n",
+		       st.lost_units, st.lost_first, st.lost_last, st.rebuild_bands_left);
+		CHECK(st.lost_units > 0 && st.lost_first <= st.lost_last);
 	}
-	/* never wrong data, before and after a reopen */
-	verify(f, ver, info.units, true);
+	/* never wrong data, before and after a reopen (the die stays dead) */
+	uint64_t eio2 = verify(f, ver, info.units, true);
 	CHECK_RC(ftl_close(f));
 	f = open_ok(d);
-	verify(f, ver, info.units, true);
-	ftl_close(f);
+	ftl_get_stats(f, &st);
+	CHECK_EQ(st.dies_failed, 1);
+	CHECK_EQ(verify(f, ver, info.units, true), eio2);
+	if (writable) {
+		/* and writes still go on after the reopen */
+		for (uint64_t u = 0; u < info.units; u += 3) {
+			ver[u]++;
+			fill(b, u, ver[u]);
+			CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
+		}
+		verify(f, ver, info.units, true);
+	}
+	CHECK_RC(ftl_close(f));
 	nand_close(d);
 	free(ver);
 }
@@ -284,7 +318,8 @@ int main(void)
 	ftl_set_logger(NULL, NULL);
 	grown_bad_blocks();
 	bit_errors();
-	die_failure();
+	die_failure("test-64m", 25, 2, false);
+	die_failure("test-1g", 20, 6, true);
 	no_space();
 	damaged_checkpoint();
 	unformatted_and_readonly();
