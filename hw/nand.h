@@ -440,6 +440,9 @@ struct nand_sim_faults {
 	uint64_t io_error_after;
 };
 int nand_sim_set_faults(struct nand_dev *d, const struct nand_sim_faults *f);
+/* Only the random error rates of struct nand_sim_faults (ppm per page
+ * read); the other faults set stay as they are. */
+int nand_sim_set_error_rates(struct nand_dev *d, uint32_t corrected_ppm, uint32_t uncorrectable_ppm);
 bool nand_sim_powered(const struct nand_dev *d);
 void nand_sim_power_on(struct nand_dev *d);
 /* Count of operations executed so far (for choosing a cut point). */

@@ -1729,6 +1729,16 @@ int nand_sim_set_faults(struct nand_dev *d, const struct nand_sim_faults *f)
 	return 0;
 }
 
+int nand_sim_set_error_rates(struct nand_dev *d, uint32_t corrected_ppm, uint32_t uncorrectable_ppm)
+{
+	if (!nand_is_sim(d))
+		return -EOPNOTSUPP;
+	struct sim *s = to_sim(d);
+	s->corrected_ppm = corrected_ppm;
+	s->uncorrectable_ppm = uncorrectable_ppm;
+	return 0;
+}
+
 bool nand_sim_powered(const struct nand_dev *d)
 {
 	return !((const struct sim *)d)->dead;

@@ -621,12 +621,12 @@ static void cmd_inject(struct dimm *d, struct dimm_cmd *cmd)
 			 (long long)v);
 		break;
 	case INJ_BIT_ERRORS: {
-		struct nand_sim_faults ft = { .uncorrectable_ppm = (uint32_t)v,
-					      .corrected_ppm = (uint32_t)(v * 10 > 1000000 ? 1000000 : v * 10) };
-		rc = nand_sim_set_faults(d->dev, &ft);
+		/* the rates only, not the simulator's other fault settings */
+		uint32_t corrected = (uint32_t)(v * 10 > 1000000 ? 1000000 : v * 10);
+		rc = nand_sim_set_error_rates(d->dev, corrected, (uint32_t)v);
 		if (v)
 			snprintf(what, sizeof what, "bit errors: %lld reads per million uncorrectable, %lld "
-				 "corrected", (long long)v, (long long)ft.corrected_ppm);
+				 "corrected", (long long)v, (long long)corrected);
 		else
 			snprintf(what, sizeof what, "bit errors off");
 		break;
@@ -669,6 +669,11 @@ static void cmd_run(struct dimm *d, struct dimm_cmd *cmd, bool stop)
 	struct timeval tv = { d->srv->cfg.shutdown_timeout, 0 };
 	switch (cmd->type) {
 	case DCMD_STATUS:
+		/* the FTL reads the sensor while it works; an idle one now, so
+		 * status shows the temperature of the moment (and a device that
+		 * cooled down while idle leaves its thermal stop) */
+		if (d->ftl)
+			ftl_sensors_changed(d->ftl);
 		break;
 	case DCMD_ATTACH:
 		cmd_attach(d, cmd);

@@ -16,7 +16,8 @@
 #      counts exactly the EIO units as lost and says the die failed;
 #   4. temperature: 80 C -> status says writes are throttled; 90 C ->
 #      stopped: a write waits until the device has cooled below 75 C, then
-#      completes, with its data; bad-block and bit-errors injections are
+#      completes, with its data; idle (no I/O), status alone sees the
+#      device cool down and leave the stop; bad-block and bit-errors injections are
 #      taken and the data still verifies.
 # (The exact set of units a second die failure loses is checked in
 # tests/unit/t_ftl_parity.c two_dies, where the units' places are known.)
@@ -234,6 +235,15 @@ qemu-io -f raw -c "read -P 4 0 64k" "$FLASHD_URI0" >/dev/null || fail "the held 
 grep -q "thermal state throttled -> stopped" "$T/flashd.log" || fail "no log line for the stop"
 grep -q "thermal state stopped -> ok" "$T/flashd.log" || fail "no log line for the resume"
 ok "temperature: 80 C throttled, 90 C stopped; a write held $held s until below 75 C, then done with its data"
+# idle: no I/O at all, status alone sees it cool down and leave the stop
+"$FLASHCTL" inject --control "$FLASHD_CTL" dimm0 temperature 90 || fail "inject temperature 90 (idle)"
+[ "$(st dimm0 thermal)" = stopped ] || fail "idle at 90 C the thermal state is $(st dimm0 thermal)"
+for _ in $(seq 1 1200); do
+	[ "$(st dimm0 thermal)" = ok ] && break
+	sleep 0.1
+done
+[ "$(st dimm0 thermal)" = ok ] || fail "an idle ioDimm stays '$(st dimm0 thermal)' at $(st dimm0 temperature_celsius) C"
+ok "idle at 90 C: status follows the cooling, $(st dimm0 temperature_celsius) C and back to ok with no I/O"
 "$FLASHCTL" inject --control "$FLASHD_CTL" dimm0 bad-block 1000 || fail "inject bad-block"
 "$FLASHCTL" inject --control "$FLASHD_CTL" dimm0 bit-errors 2000 || fail "inject bit-errors"
 (cd "$T" && fio "$T/write.fio") >"$T/write3.out" 2>&1 || { cat "$T/write3.out"; fail "fio with a bad block and bit errors"; }
