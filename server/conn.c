@@ -1362,7 +1362,8 @@ static void *tx_main(void *arg)
 	struct tx *t = c->tx;
 	int fd = c->fd;
 	struct iovec iov[MAX_IOV];
-	const uint64_t spin_ns = (uint64_t)c->d->srv->cfg.poll_us * 1000u;
+	const uint64_t spin_ns =
+		(uint64_t)__atomic_load_n(&c->d->srv->cfg.poll_us, __ATOMIC_RELAXED) * 1000u;
 	pthread_mutex_lock(&t->lock);
 	for (;;) {
 		if (!t->in && !t->stop && spin_ns) {
