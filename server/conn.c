@@ -175,7 +175,7 @@ struct tx {
 	bool sending;              /* a batch taken from in is being sent */
 	bool sleeping;             /* in cond_wait: signal cv */
 	bool pending;              /* in is not empty (also read without the lock) */
-	bool stop;                 /* exit (nothing is busy) */
+	bool stop;                 /* exit (nothing is busy; also read without the lock) */
 	int err;                   /* errno of a failed send, once */
 	uint64_t sent_ns;          /* last byte sent (atomic: the idle check) */
 	bool drop;                 /* the connection is dead: send nothing more
@@ -1362,17 +1362,19 @@ static void *tx_main(void *arg)
 	struct tx *t = c->tx;
 	int fd = c->fd;
 	struct iovec iov[MAX_IOV];
-	const uint64_t spin_ns =
-		(uint64_t)__atomic_load_n(&c->d->srv->cfg.poll_us, __ATOMIC_RELAXED) * 1000u;
 	pthread_mutex_lock(&t->lock);
 	for (;;) {
+		/* read each time: a reload changes it live */
+		const uint64_t spin_ns =
+			(uint64_t)__atomic_load_n(&c->d->srv->cfg.poll_us, __ATOMIC_RELAXED) * 1000u;
 		if (!t->in && !t->stop && spin_ns) {
 			/* like the ioDimm thread (dimm_loop): the next batch
 			 * usually follows within poll_us; a sleeping thread's
 			 * wake-up costs more than the spin */
 			pthread_mutex_unlock(&t->lock);
 			uint64_t until = nand_now_ns() + spin_ns;
-			while (!__atomic_load_n(&t->pending, __ATOMIC_ACQUIRE) && nand_now_ns() < until)
+			while (!__atomic_load_n(&t->pending, __ATOMIC_ACQUIRE) &&
+			       !__atomic_load_n(&t->stop, __ATOMIC_RELAXED) && nand_now_ns() < until)
 				cpu_relax();
 			pthread_mutex_lock(&t->lock);
 		}
@@ -1491,7 +1493,7 @@ static void tx_stop(struct conn *c)
 	if (!t)
 		return;
 	pthread_mutex_lock(&t->lock);
-	t->stop = true;
+	__atomic_store_n(&t->stop, true, __ATOMIC_RELAXED); /* also ends a spin */
 	pthread_cond_signal(&t->cv);
 	pthread_mutex_unlock(&t->lock);
 	pthread_join(t->th, NULL);
@@ -1519,9 +1521,9 @@ static bool tx_take(struct conn *c)
 	if (c->ssl || c->dead || !c->sendq)
 		return false;
 	size_t bytes = 0;
-	for (struct req *r = c->sendq; r && bytes < TX_MIN_BYTES; r = r->next)
+	for (struct req *r = c->sendq; r && bytes < TX_MIN_BYTES + c->head_sent; r = r->next)
 		bytes += r->reply_bytes;
-	bytes -= bytes > c->head_sent ? c->head_sent : bytes;
+	bytes -= bytes > c->head_sent ? c->head_sent : bytes; /* still to send */
 	/* one connection: its sends pipeline with the client's receives
 	 * already, and a hand-over's wake-ups cost more than they save (1 MiB
 	 * reads: -13 % on the 2-core bench); several: this thread would send
@@ -1992,8 +1994,9 @@ int conn_abort_all(struct dimm *d, const char *why)
 			unsent += r->reply_bytes;
 		unsent -= c->head_sent;
 		unsent += c->tout_len - c->tout_pos; /* TLS: staged, not yet written */
-		log_warn("%s: %s: %u request(s) unanswered, %zu reply bytes unsent", c->peer, why,
-			 c->inflight, unsent);
+		log_warn("%s: %s: %u request(s) unanswered, %zu reply bytes unsent%s", c->peer, why,
+			 c->inflight, unsent,
+			 tx_busy(c) ? " (and the replies its send thread holds)" : "");
 		c->why = why;
 		c->reset = true;
 		conn_close_now(c, c->why);

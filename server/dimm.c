@@ -810,9 +810,11 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg)
  */
 static void dimm_loop(struct dimm *d)
 {
-	const uint64_t spin_ns = (uint64_t)d->srv->cfg.poll_us * 1000u;
 	while (!event_base_got_break(d->base)) {
 		event_base_loop(d->base, EVLOOP_ONCE);
+		/* read each time: a reload changes it live */
+		const uint64_t spin_ns =
+			(uint64_t)__atomic_load_n(&d->srv->cfg.poll_us, __ATOMIC_RELAXED) * 1000u;
 		if (!spin_ns)
 			continue;
 		uint64_t seen = d->activity, until = nand_now_ns() + spin_ns;
