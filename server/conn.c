@@ -1343,6 +1343,27 @@ static bool tls_flush(struct conn *c)
 	return true;
 }
 
+/* The iovecs of queued replies q (linked by next), the first skip bytes
+ * left out (sent already), whole replies up to MAX_IOV entries; returns
+ * how many. */
+static int replies_iov(const struct req *q, size_t skip, struct iovec *iov)
+{
+	int n = 0;
+	for (const struct req *r = q; r && n + r->niov <= MAX_IOV; r = r->next) {
+		for (int i = 0; i < r->niov; i++) {
+			if (skip >= r->iov[i].iov_len) {
+				skip -= r->iov[i].iov_len;
+				continue;
+			}
+			iov[n].iov_base = (uint8_t *)r->iov[i].iov_base + skip;
+			iov[n].iov_len = r->iov[i].iov_len - skip;
+			skip = 0;
+			n++;
+		}
+	}
+	return n;
+}
+
 /* ---- send thread (struct tx) ---------------------------------------------- */
 
 static void tx_done_cb(evutil_socket_t fd, short what, void *arg);
@@ -1394,20 +1415,7 @@ static void *tx_main(void *arg)
 		pthread_mutex_unlock(&t->lock);
 		int err = 0;
 		while (q && !err && !__atomic_load_n(&t->drop, __ATOMIC_RELAXED)) {
-			int n = 0;
-			size_t k = skip;
-			for (struct req *r = q; r && n + r->niov <= MAX_IOV; r = r->next) {
-				for (int i = 0; i < r->niov; i++) {
-					if (k >= r->iov[i].iov_len) {
-						k -= r->iov[i].iov_len;
-						continue;
-					}
-					iov[n].iov_base = (uint8_t *)r->iov[i].iov_base + k;
-					iov[n].iov_len = r->iov[i].iov_len - k;
-					k = 0;
-					n++;
-				}
-			}
+			int n = replies_iov(q, skip, iov);
 			struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)n };
 			ssize_t sent = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 			if (sent < 0) {
@@ -1520,10 +1528,6 @@ static bool tx_take(struct conn *c)
 {
 	if (c->ssl || c->dead || !c->sendq)
 		return false;
-	size_t bytes = 0;
-	for (struct req *r = c->sendq; r && bytes < TX_MIN_BYTES + c->head_sent; r = r->next)
-		bytes += r->reply_bytes;
-	bytes -= bytes > c->head_sent ? c->head_sent : bytes; /* still to send */
 	/* one connection: its sends pipeline with the client's receives
 	 * already, and a hand-over's wake-ups cost more than they save (1 MiB
 	 * reads: -13 % on the 2-core bench); several: this thread would send
@@ -1534,6 +1538,12 @@ static bool tx_take(struct conn *c)
 		if (!o->closing && ++open == 2)
 			break;
 	}
+	if (open < 2 && !c->tx)
+		return false; /* the common case: no walk of the queue */
+	size_t bytes = 0;
+	for (struct req *r = c->sendq; r && bytes < TX_MIN_BYTES + c->head_sent; r = r->next)
+		bytes += r->reply_bytes;
+	bytes -= bytes > c->head_sent ? c->head_sent : bytes; /* still to send */
 	bool big = bytes >= TX_MIN_BYTES && open >= 2;
 	struct tx *t = c->tx;
 	if (!t) {
@@ -1609,20 +1619,7 @@ static void conn_flush(struct conn *c)
 	}
 	struct iovec iov[MAX_IOV];
 	while (c->sendq && !c->dead && !tx_take(c)) {
-		int n = 0;
-		size_t skip = c->head_sent;
-		for (struct req *r = c->sendq; r && n + r->niov <= MAX_IOV; r = r->next) {
-			for (int i = 0; i < r->niov; i++) {
-				if (skip >= r->iov[i].iov_len) {
-					skip -= r->iov[i].iov_len;
-					continue;
-				}
-				iov[n].iov_base = (uint8_t *)r->iov[i].iov_base + skip;
-				iov[n].iov_len = r->iov[i].iov_len - skip;
-				skip = 0;
-				n++;
-			}
-		}
+		int n = replies_iov(c->sendq, c->head_sent, iov);
 		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)n };
 		ssize_t sent = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (sent < 0) {

@@ -16,8 +16,8 @@
 #      counts exactly the EIO units as lost and says the die failed;
 #   4. temperature: 80 C -> status says writes are throttled; 90 C ->
 #      stopped: a write waits until the device has cooled below 75 C, then
-#      completes, with its data; idle (no I/O), status alone sees the
-#      device cool down and leave the stop; bad-block and bit-errors injections are
+#      completes, with its data; idle (no I/O) at 80 C, status alone
+#      sees the device cool and leave the throttle; bad-block and bit-errors injections are
 #      taken and the data still verifies.
 # (The exact set of units a second die failure loses is checked in
 # tests/unit/t_ftl_parity.c two_dies, where the units' places are known.)
@@ -56,6 +56,23 @@ for d in json.load(sys.stdin)["dimms"]:
         print(v)
         break
 ' "$1" "$2"
+}
+
+# gc_through DIMM URI DIES STRICT: 1 MiB writes past the test data until
+# status shows DIES dead dies and GC through their bands (60 s at most);
+# STRICT=yes: every write must succeed
+gc_through() {
+	local dimm=$1 uri=$2 dies=$3 strict=$4
+	for _ in $(seq 1 600); do
+		if ! qemu-io -f raw -c "write -P 9 $((mib + 2))m 1m" "$uri" >/dev/null 2>&1; then
+			[ "$strict" != yes ] || fail "a write to $dimm after its die failed"
+		fi
+		[ "$(st "$dimm" dies_failed)" = "$dies" ] && [ "$(st "$dimm" rebuild_bands_left)" = 0 ] && break
+		sleep 0.1
+	done
+	[ "$(st "$dimm" dies_failed)" = "$dies" ] ||
+		fail "status shows $(st "$dimm" dies_failed) dead dies on $dimm, want $dies"
+	[ "$(st "$dimm" rebuild_bands_left)" = 0 ] || fail "GC did not get through the dead dies' bands on $dimm"
 }
 
 # ---- 1. refused -------------------------------------------------------------------------
@@ -172,13 +189,7 @@ PY
 n1=$("$PYTHON" "$T/units.py" "$FLASHD_URI1" "$T/data1" "$T/eio1") || fail "reading dimm1 after two dies failed: $n1"
 [ "$n1" -gt 0 ] || fail "two dead dies in one row lost nothing (were they in one row?)"
 # writes make the FTL find the dead dies and GC move (or give up) their data
-for _ in $(seq 1 600); do
-	qemu-io -f raw -c "write -P 9 $((mib + 2))m 1m" "$FLASHD_URI1" >/dev/null 2>&1 || true
-	[ "$(st dimm1 dies_failed)" = 2 ] && [ "$(st dimm1 rebuild_bands_left)" = 0 ] && break
-	sleep 0.1
-done
-[ "$(st dimm1 dies_failed)" = 2 ] || fail "status shows $(st dimm1 dies_failed) dead dies, want 2"
-[ "$(st dimm1 rebuild_bands_left)" = 0 ] || fail "GC did not get through the dead dies' bands"
+gc_through dimm1 "$FLASHD_URI1" 2 no
 n2=$("$PYTHON" "$T/units.py" "$FLASHD_URI1" "$T/data1" "$T/eio2") || fail "reading dimm1 after GC: $n2"
 lost=$(st dimm1 lost_units)
 first=$(st dimm1 lost_first_unit)
@@ -198,13 +209,7 @@ qemu-img convert -n -f raw -O raw "$T/data2" "$URI2" || fail "writing dimm2"
 "$FLASHCTL" inject --control "$FLASHD_CTL" dimm2 die-fail 3 || fail "inject die-fail 3 on dimm2"
 n1=$("$PYTHON" "$T/units.py" "$URI2" "$T/data2" "$T/eio1") || fail "reading dimm2 after a die failed: $n1"
 [ "$n1" -gt 0 ] || fail "a dead die without parity lost nothing"
-for _ in $(seq 1 600); do
-	qemu-io -f raw -c "write -P 9 $((mib + 2))m 1m" "$URI2" >/dev/null 2>&1 || fail "a write to dimm2 after its die failed"
-	[ "$(st dimm2 dies_failed)" = 1 ] && [ "$(st dimm2 rebuild_bands_left)" = 0 ] && break
-	sleep 0.1
-done
-[ "$(st dimm2 dies_failed)" = 1 ] || fail "status shows $(st dimm2 dies_failed) dead dies on dimm2, want 1"
-[ "$(st dimm2 rebuild_bands_left)" = 0 ] || fail "GC did not get through the dead die's bands"
+gc_through dimm2 "$URI2" 1 yes
 n2=$("$PYTHON" "$T/units.py" "$URI2" "$T/data2" "$T/eio2") || fail "reading dimm2 after GC: $n2"
 cmp -s "$T/eio1" "$T/eio2" || fail "the units that read EIO changed between the reads ($n1 then $n2)"
 [ "$(st dimm2 lost_units)" = "$n2" ] || fail "status counts $(st dimm2 lost_units) units lost, $n2 read EIO"
@@ -235,15 +240,17 @@ qemu-io -f raw -c "read -P 4 0 64k" "$FLASHD_URI0" >/dev/null || fail "the held 
 grep -q "thermal state throttled -> stopped" "$T/flashd.log" || fail "no log line for the stop"
 grep -q "thermal state stopped -> ok" "$T/flashd.log" || fail "no log line for the resume"
 ok "temperature: 80 C throttled, 90 C stopped; a write held $held s until below 75 C, then done with its data"
-# idle: no I/O at all, status alone sees it cool down and leave the stop
-"$FLASHCTL" inject --control "$FLASHD_CTL" dimm0 temperature 90 || fail "inject temperature 90 (idle)"
-[ "$(st dimm0 thermal)" = stopped ] || fail "idle at 90 C the thermal state is $(st dimm0 thermal)"
-for _ in $(seq 1 1200); do
+# idle: no I/O at all, status alone sees it cool and leave the throttle
+# (before status re-read the sensor, an idle ioDimm showed 80.0 C and
+# "throttled" for ~30 s, until some FTL housekeeping ran)
+"$FLASHCTL" inject --control "$FLASHD_CTL" dimm0 temperature 80 || fail "inject temperature 80 (idle)"
+[ "$(st dimm0 thermal)" = throttled ] || fail "idle at 80 C the thermal state is $(st dimm0 thermal)"
+for _ in $(seq 1 100); do
 	[ "$(st dimm0 thermal)" = ok ] && break
 	sleep 0.1
 done
-[ "$(st dimm0 thermal)" = ok ] || fail "an idle ioDimm stays '$(st dimm0 thermal)' at $(st dimm0 temperature_celsius) C"
-ok "idle at 90 C: status follows the cooling, $(st dimm0 temperature_celsius) C and back to ok with no I/O"
+[ "$(st dimm0 thermal)" = ok ] || fail "an idle ioDimm stays '$(st dimm0 thermal)' at $(st dimm0 temperature_celsius) C 10 s after 80 C"
+ok "idle at 80 C: status follows the cooling, $(st dimm0 temperature_celsius) C and back to ok within 10 s with no I/O"
 "$FLASHCTL" inject --control "$FLASHD_CTL" dimm0 bad-block 1000 || fail "inject bad-block"
 "$FLASHCTL" inject --control "$FLASHD_CTL" dimm0 bit-errors 2000 || fail "inject bit-errors"
 (cd "$T" && fio "$T/write.fio") >"$T/write3.out" 2>&1 || { cat "$T/write3.out"; fail "fio with a bad block and bit errors"; }

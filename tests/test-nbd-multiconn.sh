@@ -28,6 +28,18 @@ tx_threads() {
 	ps -L -o comm= -p "$FLASHD_PID" | grep -c '^flashd-tx$' || true
 }
 
+# start_stall OUT: the stalling client (stall.py, below) in the background
+# ($S), until it has queued its reads and a send thread exists (or 10 s)
+start_stall() {
+	"$PYTHON" "$T/stall.py" "$FLASHD_URI0" >"$1" 2>&1 &
+	S=$!
+	track_pid $S
+	for _ in $(seq 1 100); do
+		grep -q issued "$1" && [ "$(tx_threads)" -ge 1 ] && break
+		sleep 0.1
+	done
+}
+
 # ---- 1. four connections, byte for byte ----------------------------------------------------
 random_file "$T/src" 512
 for i in 1 2 3; do
@@ -57,13 +69,7 @@ for h in hs:
 print("issued", flush=True)
 time.sleep(600)
 PY
-"$PYTHON" "$T/stall.py" "$FLASHD_URI0" >"$T/stall.out" 2>&1 &
-S=$!
-track_pid $S
-for _ in $(seq 1 100); do
-	grep -q issued "$T/stall.out" && [ "$(tx_threads)" -ge 1 ] && break
-	sleep 0.1
-done
+start_stall "$T/stall.out"
 grep -q issued "$T/stall.out" || { cat "$T/stall.out"; fail "the stalling client did not start"; }
 n=$(tx_threads)
 [ "$n" -ge 1 ] || fail "no send thread while three connections have 4 MiB replies queued"
@@ -98,13 +104,7 @@ wait_connections 0 10
 ok "5 readers killed mid-transfer: flashd up, data whole, every connection freed"
 
 # ---- 4. stalled clients at shutdown --------------------------------------------------------------
-"$PYTHON" "$T/stall.py" "$FLASHD_URI0" >"$T/stall2.out" 2>&1 &
-S=$!
-track_pid $S
-for _ in $(seq 1 100); do
-	grep -q issued "$T/stall2.out" && [ "$(tx_threads)" -ge 1 ] && break
-	sleep 0.1
-done
+start_stall "$T/stall2.out"
 [ "$(tx_threads)" -ge 1 ] || fail "no send thread for the second stalled client"
 t0=$EPOCHREALTIME
 stop_flashd
