@@ -681,8 +681,16 @@ uint32_t band_alloc(struct ftl *f, uint32_t row, enum blk_state st, bool worn)
  * under a skewed workload; under a uniform one it chooses like greedy.  A
  * row no victim is examining in is preferred (row_busy[row] == 0), so the
  * victims' reads run on different dies.
- * Cost: up to VICTIM_PER_BUCKET candidates from each valid-count bucket,
- * at most VICTIM_LOOK in all.
+ * Every non-empty valid-count bucket is looked at: the first VICTIM_LOOK
+ * candidates up to VICTIM_PER_BUCKET from each (from the emptiest bucket
+ * up), past that the head of each, which is the band that has been in the
+ * bucket longest, so the oldest of it in all but rare cases.  Stopping at
+ * VICTIM_LOOK candidates, as before, left a full-size ioDimm (32,768 bands,
+ * 6,376 buckets) choosing among the emptiest bands only: greedy, which
+ * never collects the cold bands (80/20 hot/cold WA 2.85 at full size
+ * against 2.45 on a 1,024-band scaled one).
+ * Cost: one look per bucket (row_width * data_pages + 1 of them) and
+ * VICTIM_LOOK candidates per pick; a pick frees a band.
  */
 #define VICTIM_PER_BUCKET 4
 #define VICTIM_LOOK 512
@@ -691,15 +699,15 @@ uint32_t band_victim_pick(struct ftl *f, const uint16_t *row_busy)
 	uint32_t best = FTL_NO_BLOCK, looked = 0;
 	double best_score = -1;
 	bool first = true;
-	for (uint32_t v = f->min_bucket; v < f->nbuckets && looked < VICTIM_LOOK; v++) {
+	for (uint32_t v = f->min_bucket; v < f->nbuckets; v++) {
 		if (!f->band_bucket[v].count)
 			continue;
 		if (first) {
 			f->min_bucket = v;
 			first = false;
 		}
-		uint32_t n = 0;
-		for (uint32_t bi = f->band_bucket[v].head; bi != FTL_NO_BLOCK && n < VICTIM_PER_BUCKET;
+		uint32_t per = looked < VICTIM_LOOK ? VICTIM_PER_BUCKET : 1, n = 0;
+		for (uint32_t bi = f->band_bucket[v].head; bi != FTL_NO_BLOCK && n < per;
 		     bi = f->band[bi].next, n++, looked++) {
 			const struct band *bd = &f->band[bi];
 			double cap = (double)bd->members * f->data_pages;
