@@ -4,10 +4,12 @@
  * A checkpoint is taken at clean close and every cp_interval log pages.
  * Nothing waits for it: host writes and GC go on while the header and l2p
  * pages are programmed into blocks from the free pool (striped over the
- * blocks so the dies work in parallel), and a new superblock page makes the
- * checkpoint current.  Only then are the previous checkpoint's blocks
- * released.  A power cut at any point leaves either the old or the new
- * checkpoint current, never neither.
+ * blocks so the dies work in parallel), the medium is synced, and a new
+ * superblock page makes the checkpoint current.  Only once that page is
+ * synced too are the previous checkpoint's blocks released (CP_RELEASE;
+ * on an image file a host crash may lose writes not synced).  A power cut
+ * at any point leaves either the old or the new checkpoint current, never
+ * neither.
  * The checkpoint is fuzzy.  cp_seq is one below the oldest sequence number
  * still in a write buffer when it starts, so every log page newer than
  * cp_seq is on the media or will be, and recovery replays all of them in
@@ -97,6 +99,8 @@ int cp_init(struct ftl *f)
 	uint32_t nl = cp_l2p_blocks(f) + f->row_width;
 	c->blocks = ftl_alloc(f, nl * sizeof *c->blocks);
 	c->cur_blocks = ftl_alloc(f, nl * sizeof *c->cur_blocks);
+	c->rel_blocks = ftl_alloc(f, nl * sizeof *c->rel_blocks);
+	c->rel_hdr_block = FTL_NO_BLOCK;
 	c->nops = CP_OPS;
 	c->ops = ftl_alloc(f, c->nops * sizeof *c->ops);
 	c->free_idx = ftl_alloc(f, c->nops * sizeof *c->free_idx);
@@ -107,7 +111,7 @@ int cp_init(struct ftl *f)
 	c->open_cap = 8 * f->ndies + 2 * (f->stream[STREAM_USER].ring.nslots +
 					  f->stream[STREAM_GC].ring.nslots);
 	c->open_list = ftl_alloc(f, (size_t)c->open_cap * sizeof *c->open_list);
-	if (!c->blocks || !c->cur_blocks || !c->ops || !c->free_idx || !c->open_list)
+	if (!c->blocks || !c->cur_blocks || !c->rel_blocks || !c->ops || !c->free_idx || !c->open_list)
 		return -ENOMEM;
 	/* the header buffer, sized for every open block and some grown bad
 	 * blocks, so a checkpoint normally allocates nothing */
@@ -422,12 +426,17 @@ static void cp_commit_done(struct nand_op *op)
 		c->phase = CP_FAILED;
 		return;
 	}
-	/* the new checkpoint is current: release the old one */
-	if (c->cur_hdr_block != FTL_NO_BLOCK) {
-		blk_set_dirty(f, c->cur_hdr_block);
-		for (uint32_t i = 0; i < c->cur_nblocks; i++)
-			blk_set_dirty(f, c->cur_blocks[i]);
-	}
+	/*
+	 * The new checkpoint is current.  The old one's blocks are kept until
+	 * the superblock naming the new one is durable: on an image file the
+	 * page may still be in the host's cache, and a host crash would bring
+	 * back the previous superblock, naming erased blocks (a full replay
+	 * of the log instead of the checkpoint, and trims older than it
+	 * undone).
+	 */
+	c->rel_hdr_block = c->cur_hdr_block;
+	c->rel_nblocks = c->cur_nblocks;
+	memcpy(c->rel_blocks, c->cur_blocks, c->cur_nblocks * sizeof *c->cur_blocks);
 	c->cur_hdr_block = c->hdr_block;
 	c->cur_nblocks = c->nblocks;
 	memcpy(c->cur_blocks, c->blocks, c->nblocks * sizeof *c->blocks);
@@ -435,8 +444,35 @@ static void cp_commit_done(struct nand_op *op)
 	c->pages_since = 0;
 	c->attempts = 0;
 	c->retired_attempts = 0;
-	c->phase = CP_IDLE;
 	f->st.checkpoints++;
+	if (nand_sync_start(f->dev, &c->sync_ticket) < 0) {
+		ftl_fail(f, -EIO, "syncing the medium failed");
+		return;
+	}
+	c->phase = CP_RELEASE;
+}
+
+/* CP_RELEASE: once the superblock is durable, the old checkpoint's blocks
+ * go to the eraser.  Returns 1 if it did. */
+static int cp_release(struct ftl *f)
+{
+	struct cp_state *c = &f->cp;
+	int r = nand_sync_poll(f->dev, c->sync_ticket);
+	if (r < 0) {
+		ftl_fail(f, -EIO, "syncing the medium failed");
+		return 1;
+	}
+	if (!r)
+		return 0; /* next_due brings the owner back */
+	if (c->rel_hdr_block != FTL_NO_BLOCK) {
+		blk_set_dirty(f, c->rel_hdr_block);
+		for (uint32_t i = 0; i < c->rel_nblocks; i++)
+			blk_set_dirty(f, c->rel_blocks[i]);
+	}
+	c->rel_hdr_block = FTL_NO_BLOCK;
+	c->rel_nblocks = 0;
+	c->phase = CP_IDLE;
+	return 1;
 }
 
 static bool cp_may_submit(const struct cp_state *c)
@@ -567,6 +603,8 @@ int cp_kick(struct ftl *f)
 			ftl_fail(f, -EIO, "superblock busy during a checkpoint");
 		return 1;
 	}
+	case CP_RELEASE:
+		return cp_release(f);
 	case CP_COMMIT:
 	case CP_FAILED:
 		return 0;

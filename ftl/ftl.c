@@ -952,7 +952,7 @@ static uint64_t next_due(struct ftl *f)
 	if (f->wq_held.head && f->thermal_at < due)
 		due = f->thermal_at; /* held I/O: look at the sensor again */
 	if (!f->error) {
-		bool cp = f->cp.phase == CP_SYNC;
+		bool cp = f->cp.phase == CP_SYNC || f->cp.phase == CP_RELEASE;
 		if (cp || f->wq_syncing.head) {
 			if ((cp && nand_sync_poll(f->dev, f->cp.sync_ticket)) ||
 			    (f->wq_syncing.head && nand_sync_poll(f->dev, f->durable_ticket)))

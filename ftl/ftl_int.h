@@ -355,6 +355,9 @@ enum cp_phase {
 	CP_WRITE,       /* programming header and l2p pages */
 	CP_SYNC,        /* the medium's sync of those pages (nand_sync_start) */
 	CP_COMMIT,      /* programming the superblock page */
+	CP_RELEASE,     /* the medium's sync of that page; then the previous
+	                 * checkpoint's blocks are released (the superblock on
+	                 * the medium may name them until it is durable) */
 	CP_FAILED,
 };
 
@@ -383,7 +386,7 @@ struct cp_state {
 	uint32_t *present;          /* in hdr_buf: bitmap of written l2p pages */
 	uint32_t nlist_words;       /* u32 words after the header (lists, bitmap) */
 	uint32_t pages_done;
-	uint64_t sync_ticket;       /* CP_SYNC: the medium's sync to wait for */
+	uint64_t sync_ticket;       /* CP_SYNC, CP_RELEASE: the medium's sync to wait for */
 	int error;
 	uint8_t *hdr_buf;           /* hdr_cap pages, grown (never shrunk) when
 	                             * the lists outgrow it; allocated at open */
@@ -400,6 +403,11 @@ struct cp_state {
 	uint32_t *cur_blocks;
 	uint32_t cur_nblocks;
 	uint64_t cur_seq;
+	/* CP_RELEASE: the previous checkpoint's blocks, freed once the
+	 * superblock that no longer names them is durable */
+	uint32_t rel_hdr_block;     /* FTL_NO_BLOCK: none */
+	uint32_t *rel_blocks;
+	uint32_t rel_nblocks;
 	uint64_t pages_since;       /* log pages programmed since cur_seq */
 };
 
@@ -659,7 +667,8 @@ static inline uint32_t band_block(const struct ftl *f, uint32_t band, uint32_t c
  */
 static inline uint32_t user_floor(const struct ftl *f)
 {
-	bool held = f->cp.phase == CP_WRITE || f->cp.phase == CP_SYNC || f->cp.phase == CP_COMMIT;
+	bool held = f->cp.phase == CP_WRITE || f->cp.phase == CP_SYNC || f->cp.phase == CP_COMMIT ||
+		    f->cp.phase == CP_RELEASE;
 	return held ? f->user_min - f->cp_headroom : f->user_min;
 }
 

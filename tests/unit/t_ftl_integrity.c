@@ -16,6 +16,9 @@
  *               anything is written; the band layout is reported
  *   async sync  on an image file, flushes and checkpoint commits wait for
  *               the simulator's fdatasync thread and all complete
+ *   commit order  on an image file, a checkpoint's old blocks are erased
+ *               only after a sync that followed the superblock page
+ *               naming the new one (the simulator's ops wrapped)
  *   sparse      a checkpoint writes only the l2p pages with a mapped unit;
  *               it loads back after a clean close, a power cut half-way
  *               through one, and a trim that emptied a page
@@ -510,6 +513,126 @@ static void t_async_sync(bool timed)
 	       "after a reopen\n", timed ? "timed" : "untimed");
 }
 
+/* ---- commit order ------------------------------------------------------ */
+
+/*
+ * The simulator's ops, wrapped to watch the order the FTL asks for: the
+ * blocks holding checkpoint pages, superblock programs, syncs and erases.
+ * A host crash loses image writes not synced, so an erase of the previous
+ * checkpoint's block while the superblock that stopped naming it may be
+ * lost would leave the surviving superblock naming erased blocks.  (A sync
+ * counts once started after the superblock program was submitted: weaker
+ * than after its completion, and enough to see a missing one.)
+ */
+static const struct nand_ops *w_real;
+static struct nand_ops w_ops;
+static uint8_t *w_cp_block;     /* [blocks]: holds checkpoint pages */
+static bool w_sb_unsynced;      /* a superblock page with no sync since */
+static bool w_sync_pending;     /* a sync started after it: w_sync_ticket */
+static uint64_t w_sync_ticket;
+static unsigned w_cp_erases, w_bad_erases, w_sb_programs;
+
+static int w_submit(struct nand_dev *d, struct nand_op *op)
+{
+	const struct ftl_spare *sp = op->spare;
+	if (op->type == NAND_OP_PROGRAM && sp && sp->type == FTL_PG_CKPT)
+		w_cp_block[op->block] = 1;
+	if (op->type == NAND_OP_PROGRAM && sp && sp->type == FTL_PG_SB) {
+		w_sb_unsynced = true;
+		w_sync_pending = false;
+		w_sb_programs++;
+	}
+	if (op->type == NAND_OP_ERASE && w_cp_block[op->block]) {
+		w_cp_erases++;
+		if (w_sb_unsynced)
+			w_bad_erases++;
+		w_cp_block[op->block] = 0;
+	}
+	return w_real->submit(d, op);
+}
+
+static int w_sync(struct nand_dev *d)
+{
+	int r = w_real->sync(d);
+	if (!r)
+		w_sb_unsynced = false;
+	return r;
+}
+
+static int w_sync_start(struct nand_dev *d, uint64_t *ticket)
+{
+	int r = w_real->sync_start(d, ticket);
+	if (!r && w_sb_unsynced && !w_sync_pending) {
+		if (!*ticket)
+			w_sb_unsynced = false;
+		w_sync_pending = true;
+		w_sync_ticket = *ticket;
+	}
+	return r;
+}
+
+static int w_sync_poll(struct nand_dev *d, uint64_t ticket)
+{
+	int r = w_real->sync_poll(d, ticket);
+	if (r == 1 && w_sync_pending && ticket >= w_sync_ticket)
+		w_sb_unsynced = w_sync_pending = false;
+	return r;
+}
+
+static bool eraser_idle(struct ftl *f, void *arg)
+{
+	(void)arg;
+	return !f->dirty.count && f->nerase_free == f->ndies && f->cp.phase == CP_IDLE;
+}
+
+static void t_commit_order(bool timed)
+{
+	char path[] = "/tmp/t_ftl_integrity-XXXXXX";
+	int fd = mkstemp(path);
+	CHECK(fd >= 0);
+	close(fd);
+	struct nand_sim_config cfg = { .preset = "test-64m", .path = path, .create = true,
+				       .sync_on_flush = true, .timing = timed };
+	struct nand_dev *d;
+	char err[256];
+	CHECK_RC(nand_sim_open(&cfg, &d, err, sizeof err));
+	CHECK(d->ops->sync_start && d->ops->sync_poll);
+	format(d, 4096);
+	w_real = d->ops;
+	w_ops = *d->ops;
+	w_ops.submit = w_submit;
+	w_ops.sync = w_sync;
+	w_ops.sync_start = w_sync_start;
+	w_ops.sync_poll = w_sync_poll;
+	w_cp_block = calloc((size_t)nand_dies(&d->geo) * d->geo.blocks_per_die, 1);
+	CHECK(w_cp_block);
+	w_cp_erases = w_bad_erases = w_sb_programs = 0;
+	w_sb_unsynced = w_sync_pending = false;
+	d->ops = &w_ops;
+	struct ftl *f = open_ok(d);
+	for (uint32_t round = 0; round < 6; round++) {
+		for (uint64_t u = 0; u < 2000; u++)
+			write_unit(f, (u * 7 + round) % 4000, round + 1);
+		cp_request(f, false);
+		CHECK_RC(ftl_run_until(f, cp_idle, NULL));
+		/* let the eraser take the released blocks */
+		CHECK_RC(ftl_run_until(f, eraser_idle, NULL));
+	}
+	CHECK(f->st.checkpoints >= 6);
+	CHECK_RC(ftl_close(f));
+	d->ops = w_real;
+	nand_close(d);
+	if (w_bad_erases)
+		fprintf(stderr, "commit order: %u of %u erases of checkpoint blocks came before the "
+			"superblock that released them was synced\n", w_bad_erases, w_cp_erases);
+	CHECK(w_cp_erases >= 5 && w_sb_programs >= 6);
+	CHECK(w_bad_erases == 0);
+	free(w_cp_block);
+	unlink(path);
+	printf("ok: commit order (%s): %u erases of old checkpoint blocks, each after the "
+	       "superblock releasing it was synced\n", timed ? "timed" : "untimed", w_cp_erases);
+}
+
 static void on_alarm(int sig)
 {
 	static const char msg[] = "t_ftl_integrity: timed out (a hang)\n";
@@ -541,6 +664,8 @@ int main(void)
 	t_sparse(true);
 	t_async_sync(false);
 	t_async_sync(true);
+	t_commit_order(false);
+	t_commit_order(true);
 	printf("ok\n");
 	return 0;
 }
