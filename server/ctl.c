@@ -235,7 +235,9 @@ static void json_io(struct evbuffer *b, const struct io_counters *io)
 			evbuffer_add_printf(b, "%s%llu", i ? ", " : "", (unsigned long long)io->lat[l][i]);
 		evbuffer_add_printf(b, "]}");
 	}
-	evbuffer_add_printf(b, "}}");
+	evbuffer_add_printf(b, "}, \"ftl_turn\": {\"max_ns\": %llu, \"over_10ms\": %llu}}",
+			    (unsigned long long)io->ftl_turn_max_ns,
+			    (unsigned long long)io->ftl_turns_over_10ms);
 }
 
 /* Why a snapshot has no FTL figures, or NULL. */
@@ -458,6 +460,9 @@ static void text_io(struct evbuffer *b, const struct dimm_status *st)
 		sep = ", ";
 	}
 	evbuffer_add_printf(b, "%s\n", *sep == ' ' ? " no requests yet" : "");
+	evbuffer_add_printf(b, "    Longest FTL turn (programs, GC, checkpoints; no socket served): "
+			       "%.1f ms, %llu over 10 ms\n",
+			    (double)io->ftl_turn_max_ns / 1e6, (unsigned long long)io->ftl_turns_over_10ms);
 	evbuffer_add_printf(b, "    Garbage collection since flashd started: %llu pages relocated, "
 			       "%llu blocks collected\n",
 			    (unsigned long long)st->gc_pages_relocated,

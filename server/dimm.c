@@ -729,7 +729,12 @@ void dimm_kick(struct dimm *d)
 	 * program and collect; send what that completed */
 	conn_flush_dirty(d);
 	if (d->ftl) {
+		uint64_t t0 = nand_now_ns();
 		ftl_poll(d->ftl);
+		uint64_t turn = nand_now_ns() - t0;
+		if (turn > d->io.ftl_turn_max_ns)
+			d->io.ftl_turn_max_ns = turn;
+		d->io.ftl_turns_over_10ms += turn > 10000000u;
 		conn_flush_dirty(d);
 	}
 	if (d->op)
@@ -910,6 +915,11 @@ int dimm_start(struct dimm *d)
 	d->mstate = DM_STARTING;
 	int rc = pthread_create(&d->thread, NULL, dimm_main, d);
 	d->thread_started = rc == 0;
+	if (rc == 0) { /* "top -H" and perf name it: fd:NAME, 15 bytes at most */
+		char tn[16];
+		snprintf(tn, sizeof(tn), "fd:%s", d->cfg->name);
+		pthread_setname_np(d->thread, tn);
+	}
 	return -rc;
 }
 

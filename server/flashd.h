@@ -244,6 +244,11 @@ struct io_counters {
 	uint64_t ops[IOK_N], errors[IOK_N], bytes[IOK_N];
 	uint64_t lat[LAT_N][LAT_NBOUNDS + 1];   /* per bucket, not cumulative */
 	uint64_t lat_sum_ns[LAT_N];
+	/* ftl_poll() calls (programs, GC, erases, checkpoints): the longest
+	 * one, and how many took over 10 ms; the ioDimm thread serves no
+	 * socket meanwhile, so this bounds what the FTL's background work
+	 * adds to a request's wait on the thread */
+	uint64_t ftl_turn_max_ns, ftl_turns_over_10ms;
 };
 
 /* An ioDimm as the main thread sees it (d->mstate). */
