@@ -471,13 +471,40 @@ static int cp_release(struct ftl *f)
 	}
 	c->rel_hdr_block = FTL_NO_BLOCK;
 	c->rel_nblocks = 0;
+	c->gen_durable = c->gen_writing;
+	if (c->gen_durable >= c->gen_taken && !c->requested)
+		c->urgent = false;
 	c->phase = CP_IDLE;
 	return 1;
 }
 
 static bool cp_may_submit(const struct cp_state *c)
 {
-	return c->nfree_idx && c->ops_in_flight < (c->clean ? c->nops : CP_OPS_SERVING);
+	return c->nfree_idx &&
+	       c->ops_in_flight < (c->clean || c->urgent ? c->nops : CP_OPS_SERVING);
+}
+
+uint64_t ftl_checkpoint_request(struct ftl *f)
+{
+	struct cp_state *c = &f->cp;
+	if (f->error || f->readonly)
+		return 0;
+	c->urgent = true;
+	/* one still in QUIESCE takes its snapshot after this call: it will do */
+	if (c->phase != CP_QUIESCE)
+		c->requested = true;
+	return c->gen_taken + 1;
+}
+
+int ftl_checkpoint_poll(struct ftl *f, uint64_t ticket)
+{
+	if (f->cp.gen_durable >= ticket)
+		return 1;
+	if (f->error)
+		return f->error;
+	if (f->readonly)
+		return -EROFS;
+	return 0;
 }
 
 bool cp_wants_poll(const struct ftl *f)
@@ -541,6 +568,7 @@ int cp_kick(struct ftl *f)
 		c->next_page = 0;
 		c->pages_done = 0;
 		c->error = 0;
+		c->gen_writing = ++c->gen_taken;
 		c->phase = CP_WRITE;
 		return 1;
 	case CP_WRITE: {

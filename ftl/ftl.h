@@ -186,6 +186,18 @@ struct ftl_io {
 /* Submit; io->done is called once with io->status set. */
 void ftl_submit(struct ftl *f, struct ftl_io *io);
 
+/*
+ * A checkpoint now, while serving (fuzzy like the automatic ones; host I/O
+ * goes on, sharing the dies with up to 64 checkpoint programs).  Returns a
+ * ticket for ftl_checkpoint_poll(), 0 if the FTL is failed or read-only.
+ * Once the poll says 1, a checkpoint whose snapshot was taken after this
+ * call is on the media, synced and current: a crash from then on replays
+ * only what was written since that snapshot.
+ */
+uint64_t ftl_checkpoint_request(struct ftl *f);
+/* 1: done; 0: not yet (keep calling ftl_poll); -errno: the FTL failed. */
+int ftl_checkpoint_poll(struct ftl *f, uint64_t ticket);
+
 /* Drive the media and background work; returns the number of events. */
 int ftl_poll(struct ftl *f);
 /* When ftl_poll() must be called next (nand_now_ns() time base); 0: now;

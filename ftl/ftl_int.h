@@ -372,6 +372,12 @@ struct cp_state {
 	enum cp_phase phase;
 	bool requested;
 	bool clean;                 /* the closing checkpoint */
+	bool urgent;                /* asked for by the owner: as many programs
+	                             * in flight as the closing one */
+	/* generations: a checkpoint takes the next when it takes its cp_seq
+	 * (QUIESCE -> WRITE); gen_durable is the newest one committed, synced
+	 * and its predecessor released (ftl_checkpoint_request's tickets) */
+	uint64_t gen_taken, gen_writing, gen_durable;
 	int attempts;               /* failed in a row, retiring nothing */
 	int retired_attempts;       /* failed, retiring bad blocks */
 	uint64_t cp_seq;

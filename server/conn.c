@@ -68,11 +68,9 @@
  * connection); a connection is freed once it is closing and nothing of it
  * is in flight, queued or on d->dirty (conn_maybe_free), and that is the
  * only place that gives back its slot (d->nconns, server nconns).
- * Management (server/dimm.c): a checkpoint sets d->paused, which stops new
- * request headers from being parsed (a payload being received still is)
- * until it is cleared (conn_resume_all); d->ftl_inflight counts requests
- * inside the FTL, so the checkpoint knows when it may close it.  A detach
- * drains (conn_drain_all, conn_drain_step).  Each answered request is
+ * Management (server/dimm.c): a checkpoint on request runs beside the
+ * requests (the FTL's own, fuzzy); d->ftl_inflight counts requests inside
+ * the FTL.  A detach drains (conn_drain_all, conn_drain_step).  Each answered request is
  * counted in d->io (io_account: its kind, bytes, latency bucket; two clock
  * reads per request, no allocation).
  * TLS (c->ssl, negotiated by the handshake): reads go through SSL_read
@@ -983,7 +981,7 @@ static void budget_retry(struct conn *c)
 		 * in-flight limits) is for clients that stopped reading; this
 		 * one passed over_limits already, and as the queue's head it
 		 * must go on or it holds up every connection behind it */
-		if (!c->closing && !c->reading && !c->d->paused && !over_limits(c)) {
+		if (!c->closing && !c->reading && !over_limits(c)) {
 			event_add(c->rev, NULL);
 			c->reading = true;
 			event_active(c->rev, EV_READ, 0);
@@ -1028,9 +1026,6 @@ static bool parse_input(struct conn *c)
 			req_dispatch(c, r, NULL);
 			continue;
 		}
-		/* a checkpoint holds new requests (the payload above went on) */
-		if (c->d->paused)
-			return false;
 		if (over_limits(c))
 			return false;
 		if (avail < NBD_REQUEST_SIZE)
@@ -1254,7 +1249,7 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
 	 * is read on, or its sender (blocked on it) could never read the
 	 * replies that would let us resume. */
 	if (!c->closing && !c->cur && !c->discard_left &&
-	    (over_limits(c) || d->paused || c->budget_wait))
+	    (over_limits(c) || c->budget_wait))
 		stop_reading(c);
 	/* TLS: plaintext left inside OpenSSL does not make the socket readable */
 	if (c->ssl && c->reading && !c->closing && SSL_pending(c->ssl) > 0)
@@ -1669,7 +1664,7 @@ static void conn_flush(struct conn *c)
  * holding requests: resume reading. */
 static void maybe_resume(struct conn *c)
 {
-	if (!c->closing && !c->reading && !c->d->paused && !c->budget_wait &&
+	if (!c->closing && !c->reading && !c->budget_wait &&
 	    c->inflight < MAX_INFLIGHT / 2 &&
 	    c->inflight_bytes < MAX_INFLIGHT_BYTES / 2 && !over_limits(c)) {
 		event_add(c->rev, NULL);
@@ -1678,13 +1673,6 @@ static void maybe_resume(struct conn *c)
 		if (c->in_pos < c->in_len || (c->ssl && SSL_pending(c->ssl) > 0))
 			event_active(c->rev, EV_READ, 0);
 	}
-}
-
-void conn_resume_all(struct dimm *d)
-{
-	struct conn *c;
-	LIST_FOREACH(c, &d->conns, link)
-		maybe_resume(c);
 }
 
 void conn_flush_dirty(struct dimm *d)
@@ -1791,8 +1779,8 @@ static void conn_tick(evutil_socket_t fd, short what, void *arg)
 		}
 		uint64_t quiet = now > last ? now - last : 0;
 		/* not while it waits for the server's own buffer_limit, nor
-		 * while a checkpoint holds it, nor with requests in the FTL */
-		if (idle_s > 0 && quiet >= (uint64_t)idle_s * 1000000000u && !c->in_ftl && !d->paused &&
+		 * with requests in the FTL */
+		if (idle_s > 0 && quiet >= (uint64_t)idle_s * 1000000000u && !c->in_ftl &&
 		    !c->budget_wait && !c->budget_queued) {
 			/* replies it did not take are dropped: reset, not FIN */
 			c->reset = c->inflight || c->sendq || tx_busy(c) || c->cur || c->discard_left ||

@@ -494,6 +494,10 @@ static void cmd_format(struct dimm *d, struct dimm_cmd *cmd)
 }
 
 /* Detach and checkpoint end here, from dimm_kick, once the drain allows. */
+/* A checkpoint on request: the longest a client waits for it (a full map of
+ * a 320 GiB ioDimm is 82k pages: a few seconds idle, longer under load) */
+#define CP_REQUEST_TIMEOUT_S 120
+
 static void op_progress(struct dimm *d)
 {
 	struct dimm_cmd *cmd = d->op;
@@ -519,40 +523,22 @@ static void op_progress(struct dimm *d)
 		dimm_cmd_reply(cmd);
 		return;
 	}
-	/* checkpoint: nothing in the FTL, then close and reopen it */
-	if (d->ftl_inflight || !ftl_idle(d->ftl))
+	/* checkpoint: the FTL writes one beside the requests (fuzzy, like its
+	 * automatic ones); done once it is synced and current */
+	int r = ftl_checkpoint_poll(d->ftl, cmd->cp_ticket);
+	if (!r)
 		return;
 	d->op = NULL;
 	evtimer_del(d->op_ev);
-	uint64_t t0 = nand_now_ns();
-	struct ftl_stats before;
-	ftl_get_stats(d->ftl, &before);
-	int rc = dimm_close_ftl(d);
-	char err[512] = "";
-	if (rc) {
-		cmd_msg(cmd, rc, "%s: closing the FTL for the checkpoint failed: %s", d->cfg->name,
-			strerror(-rc));
-	}
-	struct ftl_open_params op = { .readonly = d->cfg->readonly,
-				      .checkpoint_interval = d->cfg->cp_interval / FTL_UNIT_SIZE };
-	int orc = ftl_open(d->dev, &op, &d->ftl, err, sizeof err);
-	if (orc) {
-		d->ftl = NULL;
-		log_err("%s: reopening the FTL after the checkpoint failed: %s", d->cfg->name, err);
-		nand_close(d->dev);
-		d->dev = NULL;
-		conn_abort_all(d, "the ioDimm failed to reopen after a checkpoint");
-		set_open_result(d, orc, err);
-		cmd_msg(cmd, orc, "%s: reopening the FTL after the checkpoint failed: %s", d->cfg->name,
-			err);
-	} else if (!rc) {
-		double ms = (double)(nand_now_ns() - t0) / 1e6;
-		log_info("%s: checkpoint written on request (FTL closed and reopened in %.0f ms)",
+	if (r < 0) {
+		cmd_msg(cmd, r, "%s: no checkpoint: the FTL failed (%s)", d->cfg->name, strerror(-r));
+	} else {
+		double ms = (double)(nand_now_ns() - cmd->cp_t0) / 1e6;
+		log_info("%s: checkpoint written on request in %.0f ms (requests served meanwhile)",
 			 d->cfg->name, ms);
-		cmd_msg(cmd, 0, "%s: checkpoint written (requests held for %.0f ms)", d->cfg->name, ms);
+		cmd_msg(cmd, 0, "%s: checkpoint written in %.0f ms (requests served meanwhile)",
+			d->cfg->name, ms);
 	}
-	d->paused = false;
-	conn_resume_all(d);
 	dimm_snapshot(d, &cmd->st);
 	dimm_cmd_reply(cmd);
 }
@@ -569,12 +555,10 @@ static void op_deadline_cb(evutil_socket_t fd, short what, void *arg)
 			log_warn("%s: detach: %d connection(s) still open after %d s: closed them, unsent "
 				 "replies dropped", d->cfg->name, n, d->srv->cfg.shutdown_timeout);
 	} else {
-		/* the FTL did not come to rest: let requests go on, give up */
+		/* the checkpoint goes on; the client stops waiting for it */
 		d->op = NULL;
-		d->paused = false;
-		conn_resume_all(d);
-		cmd_msg(cmd, -ETIMEDOUT, "%s: no checkpoint: requests were still in the FTL after %d s",
-			d->cfg->name, d->srv->cfg.shutdown_timeout);
+		cmd_msg(cmd, -ETIMEDOUT, "%s: the checkpoint was not written within %d s (it goes on "
+			"in the background)", d->cfg->name, CP_REQUEST_TIMEOUT_S);
 		dimm_snapshot(d, &cmd->st);
 		dimm_cmd_reply(cmd);
 	}
@@ -711,9 +695,15 @@ static void cmd_run(struct dimm *d, struct dimm_cmd *cmd, bool stop)
 			cmd_msg(cmd, -EROFS, "%s is read-only: nothing to checkpoint", d->cfg->name);
 			break;
 		}
+		cmd->cp_ticket = ftl_checkpoint_request(d->ftl);
+		if (!cmd->cp_ticket) {
+			cmd_msg(cmd, -EIO, "%s: the FTL has failed: no checkpoint", d->cfg->name);
+			break;
+		}
+		cmd->cp_t0 = nand_now_ns();
 		d->op = cmd;
-		d->paused = true;
-		evtimer_add(d->op_ev, &tv);
+		struct timeval cp_tv = { CP_REQUEST_TIMEOUT_S, 0 };
+		evtimer_add(d->op_ev, &cp_tv);
 		return; /* op_progress replies */
 	}
 	dimm_snapshot(d, &cmd->st);
@@ -790,7 +780,6 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg)
 			/* the closing checkpoint will do */
 			struct dimm_cmd *op = d->op;
 			d->op = NULL;
-			d->paused = false;
 			evtimer_del(d->op_ev);
 			cmd_msg(op, -ESHUTDOWN, "%s: flashd is shutting down (its close writes the "
 				"checkpoint)", d->cfg->name);

@@ -260,7 +260,7 @@ enum dimm_mstate {
 	DM_ATTACHING,     /* attach posted */
 	DM_DETACHING,     /* detach posted: draining, then closing */
 	DM_FORMATTING,    /* format posted */
-	DM_CHECKPOINTING, /* checkpoint posted: exported, requests held */
+	DM_CHECKPOINTING, /* checkpoint posted: exported, requests served */
 };
 const char *dimm_mstate_name(enum dimm_mstate st);
 
@@ -326,6 +326,8 @@ struct dimm_cmd {
 	uint32_t stall_ms;
 	enum inject_kind inject;
 	int64_t inject_value;
+	/* DCMD_CHECKPOINT in progress: the FTL's ticket, when it was asked */
+	uint64_t cp_ticket, cp_t0;
 	/* results */
 	int rc;                 /* 0 or negative errno */
 	char msg[1536];         /* what happened, for the client */
@@ -355,7 +357,6 @@ struct dimm {
 	struct conn *dirty;         /* connections with replies to send */
 	uint64_t activity;          /* bumped per receive: ends or extends a spin */
 	uint32_t ftl_inflight;      /* requests submitted to the FTL, not done */
-	bool paused;                /* checkpoint: parse no new requests */
 	struct dimm_cmd *op;        /* detach or checkpoint in progress */
 	struct io_counters io;
 	uint64_t ram_peak;
@@ -518,7 +519,6 @@ void conn_stop_all(struct dimm *d, const char *why);
 void conn_drain_all(struct dimm *d, const char *why);  /* detach */
 int conn_drain_step(struct dimm *d);   /* close idle draining ones; how many are left */
 int conn_abort_all(struct dimm *d, const char *why);
-void conn_resume_all(struct dimm *d);  /* after d->paused is cleared */
 
 /* ctl.c (main thread) */
 int ctl_start(struct server *srv, char *err, size_t errlen);

@@ -11,8 +11,9 @@
 #      requests; after a clean restart the lifetime figures are unchanged and
 #      go on from there; status -a (text) shows the fio-status fields.
 #   3. checkpoint: `flashctl checkpoint dimm0` while a client writes (no
-#      request fails); after a kill -9, dimm0 replays nothing and keeps its
-#      lifetime figures, dimm1 (written alike, no checkpoint) replays the log.
+#      request fails, all data reads back); after a kill -9, dimm0 replays
+#      under 64 pages and keeps its lifetime figures, dimm1 (written alike,
+#      no checkpoint) replays the log.
 #   4. detach (tests/nbd/manage_detach.py, on dimm1 with the NAND timing
 #      model on): WRITEs in flight are answered, the connections closed, new
 #      clients refused (NBD_REP_ERR_UNKNOWN, saying why); the image is
@@ -178,7 +179,7 @@ nbd_region_is "$FLASHD_URI0" 0 $((24 * MiB)) "$T/d24" || fail "data after the re
 ok "lifetime counters: exact, kept across a clean restart; request counters and histograms exact"
 
 # ---- 3. checkpoint ----------------------------------------------------------------
-# writes go on while the checkpoint holds requests: none may fail
+# writes go on while the checkpoints are written beside them: none may fail
 "$PYTHON" - "$FLASHD_URI0" "$T/cpw" <<'PY' &
 import os, sys, nbd
 h = nbd.NBD()
@@ -195,7 +196,7 @@ track_pid $writer
 for i in 1 2 3; do
 	"$FLASHCTL" checkpoint dimm0 --control "$FLASHD_CTL" || fail "flashctl checkpoint dimm0 (round $i)"
 done
-wait $writer || fail "a writer failed while checkpoints held its requests"
+wait $writer || fail "a writer failed during checkpoints"
 nbd_region_is "$FLASHD_URI0" $((128 * MiB)) $((400 * 65536)) "$T/cpw" || fail "data written across the checkpoints"
 pwrite_req "$FLASHD_URI0" $((160 * MiB)) 16 $MiB "$T/c0"
 pwrite_req "$FLASHD_URI1" $((160 * MiB)) 16 $MiB "$T/c1"
