@@ -470,6 +470,72 @@ static void t_sparse(bool timed)
 
 /* ---- asynchronous sync ----------------------------------------------------- */
 
+/* ---- checkpoint on request -------------------------------------------------- */
+
+static bool cp_ticket_done(struct ftl *f, void *arg)
+{
+	return ftl_checkpoint_poll(f, *(uint64_t *)arg) != 0;
+}
+
+/*
+ * ftl_checkpoint_request (flashctl checkpoint): answered only once a
+ * checkpoint whose snapshot was taken after the request is current, so a
+ * request while another is being written waits for the next one, and a
+ * power cut right after the answer replays (almost) nothing.
+ */
+static bool cp_writing(struct ftl *f, void *arg)
+{
+	return f->cp.phase == CP_WRITE && !f->cp.sealed;
+}
+
+static void t_cp_request(bool timed)
+{
+	struct nand_dev *d = dev_new("test-64m", timed);
+	format(d, 4096);
+	struct ftl *f = open_ok(d);
+	for (uint64_t u = 0; u < 2000; u++)
+		write_unit(f, u * 5, 1); /* ~10 l2p pages */
+	CHECK_RC(ftl_flush_sync(f));
+	uint64_t t = ftl_checkpoint_request(f);
+	CHECK(t > 0);
+	CHECK_RC(ftl_run_until(f, cp_ticket_done, &t));
+	CHECK_EQ(ftl_checkpoint_poll(f, t), 1);
+	uint64_t cps = f->st.checkpoints;
+	for (uint64_t u = 0; u < 2000; u++)
+		write_unit(f, u * 5, 2);
+	CHECK_RC(ftl_flush_sync(f));
+	if (timed) {
+		/* one being written (untimed media write it within one call):
+		 * its snapshot predates the request, the next one's does not */
+		cp_request(f, false);
+		CHECK_RC(ftl_run_until(f, cp_writing, NULL));
+		uint64_t writing = f->cp.gen_writing;
+		t = ftl_checkpoint_request(f);
+		CHECK_EQ(t, writing + 1);
+		CHECK_RC(ftl_run_until(f, cp_ticket_done, &t));
+		CHECK(f->cp.gen_durable >= writing + 1);
+		CHECK(f->st.checkpoints >= cps + 2);
+	} else {
+		t = ftl_checkpoint_request(f);
+		CHECK_RC(ftl_run_until(f, cp_ticket_done, &t));
+		CHECK(f->st.checkpoints >= cps + 1);
+	}
+	CHECK(!f->cp.urgent);
+	ftl_abandon(f); /* power cut right after the answer */
+	nand_sim_power_on(d);
+	f = open_ok(d);
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	CHECK(!info.was_clean);
+	CHECK(info.recovered_pages < 64);
+	for (uint64_t u = 0; u < 2000; u++)
+		check_unit(f, u * 5, 2);
+	CHECK_RC(ftl_close(f));
+	nand_close(d);
+	printf("ok: checkpoint on request (%s): waits for one begun after it; %" PRIu64
+	       " pages replayed after a power cut\n", timed ? "timed" : "untimed", info.recovered_pages);
+}
+
 /*
  * On an image file with sync on, FLUSH/FUA and a checkpoint's commit wait for
  * an fdatasync that runs on the simulator's thread (nand_sync_start): every
@@ -659,6 +725,8 @@ int main(void)
 	t_superblock(true);
 	t_superblock(false);
 	t_checkpoint();
+	t_cp_request(false);
+	t_cp_request(true);
 	t_parity_width();
 	t_sparse(false);
 	t_sparse(true);
