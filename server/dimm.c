@@ -493,11 +493,12 @@ static void cmd_format(struct dimm *d, struct dimm_cmd *cmd)
 			 "refuses %s until [dimm %s] is updated", c->name, c->name, c->name);
 }
 
-/* Detach and checkpoint end here, from dimm_kick, once the drain allows. */
 /* A checkpoint on request: the longest a client waits for it (a full map of
  * a 320 GiB ioDimm is 82k pages: a few seconds idle, longer under load) */
 #define CP_REQUEST_TIMEOUT_S 120
 
+/* Detach and checkpoint end here, from dimm_kick: a detach once the drain
+ * allows, a checkpoint once the FTL has made one current. */
 static void op_progress(struct dimm *d)
 {
 	struct dimm_cmd *cmd = d->op;
