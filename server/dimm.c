@@ -698,7 +698,8 @@ static void cmd_run(struct dimm *d, struct dimm_cmd *cmd, bool stop)
 		}
 		cmd->cp_ticket = ftl_checkpoint_request(d->ftl);
 		if (!cmd->cp_ticket) {
-			cmd_msg(cmd, -EIO, "%s: the FTL has failed: no checkpoint", d->cfg->name);
+			cmd_msg(cmd, -EIO, "%s: no checkpoint: the FTL has failed or is read-only (worn "
+				"out: see status)", d->cfg->name);
 			break;
 		}
 		cmd->cp_t0 = nand_now_ns();
