@@ -69,8 +69,8 @@
  * is in flight, queued or on d->dirty (conn_maybe_free), and that is the
  * only place that gives back its slot (d->nconns, server nconns).
  * Management (server/dimm.c): a checkpoint on request runs beside the
- * requests (the FTL's own, fuzzy); d->ftl_inflight counts requests inside
- * the FTL.  A detach drains (conn_drain_all, conn_drain_step).  Each answered request is
+ * requests (the FTL's own, fuzzy).  A detach drains (conn_drain_all,
+ * conn_drain_step).  Each answered request is
  * counted in d->io (io_account: its kind, bytes, latency bucket; two clock
  * reads per request, no allocation).
  * TLS (c->ssl, negotiated by the handshake): reads go through SSL_read
@@ -574,7 +574,6 @@ static void req_io_done(struct ftl_io *io)
 {
 	struct req *r = (struct req *)io;
 	r->io_pending = false;
-	r->c->d->ftl_inflight--;
 	r->c->in_ftl--;
 	if (io->status)
 		r->error = nbd_errno(io->status);
@@ -627,7 +626,6 @@ static void do_read(struct conn *c, struct req *r)
 				 .offset = r->offset, .length = r->length, .buf = r->buf,
 				 .done = req_io_done };
 	r->io_pending = true;
-	c->d->ftl_inflight++;
 	c->in_ftl++;
 	ftl_submit(c->d->ftl, &r->io);
 }
@@ -673,7 +671,6 @@ static void do_ftl(struct conn *c, struct req *r, enum ftl_io_type type, uint32_
 	r->io = (struct ftl_io){ .type = type, .flags = fl, .offset = r->offset, .length = r->length,
 				 .buf = buf, .done = req_io_done };
 	r->io_pending = true;
-	c->d->ftl_inflight++;
 	c->in_ftl++;
 	ftl_submit(c->d->ftl, &r->io);
 }

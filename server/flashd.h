@@ -356,7 +356,6 @@ struct dimm {
 	LIST_HEAD(conn_list, conn) conns; /* connections in transmission */
 	struct conn *dirty;         /* connections with replies to send */
 	uint64_t activity;          /* bumped per receive: ends or extends a spin */
-	uint32_t ftl_inflight;      /* requests submitted to the FTL, not done */
 	struct dimm_cmd *op;        /* detach or checkpoint in progress */
 	struct io_counters io;
 	uint64_t ram_peak;
