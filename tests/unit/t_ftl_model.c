@@ -2,7 +2,7 @@
  * t_ftl_model - randomized model-based test of the FTL against a reference
  * model, with power cuts at random NAND operations.
  *
- *   t_ftl_model [--ops N] [--seed S] [--config I] [-v]
+ *   t_ftl_model [-n OPS] [-s SEED] [-c CONFIG] [-v]
  *
  * Operations: batches of concurrent, sector-disjoint reads, writes (some
  * FUA), trims and write-zeroes; flushes; clean reopens; power cuts at a
@@ -14,6 +14,8 @@
  * names its sector and version, so a unit's state is decoded from the data.
  *
  * Deterministic for a seed; a failure prints seed, config and operation.
+ * T_MODEL_CUT_AFTER_DIE=1 keeps power cuts after a die failure (the double
+ * fault flashd does not handle yet: expect failures).
  */
 #include <getopt.h>
 #include <stdarg.h>
@@ -433,14 +435,6 @@ static void run_batch(void)
 		if (clash)
 			continue;
 		uint64_t r = rnd_below(100);
-		/* after a die failure: no more power cuts.  A cut before the
-		 * stripes open at the failure have their parity on the media
-		 * loses the dead die's pages in them (EIO, a double fault this
-		 * test does not model); clean reopens still find the die dead */
-		if (M.dead_die >= 0 && r >= 38 && r < 45)
-			r = 0;
-		if (M.dead_die >= 0 && r >= 52)
-			r = 1;
 		m->io.offset = off;
 		m->io.length = len;
 		m->io.done = mop_done;
@@ -574,6 +568,15 @@ static void run_config(const struct config *cfg, uint64_t nops, uint64_t seed)
 		}
 		next_event = M.ops + 50 + rnd_below(600);
 		uint64_t r = rnd_below(100);
+		/* after a die failure: no more power cuts (a flush or a clean
+		 * reopen instead).  A cut while stripes that hold flushed data
+		 * on the dead die are still open (their parity not yet on the
+		 * media) loses those pages, and their units would read older
+		 * data: a double fault flashd does not handle yet (README,
+		 * Flashback).  Clean reopens still find the die dead. */
+		if (M.dead_die >= 0 && !getenv("T_MODEL_CUT_AFTER_DIE") &&
+		    ((r >= 38 && r < 45) || r >= 52))
+			r %= 38;
 		if (M.verbose)
 			fprintf(stderr, "event %" PRIu64 " at op %" PRIu64 "\n", r, M.ops);
 		if (r < 30) {
