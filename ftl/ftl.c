@@ -735,6 +735,13 @@ static const struct open_step {
 	{ "mark open", step_mark_open },
 };
 
+_Static_assert(sizeof open_steps / sizeof open_steps[0] == FTL_OPEN_STEPS, "ftl.h lists the steps");
+
+const char *ftl_open_step_name(int step)
+{
+	return step >= 0 && step < FTL_OPEN_STEPS ? open_steps[step].name : "?";
+}
+
 int ftl_open(struct nand_dev *dev, const struct ftl_open_params *p, struct ftl **out, char *err,
 	     size_t errlen)
 {
@@ -752,7 +759,9 @@ int ftl_open(struct nand_dev *dev, const struct ftl_open_params *p, struct ftl *
 	f->readonly = c.p->readonly;
 	int rc = ftl_geometry_init(f, dev, c.err, c.errlen);
 	for (size_t i = 0; !rc && i < sizeof open_steps / sizeof open_steps[0]; i++) {
+		uint64_t t = nand_now(dev);
 		rc = open_steps[i].run(&c);
+		f->info.open_step_ns[i] = nand_now(dev) - t;
 		if (rc && !c.err[0])
 			snprintf(c.err, c.errlen, "open step '%s' failed: %s", open_steps[i].name,
 				 strerror(-rc));

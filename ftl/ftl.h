@@ -293,6 +293,12 @@ const char *ftl_thermal_name(enum ftl_thermal t);
  * temperature now instead of at the next period. */
 void ftl_sensors_changed(struct ftl *f);
 
+/* the steps of ftl_open, whose times ftl_info.open_step_ns gives: superblock,
+ * memory, checkpoint (loading it), recovery (scan and replay after a crash),
+ * limits, mark open (the superblock write and sync that records the open) */
+#define FTL_OPEN_STEPS 6
+const char *ftl_open_step_name(int step);
+
 struct ftl_info {
 	uint64_t format_id;
 	uint32_t sector_size;
@@ -307,6 +313,8 @@ struct ftl_info {
 	bool was_clean;            /* the previous close was clean */
 	uint64_t recovered_pages;  /* pages replayed at open */
 	uint64_t open_ns;          /* how long open took */
+	/* and each of its steps, in order (ftl_open_step_name) */
+	uint64_t open_step_ns[FTL_OPEN_STEPS];
 	enum ftl_state state;
 	int error;                 /* sticky error, 0 if none */
 	bool checkpoint_damaged;   /* open rebuilt the map from the whole log */

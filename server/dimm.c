@@ -392,9 +392,18 @@ static int dimm_open_media(struct dimm *d, bool strict, char *err, size_t errlen
 	d->size = d->info.capacity;
 	char desc[256];
 	dimm_describe(d, desc, sizeof desc);
-	log_info("%s: %s; %s shutdown, opened in %.2f s (%llu pages replayed)", c->name, desc,
+	/* a slow open says where the time went (the target is a few seconds) */
+	char steps[256] = "";
+	if (d->info.open_ns >= 1000000000ull) {
+		size_t n = 0;
+		for (int i = 0; i < FTL_OPEN_STEPS && n < sizeof steps; i++)
+			n += (size_t)snprintf(steps + n, sizeof steps - n, "%s %s %.2f s",
+					      i ? "," : "; steps:", ftl_open_step_name(i),
+					      (double)d->info.open_step_ns[i] / 1e9);
+	}
+	log_info("%s: %s; %s shutdown, opened in %.2f s (%llu pages replayed%s)", c->name, desc,
 		 d->info.was_clean ? "clean" : "unclean", (double)d->info.open_ns / 1e9,
-		 (unsigned long long)d->info.recovered_pages);
+		 (unsigned long long)d->info.recovered_pages, steps);
 	return 0;
 fail:
 	d->ftl = NULL;

@@ -38,7 +38,7 @@ ready_time() { # start flashd again; $ready: seconds until it is ready
 	restart_flashd
 	t1=$(date +%s.%N)
 	ready=$(secs "$t0" "$t1")
-	grep 'opened in' "$T/flashd.log" | tail -2 | sed 's/.*\(dimm[0-9]\).*\(opened in [0-9.]* s\).*/  \1: \2/'
+	grep 'opened in' "$T/flashd.log" | tail -2 | sed 's/.*\(dimm[0-9]\): .*\(opened in .*\))$/  \1: \2)/'
 }
 
 # FLASHD_CONF=FILE: that configuration instead of the embedded Duo (e.g. a
@@ -140,7 +140,7 @@ fio --name=seq --ioengine=nbd --uri="$FLASHD_URI0" --direct=1 --rw=write --bs=1M
 kill_flashd
 ready_time
 r=$ready
-rep=$(grep 'dimm0:.*unclean shutdown' "$T/flashd.log" | tail -1 | sed -n 's/.*(\([0-9]*\) pages replayed).*/\1/p')
+rep=$(grep 'dimm0:.*unclean shutdown' "$T/flashd.log" | tail -1 | sed -n 's/.*(\([0-9]*\) pages replayed[;)].*/\1/p')
 echo "restart after SIGKILL with $gib GiB written since the last checkpoint: ready in $r s ($rep pages replayed on dimm0)"
 
 # ---- 4. clean stop and start with data ---------------------------------------
