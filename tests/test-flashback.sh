@@ -119,7 +119,9 @@ randseed=1234
 EOF
 	printf '%s\n' "$@" >>"$T/$name.fio"
 }
-fio_job write rw=randwrite iodepth=16 do_verify=1 loops=2
+# the writes are rate-limited (4 x 16 MiB/s: at least 8 s of writing) so that the die
+# fails mid-run on any machine; the reads that verify are not limited
+fio_job write rw=randwrite iodepth=16 do_verify=1 loops=2 rate=,16m
 fio_job reverify rw=randwrite iodepth=16 verify_only=1
 (cd "$T" && exec fio --output-format=json --output="$T/write.json" "$T/write.fio") >"$T/write.out" 2>&1 &
 FIO=$!
