@@ -26,7 +26,8 @@
  *               (written before footers existed, cut short by a crash or
  *               a failure) is read spare by spare as before.
  *   parity      with parity width 1 (Flashback), one member of each band
- *               (the last live one when the band opens) holds parity: its
+ *               (the first live one from column band % row width on
+ *               when the band opens: the parity rotates) holds parity: its
  *               page p is the XOR of page p of the stripe's data members
  *               (those whose bit is set in the parity page's spare field
  *               `reserved`), and its spare, after its own struct
