@@ -1,0 +1,57 @@
+#!/bin/bash
+# timeout: 300
+# Reads while GC moves the same data (tests/nbd/gc_reads.py): a reply must
+# never carry another unit's data, an older version or garbage.
+#   1. Every 4 KiB block of a test-1g ioDimm (parity 1) written with a
+#      header naming block and version; then for SECONDS one connection
+#      rewrites random odd blocks, so every band holds live even blocks
+#      among dead odd ones and GC relocates them the whole time, while three
+#      connections read 64 KiB ranges (QD 8: 512 KiB of replies queue,
+#      deep enough for the send threads) and single blocks; every block read is checked
+#      unless a write to it raced the read.  GC must have relocated at
+#      least a capacity's worth of pages during the run (else the test
+#      proved nothing).
+#   2. The whole export read back, then again after a clean restart.
+#   3. The same on an ioDimm without parity, 4 KiB reads over the unix
+#      socket.
+source "$(dirname "$0")/functions.sh"
+
+SECONDS_RUN=${GC_READS_SECONDS:-20}
+cat >"$T/gc.conf" <<EOF
+[dimm dimm0]
+preset = test-1g
+op = 10
+parity_width = 1
+[dimm dimm1]
+preset = test-1g
+op = 10
+EOF
+
+# gc_reads DIMM URI: fill, run, verify; checks GC's relocations during the run
+gc_reads() {
+	local dimm=$1 uri=$2 before after cap pages
+	nbd_py gc_reads.py fill "$uri" "$T/$dimm.ver" || fail "$dimm: fill"
+	before=$(dimm_stat "$dimm" gc_pages_relocated)
+	nbd_py gc_reads.py run "$uri" "$T/$dimm.ver" "$SECONDS_RUN" | tee "$T/$dimm.run" ||
+		fail "$dimm: wrong data read while GC ran"
+	after=$(dimm_stat "$dimm" gc_pages_relocated)
+	cap=$(flashd_status | $PYTHON -c 'import json,sys; print([d for d in json.load(sys.stdin)["dimms"] if d["name"] == sys.argv[1]][0]["format"]["capacity_bytes"])' "$dimm")
+	pages=$((after - before))
+	[ "$pages" -ge $((cap / 4096)) ] ||
+		fail "$dimm: GC relocated only $pages pages during the run (want at least $((cap / 4096)), a capacity's worth): the run proved nothing"
+	nbd_py gc_reads.py verify "$uri" "$T/$dimm.ver" || fail "$dimm: the data read back after the run is wrong"
+	GC_PAGES=$pages
+	GC_RUN=$(tail -n 1 "$T/$dimm.run")
+}
+
+start_flashd --config "$T/gc.conf" --timing off
+gc_reads dimm0 "$FLASHD_URI0"
+ok "parity 1: $GC_RUN; GC relocated $GC_PAGES pages meanwhile; the whole export reads back right"
+stop_flashd
+restart_flashd
+nbd_py gc_reads.py verify "$FLASHD_URI0" "$T/dimm0.ver" || fail "dimm0: wrong data after a clean restart"
+ok "after a clean restart: the whole export reads back right"
+gc_reads dimm1 "$FLASHD_UNIX_URI1"
+ok "no parity, unix socket: $GC_RUN; GC relocated $GC_PAGES pages meanwhile; the whole export reads back right"
+stop_flashd
+check_flashd_log
