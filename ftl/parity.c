@@ -188,19 +188,19 @@ static struct band_par *band_par_of(const struct ftl *f, uint32_t bi)
 /* ---- writing --------------------------------------------------------------- */
 
 /*
- * The parity column of band bi: its first member in state st counting from
- * column bi % row_width, cyclically, so the parity rotates over the dies
- * band by band (RAID-5, not RAID-4).  A fixed parity die would get no GC
- * relocation reads (parity pages are never relocated) and idle while the
- * data dies carry them: 1.7 points of die utilisation lost at 20 % OP.
- * UINT32_MAX: no such member.
+ * The parity column of band bi among the columns in mask: the first
+ * counting from column bi % row_width, cyclically, so the parity rotates
+ * over the dies band by band (RAID-5, not RAID-4).  A fixed parity die
+ * would get no GC relocation reads (parity pages are never relocated) and
+ * idle while the data dies carry them: 1.7 points of die utilisation lost
+ * at 20 % OP.  UINT32_MAX: mask is empty.
  */
-static uint32_t par_pick_pcol(const struct ftl *f, uint32_t bi, uint8_t st)
+static uint32_t par_pick_pcol(const struct ftl *f, uint32_t bi, uint32_t mask)
 {
 	uint32_t w = f->row_width;
 	for (uint32_t k = 0; k < w; k++) {
 		uint32_t c = (bi + k) % w;
-		if (f->blk[band_block(f, bi, c)].state == st)
+		if (mask & (1u << c))
 			return c;
 	}
 	return UINT32_MAX;
@@ -213,10 +213,12 @@ bool par_band_open(struct ftl *f, uint32_t bi)
 	struct band_par *bp = f->par_free;
 	if (!bp)
 		return false;
-	uint32_t pcol = par_pick_pcol(f, bi, BLK_OPEN), nlive = 0;
+	uint32_t live = 0;
 	for (uint32_t c = 0; c < f->row_width; c++)
-		nlive += f->blk[band_block(f, bi, c)].state == BLK_OPEN;
-	if (pcol == UINT32_MAX || nlive < 2)
+		if (f->blk[band_block(f, bi, c)].state == BLK_OPEN)
+			live |= 1u << c;
+	uint32_t pcol = par_pick_pcol(f, bi, live);
+	if (__builtin_popcount(live) < 2)
 		return true; /* fewer than two live members: nothing to protect with */
 	f->par_free = bp->next_free;
 	bp->band = bi;
@@ -717,10 +719,10 @@ static enum nand_status rec_read(struct ftl *f, uint32_t b, uint32_t page, uint8
  * One band that was open at a crash: program the parity of its stripes
  * that have data but no parity page yet, in page order, into its parity
  * column.  The parity column is the member whose page 0 is a parity page,
- * or, when none is, a member not bad whose page 0 is erased, the first from
- * column bi % row_width on (the crash came before the first stripe's
- * parity; any erased member will do, as the parity page names its members).  2: parity programmed, every
- * stripe with data protected; 1: nothing was missing; 0: not protected (GC
+ * or, when none is, a member not bad whose page 0 is erased, chosen by
+ * par_pick_pcol (the crash came before the first stripe's parity; any
+ * erased member will do, as the parity page names its members).  2: parity
+ * programmed, every stripe with data protected; 1: nothing was missing; 0: not protected (GC
  * refreshes the band); -EIO: the medium stopped.
  * Cost: a spare read per member, ~log2(pages) spare reads, and a page read
  * per member for each stripe without parity (at most PAR_STRIPES + 1 of
@@ -747,14 +749,8 @@ static int par_recover_band(struct ftl *f, uint32_t bi, uint8_t *bufs, uint8_t *
 		if (erased)
 			empty |= 1u << c;
 	}
-	if (pcol == UINT32_MAX) {
-		/* no parity page yet: any member still erased can take the
-		 * stripes' parity (its spare lists the members, whichever
-		 * column it is in); tried in par_pick_pcol's order */
-		for (uint32_t k = 0; k < w && pcol == UINT32_MAX; k++)
-			if (empty & (1u << ((bi + k) % w)))
-				pcol = (bi + k) % w;
-	}
+	if (pcol == UINT32_MAX) /* no parity page yet: any erased member will do */
+		pcol = par_pick_pcol(f, bi, empty);
 	if (pcol == UINT32_MAX || !(live & ~(1u << pcol)))
 		return 0;
 	uint32_t pb = band_block(f, bi, pcol);

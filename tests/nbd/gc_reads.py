@@ -113,19 +113,19 @@ def run(uri, path, seconds):
     readers = [connect(uri) for _ in range(3)]
     n = w.get_size() // BS
     ver = load(path, n)
-    inflight = bytearray(n)      # writes in flight per block
-    touched = array.array("I", [0]) * n  # writes issued per block (ever)
+    inflight = bytearray(n)          # a write in flight per block (0 or 1)
+    touched = array.array("I", ver)  # newest version issued per block
     rng = random.Random(1)
     stats = {"writes": 0, "reads": 0, "checked": 0, "skipped": 0, "bad": 0}
     odd = n // 2
 
     def write_done(block, version, err):
-        inflight[block] -= 1
+        inflight[block] = 0
         if err.value:
             print("FAIL: write of block %d: %s" % (block, err))
             stats["bad"] += 1
         else:
-            ver[block] = max(ver[block], version)
+            ver[block] = version
         stats["writes"] += 1
         return 1
 
@@ -157,7 +157,7 @@ def run(uri, path, seconds):
             b = 2 * rng.randrange(odd) + 1
         v = touched[b] + 1
         touched[b] = v
-        inflight[b] += 1
+        inflight[b] = 1
         buf = nbd.Buffer.from_bytearray(bytearray(content(b, v)))
         w.aio_pwrite(buf, b * BS,
                      completion=lambda err, b=b, v=v, buf=buf: write_done(b, v, err))
@@ -169,8 +169,6 @@ def run(uri, path, seconds):
         h.aio_pread(buf, b0 * BS,
                     completion=lambda err, b0=b0, k=k, buf=buf, snap=snap: read_done(b0, k, buf, snap, err))
 
-    for b in range(n):
-        touched[b] = ver[b]
     handles = [w] + readers
     end = time.monotonic() + seconds
     while time.monotonic() < end and stats["bad"] < 10:
@@ -198,7 +196,7 @@ def run(uri, path, seconds):
                 h.aio_notify_read()
             if fd in wready:
                 h.aio_notify_write()
-    for h in [w] + readers:
+    for h in handles:
         while h.aio_in_flight():
             h.poll(-1)
     w.flush()
