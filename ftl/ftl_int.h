@@ -142,6 +142,9 @@ enum slot_state {
 
 struct slot {
 	struct nand_op op;   /* the program (GC: first the data read) */
+	uint8_t *data;       /* its page: one of the ring's pages, or (GC) the
+	                      * buffer its relocation read landed in, traded
+	                      * for the slot's own (no copy per relocation) */
 	uint8_t state;       /* enum slot_state */
 	uint8_t type;        /* FTL_PG_DATA or FTL_PG_TRIM */
 	uint16_t victim;     /* GC: index of the victim it relocates from */
@@ -169,7 +172,7 @@ struct slot {
  */
 struct ring {
 	struct slot *slots;
-	uint8_t *data;       /* nslots pages */
+	uint8_t *data;       /* nslots pages (the slots' buffers at first) */
 	uint8_t *spares;     /* nslots spare areas */
 	uint32_t nslots, mask;
 	uint64_t fill, submit, done;
@@ -843,9 +846,9 @@ static inline struct slot *ring_slot(struct ring *r, uint64_t pos)
 {
 	return &r->slots[pos & r->mask];
 }
-static inline uint8_t *ring_data(struct ring *r, uint32_t idx, uint32_t page_size)
+static inline uint8_t *ring_data(struct ring *r, uint32_t idx)
 {
-	return r->data + (size_t)idx * page_size;
+	return r->slots[idx].data;
 }
 static inline uint32_t ring_free(const struct ring *r)
 {

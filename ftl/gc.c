@@ -371,7 +371,11 @@ static void gc_read_landed(struct ftl *f, struct gc_read *rd, bool readable, boo
 	struct ring *r = &f->stream[STREAM_GC].ring;
 	uint32_t idx = (uint32_t)(r->fill & r->mask);
 	struct slot *sl = &r->slots[idx];
-	memcpy(ring_data(r, idx, f->page_size), rd->buf, f->page_size);
+	/* the slot takes the read's buffer, the read the slot's (same size
+	 * and alignment; both stay with their owners until ftl_close) */
+	uint8_t *page = rd->buf;
+	rd->buf = sl->data;
+	sl->data = page;
 	sl->state = SLOT_FILLED;
 	sl->type = FTL_PG_DATA;
 	sl->lba = rd->lba;

@@ -36,6 +36,8 @@ int ring_init(struct ftl *f, struct ring *r, uint32_t nslots)
 	r->retry = ftl_alloc(f, (size_t)n * sizeof *r->retry);
 	if (!r->slots || !r->data || !r->spares || !r->retry)
 		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++)
+		r->slots[i].data = r->data + (size_t)i * f->page_size;
 	r->fill = r->submit = r->done = 0;
 	r->nretry = 0;
 	return 0;
@@ -192,7 +194,7 @@ uint32_t slot_prev(struct ftl *f, uint32_t e)
 uint8_t *slot_data(struct ftl *f, uint32_t e)
 {
 	struct ring *r = &f->stream[(e & L2P_SLOT_GC) ? STREAM_GC : STREAM_USER].ring;
-	return ring_data(r, e & L2P_SLOT_MASK, f->page_size);
+	return ring_data(r, e & L2P_SLOT_MASK);
 }
 
 void ring_release(struct ftl *f, struct ring *r)
@@ -440,7 +442,7 @@ static void slot_submit(struct ftl *f, struct stream *s, uint32_t idx, uint32_t 
 {
 	struct ring *r = &s->ring;
 	struct slot *sl = &r->slots[idx];
-	uint8_t *data = ring_data(r, idx, f->page_size);
+	uint8_t *data = ring_data(r, idx);
 	uint8_t *spare = r->spares + (size_t)idx * f->spare_size;
 
 	sl->ppa = ppa;
