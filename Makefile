@@ -45,7 +45,7 @@ SAN_LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/san/obj/%.o)
 SAN_LIB  := $(BUILD)/san/libflashd.a
 SAN_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%-san)
 
-PROGS := $(BUILD)/flashctl
+PROGS := $(BUILD)/flashctl $(BUILD)/sendpath
 ifneq ($(SERVER_SRCS),)
 PROGS += $(BUILD)/flashd
 endif
@@ -75,6 +75,10 @@ $(LIB): $(LIB_OBJS)
 
 $(BUILD)/flashctl: $(FLASHCTL_OBJS) $(LIB)
 	$(CC) $(CPPFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
+
+# how a 1 MiB reply's send path costs the sender (make bench; issue 14)
+$(BUILD)/sendpath: tests/bench/sendpath.c
+	$(CC) $(CPPFLAGS_ALL) -o $@ $< $(LDLIBS_ALL)
 
 $(BUILD)/gen/dashboard_files.c: $(DASH_FILES) server/dashboard/embed.sh
 	@mkdir -p $(dir $@)
@@ -123,6 +127,8 @@ check: all
 bench: all
 	scripts/deps.sh bench
 	tests/bench/run.sh
+	$(BUILD)/sendpath --mb 1024
+	$(BUILD)/sendpath --mb 1024 --unix
 
 # ---- Fuzzing (tests/fuzz/) -------------------------------------------------
 #
