@@ -197,6 +197,14 @@ void *ftl_alloc_pages(struct ftl *f, size_t size)
 	return track(f, p, len, false);
 }
 
+void *ftl_alloc_lazy(struct ftl *f, size_t size)
+{
+	size_t len = (size + 4095) & ~(size_t)4095;
+	void *p = mmap(NULL, len ? len : 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		       -1, 0);
+	return track(f, p == MAP_FAILED ? NULL : p, len ? len : 4096, true);
+}
+
 static void *ftl_map(struct ftl *f, size_t size)
 {
 	size_t len = (size + 4095) & ~(size_t)4095;

@@ -142,9 +142,9 @@ enum slot_state {
 
 struct slot {
 	struct nand_op op;   /* the program (GC: first the data read) */
-	uint8_t *data;       /* its page: one of the ring's pages, or (GC) the
-	                      * buffer its relocation read landed in, traded
-	                      * for the slot's own (no copy per relocation) */
+	uint8_t *data;       /* its page buffer, held from fill to release
+	                      * (NULL while empty); GC: the buffer its
+	                      * relocation read landed in (no copy) */
 	uint8_t state;       /* enum slot_state */
 	uint8_t type;        /* FTL_PG_DATA or FTL_PG_TRIM */
 	uint16_t victim;     /* GC: index of the victim it relocates from */
@@ -172,7 +172,12 @@ struct slot {
  */
 struct ring {
 	struct slot *slots;
-	uint8_t *data;       /* nslots pages (the slots' buffers at first) */
+	uint8_t *data;       /* nslots page buffers, mapped, untouched until used */
+	uint8_t **buf_free;  /* stack of the free ones, last freed on top: the
+	                      * memory touched is the peak of pages in flight
+	                      * (GC: slots filled + relocation reads out, which
+	                      * gc admission keeps below nslots), not nslots */
+	uint32_t nbuf_free;
 	uint8_t *spares;     /* nslots spare areas */
 	uint32_t nslots, mask;
 	uint64_t fill, submit, done;
@@ -705,6 +710,8 @@ int ftl_check_data(struct ftl *f, const void *data, const void *spare, uint64_t 
 void ftl_crc_error(struct ftl *f, uint32_t ppa, const char *what);
 void *ftl_alloc(struct ftl *f, size_t size);      /* zeroed, counted in ram_bytes */
 void *ftl_alloc_pages(struct ftl *f, size_t size); /* page-aligned */
+void *ftl_alloc_lazy(struct ftl *f, size_t size);  /* page-aligned, zero, resident only
+						    * once touched (own mapping) */
 void ftl_progress(struct ftl *f);
 void ftl_progress_foreground(struct ftl *f);
 void ftl_debug_dump(struct ftl *f);
@@ -849,6 +856,24 @@ static inline struct slot *ring_slot(struct ring *r, uint64_t pos)
 static inline uint8_t *ring_data(struct ring *r, uint32_t idx)
 {
 	return r->slots[idx].data;
+}
+/* A page buffer off the ring's free stack; there is always one for a slot
+ * being filled or a GC read admitted (see struct ring). */
+static inline uint8_t *ring_buf_take(struct ring *r)
+{
+	return r->buf_free[--r->nbuf_free];
+}
+static inline void ring_buf_give(struct ring *r, uint8_t *p)
+{
+	r->buf_free[r->nbuf_free++] = p;
+}
+/* The buffer of the slot at the fill cursor, attached if it has none. */
+static inline uint8_t *ring_fill_data(struct ring *r, uint32_t idx)
+{
+	struct slot *sl = &r->slots[idx];
+	if (!sl->data)
+		sl->data = ring_buf_take(r);
+	return sl->data;
 }
 static inline uint32_t ring_free(const struct ring *r)
 {

@@ -57,40 +57,61 @@ int gc_init(struct ftl *f)
 	if (!f->victims || !f->row_victims || !f->vorder || !f->vfinish)
 		return -ENOMEM;
 	struct ring *r = &f->stream[STREAM_GC].ring;
+	/* a read takes its buffer from the GC ring's free stack when issued,
+	 * and hands it to the slot it lands in */
 	f->gc_reads = ftl_alloc(f, r->nslots * sizeof *f->gc_reads);
-	uint8_t *bufs = ftl_alloc_pages(f, (size_t)r->nslots * f->page_size);
-	if (!f->gc_reads || !bufs)
+	if (!f->gc_reads)
+		return -ENOMEM;
+	uint8_t *rspares = ftl_alloc(f, (size_t)r->nslots * f->spare_size);
+	if (!rspares)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < r->nslots; i++) {
 		struct gc_read *rd = &f->gc_reads[i];
 		rd->f = f;
-		rd->buf = bufs + (size_t)i * f->page_size;
-		rd->spare = ftl_alloc(f, f->spare_size);
-		if (!rd->spare)
-			return -ENOMEM;
+		rd->spare = rspares + (size_t)i * f->spare_size;
 		rd->next_free = f->gc_read_free;
 		f->gc_read_free = rd;
 	}
-	for (uint32_t i = 0; i < f->nvictims; i++) {
-		struct victim *v = &f->victims[i];
-		v->block = FTL_NO_BLOCK;
-		v->phase = VIC_FREE;
-		v->ops = ftl_alloc(f, (size_t)f->ppb * sizeof *v->ops);
-		v->spares = ftl_alloc(f, (size_t)f->ppb * f->spare_size);
-		v->scan_st = ftl_alloc(f, f->ppb);
-		v->lost = ftl_alloc(f, (size_t)f->ppb * sizeof *v->lost);
-		v->rmap = ftl_alloc(f, (size_t)f->ppb * sizeof *v->rmap);
-		if (!v->rmap)
-			return -ENOMEM;
-		v->trim_buf = ftl_alloc_pages(f, f->page_size);
-		v->foot_ops = ftl_alloc(f, f->footer_pages * sizeof *v->foot_ops);
-		v->foot_buf = ftl_alloc_pages(f, (size_t)f->footer_pages * f->page_size);
-		v->foot_spares = ftl_alloc(f, (size_t)f->footer_pages * f->spare_size);
-		if (!v->foot_ops || !v->foot_buf || !v->foot_spares)
-			return -ENOMEM;
-		if (!v->ops || !v->spares || !v->scan_st || !v->lost || !v->trim_buf)
-			return -ENOMEM;
+	/* Each victim's page arrays and buffers: one page-aligned piece of a
+	 * mapping touched only when the victim is used (the lowest free
+	 * victim is taken first, so a light load keeps to a few). */
+	size_t ppb = f->ppb, fp = f->footer_pages, ps = f->page_size, ss = f->spare_size;
+	size_t each = 0;
+#define VCARVE(field, bytes, align)                                                   \
+	do {                                                                           \
+		each = (each + (align)-1) & ~(size_t)((align)-1);                      \
+		if (base)                                                              \
+			v->field = (void *)(base + (size_t)i * stride + each);         \
+		each += (bytes);                                                       \
+	} while (0)
+	uint8_t *base = NULL;
+	size_t stride = 0;
+	for (int pass = 0; pass < 2; pass++) {
+		for (uint32_t i = 0; i < (pass ? f->nvictims : 1); i++) {
+			struct victim *v = &f->victims[i];
+			each = 0;
+			VCARVE(trim_buf, ps, 4096);
+			VCARVE(foot_buf, fp * ps, 4096);
+			VCARVE(ops, ppb * sizeof *v->ops, 64);
+			VCARVE(foot_ops, fp * sizeof *v->foot_ops, 64);
+			VCARVE(spares, ppb * ss, 64);
+			VCARVE(foot_spares, fp * ss, 64);
+			VCARVE(rmap, ppb * sizeof *v->rmap, 64);
+			VCARVE(lost, ppb * sizeof *v->lost, 64);
+			VCARVE(scan_st, ppb, 64);
+			if (pass) {
+				v->block = FTL_NO_BLOCK;
+				v->phase = VIC_FREE;
+			}
+		}
+		if (!pass) {
+			stride = (each + 4095) & ~(size_t)4095;
+			base = ftl_alloc_lazy(f, stride * f->nvictims);
+			if (!base)
+				return -ENOMEM;
+		}
 	}
+#undef VCARVE
 	return 0;
 }
 
@@ -251,6 +272,10 @@ static void victim_start(struct ftl *f, int vi, uint32_t b, bool retire, bool ur
 /* Relocation read landed (GC ring slot in READING). */
 static void gc_read_put(struct ftl *f, struct gc_read *rd)
 {
+	if (rd->buf) { /* not handed to a slot */
+		ring_buf_give(&f->stream[STREAM_GC].ring, rd->buf);
+		rd->buf = NULL;
+	}
 	f->gc_reads_out--;
 	rd->next_free = f->gc_read_free;
 	f->gc_read_free = rd;
@@ -371,11 +396,9 @@ static void gc_read_landed(struct ftl *f, struct gc_read *rd, bool readable, boo
 	struct ring *r = &f->stream[STREAM_GC].ring;
 	uint32_t idx = (uint32_t)(r->fill & r->mask);
 	struct slot *sl = &r->slots[idx];
-	/* the slot takes the read's buffer, the read the slot's (same size
-	 * and alignment; both stay with their owners until ftl_close) */
-	uint8_t *page = rd->buf;
-	rd->buf = sl->data;
-	sl->data = page;
+	/* the slot takes the read's buffer (an empty GC slot holds none) */
+	sl->data = rd->buf;
+	rd->buf = NULL;
 	sl->state = SLOT_FILLED;
 	sl->type = FTL_PG_DATA;
 	sl->lba = rd->lba;
@@ -528,6 +551,7 @@ static int victim_examine(struct ftl *f, int vi)
 			struct gc_read *rd = f->gc_read_free;
 			f->gc_read_free = rd->next_free;
 			f->gc_reads_out++;
+			rd->buf = ring_buf_take(r);
 			rd->lba = sp.lba;
 			rd->from = ppa;
 			rd->data_crc = sp.data_crc;

@@ -378,7 +378,7 @@ static bool write_continue(struct ftl *f, struct ftl_io *io)
 			return false;
 
 		uint32_t idx = (uint32_t)(r->fill & r->mask);
-		uint8_t *dst = ring_data(r, idx);
+		uint8_t *dst = ring_fill_data(r, idx);
 		uint32_t e = f->l2p[u];
 		if (full) {
 			memcpy(dst, zero ? f->zero_page : (uint8_t *)io->buf + (lo - io->offset),

@@ -80,7 +80,7 @@ bool trim_close_record_floor(struct ftl *f, uint32_t floor)
 	if (ppa == FTL_NO_BLOCK)
 		return false;
 	uint32_t idx = (uint32_t)(r->fill & r->mask);
-	uint8_t *page = ring_data(r, idx);
+	uint8_t *page = ring_fill_data(r, idx);
 	struct ftl_trim_hdr h = { FTL_TRIM_MAGIC, f->ntrim_pend };
 	size_t len = f->ntrim_pend * sizeof(struct ftl_trim_range);
 	memcpy(page, &h, sizeof h);

@@ -31,13 +31,16 @@ int ring_init(struct ftl *f, struct ring *r, uint32_t nslots)
 	r->nslots = n;
 	r->mask = n - 1;
 	r->slots = ftl_alloc(f, (size_t)n * sizeof *r->slots);
-	r->data = ftl_alloc_pages(f, (size_t)n * f->page_size);
+	r->data = ftl_alloc_lazy(f, (size_t)n * f->page_size);
+	r->buf_free = ftl_alloc(f, (size_t)n * sizeof *r->buf_free);
 	r->spares = ftl_alloc(f, (size_t)n * f->spare_size);
 	r->retry = ftl_alloc(f, (size_t)n * sizeof *r->retry);
-	if (!r->slots || !r->data || !r->spares || !r->retry)
+	if (!r->slots || !r->data || !r->buf_free || !r->spares || !r->retry)
 		return -ENOMEM;
+	/* the lowest addresses on top: a light load keeps reusing a few */
 	for (uint32_t i = 0; i < n; i++)
-		r->slots[i].data = r->data + (size_t)i * f->page_size;
+		r->buf_free[i] = r->data + (size_t)(n - 1 - i) * f->page_size;
+	r->nbuf_free = n;
 	r->fill = r->submit = r->done = 0;
 	r->nretry = 0;
 	return 0;
@@ -204,6 +207,10 @@ void ring_release(struct ftl *f, struct ring *r)
 		if (s->state != SLOT_DONE && s->state != SLOT_SKIP)
 			break;
 		s->state = SLOT_EMPTY;
+		if (s->data) {
+			ring_buf_give(r, s->data);
+			s->data = NULL;
+		}
 		r->done++;
 	}
 }
