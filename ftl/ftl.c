@@ -929,6 +929,8 @@ static void progress(struct ftl *f, bool foreground)
 		if (!n)
 			break;
 	}
+	if (!foreground)
+		par_idle_pad(f);
 	/* a checkpoint looking through an empty map yields to host I/O
 	 * between passes and is called again at once */
 	f->need_poll = foreground || cp_wants_poll(f);
@@ -968,6 +970,9 @@ static uint64_t next_due(struct ftl *f)
 		due = f->throttle_at;
 	if (f->wq_held.head && f->thermal_at < due)
 		due = f->thermal_at; /* held I/O: look at the sensor again */
+	uint64_t pad = par_pad_due(f);
+	if (pad < due)
+		due = pad; /* stripes left open: pad them once idle */
 	if (!f->error) {
 		bool cp = f->cp.phase == CP_SYNC || f->cp.phase == CP_RELEASE;
 		if (cp || f->wq_syncing.head) {

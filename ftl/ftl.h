@@ -365,6 +365,7 @@ struct ftl_stats {
 	uint64_t parity_pages_programmed;
 	uint64_t parity_rebuilds, parity_rebuild_failures;
 	uint64_t parity_stripes_unprotected; /* closed without a parity page */
+	uint64_t parity_pad_pages;  /* pads completing stripes left open while idle */
 	uint32_t dies_failed;
 	uint32_t rebuild_bands_total, rebuild_bands_left;
 	uint64_t blocks_total, blocks_free, blocks_bad, blocks_bad_grown, blocks_meta;

@@ -611,6 +611,17 @@ struct ftl {
 	struct rb_ctx *rb_free;
 	struct rb_req *rb_wait_head, *rb_wait_tail; /* waiting for a context */
 	uint32_t nrb;
+	/* idle padding (par_idle_pad): a stripe left partly handed out has no
+	 * parity on the media; once no page was handed out for PAR_PAD_NS it
+	 * is completed with pad pages, so its parity is programmed */
+	uint64_t handouts;          /* pages the open sets handed out (counter) */
+	bool par_partial;           /* a stripe may be partly handed out */
+	uint64_t par_pad_at;        /* device time to look again (0: not armed) */
+	uint64_t par_pad_mark;      /* handouts when armed */
+	struct pad_op *pad_pool;    /* pad programs, free ones linked */
+	struct pad_op *pad_free;
+	uint8_t *pad_page;          /* the pad's data: an empty trim record */
+	uint32_t pad_crc;
 	/* failed dies: every operation on them fails (parity.c, die_note) */
 	uint8_t *die_bad_run;       /* [ndies] failures in a row, saturating */
 	uint8_t *die_bad_kinds;     /* [ndies] 1 << enum die_op seen in that run */
@@ -812,6 +823,10 @@ void par_seal(struct ftl *f, uint32_t bi, uint32_t page);
 /* closing: program the parity of the partial stripes (nothing more will be
  * handed out of the open bands: the next open closes them) */
 void par_seal_all(struct ftl *f);
+/* idle: pad the stripes left partly handed out (called by progress) */
+int par_idle_pad(struct ftl *f);
+/* when par_idle_pad wants to look next (UINT64_MAX: nothing armed) */
+uint64_t par_pad_due(const struct ftl *f);
 /* a data page's program failed: out of its stripe's parity (or, too late
  * for that, its band marked for refresh) */
 void par_program_failed(struct ftl *f, uint32_t ppa, const uint8_t *data, const uint8_t *spare);
@@ -882,6 +897,7 @@ static inline uint32_t ring_free(const struct ring *r)
 int writer_kick(struct ftl *f, struct stream *s);
 uint32_t stream_next_page(struct ftl *f, struct stream *s, uint32_t floor);
 uint32_t set_next_page(struct ftl *f, struct open_set *set, uint32_t floor);
+uint32_t set_pad_page(struct ftl *f, struct open_set *set, uint32_t row, bool *busy);
 /* the user set for a host write of a unit whose mapping was prev (O(1)) */
 uint32_t user_set(struct ftl *f, uint32_t prev);
 /* the GC set for the relocation of page from */

@@ -36,7 +36,10 @@
  *               unit, sequence number and CRC and is checked like a read.
  *               A stripe's parity is programmed once every data page of
  *               it has been submitted; until then the FTL keeps it in
- *               memory.  Stripes cut short by a crash have no parity page:
+ *               memory; when writes pause (100 ms), stripes left partly
+ *               written are completed with pad pages (empty trim
+ *               records) so their parity is programmed.  Stripes cut
+ *               short by a crash have no parity page:
  *               recovery marks their bands for refresh, so GC moves that
  *               data into protected stripes first.  Footer pages are not
  *               covered (GC falls back to the map for a dead die's pages).

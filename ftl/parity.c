@@ -103,6 +103,14 @@ struct rb_ctx {
 
 #define SPARE_SZ ((uint32_t)sizeof(struct ftl_spare))
 
+struct pad_op {
+	struct nand_op op;
+	struct ftl *f;
+	uint8_t *spare;
+	uint64_t seq;
+	struct pad_op *next_free;
+};
+
 static void xor_into(uint8_t *dst, const uint8_t *src, size_t n)
 {
 	size_t i = 0;
@@ -159,6 +167,23 @@ int par_init(struct ftl *f)
 		bp->next_free = f->par_free;
 		f->par_free = bp;
 	}
+	/* pads: at most every open band's current stripe at once */
+	uint32_t npad = NSTREAMS * NSETS * f->nrows * w;
+	f->pad_pool = ftl_alloc(f, npad * sizeof *f->pad_pool);
+	uint8_t *pspares = ftl_alloc(f, (size_t)npad * f->spare_size);
+	f->pad_page = ftl_alloc_pages(f, f->page_size);
+	if (!f->pad_pool || !pspares || !f->pad_page)
+		return -ENOMEM;
+	for (uint32_t i = npad; i-- > 0;) {
+		struct pad_op *po = &f->pad_pool[i];
+		po->f = f;
+		po->spare = pspares + (size_t)i * f->spare_size;
+		po->next_free = f->pad_free;
+		f->pad_free = po;
+	}
+	struct ftl_trim_hdr th = { FTL_TRIM_MAGIC, 0 };
+	memcpy(f->pad_page, &th, sizeof th);
+	f->pad_crc = crc32c(0, f->pad_page, f->page_size);
 	f->nrb = RB_CONTEXTS;
 	f->rb_pool = ftl_alloc(f, f->nrb * sizeof *f->rb_pool);
 	if (!f->rb_pool)
@@ -453,6 +478,125 @@ void par_seal_all(struct ftl *f)
 				bp->st[k].sealed = true;
 		par_try_submit(f, bp);
 	}
+}
+
+/* ---- idle padding ------------------------------------------------------------ */
+
+/*
+ * A stripe holding data but not yet all its members has its parity in
+ * memory only: a die failing and a power cut before the stripe completes
+ * would lose that stripe's data on the die (recovery finds no parity page
+ * for it).  Under load stripes complete within milliseconds; when writes
+ * pause, the stripes left open are completed with pad pages so that their
+ * parity is programmed: once no page was handed out for PAR_PAD_NS (the
+ * device's clock, virtual or real) and nothing handed out is still waiting
+ * in a ring (a block's pages are programmed in order).  A pad is an empty
+ * trim record, a log page with a sequence number like any other: recovery
+ * replays it and GC re-logs it, both as nothing.  Cost: at most
+ * row_width - 2 pages per open band per pause (16 open bands on the stock
+ * geometry: 368 pages, 1.5 MB); a writer that pauses more often than every
+ * PAR_PAD_NS is not padded (its stripes fill).
+ */
+#define PAR_PAD_NS 100000000ull /* 100 ms */
+#define PAR_PAD_RETRY_NS 1000000ull /* a parity slot was busy: look again */
+
+static void pad_done(struct nand_op *op)
+{
+	struct pad_op *po = op->priv;
+	struct ftl *f = po->f;
+	uint32_t b = op->block;
+	f->blk[b].inflight--;
+	if (!ftl_op_stops(f, op)) {
+		die_note(f, b, DIE_PROGRAM, op->status == NAND_OK);
+		if (op->status != NAND_OK) {
+			f->st.program_failures++;
+			par_program_failed(f, ppa_make(f, b, op->page), f->pad_page, po->spare);
+			blk_program_failed(f, b);
+		} else {
+			f->st.nand_pages_programmed++;
+			f->cp.pages_since++;
+			if (po->seq > f->blk_max_seq[b])
+				f->blk_max_seq[b] = po->seq;
+		}
+		blk_programs_settled(f, b);
+	}
+	po->next_free = f->pad_free;
+	f->pad_free = po;
+}
+
+static void pad_submit(struct ftl *f, uint32_t ppa)
+{
+	struct pad_op *po = f->pad_free;
+	f->pad_free = po->next_free;
+	po->seq = f->next_seq++;
+	spare_build_crc(f, po->spare, FTL_PG_TRIM, 0, po->seq, f->pad_crc);
+	struct nand_op *op = &po->op;
+	memset(op, 0, sizeof *op);
+	op->type = NAND_OP_PROGRAM;
+	op->flags = NAND_OPF_META;
+	op->block = ppa_block(f, ppa);
+	op->page = ppa_page(f, ppa);
+	op->data = f->pad_page;
+	op->spare = po->spare;
+	op->done = pad_done;
+	op->priv = po;
+	ftl_nand_submit(f, op);
+	footer_note(f, ppa, FTL_FOOTER_TRIM, po->seq, f->pad_crc);
+	par_submitted(f, ppa, f->pad_page, po->spare);
+	f->st.parity_pad_pages++;
+}
+
+uint64_t par_pad_due(const struct ftl *f)
+{
+	return f->par_partial && f->par_pad_at ? f->par_pad_at : UINT64_MAX;
+}
+
+int par_idle_pad(struct ftl *f)
+{
+	if (!f->par_partial)
+		return 0;
+	if (f->error || !f->pad_pool) {
+		f->par_partial = false;
+		return 0;
+	}
+	uint64_t now = nand_now(f->dev);
+	if (!f->par_pad_at || f->handouts != f->par_pad_mark) {
+		f->par_pad_at = now + PAR_PAD_NS;
+		f->par_pad_mark = f->handouts;
+		return 0;
+	}
+	if (now < f->par_pad_at)
+		return 0;
+	for (int i = 0; i < NSTREAMS; i++) {
+		const struct ring *r = &f->stream[i].ring;
+		if (r->submit != r->fill || r->nretry) {
+			f->par_pad_at = now + PAR_PAD_NS;
+			return 0;
+		}
+	}
+	int n = 0;
+	bool left = false;
+	for (int i = 0; i < NSTREAMS; i++)
+		for (uint32_t k = 0; k < f->stream[i].nsets; k++)
+			for (uint32_t row = 0; row < f->nrows; row++)
+				for (;;) {
+					bool busy = false;
+					if (!f->pad_free) {
+						left = true;
+						break;
+					}
+					uint32_t ppa = set_pad_page(f, &f->stream[i].set[k], row, &busy);
+					if (ppa == FTL_NO_BLOCK) {
+						left |= busy;
+						break;
+					}
+					pad_submit(f, ppa);
+					n++;
+				}
+	f->par_partial = left;
+	f->par_pad_at = left ? now + PAR_PAD_RETRY_NS : 0;
+	f->par_pad_mark = f->handouts;
+	return n;
 }
 
 /* ---- rebuilding ------------------------------------------------------------ */

@@ -231,6 +231,78 @@ static bool member_takes(struct ftl *f, const struct open_row *orow, uint32_t c)
 	       !(f->parity && par_is_pcol(f, orow->band, c));
 }
 
+/*
+ * The next live member of orow's stripe (a member whose program failed is
+ * retiring: the band goes on without it; the parity column is programmed by
+ * parity.c), moving to the next stripe when this one is handed out; NO_BLOCK
+ * if the band is full (orow->band is then NO_BLOCK) or, with *busy set, if
+ * the stripe's parity slot is still held by an older stripe.
+ */
+static uint32_t row_next_page(struct ftl *f, struct open_row *orow, bool *busy)
+{
+	uint32_t w = f->row_width;
+	for (;;) {
+		if (orow->col == w) {
+			par_seal(f, orow->band, orow->page);
+			orow->col = 0;
+			if (++orow->page == f->data_pages) {
+				orow->band = FTL_NO_BLOCK;
+				return FTL_NO_BLOCK;
+			}
+		}
+		uint32_t c = orow->col;
+		uint32_t b = band_block(f, orow->band, c);
+		struct blk *k = &f->blk[b];
+		if (!member_takes(f, orow, c)) {
+			orow->col++;
+			continue;
+		}
+		if (f->parity && !par_handout_ok(f, orow->band, orow->page)) {
+			*busy = true; /* an older stripe still holds its slot */
+			return FTL_NO_BLOCK;
+		}
+		orow->col++;
+		if (f->parity) {
+			uint32_t later = orow->col;
+			while (later < w && !member_takes(f, orow, later))
+				later++;
+			par_handout(f, orow->band, orow->page, c, later == w);
+			if (later < w)
+				f->par_partial = true; /* a stripe left open: par_idle_pad */
+		}
+		f->handouts++;
+		uint32_t ppa = ppa_make(f, b, k->wp);
+		k->wp++;
+		k->inflight++;
+		if (k->wp == f->data_pages) {
+			/* the footer pages follow: full, closes when all are programmed */
+			k->wp = (uint16_t)f->ppb;
+			k->inflight = (uint16_t)(k->inflight + f->footer_pages);
+		}
+		return ppa;
+	}
+}
+
+/*
+ * The next page of the stripe set->row[row] has partly handed out, for a
+ * pad page (parity.c, par_idle_pad); NO_BLOCK if that stripe is not partly
+ * handed out (none open, none begun, or sealed) or, with *busy set, its
+ * parity slot is still held by an older stripe.
+ */
+uint32_t set_pad_page(struct ftl *f, struct open_set *set, uint32_t row, bool *busy)
+{
+	struct open_row *orow = &set->row[row];
+	uint32_t w = f->row_width;
+	if (orow->band == FTL_NO_BLOCK || orow->col == 0 || orow->col == w)
+		return FTL_NO_BLOCK;
+	uint32_t c = orow->col;
+	while (c < w && !member_takes(f, orow, c))
+		c++;
+	if (c == w)
+		return FTL_NO_BLOCK; /* its last data page is handed out: sealed */
+	return row_next_page(f, orow, busy);
+}
+
 uint32_t set_next_page(struct ftl *f, struct open_set *set, uint32_t floor)
 {
 	uint32_t w = f->row_width;
@@ -274,47 +346,10 @@ uint32_t set_next_page(struct ftl *f, struct open_set *set, uint32_t floor)
 			orow->page = 0;
 			orow->col = 0;
 		}
-		/* the next live member of the stripe (a member whose program
-		 * failed is retiring: the band goes on without it; the parity
-		 * column is programmed by parity.c) */
 		bool busy = false;
-		for (;;) {
-			if (orow->col == w) {
-				par_seal(f, orow->band, orow->page);
-				orow->col = 0;
-				if (++orow->page == f->data_pages) {
-					orow->band = FTL_NO_BLOCK;
-					break;
-				}
-			}
-			uint32_t c = orow->col;
-			uint32_t b = band_block(f, orow->band, c);
-			struct blk *k = &f->blk[b];
-			if (!member_takes(f, orow, c)) {
-				orow->col++;
-				continue;
-			}
-			if (f->parity && !par_handout_ok(f, orow->band, orow->page)) {
-				busy = true; /* an older stripe still holds its slot */
-				break;
-			}
-			orow->col++;
-			if (f->parity) {
-				uint32_t later = orow->col;
-				while (later < w && !member_takes(f, orow, later))
-					later++;
-				par_handout(f, orow->band, orow->page, c, later == w);
-			}
-			uint32_t ppa = ppa_make(f, b, k->wp);
-			k->wp++;
-			k->inflight++;
-			if (k->wp == f->data_pages) {
-				/* the footer pages follow: full, closes when all are programmed */
-				k->wp = (uint16_t)f->ppb;
-				k->inflight = (uint16_t)(k->inflight + f->footer_pages);
-			}
+		uint32_t ppa = row_next_page(f, orow, &busy);
+		if (ppa != FTL_NO_BLOCK)
 			return ppa;
-		}
 		if (busy)
 			continue;
 		if (orow->band == FTL_NO_BLOCK)
