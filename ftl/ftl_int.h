@@ -589,13 +589,14 @@ struct ftl {
 
 	/* superblock */
 	uint64_t sb_seq;
-	uint32_t sb_active;         /* index into sb_block */
-	uint32_t sb_next_page;
+	uint32_t sb_next[2];        /* next page of each sb_block (ppb: full) */
+	uint32_t sb_cur;            /* the copy this update is writing (0, 1) */
+	uint32_t sb_copies;         /* copies this update programmed */
 	struct nand_op sb_op;
 	uint8_t *sb_buf, *sb_spare;
 	bool sb_busy;
-	uint8_t sb_fail_run;        /* failed programs in a row in this update */
-	bool sb_switched;           /* this update moved to the other block */
+	uint8_t sb_fail_run;        /* failed programs in a row of this copy */
+	bool sb_warned[2];          /* a copy failed: logged once per block */
 	void (*sb_done)(struct nand_op *); /* called when an update is on media */
 
 	/* checkpoint */

@@ -699,6 +699,8 @@ static void victim_map_units(struct ftl *f, struct victim *v)
 }
 
 /* Try to finish victim vi; returns 1 if it did. */
+static bool ring_spares_victim(struct ftl *f, const struct victim *v);
+
 static int victim_finish(struct ftl *f, int vi)
 {
 	struct victim *v = &f->victims[vi];
@@ -753,7 +755,7 @@ static int victim_finish(struct ftl *f, int vi)
 		v->log_closed = true;
 		v->wait_user_pos = ur->fill;
 	}
-	if (ur->done < v->wait_user_pos)
+	if (ur->done < v->wait_user_pos && !ring_spares_victim(f, v))
 		return 0;
 	/* with parity, an unreadable page is rebuilt from the other members:
 	 * none is erased before all are relocated.  This costs no free space:
@@ -778,6 +780,32 @@ static int victim_finish(struct ftl *f, int vi)
 	return 1;
 }
 
+/*
+ * The user ring is not drained up to v's wait position because a program
+ * failed and its retry waits for a page, which may take v's erase (worn
+ * blocks failing by the dozen with the pool at its floor: the ring, the
+ * victims and GC waiting for each other, seen in t_ftl_wear wear_out).
+ * v may be erased anyway if nothing pending before that position needs
+ * its pages: no trim record, and no write replacing a unit whose durable
+ * version is in v (slot->prev).  O(ring), only while retries wait.
+ */
+static bool ring_spares_victim(struct ftl *f, const struct victim *v)
+{
+	struct ring *ur = &f->stream[STREAM_USER].ring;
+	if (!ur->nretry)
+		return false;
+	for (uint64_t pos = ur->done; pos < v->wait_user_pos; pos++) {
+		const struct slot *sl = ring_slot(ur, pos);
+		if (sl->state == SLOT_DONE || sl->state == SLOT_SKIP)
+			continue;
+		if (sl->type != FTL_PG_DATA)
+			return false;
+		if (l2p_is_ppa(sl->prev) && ppa_block(f, sl->prev) == v->block)
+			return false;
+	}
+	return true;
+}
+
 /* Pages the GC stream can still program without going below gc_min. */
 static uint64_t gc_room(struct ftl *f)
 {
@@ -796,7 +824,10 @@ static uint64_t gc_room(struct ftl *f)
 			}
 		}
 	if (f->nfree > f->gc_min) {
-		uint64_t pages = (uint64_t)(f->nfree - f->gc_min) * f->data_pages;
+		/* bands open whole, and only while nfree >= gc_min + row width
+		 * (set_next_page): a remainder under a band's width is no room */
+		uint64_t blocks = (f->nfree - f->gc_min) / f->row_width * f->row_width;
+		uint64_t pages = blocks * f->data_pages;
 		if (f->parity) /* a member of each band holds parity */
 			pages = pages * (f->row_width - f->parity) / f->row_width;
 		room += pages;

@@ -2,10 +2,17 @@
  * ftl/superblock.c - the two superblock blocks: format parameters and the
  * pointer to the current checkpoint.
  *
- * Updates append a page to the active block; when it is full the other
- * block is erased and becomes active (so the newest valid page always
- * survives a power cut during an update or an erase).  Loading reads every
- * programmed page of both blocks and keeps the one with the highest sb_seq.
+ * Every update is written to both blocks, one after the other (mirrored,
+ * so a die 0 or 1 that fails while flashd is down, or with a crash, takes
+ * one copy only): each block is appended to, and erased first when it is
+ * full, while the other holds the previous update.  An update is done once
+ * both copies are programmed, or one is and the other's block failed
+ * (logged once per block); only if both fail is the FTL failed.  So the
+ * newest complete update survives a power cut at any point and the loss of
+ * either block.  Loading reads every programmed page of both blocks and
+ * keeps the one with the highest sb_seq (a copy cut short by a power cut
+ * is older or torn).  Media written when updates went to one block at a
+ * time load the same way.
  */
 #include <errno.h>
 
@@ -111,12 +118,14 @@ int sb_load(struct ftl *f, struct ftl_sb *out, char *err, size_t errlen)
 		return -ENODATA;
 	}
 	f->sb_seq = out->sb_seq;
-	f->sb_active = (uint32_t)best_blk;
-	f->sb_next_page = (uint32_t)first_erased[best_blk];
+	(void)best_blk;
+	for (int i = 0; i < 2; i++)
+		f->sb_next[i] = (uint32_t)first_erased[i];
 	return 0;
 }
 
 static void sb_program_done(struct nand_op *op);
+static void sb_erase_done(struct nand_op *op);
 
 static void sb_submit_program(struct ftl *f)
 {
@@ -124,8 +133,8 @@ static void sb_submit_program(struct ftl *f)
 	memset(op, 0, sizeof *op);
 	op->type = NAND_OP_PROGRAM;
 	op->flags = NAND_OPF_META;
-	op->block = f->sb_block[f->sb_active];
-	op->page = f->sb_next_page;
+	op->block = f->sb_block[f->sb_cur];
+	op->page = f->sb_next[f->sb_cur];
 	op->data = f->sb_buf;
 	op->spare = f->sb_spare;
 	op->done = sb_program_done;
@@ -133,73 +142,95 @@ static void sb_submit_program(struct ftl *f)
 	ftl_nand_submit(f, op);
 }
 
-static void sb_erase_done(struct nand_op *op);
-
-/* Erase the active block; the update's program follows (sb_erase_done). */
-static void sb_submit_erase(struct ftl *f)
+/* Write the current copy: into its block's next page, or, if the block is
+ * full, erase it first (the other block holds the previous update). */
+static void sb_copy_start(struct ftl *f)
 {
+	f->sb_fail_run = 0;
+	if (f->sb_next[f->sb_cur] < f->ppb) {
+		sb_submit_program(f);
+		return;
+	}
 	struct nand_op *op = &f->sb_op;
 	memset(op, 0, sizeof *op);
 	op->type = NAND_OP_ERASE;
-	op->block = f->sb_block[f->sb_active];
+	op->block = f->sb_block[f->sb_cur];
 	op->done = sb_erase_done;
 	op->priv = f;
 	ftl_nand_submit(f, op);
 }
 
+/* The current copy is programmed (ok) or its block failed: on to the next
+ * copy, or the update is done. */
+static void sb_copy_end(struct ftl *f, bool ok)
+{
+	uint32_t i = f->sb_cur;
+	if (ok) {
+		f->sb_copies++;
+	} else if (!f->sb_warned[i]) {
+		f->sb_warned[i] = true;
+		ftl_log("superblock block %u failed: the superblock goes on in block %u only",
+			f->sb_block[i], f->sb_block[i ^ 1]);
+	}
+	if (++f->sb_cur < 2 && !f->error) {
+		sb_copy_start(f);
+		return;
+	}
+	f->sb_busy = false;
+	if (!f->sb_copies && !f->error)
+		ftl_fail(f, -EIO, "writing the superblock failed (both blocks)");
+	f->sb_op.status = f->sb_copies && !f->error ? NAND_OK : NAND_PROGRAM_FAILED;
+	f->sb_op.priv = f;
+	if (f->sb_done)
+		f->sb_done(&f->sb_op);
+}
+
 static void sb_erase_done(struct nand_op *op)
 {
 	struct ftl *f = op->priv;
-	if (ftl_op_stops(f, op) || op->status != NAND_OK) {
+	if (ftl_op_stops(f, op)) {
 		f->sb_busy = false;
-		ftl_fail(f, -EIO, "erasing a superblock block failed");
 		if (f->sb_done)
 			f->sb_done(op);
 		return;
 	}
+	if (op->status != NAND_OK) {
+		f->sb_next[f->sb_cur] = f->ppb; /* erased again next time */
+		sb_copy_end(f, false);
+		return;
+	}
 	f->st.blocks_erased++;
-	f->sb_next_page = 0;
+	f->sb_next[f->sb_cur] = 0;
 	sb_submit_program(f);
 }
 
 static void sb_program_done(struct nand_op *op)
 {
 	struct ftl *f = op->priv;
-	f->sb_next_page++;
-	if (op->status == NAND_OK) {
-		f->st.nand_pages_programmed++;
-		f->st.meta_pages_programmed++;
+	if (ftl_op_stops(f, op)) {
 		f->sb_busy = false;
 		if (f->sb_done)
 			f->sb_done(op);
 		return;
 	}
-	if (!ftl_op_stops(f, op)) {
-		/* a failed page is skipped: try the next one; a second failure
-		 * in a row (a worn block, a dead die: superblock blocks are on
-		 * dies 0 and 1) moves the update to the other block, once */
-		if (++f->sb_fail_run < 2 && f->sb_next_page < f->ppb) {
-			sb_submit_program(f);
-			return;
-		}
-		if (!f->sb_switched) {
-			f->sb_switched = true;
-			f->sb_fail_run = 0;
-			ftl_log("superblock block %u: programs fail; the superblock moves to block %u",
-				f->sb_block[f->sb_active], f->sb_block[f->sb_active ^ 1]);
-			f->sb_active ^= 1;
-			sb_submit_erase(f);
-			return;
-		}
+	f->sb_next[f->sb_cur]++;
+	if (op->status == NAND_OK) {
+		f->st.nand_pages_programmed++;
+		f->st.meta_pages_programmed++;
+		sb_copy_end(f, true);
+		return;
 	}
-	f->sb_busy = false;
-	ftl_fail(f, -EIO, "writing the superblock failed");
-	if (f->sb_done)
-		f->sb_done(op);
+	/* a failed page is skipped: try the next one; a second failure in a
+	 * row (a worn block, a dead die) gives this copy up */
+	if (++f->sb_fail_run < 2 && f->sb_next[f->sb_cur] < f->ppb) {
+		sb_submit_program(f);
+		return;
+	}
+	sb_copy_end(f, false);
 }
 
-/* Start writing a new superblock page; done(op) runs when it is on media
- * (op->status tells) or when the write failed for good. */
+/* Start writing a new superblock update; done(op) runs when it is on media
+ * (op->status NAND_OK: at least one copy) or when it failed for good. */
 int sb_start_write(struct ftl *f, bool clean, void (*done)(struct nand_op *))
 {
 	struct ftl_sb sb;
@@ -212,14 +243,9 @@ int sb_start_write(struct ftl *f, bool clean, void (*done)(struct nand_op *))
 	spare_build(f, f->sb_spare, FTL_PG_SB, 0, f->sb_seq, f->sb_buf, true);
 	f->sb_busy = true;
 	f->sb_done = done;
-	f->sb_fail_run = 0;
-	f->sb_switched = false;
-	if (f->sb_next_page >= f->ppb) {
-		f->sb_active ^= 1;
-		sb_submit_erase(f);
-	} else {
-		sb_submit_program(f);
-	}
+	f->sb_cur = 0;
+	f->sb_copies = 0;
+	sb_copy_start(f);
 	return 0;
 }
 
@@ -262,9 +288,13 @@ int sb_write_initial(struct ftl *f, bool clean, char *err, size_t errlen)
 	memset(page, 0xFF, f->page_size);
 	memcpy(page, &sb, sizeof sb);
 	spare_build(f, spare, FTL_PG_SB, 0, f->sb_seq, page, true);
-	struct nand_op op = { .type = NAND_OP_PROGRAM, .block = f->sb_block[0], .page = 0,
-			      .flags = NAND_OPF_META, .data = page, .spare = spare };
-	enum nand_status st = nand_op_sync(f->dev, &op);
+	enum nand_status st = NAND_OK;
+	for (int i = 0; i < 2 && st == NAND_OK; i++) {
+		struct nand_op op = { .type = NAND_OP_PROGRAM, .block = f->sb_block[i], .page = 0,
+				      .flags = NAND_OPF_META, .data = page, .spare = spare };
+		st = nand_op_sync(f->dev, &op);
+		f->sb_next[i] = 1;
+	}
 	free(page);
 	free(spare);
 	if (st != NAND_OK) {

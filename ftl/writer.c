@@ -533,7 +533,9 @@ int writer_kick(struct ftl *f, struct stream *s)
 	 * page short, which GC handles as when it runs out of blocks.
 	 */
 	while (r->nretry) {
-		uint32_t ppa = stream_next_page(f, s, f->cp_reserve);
+		/* a user retry leaves GC room to open a band: GC frees blocks */
+		uint32_t floor = s->id == STREAM_USER ? f->gc_min + f->row_width : f->cp_reserve;
+		uint32_t ppa = stream_next_page(f, s, floor);
 		if (ppa == FTL_NO_BLOCK && s->id == STREAM_USER) {
 			struct stream *g = &f->stream[STREAM_GC];
 			for (uint32_t k = 0; k < g->nsets && ppa == FTL_NO_BLOCK; k++)

@@ -275,7 +275,9 @@ struct transition {
 
 static void wear_out(void)
 {
-	struct nand_dev *d = dev_new("test-64m", true, 11);
+	/* WEAR_SEED: the error model's seed (t_ftl_wear wear_out, by hand) */
+	const char *wseed = getenv("WEAR_SEED");
+	struct nand_dev *d = dev_new("test-64m", true, wseed ? (uint64_t)atoll(wseed) : 11);
 	format(d, 30);
 	struct ftl *f = open_ok(d);
 	struct ftl_info info;
