@@ -6,10 +6,14 @@
 #ifndef FLASHD_COMMON_CRC32C_H
 #define FLASHD_COMMON_CRC32C_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 uint32_t crc32c(uint32_t crc, const void *buf, size_t len);
+/* Whether long buffers take the carry-less multiply path (AVX-512 with
+ * VPCLMULQDQ, checked against the table path at start-up). */
+bool crc32c_folding(void);
 /* The same, a byte at a time (reference for tests). */
 uint32_t crc32c_bytewise(uint32_t crc, const void *buf, size_t len);
 /* Set the last 4 bytes of buf (len >= 4) so that crc32c(0, buf, len) ==
