@@ -74,7 +74,6 @@ int sb_load(struct ftl *f, struct ftl_sb *out, char *err, size_t errlen)
 	uint8_t *spare = malloc(f->spare_size);
 	bool found = false;
 	int first_erased[2] = { (int)f->ppb, (int)f->ppb };
-	int best_blk = 0;
 
 	if (!page || !spare) {
 		free(page);
@@ -107,7 +106,6 @@ int sb_load(struct ftl *f, struct ftl_sb *out, char *err, size_t errlen)
 			if (!found || sb.sb_seq > out->sb_seq) {
 				*out = sb;
 				found = true;
-				best_blk = i;
 			}
 		}
 	}
@@ -118,7 +116,6 @@ int sb_load(struct ftl *f, struct ftl_sb *out, char *err, size_t errlen)
 		return -ENODATA;
 	}
 	f->sb_seq = out->sb_seq;
-	(void)best_blk;
 	for (int i = 0; i < 2; i++)
 		f->sb_next[i] = (uint32_t)first_erased[i];
 	return 0;
