@@ -468,6 +468,21 @@ void blk_validate(struct ftl *f, uint32_t ppa)
 		band_valid_add(f, b, +1);
 }
 
+/* Members a band of row takes: the row's width less its dead dies.  The
+ * pool is counted in blocks; a band of a row with a dead die takes one
+ * fewer, and a floor check with the full width would never open one (a
+ * pool left with only such bands at the floor deadlocked GC: "no room"). */
+uint32_t row_live_width(const struct ftl *f, uint32_t row)
+{
+	uint32_t w = f->row_width;
+	if (!f->ndead)
+		return w;
+	for (uint32_t c = 0; c < f->row_width; c++)
+		if (f->die_dead[block_die(f, band_block(f, row * f->blocks_per_die, c))])
+			w--;
+	return w ? w : 1;
+}
+
 uint32_t band_members_free(const struct ftl *f)
 {
 	uint32_t n = 0;

@@ -26,6 +26,7 @@
  * Cost: l2p_bytes of programming and a copy of each page; no host wait.
  */
 #include <errno.h>
+#include <inttypes.h>
 
 #include "ftl/ftl_int.h"
 
@@ -63,9 +64,14 @@ uint32_t cp_hdr_pages(const struct ftl *f, uint32_t nblocks, uint32_t nopen, uin
 	return (uint32_t)((bytes + f->page_size - 1) / f->page_size);
 }
 
+/* header and l2p blocks; with parity also the header's copy and a parity
+ * block per group (a band's l2p blocks: at least one per band) */
 uint32_t cp_blocks_needed(const struct ftl *f)
 {
-	return 1 + cp_l2p_blocks(f);
+	uint32_t l = cp_l2p_blocks(f), w = f->row_width;
+	if (f->parity && w > 1)
+		return 2 + l + (l + w - 2) / (w - 1) + 1;
+	return 1 + l;
 }
 
 /* One below the oldest sequence number not yet on the media: the slots of
@@ -98,9 +104,18 @@ int cp_init(struct ftl *f)
 	/* whole bands: up to row_width - 1 blocks more than needed */
 	uint32_t nl = cp_l2p_blocks(f) + f->row_width;
 	c->blocks = ftl_alloc(f, nl * sizeof *c->blocks);
-	c->cur_blocks = ftl_alloc(f, nl * sizeof *c->cur_blocks);
-	c->rel_blocks = ftl_alloc(f, nl * sizeof *c->rel_blocks);
+	/* with parity: a parity block per group (at most one per l2p block)
+	 * and the header's copy */
+	c->pblocks = ftl_alloc(f, nl * sizeof *c->pblocks);
+	c->gend = ftl_alloc(f, nl * sizeof *c->gend);
+	c->cur_blocks = ftl_alloc(f, (2 * nl + 1) * sizeof *c->cur_blocks);
+	c->rel_blocks = ftl_alloc(f, (2 * nl + 1) * sizeof *c->rel_blocks);
 	c->rel_hdr_block = FTL_NO_BLOCK;
+	c->with_parity = f->parity > 0;
+	c->hdr_mirror = FTL_NO_BLOCK;
+	c->ngroups = 0;
+	if (c->with_parity && !(c->pacc = ftl_alloc_pages(f, f->page_size)))
+		return -ENOMEM;
 	c->nops = CP_OPS;
 	c->ops = ftl_alloc(f, c->nops * sizeof *c->ops);
 	c->free_idx = ftl_alloc(f, c->nops * sizeof *c->free_idx);
@@ -111,11 +126,13 @@ int cp_init(struct ftl *f)
 	c->open_cap = 8 * f->ndies + 2 * (f->stream[STREAM_USER].ring.nslots +
 					  f->stream[STREAM_GC].ring.nslots);
 	c->open_list = ftl_alloc(f, (size_t)c->open_cap * sizeof *c->open_list);
-	if (!c->blocks || !c->cur_blocks || !c->rel_blocks || !c->ops || !c->free_idx || !c->open_list)
+	if (!c->blocks || !c->pblocks || !c->gend || !c->cur_blocks || !c->rel_blocks || !c->ops ||
+	    !c->free_idx || !c->open_list)
 		return -ENOMEM;
 	/* the header buffer, sized for every open block and some grown bad
 	 * blocks, so a checkpoint normally allocates nothing */
-	c->hdr_cap = cp_hdr_pages(f, nl, 4 * f->ndies, f->nblocks / 64 + 16, cp_bitmap_words(f));
+	c->hdr_cap = cp_hdr_pages(f, nl, 4 * f->ndies, f->nblocks / 64 + 16,
+				  cp_bitmap_words(f) + 1 + 2 * nl);
 	if (c->hdr_cap < 1)
 		c->hdr_cap = 1;
 	if (c->hdr_cap > f->ppb)
@@ -139,18 +156,56 @@ int cp_init(struct ftl *f)
 }
 
 /*
+ * Blocks of the checkpoint being written, by index 0 .. cp_nall - 1: the
+ * header block, the l2p blocks, the parity blocks, the header's copy
+ * (FTL_NO_BLOCK where a group has no parity block or there is no copy).
+ */
+static uint32_t cp_nall(const struct cp_state *c)
+{
+	return 2 + c->nblocks + c->ngroups;
+}
+
+static uint32_t cp_block_at(const struct cp_state *c, uint32_t i)
+{
+	if (i == 0)
+		return c->hdr_block;
+	i--;
+	if (i < c->nblocks)
+		return c->blocks[i];
+	i -= c->nblocks;
+	return i < c->ngroups ? c->pblocks[i] : c->hdr_mirror;
+}
+
+/* Give the blocks of an attempt back to the eraser. */
+static void cp_give_back(struct ftl *f)
+{
+	struct cp_state *c = &f->cp;
+	for (uint32_t i = 0; i < cp_nall(c); i++) {
+		uint32_t b = cp_block_at(c, i);
+		if (b != FTL_NO_BLOCK)
+			blk_set_dirty(f, b);
+	}
+}
+
+/*
  * Allocate header and l2p blocks: whole free bands, rows in turn, so the
  * pages (striped over all the blocks) are programmed on many dies at once.
  * Every block of those bands belongs to the checkpoint, so bands stay whole.
+ * With parity, each band's l2p blocks form a group whose last block holds
+ * their parity, and the header gets a copy on another die (media.h).
  */
 static bool cp_alloc_blocks(struct ftl *f)
 {
 	struct cp_state *c = &f->cp;
-	uint32_t need = 1 + cp_l2p_blocks(f);
-	if (band_members_free(f) < need)
+	uint32_t need = cp_l2p_blocks(f), w = f->row_width;
+	if (band_members_free(f) < cp_blocks_needed(f))
 		return false;
 	uint32_t row = 0, got = 0, tries = 0;
-	while (got < need && tries < 2 * f->nrows) {
+	c->hdr_block = FTL_NO_BLOCK;
+	c->hdr_mirror = FTL_NO_BLOCK;
+	c->nblocks = 0;
+	c->ngroups = 0;
+	while ((got < need || c->hdr_block == FTL_NO_BLOCK) && tries < 2 * f->nrows) {
 		uint32_t bi = f->band_free[row].count ? band_alloc(f, row, BLK_META, false) : FTL_NO_BLOCK;
 		row = row + 1 == f->nrows ? 0 : row + 1;
 		if (bi == FTL_NO_BLOCK) {
@@ -158,30 +213,31 @@ static bool cp_alloc_blocks(struct ftl *f)
 			continue;
 		}
 		tries = 0;
-		for (uint32_t col = 0; col < f->row_width; col++) {
+		uint32_t gstart = got;
+		for (uint32_t col = 0; col < w; col++) {
 			uint32_t b = band_block(f, bi, col);
-			if (f->blk[b].state != BLK_META || (got && b == c->hdr_block))
+			if (f->blk[b].state != BLK_META)
 				continue;
-			bool mine = true;
-			for (uint32_t i = 0; i + 1 < got; i++)
-				if (c->blocks[i] == b)
-					mine = false;
-			if (!mine)
-				continue;
-			if (got == 0)
+			if (c->hdr_block == FTL_NO_BLOCK)
 				c->hdr_block = b;
+			else if (c->with_parity && c->hdr_mirror == FTL_NO_BLOCK &&
+				 block_die(f, b) != block_die(f, c->hdr_block))
+				c->hdr_mirror = b;
 			else
-				c->blocks[got - 1] = b;
-			got++;
+				c->blocks[got++] = b;
 		}
+		if (c->with_parity && got > gstart) {
+			/* the band's last l2p block holds the group's parity */
+			c->pblocks[c->ngroups] = got - gstart >= 2 ? c->blocks[--got] : FTL_NO_BLOCK;
+			c->gend[c->ngroups++] = got;
+		}
+		c->nblocks = got;
 	}
-	if (got < need) {
+	if (got < need || c->hdr_block == FTL_NO_BLOCK) {
 		/* cannot happen (the free bands had the members): give back */
-		for (uint32_t i = 0; i < got; i++)
-			blk_set_dirty(f, i == 0 ? c->hdr_block : c->blocks[i - 1]);
+		cp_give_back(f);
 		return false;
 	}
-	c->nblocks = got - 1;
 	return true;
 }
 
@@ -222,11 +278,12 @@ static int cp_build_header(struct ftl *f)
 	/* everything must fit in the header block; grown bad blocks beyond
 	 * that are found again (their programs or erases fail again) */
 	uint32_t nbitmap = cp_bitmap_words(f);
+	uint32_t nextra = c->with_parity ? 1 + 2 * c->ngroups : 0;
 	uint32_t room = (uint32_t)((f->ppb * (size_t)f->page_size - sizeof(struct ftl_cp_hdr)) /
-				   sizeof(uint32_t)) - c->nblocks - nopen - nbitmap;
+				   sizeof(uint32_t)) - c->nblocks - nopen - nbitmap - nextra;
 	if (nbad > room)
 		nbad = room;
-	c->hdr_pages = cp_hdr_pages(f, c->nblocks, nopen, nbad, nbitmap);
+	c->hdr_pages = cp_hdr_pages(f, c->nblocks, nopen, nbad, nbitmap + nextra);
 	if (c->hdr_pages > c->hdr_cap) {
 		uint8_t *b = aligned_alloc(4096, (size_t)c->hdr_pages * f->page_size);
 		if (!b)
@@ -252,7 +309,15 @@ static int cp_build_header(struct ftl *f)
 	/* the bitmap of written l2p pages: filled in as they are written */
 	c->present = lists + k;
 	memset(c->present, 0, nbitmap * sizeof(uint32_t));
-	c->nlist_words = k + nbitmap;
+	k += nbitmap;
+	if (c->with_parity) {
+		lists[k++] = c->hdr_mirror;
+		for (uint32_t g = 0; g < c->ngroups; g++)
+			lists[k++] = c->pblocks[g];
+		for (uint32_t g = 0; g < c->ngroups; g++)
+			lists[k++] = c->gend[g];
+	}
+	c->nlist_words = k;
 
 	struct ftl_cp_hdr h;
 	memset(&h, 0, sizeof h);
@@ -278,13 +343,16 @@ static int cp_build_header(struct ftl *f)
 	h.stats_host_write_ops = f->st.host_write_ops;
 	h.sector_size = f->sector_size;
 	h.format_time = f->format_time;
-	h.flags = FTL_CP_SPARSE;
+	h.flags = FTL_CP_SPARSE | (c->with_parity ? FTL_CP_PARITY : 0);
+	h.ngroups = c->ngroups;
 	/* l2p_written and the checksums: cp_seal_header, once every l2p
 	 * page has been looked at */
 	memcpy(c->hdr_buf, &h, sizeof h);
 	c->written = 0;
 	c->hdr_next = 0;
 	c->sealed = false;
+	c->pacc_open = false;
+	c->par_pending = false;
 	return 0;
 }
 
@@ -341,47 +409,20 @@ static void cp_page_done(struct nand_op *op)
 	c->error = -EIO;
 }
 
-/*
- * Program header page p (p < hdr_pages), or l2p page i (p = hdr_pages + i,
- * the page's number in the spare) as the checkpoint's c->written-th l2p
- * page: those are striped over the l2p blocks in the order written.
- */
-static void cp_submit_page(struct ftl *f, uint32_t p)
+/* Program one checkpoint page (spare: type checkpoint, lba, cp_seq, crc);
+ * the caller has checked cp_may_submit.  data stays valid until done. */
+static void cp_program(struct ftl *f, struct cp_op *co, uint32_t oi, uint32_t block, uint32_t page,
+		       const void *data, uint32_t lba, uint32_t crc)
 {
 	struct cp_state *c = &f->cp;
-	uint32_t oi = c->free_idx[--c->nfree_idx];
-	struct cp_op *co = &c->ops[oi];
 	struct nand_op *op = &co->op;
-	uint32_t per_page = f->page_size / sizeof(uint32_t);
-	void *data;
-
 	memset(op, 0, sizeof *op);
-	if (p < c->hdr_pages) {
-		op->block = c->hdr_block;
-		op->page = p;
-		data = c->hdr_buf + (size_t)p * f->page_size;
-	} else {
-		uint32_t i = p - c->hdr_pages, j = c->written++;
-		op->block = c->blocks[j % c->nblocks];
-		op->page = j / c->nblocks;
-		c->present[i / 32] |= 1u << (i % 32);
-		uint64_t first = (uint64_t)i * per_page;
-		uint64_t n = f->units - first < per_page ? f->units - first : per_page;
-		/* a copy (the l2p moves on while the page is programmed), with
-		 * buffered units recorded as their durable mapping before */
-		uint32_t *dst = (uint32_t *)co->buf;
-		memcpy(dst, &f->l2p[first], n * sizeof(uint32_t));
-		for (uint64_t k = 0; k < n; k++)
-			if (l2p_is_slot(dst[k]))
-				dst[k] = slot_prev(f, dst[k]);
-		if (n < per_page)
-			memset(dst + n, 0xFF, (per_page - n) * sizeof(uint32_t));
-		data = co->buf;
-	}
-	spare_build(f, co->spare, FTL_PG_CKPT, p, c->cp_seq, data, true);
+	spare_build_crc(f, co->spare, FTL_PG_CKPT, lba, c->cp_seq, crc);
 	op->type = NAND_OP_PROGRAM;
 	op->flags = NAND_OPF_META;
-	op->data = data;
+	op->block = block;
+	op->page = page;
+	op->data = (void *)data;
 	op->spare = co->spare;
 	op->done = cp_page_done;
 	op->priv = co;
@@ -390,13 +431,106 @@ static void cp_submit_page(struct ftl *f, uint32_t p)
 	ftl_nand_submit(f, op);
 }
 
+static struct cp_op *cp_take_op(struct cp_state *c, uint32_t *oi)
+{
+	*oi = c->free_idx[--c->nfree_idx];
+	return &c->ops[*oi];
+}
+
+/* Header page k of the header block (k < hdr_pages) or of its copy. */
+static void cp_submit_hdr(struct ftl *f, uint32_t k)
+{
+	struct cp_state *c = &f->cp;
+	uint32_t oi, p = k % c->hdr_pages;
+	struct cp_op *co = cp_take_op(c, &oi);
+	const uint8_t *data = c->hdr_buf + (size_t)p * f->page_size;
+	cp_program(f, co, oi, k < c->hdr_pages ? c->hdr_block : c->hdr_mirror, p, data, p,
+		   crc32c(0, data, f->page_size));
+}
+
+/*
+ * Parity: add the j-th l2p page written (data, its crc) to its stripe, the
+ * pages at row j / nblocks of its group.  A group's columns are written in
+ * order, so one stripe is open at a time; par_pending once it is complete.
+ */
+static void cp_par_add(struct cp_state *c, uint32_t j, const uint8_t *data, uint32_t crc,
+		       uint32_t page_size)
+{
+	uint32_t col = j % c->nblocks, g = 0;
+	while (col >= c->gend[g])
+		g++;
+	if (col == (g ? c->gend[g - 1] : 0)) {
+		memcpy(c->pacc, data, page_size);
+		c->pacc_crc = crc;
+		c->pacc_grp = g;
+		c->pacc_row = j / c->nblocks;
+		c->pacc_open = true;
+	} else {
+		uint64_t *a = (uint64_t *)c->pacc;
+		const uint64_t *d = (const uint64_t *)data;
+		for (uint32_t k = 0; k < page_size / 8; k++)
+			a[k] ^= d[k];
+		c->pacc_crc ^= crc;
+	}
+	if (col + 1 == c->gend[g])
+		c->par_pending = true;
+}
+
+/* Program the open stripe's parity page (none for a group without a
+ * parity block). */
+static void cp_submit_parity(struct ftl *f)
+{
+	struct cp_state *c = &f->cp;
+	c->par_pending = false;
+	c->pacc_open = false;
+	uint32_t pb = c->pblocks[c->pacc_grp];
+	if (pb == FTL_NO_BLOCK)
+		return;
+	uint32_t oi;
+	struct cp_op *co = cp_take_op(c, &oi);
+	memcpy(co->buf, c->pacc, f->page_size);
+	cp_program(f, co, oi, pb, c->pacc_row, co->buf, FTL_CP_PARITY_LBA, c->pacc_crc);
+}
+
+/*
+ * Program l2p page i (the page's number in the spare is hdr_pages + i) as
+ * the checkpoint's c->written-th l2p page: those are striped over the l2p
+ * blocks in the order written.
+ */
+static void cp_submit_l2p(struct ftl *f, uint32_t i)
+{
+	struct cp_state *c = &f->cp;
+	uint32_t oi, per_page = f->page_size / sizeof(uint32_t), j = c->written++;
+	struct cp_op *co = cp_take_op(c, &oi);
+
+	c->present[i / 32] |= 1u << (i % 32);
+	uint64_t first = (uint64_t)i * per_page;
+	uint64_t n = f->units - first < per_page ? f->units - first : per_page;
+	/* a copy (the l2p moves on while the page is programmed), with
+	 * buffered units recorded as their durable mapping before */
+	uint32_t *dst = (uint32_t *)co->buf;
+	memcpy(dst, &f->l2p[first], n * sizeof(uint32_t));
+	for (uint64_t k = 0; k < n; k++)
+		if (l2p_is_slot(dst[k]))
+			dst[k] = slot_prev(f, dst[k]);
+	if (n < per_page)
+		memset(dst + n, 0xFF, (per_page - n) * sizeof(uint32_t));
+	uint32_t crc = crc32c(0, co->buf, f->page_size);
+	if (c->with_parity)
+		cp_par_add(c, j, co->buf, crc, f->page_size);
+	cp_program(f, co, oi, c->blocks[j % c->nblocks], j / c->nblocks, co->buf, c->hdr_pages + i,
+		   crc);
+}
+
 /* Drop a failed attempt: its blocks go back (or are retired), retry later. */
 static void cp_abort(struct ftl *f)
 {
 	struct cp_state *c = &f->cp;
 	uint32_t retired = 0;
-	for (uint32_t i = 0; i <= c->nblocks; i++) {
-		uint32_t b = i == 0 ? c->hdr_block : c->blocks[i - 1];
+	for (uint32_t i = 0; i < cp_nall(c); i++) {
+		uint32_t b = cp_block_at(c, i);
+		if (b == FTL_NO_BLOCK)
+			continue;
 		if (f->blk[b].flags & BLKF_GROWN_BAD) {
 			f->blk[b].flags &= (uint8_t)~BLKF_GROWN_BAD;
 			blk_set_bad(f, b, true);
@@ -438,8 +572,11 @@ static void cp_commit_done(struct nand_op *op)
 	c->rel_nblocks = c->cur_nblocks;
 	memcpy(c->rel_blocks, c->cur_blocks, c->cur_nblocks * sizeof *c->cur_blocks);
 	c->cur_hdr_block = c->hdr_block;
-	c->cur_nblocks = c->nblocks;
-	memcpy(c->cur_blocks, c->blocks, c->nblocks * sizeof *c->blocks);
+	c->cur_mirror = c->hdr_mirror;
+	c->cur_nblocks = 0;
+	for (uint32_t i = 1; i < cp_nall(c); i++)
+		if (cp_block_at(c, i) != FTL_NO_BLOCK)
+			c->cur_blocks[c->cur_nblocks++] = cp_block_at(c, i);
 	c->cur_seq = c->cp_seq;
 	c->pages_since = 0;
 	c->attempts = 0;
@@ -553,8 +690,7 @@ int cp_kick(struct ftl *f)
 		int rc = cp_build_header(f);
 		if (rc < 0) {
 			/* give the blocks back; try again later */
-			for (uint32_t i = 0; i <= c->nblocks; i++)
-				blk_set_dirty(f, i == 0 ? c->hdr_block : c->blocks[i - 1]);
+			cp_give_back(f);
 			c->phase = CP_IDLE;
 			c->requested = true;
 			if (rc == -EAGAIN)
@@ -582,8 +718,17 @@ int cp_kick(struct ftl *f)
 		 * to call again at once.
 		 */
 		uint32_t per_page = f->page_size / sizeof(uint32_t), skipped = 0;
-		while (!c->error && c->next_page < c->l2p_pages && cp_may_submit(c) &&
-		       skipped < CP_SKIP_MAX) {
+		uint32_t hdr_total = c->hdr_pages * (c->hdr_mirror != FTL_NO_BLOCK ? 2 : 1);
+		while (!c->error && cp_may_submit(c)) {
+			if (c->par_pending) {
+				/* a stripe is complete: its parity before the
+				 * next page reuses the accumulator */
+				cp_submit_parity(f);
+				n++;
+				continue;
+			}
+			if (c->next_page == c->l2p_pages || skipped == CP_SKIP_MAX)
+				break;
 			uint32_t i = c->next_page++;
 			uint64_t first = (uint64_t)i * per_page;
 			uint64_t cnt = f->units - first < per_page ? f->units - first : per_page;
@@ -591,16 +736,24 @@ int cp_kick(struct ftl *f)
 				skipped++;
 				continue;
 			}
-			cp_submit_page(f, c->hdr_pages + i);
+			cp_submit_l2p(f, i);
 			n++;
 		}
-		if (!c->error && c->next_page == c->l2p_pages && !c->sealed)
+		if (!c->error && c->next_page == c->l2p_pages && !c->sealed) {
+			if (c->pacc_open)
+				c->par_pending = true; /* the last stripe, maybe partial */
 			cp_seal_header(f);
-		while (!c->error && c->sealed && c->hdr_next < c->hdr_pages && cp_may_submit(c)) {
-			cp_submit_page(f, c->hdr_next++);
+		}
+		if (!c->error && c->par_pending && cp_may_submit(c)) {
+			cp_submit_parity(f);
 			n++;
 		}
-		bool submitted = c->sealed && c->hdr_next == c->hdr_pages;
+		while (!c->error && c->sealed && !c->par_pending && c->hdr_next < hdr_total &&
+		       cp_may_submit(c)) {
+			cp_submit_hdr(f, c->hdr_next++);
+			n++;
+		}
+		bool submitted = c->sealed && !c->par_pending && c->hdr_next == hdr_total;
 		if ((submitted || c->error) && !c->ops_in_flight) {
 			if (c->error) {
 				cp_abort(f);
@@ -649,6 +802,11 @@ struct cp_load_ctx {
 	int error;
 	uint32_t per_page;
 	bool load;           /* copy into the l2p (else only check) */
+	/* FTL_CP_PARITY: the groups, and the pages to rebuild from them */
+	const uint32_t *pblocks, *gend;
+	uint64_t nread;
+	uint64_t *failed;
+	uint64_t nfailed;
 };
 
 /* j: the j-th l2p page written, striped over the l2p blocks */
@@ -659,26 +817,96 @@ static void cp_load_setup(struct ftl *f, void *ctx, uint64_t j, struct nand_op *
 	op->page = (uint32_t)(j / x->h->nblocks);
 }
 
-static void cp_load_result(struct ftl *f, void *ctx, uint64_t j, struct nand_op *op)
+/* 0 if op read checkpoint page lba of this checkpoint intact, with
+ * *crc its data CRC; -EIO if unreadable, -EILSEQ if it is another page */
+static int cp_page_check(struct ftl *f, const struct cp_load_ctx *x, const struct nand_op *op,
+			 uint32_t lba, uint32_t *crc)
 {
-	struct cp_load_ctx *x = ctx;
-	uint64_t i = x->index ? x->index[j] : j;
 	struct ftl_spare sp;
-	if (op->status != NAND_OK && op->status != NAND_CORRECTED) {
-		x->error = -EIO;
-		return;
-	}
-	if (spare_parse(f, op->spare, &sp) != 0 || sp.type != FTL_PG_CKPT ||
-	    sp.lba != x->h->hdr_pages + i || sp.seq != x->h->cp_seq ||
-	    sp.data_crc != crc32c(0, op->data, f->page_size)) {
-		x->error = -EILSEQ;
-		return;
-	}
+	if (op->status != NAND_OK && op->status != NAND_CORRECTED)
+		return -EIO;
+	if (spare_parse(f, op->spare, &sp) != 0 || sp.type != FTL_PG_CKPT || sp.lba != lba ||
+	    sp.seq != x->h->cp_seq)
+		return -EILSEQ;
+	if (lba != FTL_CP_PARITY_LBA && sp.data_crc != crc32c(0, op->data, f->page_size))
+		return -EILSEQ;
+	*crc = sp.data_crc;
+	return 0;
+}
+
+static void cp_load_apply(struct ftl *f, struct cp_load_ctx *x, uint64_t j, const void *data)
+{
+	uint64_t i = x->index ? x->index[j] : j;
 	if (!x->load)
 		return;
 	uint64_t first = i * x->per_page;
 	uint64_t n = f->units - first < x->per_page ? f->units - first : x->per_page;
-	memcpy(&f->l2p[first], op->data, n * sizeof(uint32_t));
+	memcpy(&f->l2p[first], data, n * sizeof(uint32_t));
+}
+
+static void cp_load_result(struct ftl *f, void *ctx, uint64_t j, struct nand_op *op)
+{
+	struct cp_load_ctx *x = ctx;
+	uint64_t i = x->index ? x->index[j] : j;
+	uint32_t crc;
+	int rc = cp_page_check(f, x, op, x->h->hdr_pages + (uint32_t)i, &crc);
+	if (rc && x->pblocks) {
+		/* rebuilt from its stripe after the batch */
+		if (!x->failed && !(x->failed = malloc(x->nread * sizeof *x->failed))) {
+			x->error = -ENOMEM;
+			return;
+		}
+		x->failed[x->nfailed++] = j;
+		return;
+	}
+	if (rc) {
+		x->error = rc;
+		return;
+	}
+	cp_load_apply(f, x, j, op->data);
+}
+
+/*
+ * Rebuild the j-th l2p page written from the other pages of its stripe and
+ * their parity page (media.h, FTL_CP_PARITY) into out; 0 if the result
+ * has the CRC the page was written with.  Reads one page at a time: only
+ * for pages that could not be read (a dead die: one in row width).
+ */
+static int cp_rebuild_page(struct ftl *f, struct cp_load_ctx *x, uint64_t j, uint8_t *out,
+			   uint8_t *tmp, uint8_t *spare)
+{
+	uint32_t nb = x->h->nblocks, col = (uint32_t)(j % nb), row = (uint32_t)(j / nb), g = 0;
+	while (col >= x->gend[g])
+		g++;
+	if (x->pblocks[g] == FTL_NO_BLOCK)
+		return -EIO;
+	uint32_t want, crc;
+	struct nand_op op = { .type = NAND_OP_READ, .block = x->pblocks[g], .page = row,
+			      .data = out, .spare = spare };
+	op.status = nand_op_sync(f->dev, &op);
+	if (op.status == NAND_POWER_LOSS)
+		return -ENODEV;
+	if (cp_page_check(f, x, &op, FTL_CP_PARITY_LBA, &want))
+		return -EIO;
+	for (uint32_t c = g ? x->gend[g - 1] : 0; c < x->gend[g]; c++) {
+		uint64_t jj = (uint64_t)row * nb + c;
+		if (c == col || jj >= x->nread)
+			continue; /* the lost page, or one never written */
+		uint64_t i = x->index ? x->index[jj] : jj;
+		struct nand_op m = { .type = NAND_OP_READ, .block = x->blocks[c], .page = row,
+				     .data = tmp, .spare = spare };
+		m.status = nand_op_sync(f->dev, &m);
+		if (m.status == NAND_POWER_LOSS)
+			return -ENODEV;
+		if (cp_page_check(f, x, &m, x->h->hdr_pages + (uint32_t)i, &crc))
+			return -EIO;
+		uint64_t *a = (uint64_t *)out;
+		const uint64_t *d = (const uint64_t *)tmp;
+		for (uint32_t k = 0; k < f->page_size / 8; k++)
+			a[k] ^= d[k];
+		want ^= crc;
+	}
+	return crc32c(0, out, f->page_size) == want ? 0 : -EIO;
 }
 
 /*
@@ -732,15 +960,18 @@ static int cp_read(struct ftl *f, uint32_t block, const uint64_t *want_seq, bool
 		f->format_id = h.format_id;
 	}
 	/* before sparse checkpoints: every l2p page, and no bitmap */
-	bool sparse = h.flags & FTL_CP_SPARSE;
+	bool sparse = h.flags & FTL_CP_SPARSE, par = h.flags & FTL_CP_PARITY;
 	uint32_t nbitmap = sparse ? cp_bitmap_words(f) : 0;
+	/* with parity: the mirror, then pblock[] and gend[] (bounded first) */
+	uint32_t nextra = par && h.ngroups && h.ngroups <= h.nblocks ? 1 + 2 * h.ngroups : 0;
 	if (h.format_id != f->format_id || (want_seq && h.cp_seq != *want_seq) ||
 	    h.units != f->units || h.l2p_pages != cp_l2p_pages(f) ||
-	    (h.flags & ~FTL_CP_SPARSE) || (!sparse && h.l2p_written) ||
+	    (h.flags & ~(FTL_CP_SPARSE | FTL_CP_PARITY)) || (par && (!nextra || !sparse)) ||
+	    (!par && h.ngroups) || (!sparse && h.l2p_written) ||
 	    (sparse && h.l2p_written > h.l2p_pages) ||
 	    h.nblocks < cp_l2p_blocks(f) || h.nblocks >= cp_l2p_blocks(f) + f->row_width ||
 	    h.hdr_pages == 0 || h.hdr_pages > f->ppb ||
-	    h.hdr_pages != cp_hdr_pages(f, h.nblocks, h.nopen, h.nbad, nbitmap)) {
+	    h.hdr_pages != cp_hdr_pages(f, h.nblocks, h.nopen, h.nbad, nbitmap + nextra)) {
 		*why = "header fields do not match the format";
 		goto out;
 	}
@@ -765,9 +996,19 @@ static int cp_read(struct ftl *f, uint32_t block, const uint64_t *want_seq, bool
 	}
 	const uint32_t *lists = (const uint32_t *)(hbuf + sizeof h);
 	size_t nlist = (size_t)h.nblocks + h.nopen + h.nbad;
-	if (h.lists_crc != crc32c(0, lists, (nlist + nbitmap) * sizeof(uint32_t))) {
+	if (h.lists_crc != crc32c(0, lists, (nlist + nbitmap + nextra) * sizeof(uint32_t))) {
 		*why = "block lists checksum";
 		goto out;
+	}
+	const uint32_t *extra = lists + nlist + nbitmap;
+	for (uint32_t g = 0; par && g < h.ngroups; g++) {
+		uint32_t pb = extra[1 + g], end = extra[1 + h.ngroups + g];
+		if ((pb != FTL_NO_BLOCK && pb >= f->nblocks) || end <= (g ? extra[h.ngroups + g] : 0) ||
+		    end > h.nblocks || (g + 1 == h.ngroups && end != h.nblocks) ||
+		    (extra[0] != FTL_NO_BLOCK && extra[0] >= f->nblocks)) {
+			*why = "parity groups do not match the header";
+			goto out;
+		}
 	}
 	for (size_t i = 0; i < nlist; i++)
 		if (lists[i] >= f->nblocks) {
@@ -799,10 +1040,39 @@ static int cp_read(struct ftl *f, uint32_t block, const uint64_t *want_seq, bool
 		}
 	}
 	struct cp_load_ctx x = { .h = &h, .blocks = lists, .index = index,
-				 .per_page = f->page_size / 4, .load = load };
+				 .per_page = f->page_size / 4, .load = load, .nread = nread };
+	if (par) {
+		x.pblocks = extra + 1;
+		x.gend = extra + 1 + h.ngroups;
+	}
 	rc = read_batch(f, nread, 256, cp_load_setup, cp_load_result, &x);
+	if (!rc && !x.error && x.nfailed) {
+		uint8_t *pg = aligned_alloc(4096, 2 * (size_t)f->page_size);
+		if (!pg)
+			x.error = -ENOMEM;
+		for (uint64_t k = 0; pg && k < x.nfailed && !x.error; k++) {
+			int r = cp_rebuild_page(f, &x, x.failed[k], pg, pg + f->page_size, spare);
+			if (r == -ENODEV)
+				rc = -EIO; /* no power */
+			else if (r)
+				x.error = -EIO;
+			else
+				cp_load_apply(f, &x, x.failed[k], pg);
+			if (rc)
+				break;
+		}
+		free(pg);
+		if (!rc && !x.error)
+			ftl_log("checkpoint at block %u: %" PRIu64 " l2p pages unreadable, rebuilt "
+				"from parity", block, x.nfailed);
+	}
+	free(x.failed);
 	if (rc)
 		goto out;
+	if (x.error == -ENOMEM) {
+		rc = -ENOMEM;
+		goto out;
+	}
 	if (x.error) {
 		rc = -EILSEQ;
 		*why = x.error == -EIO ? "l2p page unreadable" : "l2p page damaged";
@@ -843,23 +1113,44 @@ int cp_load(struct ftl *f, const struct ftl_sb *sb, char *err, size_t errlen)
 
 	c->cur_seq = 0;
 	c->cur_hdr_block = FTL_NO_BLOCK;
+	c->cur_mirror = FTL_NO_BLOCK;
 	c->cur_nblocks = 0;
 	if (sb->cp_block == FTL_NO_BLOCK)
 		return 0;
 	uint64_t want = sb->cp_seq;
 	rc = cp_read(f, sb->cp_block, &want, true, &h, &hbuf, &why);
+	if (rc == -EILSEQ && (sb->flags & FTL_SB_CP_MIRROR) && sb->cp_mirror_block < f->nblocks) {
+		/* the header's copy, on another die */
+		const char *why2 = "";
+		int rc2 = cp_read(f, sb->cp_mirror_block, &want, true, &h, &hbuf, &why2);
+		if (rc2 == 0)
+			ftl_log("checkpoint header at block %u is damaged (%s); loaded from its "
+				"copy at block %u", sb->cp_block, why, sb->cp_mirror_block);
+		else if (rc2 == -EILSEQ)
+			why = why2;
+		rc = rc2;
+	}
 	if (rc == -EILSEQ)
 		goto bad;
 	if (rc)
 		return rc;
 	const uint32_t *lists = (const uint32_t *)(hbuf + sizeof h);
 	c->cur_hdr_block = sb->cp_block;
-	c->cur_nblocks = h.nblocks;
-	memcpy(c->cur_blocks, lists, h.nblocks * sizeof(uint32_t));
+	c->cur_nblocks = 0;
+	/* the l2p blocks, and with parity the parity blocks and the copy */
+	for (uint32_t i = 0; i < h.nblocks; i++)
+		c->cur_blocks[c->cur_nblocks++] = lists[i];
+	if (h.flags & FTL_CP_PARITY) {
+		const uint32_t *extra = lists + h.nblocks + h.nopen + h.nbad + cp_bitmap_words(f);
+		c->cur_mirror = extra[0];
+		for (uint32_t i = 0; i <= h.ngroups; i++)
+			if (extra[i] != FTL_NO_BLOCK)
+				c->cur_blocks[c->cur_nblocks++] = extra[i];
+	}
 	c->cur_seq = h.cp_seq;
 	blk_mark_initial(f, sb->cp_block, BLK_META, false);
-	for (uint32_t i = 0; i < h.nblocks; i++)
-		blk_mark_initial(f, lists[i], BLK_META, false);
+	for (uint32_t i = 0; i < c->cur_nblocks; i++)
+		blk_mark_initial(f, c->cur_blocks[i], BLK_META, false);
 	for (uint32_t i = 0; i < h.nopen; i++)
 		f->blk[lists[h.nblocks + i]].flags |= BLKF_CP_OPEN;
 	for (uint32_t i = 0; i < h.nbad; i++) {

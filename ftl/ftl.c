@@ -286,6 +286,8 @@ int ftl_geometry_init(struct ftl *f, struct nand_dev *dev, char *err, size_t err
 	f->row_width = dev->geo.channels;
 	f->nbands = f->nrows * f->blocks_per_die;
 	f->cp.cur_hdr_block = FTL_NO_BLOCK;
+	f->cp.cur_mirror = FTL_NO_BLOCK;
+	f->cp.hdr_mirror = FTL_NO_BLOCK;
 	if (f->page_size != FTL_UNIT_SIZE) {
 		snprintf(err, errlen, "page size %u is not supported (the mapping unit is %u)",
 			 f->page_size, FTL_UNIT_SIZE);
@@ -416,6 +418,7 @@ int ftl_format(struct nand_dev *dev, const struct ftl_format_params *p, char *er
 	}
 	f->sb_seq = 1;
 	f->cp.cur_hdr_block = FTL_NO_BLOCK;
+	f->cp.cur_mirror = FTL_NO_BLOCK;
 	rc = sb_write_initial(f, true, err, errlen);
 	if (rc)
 		goto out;
@@ -1237,6 +1240,24 @@ int ftl_unit_location(struct ftl *f, uint64_t unit, uint32_t *die, uint32_t *blo
 	*page = ppa_page(f, e);
 	*die = block_die(f, *block);
 	return 0;
+}
+
+bool ftl_unit_protected(struct ftl *f, uint64_t unit)
+{
+	uint32_t die, b, page, live = 0;
+	if (!f->parity || ftl_unit_location(f, unit, &die, &b, &page))
+		return false;
+	uint32_t bi = block_band(f, b);
+	if (f->band[bi].flags & BANDF_REFRESH)
+		return false;
+	for (uint32_t c = 0; c < f->row_width; c++) {
+		uint8_t st = f->blk[band_block(f, bi, c)].state;
+		if (st == BLK_RETIRING || (f->blk[band_block(f, bi, c)].flags & BLKF_DOOMED))
+			return false;
+		if (st == BLK_OPEN || st == BLK_CLOSED || st == BLK_VICTIM)
+			live++;
+	}
+	return live >= 2;
 }
 
 void ftl_get_stats(struct ftl *f, struct ftl_stats *st)

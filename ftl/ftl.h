@@ -333,6 +333,11 @@ void ftl_get_info(struct ftl *f, struct ftl_info *info);
  * tools; O(1). */
 int ftl_unit_location(struct ftl *f, uint64_t unit, uint32_t *die, uint32_t *block,
 		      uint32_t *page);
+/* unit's page is in a band whose stripes have parity as far as the FTL
+ * knows: a parity format, two or more live members, no stripe of it known
+ * to lack its parity (not marked for refresh).  For tests that break pages
+ * (a second fault in a stripe loses data).  O(row width). */
+bool ftl_unit_protected(struct ftl *f, uint64_t unit);
 
 /*
  * Counters since the format (lifetime): host bytes and ops read and

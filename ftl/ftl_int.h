@@ -268,7 +268,7 @@ struct rop {
 	uint8_t *copy_dst;
 	bool rmw;            /* read-modify-write pre-read */
 	bool rebuilt;        /* a parity rebuild was tried */
-	bool retried;        /* read again once after an uncorrectable read */
+	uint8_t retries;     /* reads again after an uncorrectable one (READ_RETRIES) */
 	struct rb_req rb;
 	uint8_t *bounce;     /* one page */
 	uint8_t *spare;
@@ -392,6 +392,19 @@ struct cp_state {
 	uint32_t hdr_block;
 	uint32_t *blocks;           /* l2p blocks of the checkpoint being written */
 	uint32_t nblocks;
+	/* parity formats (FTL_CP_PARITY in media.h): the header's copy, and
+	 * per group (a band's l2p blocks) its parity block and end index */
+	bool with_parity;
+	uint32_t hdr_mirror;        /* FTL_NO_BLOCK: none */
+	uint32_t *pblocks, *gend;   /* [ngroups] */
+	uint32_t ngroups;
+	/* the open stripe: XOR of the l2p pages written to page pacc_row of
+	 * the group pacc_grp so far, and of their data CRCs; par_pending: the
+	 * stripe is complete and its parity page not yet submitted (the next
+	 * l2p page waits for it) */
+	uint8_t *pacc;
+	uint32_t pacc_crc, pacc_grp, pacc_row;
+	bool pacc_open, par_pending;
 	uint32_t hdr_pages, l2p_pages;
 	uint32_t next_page;         /* next l2p page to look at (map order) */
 	uint32_t written;           /* l2p pages submitted: the next one's place */
@@ -414,7 +427,9 @@ struct cp_state {
 	uint32_t ops_in_flight;
 	/* the checkpoint on the media now */
 	uint32_t cur_hdr_block;
-	uint32_t *cur_blocks;
+	uint32_t cur_mirror;        /* FTL_NO_BLOCK: none */
+	uint32_t *cur_blocks;       /* every block but the header block: l2p,
+	                             * parity, the header's copy */
 	uint32_t cur_nblocks;
 	uint64_t cur_seq;
 	/* CP_RELEASE: the previous checkpoint's blocks, freed once the
@@ -515,6 +530,12 @@ struct ftl {
 	struct blist *band_bucket;  /* [nbuckets] GC candidates by valid count */
 	uint32_t nbuckets;          /* row_width * data_pages + 1 */
 	uint32_t min_bucket;        /* no candidate has fewer valid pages */
+	/* GC may open bands below gc_min, down to cp_reserve, for victims
+	 * that free at least twice what they take (gc.c, victim_admit): a
+	 * crash closes the blocks open at it, nearly empty, and the pool can
+	 * sit at gc_min with no room for GC to collect them.  Off again once
+	 * the pool is back above gc_min + row width. */
+	bool gc_dip;
 	bool bands_ready;           /* band counters are kept (from the end of
 	                             * open's block classification on) */
 	uint32_t nbad, nbad_grown, nmeta, nusable;
@@ -800,6 +821,11 @@ void thermal_check(struct ftl *f, bool force);
 void io_dispatch(struct ftl *f, struct ftl_io *io);
 void io_release_held(struct ftl *f);
 uint32_t band_members_free(const struct ftl *f);    /* members of all free bands */
+static inline uint32_t gc_floor(const struct ftl *f)
+{
+	return f->gc_dip ? f->cp_reserve : f->gc_min;
+}
+uint32_t row_live_width(const struct ftl *f, uint32_t row); /* members of its bands, dead dies left out */
 /* user pages written since the data of ppa's band was written by the host */
 uint32_t band_data_age(const struct ftl *f, uint32_t ppa);
 /* GC relocated page from into page ppa: fold from's birth into ppa's band */

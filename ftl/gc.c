@@ -806,8 +806,9 @@ static bool ring_spares_victim(struct ftl *f, const struct victim *v)
 	return true;
 }
 
-/* Pages the GC stream can still program without going below gc_min. */
-static uint64_t gc_room(struct ftl *f)
+/* Pages the GC stream can still program without the pool going below
+ * floor (gc_min; cp_reserve for a victim admitted into gc_dip). */
+static uint64_t gc_room(struct ftl *f, uint32_t floor)
 {
 	struct stream *g = &f->stream[STREAM_GC];
 	uint64_t room = 0;
@@ -823,13 +824,19 @@ static uint64_t gc_room(struct ftl *f)
 					room += f->data_pages - m->wp;
 			}
 		}
-	if (f->nfree > f->gc_min) {
-		/* bands open whole, and only while nfree >= gc_min + row width
-		 * (set_next_page): a remainder under a band's width is no room */
-		uint64_t blocks = (f->nfree - f->gc_min) / f->row_width * f->row_width;
+	if (f->nfree > floor) {
+		/* bands open whole, and only while nfree >= gc_min + the band's
+		 * live width (set_next_page): a remainder under it is no room.
+		 * The narrowest row's width: with a dead die the pool may hold
+		 * only its bands */
+		uint32_t w = f->row_width;
+		for (uint32_t r = 0; f->ndead && r < f->nrows; r++)
+			if (f->band_free[r].count && row_live_width(f, r) < w)
+				w = row_live_width(f, r);
+		uint64_t blocks = (f->nfree - floor) / w * w;
 		uint64_t pages = blocks * f->data_pages;
-		if (f->parity) /* a member of each band holds parity */
-			pages = pages * (f->row_width - f->parity) / f->row_width;
+		if (f->parity && w > f->parity) /* a member of each band holds parity */
+			pages = pages * (w - f->parity) / w;
 		room += pages;
 	}
 	return room;
@@ -883,6 +890,8 @@ static void victim_examined(struct ftl *f, struct victim *v)
  */
 static int victim_admit(struct ftl *f)
 {
+	if (f->gc_dip && f->nfree >= f->gc_min + f->row_width)
+		f->gc_dip = false;
 	if (!gc_needed(f))
 		return -1;
 	uint32_t nfree_v = f->nvictims - f->gc_examining - f->gc_finishing;
@@ -927,7 +936,36 @@ static int victim_admit(struct ftl *f)
 		}
 	}
 	bool found = b != FTL_NO_BLOCK || bi != FTL_NO_BLOCK;
-	bool room = found && gc_room(f) >= gc_owed(f) + valid;
+	bool room = found && gc_room(f, f->gc_min) >= gc_owed(f) + valid;
+	if (!room && urgent && !gc_busy(f)) {
+		/*
+		 * A refresh band more valid than the room (after a die died
+		 * its bands are refreshed whole, and a band of a row with a
+		 * dead die holds fewer data pages, so refreshing can take more
+		 * than it gives back): the best ordinary victim first, which
+		 * frees space.  Without this GC waited for nothing and the
+		 * ioDimm turned ENOSPC with a fifth of its space spare.
+		 */
+		uint32_t alt = band_victim_pick(f, f->row_victims);
+		if (alt != FTL_NO_BLOCK && alt != bi && f->band[alt].n_closed <= nfree_v &&
+		    gc_room(f, f->gc_min) >= gc_owed(f) + f->band[alt].valid) {
+			bi = alt;
+			urgent = false;
+			valid = f->band[alt].valid;
+			room = true;
+		}
+	}
+	if (!room && found && !retire && (f->gc_dip || !gc_busy(f)) &&
+	    2 * (uint64_t)valid <= (uint64_t)(f->row_width - f->parity) * f->data_pages &&
+	    gc_room(f, f->cp_reserve) >= gc_owed(f) + valid) {
+		/* no room above gc_min and nothing in flight to make some: a
+		 * victim that frees at least twice what it takes may use the
+		 * margin above the checkpoint's reserve (gc_dip).  One that
+		 * does not (every band full of valid data: the spare capacity
+		 * is gone) still turns the ioDimm ENOSPC below. */
+		f->gc_dip = true;
+		room = true;
+	}
 	if (!room) {
 		/* not enough room to relocate it yet: let the victims in
 		 * flight finish and free their blocks first */

@@ -16,6 +16,8 @@
  *               pages), then the L2P table, 1024 entries per page, striped
  *               over the remaining blocks (page i is in block 1 + i % n,
  *               page i / n).  The superblock points at the header block.
+ *               With parity, each band's blocks carry a parity block and
+ *               the header has a copy (FTL_CP_PARITY below).
  *   log         every other page: host data, GC relocations and trim
  *               records, each with struct ftl_spare in its spare area.
  *   footer      the last footer_pages pages of every log block a stream
@@ -110,9 +112,15 @@ struct __attribute__((packed)) ftl_sb {
 	 * cannot serve the width it finds refuses the image.  Zero in images
 	 * formatted before the field existed (it was reserved). */
 	uint32_t parity_width;
-	uint8_t reserved[124];
+	/* the checkpoint header's copy (flags & FTL_SB_CP_MIRROR; written
+	 * with parity formats since 2026-12-06: the header block is on one
+	 * die, the copy on another) */
+	uint32_t cp_mirror_block;
+	uint32_t flags;
+	uint8_t reserved[116];
 	uint32_t crc;
 };
+#define FTL_SB_CP_MIRROR 1u
 _Static_assert(sizeof(struct ftl_sb) == 280, "ftl_sb is on media");
 
 /* Checkpoint header, first page(s) of the header block. */
@@ -135,7 +143,7 @@ struct __attribute__((packed)) ftl_cp_hdr {
 	/* the format, so the superblock can be rebuilt from a checkpoint
 	 * (zero in checkpoints written before these fields existed) */
 	uint32_t sector_size;
-	uint32_t reserved1;
+	uint32_t ngroups;        /* flags & FTL_CP_PARITY: parity groups (else 0) */
 	uint64_t format_time;
 	/* lifetime counters (zero in checkpoints written before they existed) */
 	uint64_t stats_host_read_bytes;
@@ -153,9 +161,27 @@ struct __attribute__((packed)) ftl_cp_hdr {
 	uint32_t crc;            /* crc32c of the bytes before it */
 	/* followed by: uint32_t blocks[nblocks], open[nopen], bad[nbad], and
 	 * when sparse uint32_t present[(l2p_pages + 31) / 32] (bit i of word
-	 * i / 32: l2p page i was written; a page left out has no mapped unit) */
+	 * i / 32: l2p page i was written; a page left out has no mapped unit),
+	 * and when flags & FTL_CP_PARITY: uint32_t mirror (the header block's
+	 * copy), pblock[ngroups], gend[ngroups] (see FTL_CP_PARITY) */
 };
 #define FTL_CP_SPARSE 1u
+/*
+ * Checkpoint parity (parity formats, since 2026-12-06): the l2p blocks
+ * come in groups, one per band the checkpoint took (blocks[gend[g-1]] ..
+ * blocks[gend[g] - 1], all on different dies), and page p of pblock[g]
+ * is the XOR of page p of the group's blocks, as far as they were written
+ * (l2p page j is in block j % nblocks, page j / nblocks).  Its spare: type
+ * FTL_PG_CKPT, lba FTL_CP_PARITY_LBA, seq cp_seq, data_crc the XOR of the
+ * members' data CRCs, so a page rebuilt from the others is checked like
+ * one read.  pblock[g] is FTL_NO_BLOCK for a group of one block (a band
+ * with too few live members).  The header pages are written twice, to the
+ * header block and to the mirror, named by the superblock too.  So one
+ * dead die (or one unreadable page per stripe) leaves the checkpoint
+ * loadable.
+ */
+#define FTL_CP_PARITY 2u
+#define FTL_CP_PARITY_LBA 0xFFFFFFFFu
 _Static_assert(sizeof(struct ftl_cp_hdr) == 160, "ftl_cp_hdr is on media");
 
 /* Trim record page: ranges of units that became unmapped (or lost). */

@@ -58,11 +58,17 @@ void sb_fill(struct ftl *f, struct ftl_sb *sb, bool clean)
 		sb->cp_block = f->cp.hdr_block;
 		sb->cp_nblocks = f->cp.nblocks;
 		sb->cp_seq = f->cp.cp_seq;
+		sb->cp_mirror_block = f->cp.hdr_mirror;
 	} else {
 		sb->cp_block = f->cp.cur_hdr_block;
 		sb->cp_nblocks = f->cp.cur_nblocks;
 		sb->cp_seq = f->cp.cur_seq;
+		sb->cp_mirror_block = f->cp.cur_mirror;
 	}
+	if (sb->cp_block != FTL_NO_BLOCK && sb->cp_mirror_block != FTL_NO_BLOCK)
+		sb->flags |= FTL_SB_CP_MIRROR;
+	else
+		sb->cp_mirror_block = 0;
 	sb->clean = clean;
 	sb->open_count = f->open_count;
 	sb->crc = crc32c(0, sb, offsetof(struct ftl_sb, crc));

@@ -318,7 +318,8 @@ uint32_t set_next_page(struct ftl *f, struct open_set *set, uint32_t floor)
 		set->next_row = row + 1 == f->nrows ? 0 : row + 1;
 		struct open_row *orow = &set->row[row];
 		if (orow->band == FTL_NO_BLOCK) {
-			if (frugal || f->nfree < floor + w || !f->band_free[row].count)
+			if (frugal || f->nfree < floor + row_live_width(f, row) ||
+			    !f->band_free[row].count)
 				continue;
 			/* a footer for every member */
 			uint32_t nfoot = 0;
@@ -560,9 +561,9 @@ int writer_kick(struct ftl *f, struct stream *s)
 			/* the other temperature's open band rather than none: room
 			 * GC admission counted may be in either (gc_room) */
 			uint32_t set = sl->cold ? SET_COLD : SET_FIRST;
-			ppa = set_next_page(f, &s->set[set], f->gc_min);
+			ppa = set_next_page(f, &s->set[set], gc_floor(f));
 			if (ppa == FTL_NO_BLOCK)
-				ppa = set_next_page(f, &s->set[set ^ 1], f->gc_min);
+				ppa = set_next_page(f, &s->set[set ^ 1], gc_floor(f));
 			if (ppa == FTL_NO_BLOCK) {
 				s->stalled = true;
 				break;

@@ -21,6 +21,11 @@
  *   sb_dead_at_open  die 0 or die 1 (each holds a superblock block) found
  *                dead at open, after a crash or a clean close: the FTL
  *                opens from the other copy, all data right
+ *   cp_dead_at_open  each die in turn found dead at open, after a clean
+ *                close or a crash: the checkpoint on it (header, l2p pages)
+ *                is rebuilt from its parity and copy, not replaced by a
+ *                replay of the whole log, so units trimmed before it stay
+ *                trimmed; all data right
  *   idle_pad     stripes left open when writes pause are completed with
  *                pads, so their parity is on the media: a die found dead
  *                after a power cut loses nothing written before the pause
@@ -507,6 +512,60 @@ static void sb_dead_at_open(void)
 		}
 }
 
+static void cp_dead_at_open(void)
+{
+	for (uint32_t dead = 0; dead < 8; dead++) {
+		int crash = dead & 1;
+		struct nand_dev *d = dev_new("test-1g", false);
+		format(d, 36, 1);
+		struct ftl *f = open_ok(d);
+		struct ftl_info info;
+		ftl_get_info(f, &info);
+		uint64_t units = info.units, seed = 300 + dead;
+		uint32_t *ver = calloc(units, sizeof *ver);
+		churn(f, ver, units, units + units / 2, &seed);
+		/* a trimmed range, then enough writes that GC goes on */
+		uint64_t t0 = units / 4, tn = units / 8;
+		if (getenv("TRIM")) CHECK_RC(ftl_trim_sync(f, t0 * 4096, tn * 4096, 0)); else tn = 0;
+		for (uint64_t u = t0; u < t0 + tn; u++)
+			ver[u] = 0;
+		churn(f, ver, units, units / 2, &seed);
+		CHECK_RC(ftl_flush_sync(f));
+		if (crash) {
+			/* a checkpoint after the trim, so it is not in the log replayed */
+			uint64_t t = ftl_checkpoint_request(f);
+			int r;
+			while (!(r = ftl_checkpoint_poll(f, t)))
+				ftl_poll(f);
+			CHECK(r == 1);
+			let_time_pass(f, d, 300000000ull);
+			ftl_abandon(f);
+		} else {
+			CHECK_RC(ftl_close(f));
+		}
+		CHECK_RC(nand_sim_fail_die(d, dead));
+		f = open_ok(d);
+		ftl_get_info(f, &info);
+		if (info.checkpoint_damaged) {
+			fprintf(stderr, "cp_dead_at_open: die %u dead: checkpoint reported damaged (%s)\n",
+				dead, info.notes);
+			exit(1);
+		}
+		verify(f, ver, units, NULL);
+		churn(f, ver, units, units / 4, &seed);
+		CHECK_RC(ftl_flush_sync(f));
+		CHECK_RC(ftl_close(f));
+		f = open_ok(d);
+		verify(f, ver, units, NULL);
+		CHECK_RC(ftl_close(f));
+		printf("cp_dead_at_open: die %u dead at open after a %s: checkpoint loaded, all data "
+		       "right (trimmed units too), also after another close and open\n",
+		       dead, crash ? "crash" : "clean close");
+		free(ver);
+		nand_close(d);
+	}
+}
+
 /* Let the device clock run for ns with nothing written (real time on an
  * untimed device, the virtual clock otherwise), the FTL polled meanwhile,
  * then until it is idle. */
@@ -600,6 +659,8 @@ int main(int argc, char **argv)
 		trim_dead();
 	if (!only || !strcmp(only, "sb_dead_at_open"))
 		sb_dead_at_open();
+	if (!only || !strcmp(only, "cp_dead_at_open"))
+		cp_dead_at_open();
 	if (!only || !strcmp(only, "idle_pad")) {
 		idle_pad(false);
 		idle_pad(true);
