@@ -241,6 +241,17 @@ static bool cp_alloc_blocks(struct ftl *f)
 	return true;
 }
 
+/* Block b goes into the bad list: retired (grown bad), or doomed (a program
+ * failed; GC has not retired it yet), which the list marks so a clean
+ * restart does not bring its reserves back (t_ftl_wear seed 46: read-only,
+ * then write-reduced after the reopen). */
+static bool cp_bad_listed(const struct ftl *f, uint32_t b)
+{
+	return (f->blk[b].flags & BLKF_GROWN_BAD) ||
+	       ((f->blk[b].flags & BLKF_DOOMED) && f->blk[b].state != BLK_BAD &&
+		f->blk[b].state != BLK_META);
+}
+
 /*
  * Lay out the header block: header, then the l2p blocks, the log blocks
  * recovery must scan (a checkpoint that leaves one out loses the writes
@@ -272,7 +283,7 @@ static int cp_build_header(struct ftl *f)
 				return -EAGAIN;
 			open[nopen++] = b;
 		}
-		if (f->blk[b].flags & BLKF_GROWN_BAD)
+		if (cp_bad_listed(f, b))
 			nbad++;
 	}
 	/* everything must fit in the header block; grown bad blocks beyond
@@ -302,8 +313,8 @@ static int cp_build_header(struct ftl *f)
 		lists[k++] = open[i];
 	uint32_t listed = 0;
 	for (uint32_t b = 0; b < f->nblocks && listed < nbad; b++)
-		if (f->blk[b].flags & BLKF_GROWN_BAD) {
-			lists[k++] = b;
+		if (cp_bad_listed(f, b)) {
+			lists[k++] = b | (f->blk[b].flags & BLKF_GROWN_BAD ? 0 : FTL_CP_BAD_DOOMED);
 			listed++;
 		}
 	/* the bitmap of written l2p pages: filled in as they are written */
@@ -343,7 +354,7 @@ static int cp_build_header(struct ftl *f)
 	h.stats_host_write_ops = f->st.host_write_ops;
 	h.sector_size = f->sector_size;
 	h.format_time = f->format_time;
-	h.flags = FTL_CP_SPARSE | (c->with_parity ? FTL_CP_PARITY : 0);
+	h.flags = FTL_CP_SPARSE | FTL_CP_DOOMED | (c->with_parity ? FTL_CP_PARITY : 0);
 	h.ngroups = c->ngroups;
 	/* l2p_written and the checksums: cp_seal_header, once every l2p
 	 * page has been looked at */
@@ -966,7 +977,7 @@ static int cp_read(struct ftl *f, uint32_t block, const uint64_t *want_seq, bool
 	uint32_t nextra = par && h.ngroups && h.ngroups <= h.nblocks ? 1 + 2 * h.ngroups : 0;
 	if (h.format_id != f->format_id || (want_seq && h.cp_seq != *want_seq) ||
 	    h.units != f->units || h.l2p_pages != cp_l2p_pages(f) ||
-	    (h.flags & ~(FTL_CP_SPARSE | FTL_CP_PARITY)) || (par && (!nextra || !sparse)) ||
+	    (h.flags & ~(FTL_CP_SPARSE | FTL_CP_PARITY | FTL_CP_DOOMED)) || (par && (!nextra || !sparse)) ||
 	    (!par && h.ngroups) || (!sparse && h.l2p_written) ||
 	    (sparse && h.l2p_written > h.l2p_pages) ||
 	    h.nblocks < cp_l2p_blocks(f) || h.nblocks >= cp_l2p_blocks(f) + f->row_width ||
@@ -1010,8 +1021,9 @@ static int cp_read(struct ftl *f, uint32_t block, const uint64_t *want_seq, bool
 			goto out;
 		}
 	}
+	uint32_t bad_mask = h.flags & FTL_CP_DOOMED ? ~FTL_CP_BAD_DOOMED : UINT32_MAX;
 	for (size_t i = 0; i < nlist; i++)
-		if (lists[i] >= f->nblocks) {
+		if ((i < (size_t)h.nblocks + h.nopen ? lists[i] : lists[i] & bad_mask) >= f->nblocks) {
 			*why = "block number out of range";
 			goto out;
 		}
@@ -1153,10 +1165,22 @@ int cp_load(struct ftl *f, const struct ftl_sb *sb, char *err, size_t errlen)
 		blk_mark_initial(f, c->cur_blocks[i], BLK_META, false);
 	for (uint32_t i = 0; i < h.nopen; i++)
 		f->blk[lists[h.nblocks + i]].flags |= BLKF_CP_OPEN;
+	free(c->load_doomed);
+	c->load_doomed = NULL;
+	c->nload_doomed = 0;
 	for (uint32_t i = 0; i < h.nbad; i++) {
-		uint32_t b = lists[h.nblocks + h.nopen + i];
-		if (f->blk[b].state != BLK_META)
+		uint32_t e = lists[h.nblocks + h.nopen + i];
+		uint32_t b = e & ~FTL_CP_BAD_DOOMED;
+		if (f->blk[b].state == BLK_META)
+			continue;
+		if (!(e & FTL_CP_BAD_DOOMED) || !(h.flags & FTL_CP_DOOMED)) {
 			blk_mark_initial(f, b, BLK_BAD, true);
+			continue;
+		}
+		/* doomed: retired once recovery has classified it */
+		if (!c->load_doomed && !(c->load_doomed = malloc(h.nbad * sizeof(uint32_t))))
+			continue; /* found again when its program fails again */
+		c->load_doomed[c->nload_doomed++] = b;
 	}
 	f->st.host_pages_written = h.stats_host_pages_written;
 	f->st.nand_pages_programmed = h.stats_nand_pages_programmed;

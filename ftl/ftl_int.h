@@ -438,6 +438,9 @@ struct cp_state {
 	uint32_t *rel_blocks;
 	uint32_t rel_nblocks;
 	uint64_t pages_since;       /* log pages programmed since cur_seq */
+	/* cp_load -> recovery: blocks the checkpoint lists as doomed */
+	uint32_t *load_doomed;
+	uint32_t nload_doomed;
 };
 
 /* ---- the FTL ------------------------------------------------------------ */

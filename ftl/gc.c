@@ -882,6 +882,28 @@ static void victim_examined(struct ftl *f, struct victim *v)
 }
 
 /*
+ * Room for a victim with valid pages to relocate: above gc_min, or, with
+ * may_dip, when nothing is in flight to make room (or GC is dipping
+ * already) and the victim frees at least a quarter of a band, above the
+ * checkpoint's reserve (gc_dip: a crash closes the blocks open at it
+ * nearly empty, and the pool can sit at gc_min with no room to collect
+ * them).  A device whose bands are all full of valid data gets no dip: its
+ * spare capacity is gone and it turns ENOSPC.
+ */
+static bool gc_fits(struct ftl *f, uint32_t valid, bool may_dip)
+{
+	uint64_t owed = gc_owed(f);
+	if (gc_room(f, f->gc_min) >= owed + valid)
+		return true;
+	if (!may_dip || (!f->gc_dip && gc_busy(f)) ||
+	    4 * (uint64_t)valid > 3 * (uint64_t)(f->row_width - f->parity) * f->data_pages ||
+	    gc_room(f, f->cp_reserve) < owed + valid)
+		return false;
+	f->gc_dip = true;
+	return true;
+}
+
+/*
  * Start a victim if GC is needed, victim slots are free and the GC stream
  * has room for its valid pages: a block to retire, or the CLOSED members
  * of the best candidate band (collected together, so the band's blocks are
@@ -936,35 +958,31 @@ static int victim_admit(struct ftl *f)
 		}
 	}
 	bool found = b != FTL_NO_BLOCK || bi != FTL_NO_BLOCK;
-	bool room = found && gc_room(f, f->gc_min) >= gc_owed(f) + valid;
-	if (!room && urgent && !gc_busy(f)) {
+	bool room = found && gc_fits(f, valid, !retire);
+	if (!room && (urgent || retire) && !gc_busy(f)) {
 		/*
-		 * A refresh band more valid than the room (after a die died
-		 * its bands are refreshed whole, and a band of a row with a
-		 * dead die holds fewer data pages, so refreshing can take more
-		 * than it gives back): the best ordinary victim first, which
-		 * frees space.  Without this GC waited for nothing and the
-		 * ioDimm turned ENOSPC with a fifth of its space spare.
+		 * A block to retire or a refresh band that does not fit, and
+		 * nothing in flight to make room: the best ordinary victim
+		 * first, which frees space.  Both can take more than they give
+		 * back (a retired block is not reused; after a die died its
+		 * bands are refreshed whole, and a band of a row with a dead
+		 * die holds fewer data pages), and GC waited for nothing: the
+		 * ioDimm turned ENOSPC with a fifth of its space spare (die
+		 * dead at open), or at 98 % reserves (program failures early
+		 * in t_ftl_wear, seeds 29 and 47).
 		 */
 		uint32_t alt = band_victim_pick(f, f->row_victims);
 		if (alt != FTL_NO_BLOCK && alt != bi && f->band[alt].n_closed <= nfree_v &&
-		    gc_room(f, f->gc_min) >= gc_owed(f) + f->band[alt].valid) {
+		    gc_fits(f, f->band[alt].valid, true)) {
+			if (retire)
+				blist_push(f, &f->retire, b);
+			retire = false;
+			b = FTL_NO_BLOCK;
 			bi = alt;
 			urgent = false;
 			valid = f->band[alt].valid;
 			room = true;
 		}
-	}
-	if (!room && found && !retire && (f->gc_dip || !gc_busy(f)) &&
-	    2 * (uint64_t)valid <= (uint64_t)(f->row_width - f->parity) * f->data_pages &&
-	    gc_room(f, f->cp_reserve) >= gc_owed(f) + valid) {
-		/* no room above gc_min and nothing in flight to make some: a
-		 * victim that frees at least twice what it takes may use the
-		 * margin above the checkpoint's reserve (gc_dip).  One that
-		 * does not (every band full of valid data: the spare capacity
-		 * is gone) still turns the ioDimm ENOSPC below. */
-		f->gc_dip = true;
-		room = true;
 	}
 	if (!room) {
 		/* not enough room to relocate it yet: let the victims in

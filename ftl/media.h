@@ -181,6 +181,11 @@ struct __attribute__((packed)) ftl_cp_hdr {
  * loadable.
  */
 #define FTL_CP_PARITY 2u
+/* bad[] entries with bit 31 set (flags & FTL_CP_DOOMED, since 2026-12-06):
+ * blocks whose program failed and that GC had not retired yet; retired
+ * once recovery has classified them (their data relocated first) */
+#define FTL_CP_DOOMED 4u
+#define FTL_CP_BAD_DOOMED 0x80000000u
 #define FTL_CP_PARITY_LBA 0xFFFFFFFFu
 _Static_assert(sizeof(struct ftl_cp_hdr) == 160, "ftl_cp_hdr is on media");
 

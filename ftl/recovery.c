@@ -347,7 +347,10 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 		struct blk *k = &f->blk[b];
 		if (nand_factory_bad(f->dev, b))
 			blk_mark_initial(f, b, BLK_BAD, false);
-		if (b == f->sb_block[0] || b == f->sb_block[1])
+		/* a superblock block the checkpoint lists as grown bad stays
+		 * bad (the superblock goes on in the other; counting it as
+		 * usable again raised the reserves at every restart) */
+		if ((b == f->sb_block[0] || b == f->sb_block[1]) && k->state != BLK_BAD)
 			blk_mark_initial(f, b, BLK_META, false);
 		if (k->state == BLK_BAD || k->state == BLK_META)
 			continue;
@@ -545,6 +548,21 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 		}
 		k->flags &= (uint8_t)~BLKF_CP_OPEN;
 	}
+	/* blocks the checkpoint lists as doomed (a program failed, not retired
+	 * at the close): retired now, through GC when they hold data */
+	for (uint32_t i = 0; i < f->cp.nload_doomed; i++) {
+		uint32_t b = f->cp.load_doomed[i];
+		uint8_t st = f->blk[b].state;
+		if (st == BLK_CLOSED) {
+			blk_set_retiring(f, b);
+			blist_push(f, &f->retire, b);
+		} else if (st == BLK_FREE || st == BLK_DIRTY) {
+			blk_set_bad(f, b, true);
+		}
+	}
+	free(f->cp.load_doomed);
+	f->cp.load_doomed = NULL;
+	f->cp.nload_doomed = 0;
 	/* parity: stripes cut short by a crash have no parity page (a clean
 	 * close programs the parity of the last, partial ones): program it
 	 * now, from the pages that made it (a band where that fails is
