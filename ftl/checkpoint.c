@@ -312,9 +312,11 @@ static int cp_build_header(struct ftl *f)
 	for (uint32_t i = 0; i < nopen; i++)
 		lists[k++] = open[i];
 	uint32_t listed = 0;
+	bool doomed = false;
 	for (uint32_t b = 0; b < f->nblocks && listed < nbad; b++)
 		if (cp_bad_listed(f, b)) {
 			lists[k++] = b | (f->blk[b].flags & BLKF_GROWN_BAD ? 0 : FTL_CP_BAD_DOOMED);
+			doomed |= !(f->blk[b].flags & BLKF_GROWN_BAD);
 			listed++;
 		}
 	/* the bitmap of written l2p pages: filled in as they are written */
@@ -354,7 +356,9 @@ static int cp_build_header(struct ftl *f)
 	h.stats_host_write_ops = f->st.host_write_ops;
 	h.sector_size = f->sector_size;
 	h.format_time = f->format_time;
-	h.flags = FTL_CP_SPARSE | FTL_CP_DOOMED | (c->with_parity ? FTL_CP_PARITY : 0);
+	/* the flags an older flashd does not know only where needed: it
+	 * takes such a checkpoint for damaged (and replays the whole log) */
+	h.flags = FTL_CP_SPARSE | (doomed ? FTL_CP_DOOMED : 0) | (c->with_parity ? FTL_CP_PARITY : 0);
 	h.ngroups = c->ngroups;
 	/* l2p_written and the checksums: cp_seal_header, once every l2p
 	 * page has been looked at */

@@ -650,6 +650,12 @@ struct ftl {
 	/* failed dies: every operation on them fails (parity.c, die_note) */
 	uint8_t *die_bad_run;       /* [ndies] failures in a row, saturating */
 	uint8_t *die_bad_kinds;     /* [ndies] 1 << enum die_op seen in that run */
+	/* a run of program or erase failures with no read among them: one
+	 * read of a written block on that die tells a dead die (every
+	 * operation fails) from worn blocks (die_note) */
+	struct nand_op probe_op;
+	uint8_t *probe_spare;
+	bool probe_busy;
 	uint8_t *die_dead;          /* [ndies] declared failed */
 	uint32_t ndead;
 	uint32_t **dead_rmap;       /* [ndies] for a dead die (with parity): the

@@ -181,7 +181,8 @@ struct __attribute__((packed)) ftl_cp_hdr {
  * loadable.
  */
 #define FTL_CP_PARITY 2u
-/* bad[] entries with bit 31 set (flags & FTL_CP_DOOMED, since 2026-12-06):
+/* bad[] entries with bit 31 set (flags & FTL_CP_DOOMED, since 2026-12-06,
+ * set only when there is one: versions before do not know the flag):
  * blocks whose program failed and that GC had not retired yet; retired
  * once recovery has classified them (their data relocated first) */
 #define FTL_CP_DOOMED 4u

@@ -138,7 +138,8 @@ int par_init(struct ftl *f)
 	f->die_bad_run = ftl_alloc(f, f->ndies);
 	f->die_dead = ftl_alloc(f, f->ndies);
 	f->die_bad_kinds = ftl_alloc(f, f->ndies);
-	if (!f->die_bad_kinds)
+	f->probe_spare = ftl_alloc(f, f->spare_size);
+	if (!f->die_bad_kinds || !f->probe_spare)
 		return -ENOMEM;
 	f->dead_rmap = ftl_alloc(f, f->ndies * sizeof *f->dead_rmap);
 	if (!f->die_bad_run || !f->die_dead || !f->dead_rmap)
@@ -1242,6 +1243,47 @@ void die_declare_dead(struct ftl *f, uint32_t die, const char *why)
 		cp_request(f, false);
 }
 
+static void die_probe_done(struct nand_op *op)
+{
+	struct ftl *f = op->priv;
+	f->probe_busy = false;
+	if (ftl_op_stops(f, op))
+		return;
+	die_note(f, op->block, DIE_READ, op->status == NAND_OK || op->status == NAND_CORRECTED);
+}
+
+/*
+ * Read the spare of page 0 of a block on die (erased or not: a live die
+ * reads it, a dead one fails).  Without it, a die that died while only programs went to it (a
+ * checkpoint's bands take a block of it per attempt) was never declared
+ * dead, and the checkpoint gave up after 64 attempts (t_ftl_model seed 15:
+ * the FTL failed).  O(blocks per die), once per failure after the fourth.
+ */
+static void die_probe(struct ftl *f, uint32_t die)
+{
+	if (f->probe_busy || f->error)
+		return;
+	for (uint32_t i = 0; i < f->blocks_per_die; i++) {
+		uint32_t b = die * f->blocks_per_die + i;
+		uint8_t st = f->blk[b].state;
+		if (st == BLK_BAD || st == BLK_ERASING || st == BLK_UNKNOWN)
+			continue;
+		struct nand_op *op = &f->probe_op;
+		memset(op, 0, sizeof *op);
+		op->type = NAND_OP_READ;
+		op->block = b;
+		op->page = 0;
+		op->data = NULL;
+		op->spare = f->probe_spare;
+		op->done = die_probe_done;
+		op->priv = f;
+		f->probe_busy = true;
+		f->st.nand_spare_reads++;
+		ftl_nand_submit(f, op);
+		return;
+	}
+}
+
 void die_note(struct ftl *f, uint32_t b, enum die_op kind, bool ok)
 {
 	if (b >= f->nblocks)
@@ -1263,4 +1305,6 @@ void die_note(struct ftl *f, uint32_t b, enum die_op kind, bool ok)
 	if (f->die_bad_run[die] >= DIE_DEAD_RUN && (f->die_bad_kinds[die] & (1u << DIE_READ)) &&
 	    (f->die_bad_kinds[die] & ~(1u << DIE_READ)))
 		die_declare_dead(f, die, "16 operations in a row");
+	else if (f->die_bad_run[die] >= 4 && !(f->die_bad_kinds[die] & (1u << DIE_READ)))
+		die_probe(f, die);
 }

@@ -52,11 +52,15 @@ static const struct config configs[] = {
 	{ "test-128m-512p", 4096, true, false, 35, 0, false, false },
 	/* Flashback parity, with grown bad blocks, corrected and
 	 * uncorrectable bit errors: 2-die rows (the parity mirrors), and 4-die
-	 * rows (3 + 1) on aging media (bit errors rising with retention) with
-	 * completions arriving later and a die that fails for good somewhere
-	 * in the run */
+	 * rows (3 + 1) with completions arriving later, on aging media (bit
+	 * errors rising with retention), and with a die that fails for good
+	 * somewhere in the run.  Not both in one run: a page aged beyond ECC
+	 * in a stripe with a member on the dead die is a double fault, whose
+	 * units are lost (EIO, counted), which the model does not model (seen
+	 * with seed 18 when one configuration had both) */
 	{ "test-64m", 4096, false, true, 30, 1, false, false },
-	{ "test-1g", 512, true, true, 30, 1, true, true },
+	{ "test-1g", 512, true, true, 30, 1, false, true },
+	{ "test-1g", 4096, true, true, 30, 1, true, false },
 };
 #define NCONFIGS (sizeof configs / sizeof configs[0])
 
@@ -596,8 +600,8 @@ static void run_config(const struct config *cfg, uint64_t nops, uint64_t seed)
 		 * data: a double fault flashd does not handle yet (README,
 		 * Flashback).  Clean reopens still find the die dead. */
 		if (M.dead_die >= 0 && !getenv("T_MODEL_CUT_AFTER_DIE") &&
-		    ((r >= 38 && r < 45) || r >= 52))
-			r %= 38;
+		    ((r >= 38 && r < 45) || r >= 50))
+			r %= 38; /* (50 and 51, a die failing, would cut power too) */
 		if (M.verbose)
 			fprintf(stderr, "event %" PRIu64 " at op %" PRIu64 "\n", r, M.ops);
 		if (r < 30) {
