@@ -474,6 +474,20 @@ static void let_time_pass(struct ftl *f, struct nand_dev *d, uint64_t ns);
  * crash): each holds one of the two superblock blocks, and every update
  * is on both, so the FTL opens from the other copy; all data reads right,
  * also after the next close and open. */
+/* f opened with a die dead: every unit right, then a quarter of a device
+ * written, a close and an open, every unit right again; f is closed. */
+static void verify_write_reopen(struct ftl *f, struct nand_dev *d, uint32_t *ver, uint64_t units,
+				uint64_t *seed)
+{
+	verify(f, ver, units, NULL);
+	churn(f, ver, units, units / 4, seed);
+	CHECK_RC(ftl_flush_sync(f));
+	CHECK_RC(ftl_close(f));
+	f = open_ok(d);
+	verify(f, ver, units, NULL);
+	CHECK_RC(ftl_close(f));
+}
+
 static void sb_dead_at_open(void)
 {
 	for (uint32_t dead = 0; dead < 2; dead++)
@@ -497,13 +511,7 @@ static void sb_dead_at_open(void)
 				CHECK_RC(ftl_close(f));
 			CHECK_RC(nand_sim_fail_die(d, dead));
 			f = open_ok(d);
-			verify(f, ver, units, NULL);
-			churn(f, ver, units, units / 4, &seed);
-			CHECK_RC(ftl_flush_sync(f));
-			CHECK_RC(ftl_close(f));
-			f = open_ok(d);
-			verify(f, ver, units, NULL);
-			CHECK_RC(ftl_close(f));
+			verify_write_reopen(f, d, ver, units, &seed);
 			printf("sb_dead_at_open: die %u dead at open after a %s: opened from the other "
 			       "superblock copy, all data right, also after another close and open\n",
 			       dead, crash ? "crash" : "clean close");
@@ -551,13 +559,7 @@ static void cp_dead_at_open(void)
 				dead, info.notes);
 			exit(1);
 		}
-		verify(f, ver, units, NULL);
-		churn(f, ver, units, units / 4, &seed);
-		CHECK_RC(ftl_flush_sync(f));
-		CHECK_RC(ftl_close(f));
-		f = open_ok(d);
-		verify(f, ver, units, NULL);
-		CHECK_RC(ftl_close(f));
+		verify_write_reopen(f, d, ver, units, &seed);
 		printf("cp_dead_at_open: die %u dead at open after a %s: checkpoint loaded, all data "
 		       "right (trimmed units too), also after another close and open\n",
 		       dead, crash ? "crash" : "clean close");
