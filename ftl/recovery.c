@@ -194,6 +194,10 @@ struct rctx {
 	uint32_t *die_reads, *die_fails;
 	uint8_t *dead;        /* [ndies] */
 	uint64_t units;
+	/* parity: pages the spare scan could not read (not on a dead die),
+	 * whose spares are rebuilt from their stripes afterwards */
+	uint32_t *unread;
+	size_t nunread, unread_cap;
 };
 
 static int rentry_add(struct rctx *x, uint64_t seq, uint32_t ppa, uint32_t lba)
@@ -300,8 +304,24 @@ static void scan_result(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op
 {
 	struct rctx *x = ctx;
 	struct ftl_spare sp;
-	if (op->status != NAND_OK && op->status != NAND_CORRECTED)
-		return; /* torn or unreadable: never acknowledged, or lost */
+	if (op->status != NAND_OK && op->status != NAND_CORRECTED) {
+		/* torn (never acknowledged) or unreadable: with parity, its
+		 * stripe may still say what it held (unread_rebuild) */
+		if (f->parity && !x->dead[block_die(f, op->block)] && op->page < f->data_pages) {
+			if (x->nunread == x->unread_cap) {
+				size_t cap = x->unread_cap ? 2 * x->unread_cap : 256;
+				uint32_t *u = realloc(x->unread, cap * sizeof *u);
+				if (!u) {
+					x->error = -ENOMEM;
+					return;
+				}
+				x->unread = u;
+				x->unread_cap = cap;
+			}
+			x->unread[x->nunread++] = ppa_make(f, op->block, op->page);
+		}
+		return;
+	}
 	if (spare_parse(f, op->spare, &sp) != 0)
 		return;
 	if (sp.seq <= f->cp.cur_seq)
@@ -312,6 +332,51 @@ static void scan_result(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op
 		return;
 	rentry_add(x, sp.seq, ppa_make(f, op->block, op->page),
 		   sp.type == FTL_PG_TRIM ? TRIM_LBA : sp.lba);
+}
+
+/*
+ * Pages newer than the checkpoint that read uncorrectable at the scan (a
+ * page gone bad since it was written) would be left out of the replay, and
+ * their units keep an older mapping, maybe into a block erased since (EIO,
+ * t_ftl_model seed 6): their spares are rebuilt from their stripes' parity
+ * and replayed like the rest.  A torn page (its program cut) has no parity
+ * covering it and stays out.  Synchronous: row width reads per page, only
+ * for the pages that failed.  0, or -ENOMEM.
+ */
+static int unread_rebuild(struct ftl *f, struct rctx *x)
+{
+	if (!x->nunread)
+		return 0;
+	uint8_t *page = aligned_alloc(4096, f->page_size);
+	uint8_t *spare = malloc(f->spare_size);
+	uint32_t found = 0;
+	int rc = 0;
+	if (!page || !spare) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < x->nunread; i++) {
+		struct ftl_spare sp;
+		uint32_t ppa = x->unread[i];
+		if (par_rebuild_sync(f, ppa, page, spare) != 0)
+			continue; /* (a power cut: open fails at its next write) */
+		if (spare_parse(f, spare, &sp) != 0 || sp.seq <= f->cp.cur_seq ||
+		    sp.data_crc != crc32c(0, page, f->page_size) ||
+		    (sp.type != FTL_PG_DATA && sp.type != FTL_PG_TRIM) ||
+		    (sp.type == FTL_PG_DATA && sp.lba >= f->units))
+			continue;
+		rc = rentry_add(x, sp.seq, ppa, sp.type == FTL_PG_TRIM ? TRIM_LBA : sp.lba);
+		if (rc)
+			goto out;
+		found++;
+	}
+	if (found)
+		ftl_log("recovery: %u unreadable log pages newer than the checkpoint rebuilt from "
+			"parity", found);
+out:
+	free(page);
+	free(spare);
+	return rc;
 }
 
 static int rentry_cmp(const void *a, const void *b)
@@ -417,6 +482,8 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 		rc = read_batch(f, (uint64_t)nspare * f->ppb, 1024, scan_setup, scan_result, &x);
 	if (!rc)
 		rc = x.error;
+	if (!rc)
+		rc = unread_rebuild(f, &x);
 	if (rc)
 		goto out;
 
@@ -592,5 +659,6 @@ out:
 	free(x.die_reads);
 	free(x.die_fails);
 	free(x.dead);
+	free(x.unread);
 	return rc;
 }
