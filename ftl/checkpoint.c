@@ -481,10 +481,7 @@ static void cp_par_add(struct cp_state *c, uint32_t j, const uint8_t *data, uint
 		c->pacc_row = j / c->nblocks;
 		c->pacc_open = true;
 	} else {
-		uint64_t *a = (uint64_t *)c->pacc;
-		const uint64_t *d = (const uint64_t *)data;
-		for (uint32_t k = 0; k < page_size / 8; k++)
-			a[k] ^= d[k];
+		xor_into(c->pacc, data, page_size);
 		c->pacc_crc ^= crc;
 	}
 	if (col + 1 == c->gend[g])
@@ -915,10 +912,7 @@ static int cp_rebuild_page(struct ftl *f, struct cp_load_ctx *x, uint64_t j, uin
 			return -ENODEV;
 		if (cp_page_check(f, x, &m, x->h->hdr_pages + (uint32_t)i, &crc))
 			return -EIO;
-		uint64_t *a = (uint64_t *)out;
-		const uint64_t *d = (const uint64_t *)tmp;
-		for (uint32_t k = 0; k < f->page_size / 8; k++)
-			a[k] ^= d[k];
+		xor_into(out, tmp, f->page_size);
 		want ^= crc;
 	}
 	return crc32c(0, out, f->page_size) == want ? 0 : -EIO;

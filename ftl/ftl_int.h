@@ -884,6 +884,8 @@ static inline bool die_is_dead(const struct ftl *f, uint32_t b)
 	return f->ndead && f->die_dead[b / f->blocks_per_die];
 }
 void die_declare_dead(struct ftl *f, uint32_t die, const char *why);
+/* dst ^= src, n bytes (parity pages, checkpoint parity) */
+void xor_into(uint8_t *dst, const uint8_t *src, size_t n);
 int par_rebuild_sync(struct ftl *f, uint32_t ppa, uint8_t *data, uint8_t *spare);
 int par_recover_dead_spares(struct ftl *f, uint32_t die,
 			    int (*add)(void *ctx, uint64_t seq, uint32_t ppa, uint8_t type, uint32_t lba),

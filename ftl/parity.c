@@ -111,7 +111,7 @@ struct pad_op {
 	struct pad_op *next_free;
 };
 
-static void xor_into(uint8_t *dst, const uint8_t *src, size_t n)
+void xor_into(uint8_t *dst, const uint8_t *src, size_t n)
 {
 	size_t i = 0;
 	for (; i + 8 <= n; i += 8) {
