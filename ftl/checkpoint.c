@@ -64,12 +64,13 @@ uint32_t cp_hdr_pages(const struct ftl *f, uint32_t nblocks, uint32_t nopen, uin
 	return (uint32_t)((bytes + f->page_size - 1) / f->page_size);
 }
 
-/* header and l2p blocks; with parity also the header's copy and a parity
- * block per group (a band's l2p blocks: at least one per band) */
+/* header and l2p blocks; in rows of two or more dies (cp_state.with_parity)
+ * also the header's copy and a parity block per group (a band's l2p blocks:
+ * at least one per band) */
 uint32_t cp_blocks_needed(const struct ftl *f)
 {
 	uint32_t l = cp_l2p_blocks(f), w = f->row_width;
-	if (f->parity && w > 1)
+	if (w > 1)
 		return 2 + l + (l + w - 2) / (w - 1) + 1;
 	return 1 + l;
 }
@@ -111,7 +112,10 @@ int cp_init(struct ftl *f)
 	c->cur_blocks = ftl_alloc(f, (2 * nl + 1) * sizeof *c->cur_blocks);
 	c->rel_blocks = ftl_alloc(f, (2 * nl + 1) * sizeof *c->rel_blocks);
 	c->rel_hdr_block = FTL_NO_BLOCK;
-	c->with_parity = f->parity > 0;
+	/* whatever the data's format: a checkpoint that one dead die makes
+	 * unloadable is replaced by a replay of the whole log, which brings
+	 * back sectors trimmed before it (t_ftl_parity cp_dead_at_open_noparity) */
+	c->with_parity = f->row_width > 1;
 	c->hdr_mirror = FTL_NO_BLOCK;
 	c->ngroups = 0;
 	if (c->with_parity && !(c->pacc = ftl_alloc_pages(f, f->page_size)))

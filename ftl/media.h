@@ -16,8 +16,10 @@
  *               pages), then the L2P table, 1024 entries per page, striped
  *               over the remaining blocks (page i is in block 1 + i % n,
  *               page i / n).  The superblock points at the header block.
- *               With parity, each band's blocks carry a parity block and
- *               the header has a copy (FTL_CP_PARITY below).
+ *               In rows of two or more dies (every format since
+ *               2026-12-06; parity formats only before), each band's blocks
+ *               carry a parity block and the header has a copy
+ *               (FTL_CP_PARITY below).
  *   log         every other page: host data, GC relocations and trim
  *               records, each with struct ftl_spare in its spare area.
  *   footer      the last footer_pages pages of every log block a stream
@@ -113,8 +115,9 @@ struct __attribute__((packed)) ftl_sb {
 	 * formatted before the field existed (it was reserved). */
 	uint32_t parity_width;
 	/* the checkpoint header's copy (flags & FTL_SB_CP_MIRROR; written
-	 * with parity formats since 2026-12-06: the header block is on one
-	 * die, the copy on another) */
+	 * since 2026-12-06, with parity formats first, then with every format
+	 * in rows of two or more dies: the header block is on one die, the
+	 * copy on another) */
 	uint32_t cp_mirror_block;
 	uint32_t flags;
 	uint8_t reserved[116];
@@ -167,7 +170,8 @@ struct __attribute__((packed)) ftl_cp_hdr {
 };
 #define FTL_CP_SPARSE 1u
 /*
- * Checkpoint parity (parity formats, since 2026-12-06): the l2p blocks
+ * Checkpoint parity (since 2026-12-06; parity formats first, then every
+ * format whose rows have two or more dies): the l2p blocks
  * come in groups, one per band the checkpoint took (blocks[gend[g-1]] ..
  * blocks[gend[g] - 1], all on different dies), and page p of pblock[g]
  * is the XOR of page p of the group's blocks, as far as they were written

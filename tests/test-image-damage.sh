@@ -15,8 +15,9 @@
 #   2. bytes flipped in three data pages: reads of those units fail with
 #      EIO, every other unit reads right, crc_errors counts them, the log
 #      says so
-#   8. a checkpoint map page damaged: flashd warns, status shows it, every
-#      write is there
+#   8. a checkpoint map page damaged: rebuilt from the checkpoint's parity
+#      (logged), the checkpoint loads; then page 0 of every map and parity
+#      block damaged: flashd warns, status shows it, every write is there
 source "$(dirname "$0")/functions.sh"
 
 TOOL="$PYTHON $NBD_CHECKS/image_tool.py"
@@ -141,6 +142,17 @@ stop_flashd
 ok "flipped data: EIO, counted ($crc), logged, never returned"
 
 # ---- 8: damaged checkpoint --------------------------------------------------------------
+$TOOL "$IMG" damage-checkpoint-page || fail "damaging a checkpoint page"
+log_lines=$(wc -l <"$T/flashd.log")
+start_flashd --config "$T/flashd.conf" --timing off
+tail -n +$((log_lines + 1)) "$T/flashd.log" >"$T/start3a.log"
+grep -q "checkpoint at block .*: 1 l2p pages unreadable, rebuilt from parity" "$T/start3a.log" ||
+	fail "a damaged checkpoint page was not rebuilt from parity:
+$(cat "$T/start3a.log")"
+[ "$(status_field dimm0 checkpoint_damaged)" = false ] || fail "a checkpoint rebuilt from parity is shown damaged"
+nbd_region_is "$FLASHD_URI0" 0 $((24 << 20)) "$DATA" || fail "dimm0 data after the checkpoint page rebuild"
+stop_flashd
+ok "damaged checkpoint page: rebuilt from the checkpoint's parity, logged, data intact"
 $TOOL "$IMG" damage-checkpoint || fail "damaging the checkpoint"
 log_lines=$(wc -l <"$T/flashd.log")
 start_flashd --config "$T/flashd.conf" --timing off

@@ -13,7 +13,8 @@ u64 seq, u64 format id, u32 reserved, u32 crc.
     python3 image_tool.py IMAGE damage-superblocks         # every sb page's magic
     python3 image_tool.py IMAGE set-wp BLOCK VALUE         # 2 bytes of the table
     python3 image_tool.py IMAGE flip-units U [U ...]       # newest page of each unit
-    python3 image_tool.py IMAGE damage-checkpoint          # one map page's data
+    python3 image_tool.py IMAGE damage-checkpoint-page     # one map page's data
+    python3 image_tool.py IMAGE damage-checkpoint          # page 0 of every map and parity block
     python3 image_tool.py IMAGE sha256                     # of the whole file
 """
 import hashlib
@@ -105,20 +106,28 @@ def main():
         for u, (_seq, ppa) in sorted(newest.items()):
             im.flip(im.slot_off(ppa) + 100, 3)
             print("unit %d: page %d flipped" % (u, ppa))
-    elif cmd == "damage-checkpoint":
-        best = None
+    elif cmd in ("damage-checkpoint", "damage-checkpoint-page"):
+        # page 0 of the newest checkpoint's map blocks (lba > 0: map pages,
+        # and its parity pages, lba 0xFFFFFFFF): -page breaks one map page
+        # (its parity rebuilds it), the other every one of them, at
+        # different offsets (XOR parity would cancel equal flips)
+        pages = []
         for b in range(im.nblocks):
             if b in im.sb_blocks():
                 continue
             for ppa in im.programmed(b)[:1]:
                 sp = im.spare(ppa)
                 if sp and sp["type"] == PG_CKPT and sp["lba"] > 0:
-                    if best is None or sp["seq"] > best[0]:
-                        best = (sp["seq"], ppa)
-        if best is None:
+                    pages.append((sp["seq"], sp["lba"], ppa))
+        if not pages:
             sys.exit("no checkpoint map page found")
-        im.flip(im.slot_off(best[1]) + 16, 4)
-        print("checkpoint seq %d: map page %d damaged" % best)
+        seq = max(p[0] for p in pages)
+        pages = [p for p in pages if p[0] == seq]
+        if cmd == "damage-checkpoint-page":
+            pages = [p for p in pages if p[1] != 0xFFFFFFFF][:1]
+        for i, (_seq, _lba, ppa) in enumerate(pages):
+            im.flip(im.slot_off(ppa) + 16 + 4 * i, 4)
+        print("checkpoint seq %d: %d map pages damaged (%s)" % (seq, len(pages), " ".join(str(p[2]) for p in pages)))
     else:
         sys.exit("unknown command " + cmd)
     im.close()

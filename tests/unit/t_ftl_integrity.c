@@ -336,6 +336,11 @@ static void t_parity_width(void)
 
 /* ---- checkpoint ----------------------------------------------------------------- */
 
+static bool cp_idle(struct ftl *f, void *arg)
+{
+	return !f->cp.requested && f->cp.phase == CP_IDLE;
+}
+
 static void t_checkpoint(void)
 {
 	struct nand_dev *d = dev_new("test-64m", false);
@@ -348,6 +353,7 @@ static void t_checkpoint(void)
 	struct ftl_info info;
 	ftl_get_info(f, &info);
 	CHECK(!info.checkpoint_damaged);
+	/* one l2p page broken: rebuilt from the checkpoint's own parity */
 	uint32_t l2p_block = f->cp.cur_blocks[0];
 	for (uint64_t u = 0; u < 50; u++)
 		write_unit(f, u, 2);
@@ -356,10 +362,30 @@ static void t_checkpoint(void)
 	CHECK_RC(nand_sim_flip_bytes(d, (uint64_t)l2p_block * d->geo.pages_per_block, 8, 4));
 	f = open_ok(d);
 	ftl_get_info(f, &info);
+	CHECK(!info.checkpoint_damaged);
+	for (uint64_t u = 0; u < 500; u++)
+		check_unit(f, u, u < 50 ? 2 : 1);
+	/* page 0 of every l2p and parity block broken: beyond the parity,
+	 * the checkpoint is damaged and the map rebuilt from the log */
+	for (uint64_t u = 0; u < 50; u++)
+		write_unit(f, u, 3);
+	CHECK_RC(ftl_flush_sync(f));
+	CHECK_RC(ftl_run_until(f, cp_idle, NULL)); /* cur_blocks: the checkpoint on the media */
+	uint32_t ncp = f->cp.cur_nblocks, cpb[64];
+	CHECK(ncp >= 2 && ncp <= 64);
+	memcpy(cpb, f->cp.cur_blocks, ncp * sizeof *cpb);
+	ftl_abandon(f);
+	/* (it may be the same checkpoint: other bytes than before, which a
+	 * second flip would restore, and different ones per block, which the
+	 * XOR would cancel) */
+	for (uint32_t i = 0; i < ncp; i++)
+		CHECK_RC(nand_sim_flip_bytes(d, (uint64_t)cpb[i] * d->geo.pages_per_block, 64 + 4 * i, 4));
+	f = open_ok(d);
+	ftl_get_info(f, &info);
 	CHECK(info.checkpoint_damaged);
 	CHECK(strstr(info.notes, "damaged"));
 	for (uint64_t u = 0; u < 500; u++)
-		check_unit(f, u, u < 50 ? 2 : 1);
+		check_unit(f, u, u < 50 ? 3 : 1);
 	/* a new checkpoint was taken: the next open is clean of it */
 	CHECK_RC(ftl_close(f));
 	f = open_ok(d);
@@ -368,15 +394,12 @@ static void t_checkpoint(void)
 	CHECK_EQ(info.notes[0], 0);
 	CHECK_RC(ftl_close(f));
 	nand_close(d);
-	printf("ok: checkpoint: damage reported, map rebuilt from the log, a new one written\n");
+	printf("ok: checkpoint: a broken l2p page rebuilt from its parity; damage beyond it "
+	       "reported, map rebuilt from the log, a new one written\n");
 }
 
 /* ---- sparse checkpoint ------------------------------------------------------- */
 
-static bool cp_idle(struct ftl *f, void *arg)
-{
-	return !f->cp.requested && f->cp.phase == CP_IDLE;
-}
 
 static bool cp_half_written(struct ftl *f, void *arg)
 {
@@ -415,9 +438,10 @@ static void t_sparse(bool timed)
 	cp_request(f, false);
 	CHECK_RC(ftl_run_until(f, cp_idle, NULL));
 	uint64_t meta = f->st.meta_pages_programmed - m0;
-	/* 4 l2p pages, the header, the superblock page (two copies) */
+	/* 4 l2p pages and their parity (a page per stripe of a group: at
+	 * most 4), the header and its copy, the superblock page (two copies) */
 	CHECK_EQ(f->cp.written, 4);
-	CHECK(meta <= 4 + f->cp.hdr_pages + 2);
+	CHECK(meta <= 4 + 4 + 2 * f->cp.hdr_pages + 2);
 	CHECK_RC(ftl_close(f));
 	f = open_ok(d);
 	struct ftl_info info;
