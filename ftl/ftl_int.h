@@ -333,6 +333,9 @@ struct victim {
 	uint32_t scans_done;      /* spare reads completed */
 	uint32_t pending;         /* data reads + relocation programs in flight */
 	uint64_t wait_user_pos;   /* re-logged trims durable once user done >= */
+	uint64_t hold_seq;        /* erased only once a checkpoint's cp_seq >= this:
+	                           * it held a trim record newer than the
+	                           * checkpoint that could not be read (0: none) */
 	struct nand_op *ops;      /* [ppb] spare reads */
 	uint8_t *spares;          /* [ppb * spare_size] */
 	uint8_t *scan_st;         /* [ppb] 0 pending, else enum nand_status + 1 */

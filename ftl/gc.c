@@ -18,9 +18,11 @@
  *                 A trim record newer than the checkpoint is re-logged: its
  *                 ranges that are still unmapped go into the pending trim
  *                 record, which is closed before the victim may be erased.
+ *                 One that cannot be read (or a page of a user block whose
+ *                 spare cannot) sets v->hold_seq instead.
  *   3. finish   - once every relocation is programmed and re-logged trims
- *                 are durable, the block is erased (or retired, if a program
- *                 on it failed).
+ *                 are durable (and a checkpoint covers hold_seq), the block
+ *                 is erased (or retired, if a program on it failed).
  * Parallelism: up to gc_examining_max victims (about one per die, so
  * several bands, on different rows when the choice allows) examine pages
  * at once, so scans and relocation reads keep every die busy.  The oldest
@@ -160,7 +162,8 @@ static void scan_done(struct nand_op *op)
 		 * crash then replays older writes of its units (t_ftl_model -c
 		 * 5 -s 14: a trimmed unit read its old data after a power cut,
 		 * after one random uncorrectable read).  A page unreadable
-		 * every time is still skipped (README: not fixed).
+		 * every time is skipped, and its block kept until a checkpoint
+		 * covers it (unread_hold).
 		 */
 		op->priv2 += 1ull << 56;
 		f->st.nand_spare_reads++;
@@ -255,6 +258,7 @@ static void victim_start(struct ftl *f, int vi, uint32_t b, bool retire, bool ur
 	v->pending = 0;
 	v->nlost = 0;
 	v->wait_user_pos = 0;
+	v->hold_seq = 0;
 	v->trim_state = 0;
 	memset(v->scan_st, 0, f->ppb);
 	/* credit per user page: for the fullest victim examining */
@@ -500,6 +504,37 @@ static bool trim_relog(struct ftl *f, struct victim *v)
 	return true;
 }
 
+/*
+ * The spare of page p of v (no footer) is unreadable every time: what it
+ * holds is unknown, maybe a trim record newer than the checkpoint, which
+ * erasing the block would drop (then a crash replays older writes of its
+ * units).  A user block (only the user stream writes trim records) is
+ * kept until a checkpoint covers the page: its sequence number is below
+ * that of the next readable page of the block (the user ring numbers its
+ * pages in block order); if none follows, below the next number.
+ */
+static void unread_hold(struct ftl *f, struct victim *v, uint32_t p)
+{
+	if (f->blk[v->block].flags & BLKF_GC)
+		return;
+	uint64_t bound = f->next_seq - 1;
+	for (uint32_t q = p + 1; q < f->data_pages && v->scan_st[q]; q++) {
+		enum nand_status st = (enum nand_status)(v->scan_st[q] - 1);
+		struct ftl_spare sq;
+		if ((st == NAND_OK || st == NAND_CORRECTED) &&
+		    spare_parse(f, v->spares + (size_t)q * f->spare_size, &sq) == 0) {
+			bound = sq.seq - 1;
+			break;
+		}
+	}
+	if (bound <= f->cp.cur_seq || bound <= v->hold_seq)
+		return;
+	ftl_log("block %u page %u: spare unreadable during GC: the block is erased only after a "
+		"checkpoint newer than it", v->block, p);
+	v->hold_seq = bound;
+	cp_request(f, false);
+}
+
 /* Examine pages of the active victim, as far as credit and slots allow. */
 static int victim_examine(struct ftl *f, int vi)
 {
@@ -552,6 +587,8 @@ static int victim_examine(struct ftl *f, int vi)
 			rc = (st == NAND_OK || st == NAND_CORRECTED) ?
 				     spare_parse(f, v->spares + (size_t)p * f->spare_size, &sp) :
 				     -EILSEQ;
+			if (st == NAND_UNCORRECTABLE)
+				unread_hold(f, v, p);
 		}
 		if (rc == -ENODATA) {
 			v->cursor = f->ppb; /* pages are programmed in order: the rest is erased */
@@ -607,7 +644,15 @@ static int victim_examine(struct ftl *f, int vi)
 			if (v->trim_state == 1)
 				break;
 			if (v->trim_state == 3) {
-				ftl_log("block %u page %u: trim record unreadable during GC", v->block, p);
+				/* its trims cannot be re-logged: the block stays until
+				 * a checkpoint holds them (victim_finish), else a crash
+				 * would replay older writes of those units */
+				ftl_log("block %u page %u: trim record (seq %llu) unreadable during GC: "
+					"the block is erased only after a checkpoint that holds it",
+					v->block, p, (unsigned long long)sp.seq);
+				if (sp.seq > v->hold_seq)
+					v->hold_seq = sp.seq;
+				cp_request(f, false);
 			} else if (!trim_relog(f, v)) {
 				break;
 			}
@@ -781,6 +826,13 @@ static int victim_finish(struct ftl *f, int vi)
 	}
 	if (bd->gc_busy && f->parity)
 		return 0;
+	if (v->hold_seq > f->cp.cur_seq) {
+		/* an unreadable trim record (victim_examine); the checkpoint
+		 * needs no free block from this one (cp_reserve) */
+		if (!f->cp.requested && !f->readonly)
+			cp_request(f, false);
+		return 0;
+	}
 
 	uint32_t b = v->block;
 	victim_finished(f, v);
