@@ -258,6 +258,9 @@ enum ftl_state {
  * what a healthy ioDimm takes), so a worn device lasts while its data is
  * copied off */
 #define FTL_REDUCED_WRITE_NS 400000ull
+/* units a throttled FTL (write-reduced or thermal) takes at once after a
+ * pause before the pace applies */
+#define FTL_THROTTLE_BURST 32
 const char *ftl_state_name(enum ftl_state st);
 
 /*

@@ -319,16 +319,15 @@ static void rmw_issue(struct ftl *f, struct ftl_io *io, int which, uint64_t u, u
 
 /*
  * Write-reduced mode (ftl.h): each host unit buffered takes throttle_ns of
- * device time, with a burst of THROTTLE_BURST units; a write that must wait
+ * device time, with a burst of FTL_THROTTLE_BURST units; a write that must wait
  * sets throttle_wait, and ftl_next_deadline() names throttle_at.  One clock
  * read per unit, only in that mode.
  */
-#define THROTTLE_BURST 32
 static bool throttle_pass(struct ftl *f)
 {
 	uint64_t now = nand_now(f->dev);
-	uint64_t floor = now - THROTTLE_BURST * f->throttle_ns;
-	if (now > THROTTLE_BURST * f->throttle_ns && f->throttle_at < floor)
+	uint64_t floor = now - FTL_THROTTLE_BURST * f->throttle_ns;
+	if (now > FTL_THROTTLE_BURST * f->throttle_ns && f->throttle_at < floor)
 		f->throttle_at = floor;
 	if (f->throttle_at > now) {
 		f->throttle_wait = true;
