@@ -14,6 +14,10 @@
 #   2. The whole export read back, then again after a clean restart.
 #   3. The same on an ioDimm without parity, 4 KiB reads over the unix
 #      socket.
+#   4. Stalled replies: 64 reads of 1 MiB whose replies the client leaves
+#      unread (most wait in flashd, beyond the socket buffers) for 10 s of
+#      rewrites, so GC erases and reuses the blocks they were read from
+#      meanwhile; then every even block of them must be right.
 source "$(dirname "$0")/functions.sh"
 
 SECONDS_RUN=${GC_READS_SECONDS:-20}
@@ -58,5 +62,14 @@ nbd_py gc_reads.py verify "$FLASHD_URI0" "$T/dimm0.ver" || fail "dimm0: wrong da
 ok "after a clean restart: the whole export reads back right"
 gc_reads dimm1 "$FLASHD_UNIX_URI1"
 ok "no parity, unix socket: $GC_RUN; GC relocated $GC_PAGES pages meanwhile; the whole export reads back right"
+# replies held in the server (the client reads none) while GC reuses the
+# blocks they were read from
+before=$(dimm_stat dimm1 gc_blocks_collected)
+nbd_py gc_reads.py stalled "$FLASHD_UNIX_URI1" "$T/dimm1.ver" 10 | tee "$T/stalled.run" ||
+	fail "dimm1: a reply held while GC ran carried other data"
+collected=$(($(dimm_stat dimm1 gc_blocks_collected) - before))
+[ "$collected" -gt 0 ] || fail "dimm1: GC collected no block while the replies waited: the run proved nothing"
+nbd_py gc_reads.py verify "$FLASHD_UNIX_URI1" "$T/dimm1.ver" || fail "dimm1: wrong data after the stalled reads"
+ok "$(tail -n 1 "$T/stalled.run"); GC collected $collected blocks meanwhile"
 stop_flashd
 check_flashd_log
