@@ -411,9 +411,23 @@ static void t_checkpoint(void)
  * crash_first the block was open at a power cut: it has no footer, and
  * the unreadable page's spare says nothing (not even that it is a trim).
  */
-static void t_trim_unreadable(bool crash_first)
+/* The power goes: what the timed medium has queued is interrupted or
+ * never happens; f is freed. */
+static void power_cut(struct ftl *f, struct nand_dev *d)
 {
-	struct nand_dev *d = dev_new("test-64m", false);
+	struct nand_sim_faults cut = { .power_cut_after = 1 };
+	CHECK_RC(nand_sim_set_faults(d, &cut));
+	for (int i = 0; i < 1000000 && nand_sim_powered(d) && f->dev->inflight; i++) {
+		ftl_poll(f);
+		nand_wait_until(d, ftl_next_deadline(f));
+	}
+	ftl_abandon(f);
+	nand_sim_power_on(d);
+}
+
+static void t_trim_unreadable(bool crash_first, bool timed)
+{
+	struct nand_dev *d = dev_new("test-64m", timed);
 	format(d, 4096);
 	/* no checkpoint but the ones asked for */
 	struct ftl_open_params op = { .checkpoint_interval = 1ull << 40 };
@@ -427,7 +441,7 @@ static void t_trim_unreadable(bool crash_first)
 	CHECK_RC(ftl_flush_sync(f));
 	cp_request(f, false);
 	CHECK_RC(ftl_run_until(f, cp_idle, NULL));
-	uint64_t cp0 = f->cp.cur_seq, ncp0 = f->st.checkpoints;
+	uint64_t cp0 = f->cp.cur_seq;
 	CHECK_RC(ftl_trim_sync(f, t0 * 4096, tn * 4096, 0));
 	CHECK_RC(ftl_flush_sync(f));
 	for (uint64_t u = t0; u < t0 + tn; u++)
@@ -445,10 +459,11 @@ static void t_trim_unreadable(bool crash_first)
 	}
 	CHECK(ppa != UINT32_MAX && seq > cp0);
 	if (crash_first) {
-		ftl_abandon(f);
+		power_cut(f, d);
 		CHECK_RC(ftl_open(d, &op, &f, err, sizeof err));
 		CHECK_EQ(f->cp.cur_seq, cp0);
 	}
+	uint64_t ncp0 = f->st.checkpoints; /* of this open */
 	CHECK_RC(nand_sim_page_error(d, ppa, NAND_UNCORRECTABLE));
 	/* rewrite other units until GC has collected the record's block */
 	uint32_t blk = ppa_block(f, ppa);
@@ -467,16 +482,17 @@ static void t_trim_unreadable(bool crash_first)
 	CHECK(victim && f->blk[blk].state != BLK_VICTIM);
 	uint64_t ncp = f->st.checkpoints - ncp0;
 	CHECK_RC(ftl_flush_sync(f));
-	ftl_abandon(f); /* a power cut */
+	power_cut(f, d);
 	f = open_ok(d);
 	for (uint64_t u = 0; u < units; u++)
 		check_unit(f, u, ver[u]);
 	CHECK_RC(ftl_close(f));
 	nand_close(d);
 	free(ver);
-	printf("ok: trim record unreadable during GC%s: its block collected after %" PRIu64
+	printf("ok: trim record unreadable during GC%s (%s): its block collected after %" PRIu64
 	       " writes and %" PRIu64 " checkpoint(s); after a power cut the trimmed units read "
-	       "zeros\n", crash_first ? " (a block without footer, cut by a crash)" : "", n, ncp);
+	       "zeros\n", crash_first ? " (a block without footer, cut by a crash)" : "",
+	       timed ? "timed" : "untimed", n, ncp);
 	CHECK(ncp >= 1);
 }
 
@@ -831,8 +847,10 @@ int main(void)
 	t_superblock(true);
 	t_superblock(false);
 	t_checkpoint();
-	t_trim_unreadable(false);
-	t_trim_unreadable(true);
+	t_trim_unreadable(false, false);
+	t_trim_unreadable(true, false);
+	t_trim_unreadable(false, true);
+	t_trim_unreadable(true, true);
 	t_cp_request(false);
 	t_cp_request(true);
 	t_parity_width();
