@@ -385,6 +385,43 @@ static int rentry_cmp(const void *a, const void *b)
 	return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
+/*
+ * Die d found dead at open after a crash.  What it held since the
+ * checkpoint is found only through parity pages; without parity, or in
+ * stripes the crash cut (their parity was still in memory; the bands of
+ * the blocks cut[], open at the crash, with a member on d: an upper
+ * bound, as a dead die's pages cannot tell written from erased), nothing
+ * on the other dies names those units, and they may read an older
+ * version (README, "the double fault").  Not repairable here: said where
+ * the admin looks (log, status notes).
+ */
+static void dead_after_crash(struct ftl *f, uint32_t d, const uint32_t *cut, uint32_t ncut)
+{
+	uint32_t nbands = 0;
+	for (uint32_t i = 0; i < ncut; i++) {
+		uint32_t bi = block_band(f, cut[i]);
+		for (uint32_t c = 0; c < f->row_width; c++)
+			if (block_die(f, band_block(f, bi, c)) == d) {
+				nbands++;
+				break;
+			}
+	}
+	if (f->parity && !nbands)
+		return;
+	char what[160];
+	if (f->parity)
+		snprintf(what, sizeof what, "%u block(s) open at the crash in bands with a member "
+			 "on it, their last stripes without parity", nbands);
+	else
+		snprintf(what, sizeof what, "no parity");
+	ftl_log("die %u dead at open after an unclean shutdown (%s): units whose newest version "
+		"it held since the last checkpoint may read an older version", d, what);
+	size_t n = strlen(f->info.notes);
+	snprintf(f->info.notes + n, sizeof f->info.notes - n,
+		 "%sdie %u dead after a crash: writes since the last checkpoint may read older data",
+		 n ? "; " : "", d);
+}
+
 int recovery_run(struct ftl *f, char *err, size_t errlen)
 {
 	struct rctx x = { 0 };
@@ -634,19 +671,24 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 	 * close programs the parity of the last, partial ones): program it
 	 * now, from the pages that made it (a band where that fails is
 	 * refreshed: GC moves its data into protected stripes first) */
+	uint32_t ncut = 0;
 	if (f->parity) {
-		uint32_t n = 0, done = 0;
+		uint32_t done = 0;
 		for (uint32_t b = 0; b < f->nblocks; b++)
 			if (x.cls[b] == RC_SCAN && x.no_footer[b] && f->blk[b].state == BLK_CLOSED)
-				x.list[n++] = b;
-		rc = par_recover(f, x.list, n, &done);
+				x.list[ncut++] = b;
+		rc = par_recover(f, x.list, ncut, &done);
 		if (done)
 			ftl_log("parity: %u bands open at the crash had stripes without parity: "
 				"programmed it", done);
 	}
-	for (uint32_t d = 0; !rc && d < f->ndies; d++)
-		if (x.dead[d])
-			die_declare_dead(f, d, "every block on it unreadable at open");
+	for (uint32_t d = 0; !rc && d < f->ndies; d++) {
+		if (!x.dead[d])
+			continue;
+		if (!f->was_clean)
+			dead_after_crash(f, d, x.list, ncut);
+		die_declare_dead(f, d, "every block on it unreadable at open");
+	}
 out:
 	if (rc && err && !err[0])
 		snprintf(err, errlen, "recovery failed: %s", strerror(-rc));

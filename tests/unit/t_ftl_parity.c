@@ -29,6 +29,10 @@
  *   cp_dead_at_open_noparity  the same on a format without parity: the
  *                checkpoint loads all the same (its own parity and copy),
  *                exactly the units on the dead die fail with EIO
+ *   write_hole   the double fault still open (README): a die lost with a
+ *                power cut right after a flush: units in open stripes on
+ *                it read their previous version, never other data; the
+ *                open's notes say so
  *   idle_pad     stripes left open when writes pause are completed with
  *                pads, so their parity is on the media: a die found dead
  *                after a power cut loses nothing written before the pause
@@ -570,6 +574,11 @@ static void cp_dead_at_open(uint32_t parity)
 				"damaged (%s)\n", parity, dead, info.notes);
 			exit(1);
 		}
+		/* without parity, after a crash, the notes warn that writes since
+		 * the checkpoint may read older data (nothing names their units);
+		 * with parity only if stripes the crash cut had pages on it */
+		if (!parity)
+			CHECK_EQ(strstr(info.notes, "dead after a crash") != NULL, crash);
 		/* without parity: units on the dead die, and those GC found there
 		 * already (lost: not mapped, yet written) */
 		uint64_t nlost = 0;
@@ -673,6 +682,67 @@ static void idle_pad(bool timed)
 	nand_close(d);
 }
 
+/* The double fault idle_pad leaves (README): a die lost with a power cut
+ * right after a flush, the stripes still open.  Not fixed yet: the units
+ * on that die read their previous version (nothing else names them); the
+ * open says so in the notes, and no unit reads garbage or another unit's
+ * data.  When open stripes get their parity on the media at a flush, this
+ * test must ask for the newest version instead. */
+static void write_hole(void)
+{
+	struct nand_dev *d = dev_new("test-1g", false);
+	format(d, 36, 1);
+	struct ftl *f = open_ok(d);
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	uint64_t units = info.units, seed = 43;
+	uint32_t *ver = calloc(units, sizeof *ver);
+	churn(f, ver, units, units / 2, &seed);
+	CHECK_RC(ftl_flush_sync(f));
+	let_time_pass(f, d, 300000000ull);
+	uint64_t first = units / 2 + 17, n = info.band_width - 2;
+	uint8_t b[4096], e[4096];
+	for (uint64_t u = first; u < first + n; u++) {
+		ver[u]++;
+		fill(b, u, ver[u]);
+		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
+	}
+	CHECK_RC(ftl_flush_sync(f));
+	uint32_t die = 0, blk, page;
+	for (uint64_t u = first; u < first + n && !die; u++)
+		CHECK_RC(ftl_unit_location(f, u, &die, &blk, &page));
+	CHECK(die != 0);
+	ftl_abandon(f); /* a power cut at once: the stripes are open */
+	CHECK_RC(nand_sim_fail_die(d, die));
+	f = open_ok(d);
+	ftl_get_info(f, &info);
+	if (!strstr(info.notes, "dead after a crash")) {
+		fprintf(stderr, "write_hole: the open's notes do not warn: \"%s\"\n", info.notes);
+		exit(1);
+	}
+	uint64_t older = 0;
+	for (uint64_t u = first; u < first + n; u++) {
+		int rc = ftl_read_sync(f, b, u * 4096, 4096);
+		if (rc == -EIO)
+			continue;
+		CHECK_RC(rc);
+		fill(e, u, ver[u]);
+		if (memcmp(b, e, 4096)) {
+			fill(e, u, ver[u] - 1);
+			if (ver[u] == 1)
+				memset(e, 0, sizeof e);
+			CHECK(memcmp(b, e, 4096) == 0); /* the previous version, nothing else */
+			older++;
+		}
+	}
+	printf("write_hole: die %u lost with a power cut right after a flush: %" PRIu64 " of %" PRIu64
+	       " units flushed into open stripes read their previous version (not fixed: README); "
+	       "the open notes it\n", die, older, n);
+	CHECK_RC(ftl_close(f));
+	free(ver);
+	nand_close(d);
+}
+
 int main(int argc, char **argv)
 {
 	const char *only = argc > 1 ? argv[1] : NULL;
@@ -701,6 +771,8 @@ int main(int argc, char **argv)
 		idle_pad(false);
 		idle_pad(true);
 	}
+	if (!only || !strcmp(only, "write_hole"))
+		write_hole();
 	printf("ok\n");
 	return 0;
 }
