@@ -801,7 +801,8 @@ void blk_limits(struct ftl *f)
 {
 	uint32_t w = f->row_width;
 	f->cp_headroom = 0;
-	f->cp_reserve = cp_blocks_needed(f) + w - 1;
+	f->cp_need = cp_blocks_needed(f);
+	f->cp_reserve = f->cp_need + w - 1;
 	f->gc_min = f->cp_reserve + (w > 2 ? w : 2);
 	/* GC can open a band per row (a second per row for cold survivors
 	 * comes out of the same margin: it fills what it has first) */

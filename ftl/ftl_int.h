@@ -550,6 +550,10 @@ struct ftl {
 	uint32_t gc_min;            /* GC stream allocates only above this */
 	uint32_t gc_start;          /* GC runs while nfree is below this */
 	uint32_t cp_reserve;        /* blocks one checkpoint needs */
+	uint32_t cp_need;           /* of those, members of whole free bands
+	                             * (cp_blocks_needed; cp_reserve adds a
+	                             * band's slack for free blocks of bands
+	                             * not yet free whole) */
 	uint32_t min_usable;        /* fewer usable blocks: no space (ENOSPC) */
 
 	/* erases of dirty blocks */
@@ -833,9 +837,12 @@ void thermal_check(struct ftl *f, bool force);
 void io_dispatch(struct ftl *f, struct ftl_io *io);
 void io_release_held(struct ftl *f);
 uint32_t band_members_free(const struct ftl *f);    /* members of all free bands */
+/* dipping, GC may take free bands as long as members of whole free bands
+ * for a checkpoint are left (set_next_page and gc_room check those when
+ * the floor is below cp_reserve) */
 static inline uint32_t gc_floor(const struct ftl *f)
 {
-	return f->gc_dip ? f->cp_reserve : f->gc_min;
+	return f->gc_dip ? f->cp_need : f->gc_min;
 }
 uint32_t row_live_width(const struct ftl *f, uint32_t row); /* members of its bands, dead dies left out */
 /* user pages written since the data of ppa's band was written by the host */

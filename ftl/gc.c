@@ -890,7 +890,13 @@ static uint64_t gc_room(struct ftl *f, uint32_t floor)
 					room += f->data_pages - m->wp;
 			}
 		}
-	if (f->nfree > floor) {
+	uint32_t avail = f->nfree > floor ? f->nfree - floor : 0;
+	if (avail && floor < f->cp_reserve) {
+		/* dipping: counted in whole free bands (set_next_page) */
+		uint32_t bm = band_members_free(f);
+		avail = bm > floor ? (bm - floor < avail ? bm - floor : avail) : 0;
+	}
+	if (avail) {
 		/* bands open whole, and only while nfree >= gc_min + the band's
 		 * live width (set_next_page): a remainder under it is no room.
 		 * The narrowest row's width: with a dead die the pool may hold
@@ -899,7 +905,7 @@ static uint64_t gc_room(struct ftl *f, uint32_t floor)
 		for (uint32_t r = 0; f->ndead && r < f->nrows; r++)
 			if (f->band_free[r].count && row_live_width(f, r) < w)
 				w = row_live_width(f, r);
-		uint64_t blocks = (f->nfree - floor) / w * w;
+		uint64_t blocks = avail / w * w;
 		uint64_t pages = blocks * f->data_pages;
 		if (f->parity && w > f->parity) /* a member of each band holds parity */
 			pages = pages * (w - f->parity) / w;
@@ -963,7 +969,7 @@ static bool gc_fits(struct ftl *f, uint32_t valid, bool may_dip)
 		return true;
 	if (!may_dip || (!f->gc_dip && gc_busy(f)) ||
 	    4 * (uint64_t)valid > 3 * (uint64_t)(f->row_width - f->parity) * f->data_pages ||
-	    gc_room(f, f->cp_reserve) < owed + valid)
+	    gc_room(f, f->cp_need) < owed + valid)
 		return false;
 	f->gc_dip = true;
 	return true;
@@ -987,7 +993,11 @@ static int victim_admit(struct ftl *f)
 		return -1;
 	uint32_t b = FTL_NO_BLOCK, bi = FTL_NO_BLOCK, valid = 0, nmem = 1;
 	bool retire = false, urgent = false;
-	if (f->retire.count) {
+	/* a block to retire frees nothing: not while GC dips into the
+	 * checkpoint's reserve, where each page it moves is room an ordinary
+	 * victim needs to make room (t_ftl_model -c 7 -s 38: the dead die's
+	 * blocks retired the pool down to the checkpoint's bands, ENOSPC) */
+	if (f->retire.count && !f->gc_dip) {
 		b = blist_pop(f, &f->retire);
 		retire = true;
 		valid = f->blk[b].valid;

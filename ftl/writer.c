@@ -321,6 +321,11 @@ uint32_t set_next_page(struct ftl *f, struct open_set *set, uint32_t floor)
 			if (frugal || f->nfree < floor + row_live_width(f, row) ||
 			    !f->band_free[row].count)
 				continue;
+			/* below the checkpoint's reserve (GC dipping): whole free
+			 * bands must keep what a checkpoint takes (O(free bands)) */
+			if (floor < f->cp_reserve &&
+			    band_members_free(f) < floor + row_live_width(f, row))
+				continue;
 			/* a footer for every member */
 			uint32_t nfoot = 0;
 			for (struct footer *fo = f->footer_free; fo && nfoot < w; fo = fo->next_free)
