@@ -956,8 +956,9 @@ static void victim_examined(struct ftl *f, struct victim *v)
 /*
  * Room for a victim with valid pages to relocate: above gc_min, or, with
  * may_dip, when nothing is in flight to make room (or GC is dipping
- * already) and the victim frees at least a quarter of a band, above the
- * checkpoint's reserve (gc_dip: a crash closes the blocks open at it
+ * already) and the victim frees at least a quarter of a band, down to
+ * the members of whole free bands a checkpoint takes (cp_need; gc_dip,
+ * and no block is retired meanwhile: a crash closes the blocks open at it
  * nearly empty, and the pool can sit at gc_min with no room to collect
  * them).  A device whose bands are all full of valid data gets no dip: its
  * spare capacity is gone and it turns ENOSPC.
