@@ -629,6 +629,18 @@ static void let_time_pass(struct ftl *f, struct nand_dev *d, uint64_t ns)
 	}
 }
 
+/* Units first .. first + n - 1 get their next version, then a flush. */
+static void write_units(struct ftl *f, uint32_t *ver, uint64_t first, uint64_t n)
+{
+	uint8_t b[4096];
+	for (uint64_t u = first; u < first + n; u++) {
+		ver[u]++;
+		fill(b, u, ver[u]);
+		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
+	}
+	CHECK_RC(ftl_flush_sync(f));
+}
+
 /* A few units written and flushed, then a pause: the stripes they started
  * are padded and get their parity page.  A power cut and a die lost with
  * it: each unit on that die is rebuilt from its stripe.  (Before the pads,
@@ -650,13 +662,7 @@ static void idle_pad(bool timed)
 	/* fewer units than a row has data members: every stripe they start
 	 * is left partly written */
 	uint64_t first = units / 2 + 17, n = info.band_width - 2;
-	uint8_t b[4096];
-	for (uint64_t u = first; u < first + n; u++) {
-		ver[u]++;
-		fill(b, u, ver[u]);
-		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
-	}
-	CHECK_RC(ftl_flush_sync(f));
+	write_units(f, ver, first, n);
 	let_time_pass(f, d, 300000000ull);
 	ftl_get_stats(f, &st);
 	uint64_t pads = st.parity_pad_pages - st0.parity_pad_pages;
@@ -702,12 +708,7 @@ static void write_hole(void)
 	let_time_pass(f, d, 300000000ull);
 	uint64_t first = units / 2 + 17, n = info.band_width - 2;
 	uint8_t b[4096], e[4096];
-	for (uint64_t u = first; u < first + n; u++) {
-		ver[u]++;
-		fill(b, u, ver[u]);
-		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
-	}
-	CHECK_RC(ftl_flush_sync(f));
+	write_units(f, ver, first, n);
 	uint32_t die = 0, blk, page;
 	for (uint64_t u = first; u < first + n && !die; u++)
 		CHECK_RC(ftl_unit_location(f, u, &die, &blk, &page));
