@@ -515,18 +515,24 @@ void band_born_note(struct ftl *f, uint32_t ppa, uint32_t from)
  * written at the same time on blocks of the same age.  The whole band is
  * marked: GC collects it before any cost-benefit victim (gc.c,
  * victim_admit), unpaced, so its data moves while it still reads.  A band
- * that is still open is collected once it closes.  Blocks that are not
- * data (metadata, victims already being collected, bad) are left alone.
+ * that is still open is collected once it closes.  A band none of whose
+ * members is closed or open (metadata, victims already being collected,
+ * bad) is left alone; b itself may be retiring already (its program
+ * failed: the parity block of a band whose stripes go on without parity).
  * Logged (rate-limited), counted in refresh_marked.  O(row_width).
  */
 static bool band_refresh_set(struct ftl *f, uint32_t b)
 {
 	if (!f->bands_ready || blk_is_sb(f, b) || f->readonly)
 		return false;
-	uint8_t state = f->blk[b].state;
-	if (state != BLK_CLOSED && state != BLK_OPEN)
-		return false;
 	uint32_t bi = block_band(f, b);
+	bool live = false;
+	for (uint32_t c = 0; c < f->row_width && !live; c++) {
+		uint8_t state = f->blk[band_block(f, bi, c)].state;
+		live = state == BLK_CLOSED || state == BLK_OPEN;
+	}
+	if (!live)
+		return false;
 	struct band *bd = &f->band[bi];
 	if (bd->flags & BANDF_REFRESH)
 		return false;

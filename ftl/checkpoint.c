@@ -294,6 +294,14 @@ static int cp_build_header(struct ftl *f)
 	 * that are found again (their programs or erases fail again) */
 	uint32_t nbitmap = cp_bitmap_words(f);
 	uint32_t nextra = c->with_parity ? 1 + 2 * c->ngroups : 0;
+	/* bands marked for refresh (FTL_CP_REFRESH): a band whose stripes
+	 * lost their parity stays marked across a restart */
+	uint32_t nref = 0;
+	for (uint32_t bi = 0; bi < f->nbands; bi++)
+		if (f->band[bi].flags & BANDF_REFRESH)
+			nref++;
+	if (nref)
+		nextra += 1 + nref;
 	uint32_t room = (uint32_t)((f->ppb * (size_t)f->page_size - sizeof(struct ftl_cp_hdr)) /
 				   sizeof(uint32_t)) - c->nblocks - nopen - nbitmap - nextra;
 	if (nbad > room)
@@ -334,6 +342,12 @@ static int cp_build_header(struct ftl *f)
 		for (uint32_t g = 0; g < c->ngroups; g++)
 			lists[k++] = c->gend[g];
 	}
+	if (nref) {
+		lists[k++] = nref;
+		for (uint32_t bi = 0; bi < f->nbands; bi++)
+			if (f->band[bi].flags & BANDF_REFRESH)
+				lists[k++] = bi;
+	}
 	c->nlist_words = k;
 
 	struct ftl_cp_hdr h;
@@ -362,7 +376,8 @@ static int cp_build_header(struct ftl *f)
 	h.format_time = f->format_time;
 	/* the flags an older flashd does not know only where needed: it
 	 * takes such a checkpoint for damaged (and replays the whole log) */
-	h.flags = FTL_CP_SPARSE | (doomed ? FTL_CP_DOOMED : 0) | (c->with_parity ? FTL_CP_PARITY : 0);
+	h.flags = FTL_CP_SPARSE | (doomed ? FTL_CP_DOOMED : 0) | (c->with_parity ? FTL_CP_PARITY : 0) |
+		  (nref ? FTL_CP_REFRESH : 0);
 	h.ngroups = c->ngroups;
 	/* l2p_written and the checksums: cp_seal_header, once every l2p
 	 * page has been looked at */
@@ -977,14 +992,22 @@ static int cp_read(struct ftl *f, uint32_t block, const uint64_t *want_seq, bool
 	uint32_t nbitmap = sparse ? cp_bitmap_words(f) : 0;
 	/* with parity: the mirror, then pblock[] and gend[] (bounded first) */
 	uint32_t nextra = par && h.ngroups && h.ngroups <= h.nblocks ? 1 + 2 * h.ngroups : 0;
+	/* then the bands marked for refresh: a count and the list, whose
+	 * length is known once the pages are read (bounded here) */
+	bool refl = h.flags & FTL_CP_REFRESH;
+	uint32_t hdr_min = cp_hdr_pages(f, h.nblocks, h.nopen, h.nbad, nbitmap + nextra + refl);
+	uint32_t hdr_max = refl ? cp_hdr_pages(f, h.nblocks, h.nopen, h.nbad,
+					       nbitmap + nextra + 1 + f->nbands)
+				: hdr_min;
 	if (h.format_id != f->format_id || (want_seq && h.cp_seq != *want_seq) ||
 	    h.units != f->units || h.l2p_pages != cp_l2p_pages(f) ||
-	    (h.flags & ~(FTL_CP_SPARSE | FTL_CP_PARITY | FTL_CP_DOOMED)) || (par && (!nextra || !sparse)) ||
+	    (h.flags & ~(FTL_CP_SPARSE | FTL_CP_PARITY | FTL_CP_DOOMED | FTL_CP_REFRESH)) ||
+	    (par && (!nextra || !sparse)) ||
 	    (!par && h.ngroups) || (!sparse && h.l2p_written) ||
 	    (sparse && h.l2p_written > h.l2p_pages) ||
 	    h.nblocks < cp_l2p_blocks(f) || h.nblocks >= cp_l2p_blocks(f) + f->row_width ||
 	    h.hdr_pages == 0 || h.hdr_pages > f->ppb ||
-	    h.hdr_pages != cp_hdr_pages(f, h.nblocks, h.nopen, h.nbad, nbitmap + nextra)) {
+	    h.hdr_pages < hdr_min || h.hdr_pages > hdr_max) {
 		*why = "header fields do not match the format";
 		goto out;
 	}
@@ -1009,6 +1032,19 @@ static int cp_read(struct ftl *f, uint32_t block, const uint64_t *want_seq, bool
 	}
 	const uint32_t *lists = (const uint32_t *)(hbuf + sizeof h);
 	size_t nlist = (size_t)h.nblocks + h.nopen + h.nbad;
+	const uint32_t *reflist = NULL;
+	uint32_t nref = 0;
+	if (refl) {
+		nref = lists[nlist + nbitmap + nextra];
+		reflist = lists + nlist + nbitmap + nextra + 1;
+		if (!nref || nref > f->nbands ||
+		    h.hdr_pages != cp_hdr_pages(f, h.nblocks, h.nopen, h.nbad,
+						nbitmap + nextra + 1 + nref)) {
+			*why = "refresh list does not match the header";
+			goto out;
+		}
+		nextra += 1 + nref;
+	}
 	if (h.lists_crc != crc32c(0, lists, (nlist + nbitmap + nextra) * sizeof(uint32_t))) {
 		*why = "block lists checksum";
 		goto out;
@@ -1023,6 +1059,11 @@ static int cp_read(struct ftl *f, uint32_t block, const uint64_t *want_seq, bool
 			goto out;
 		}
 	}
+	for (uint32_t i = 0; i < nref; i++)
+		if (reflist[i] >= f->nbands) {
+			*why = "refresh list does not match the header";
+			goto out;
+		}
 	uint32_t bad_mask = h.flags & FTL_CP_DOOMED ? ~FTL_CP_BAD_DOOMED : UINT32_MAX;
 	for (size_t i = 0; i < nlist; i++)
 		if ((i < (size_t)h.nblocks + h.nopen ? lists[i] : lists[i] & bad_mask) >= f->nblocks) {
@@ -1183,6 +1224,22 @@ int cp_load(struct ftl *f, const struct ftl_sb *sb, char *err, size_t errlen)
 		if (!c->load_doomed && !(c->load_doomed = malloc(h.nbad * sizeof(uint32_t))))
 			continue; /* found again when its program fails again */
 		c->load_doomed[c->nload_doomed++] = b;
+	}
+	/* bands marked for refresh at the checkpoint: marked again once
+	 * recovery has classified their blocks */
+	free(c->load_refresh);
+	c->load_refresh = NULL;
+	c->nload_refresh = 0;
+	if (h.flags & FTL_CP_REFRESH) {
+		const uint32_t *extra = lists + h.nblocks + h.nopen + h.nbad + cp_bitmap_words(f);
+		if (h.flags & FTL_CP_PARITY)
+			extra += 1 + 2 * h.ngroups;
+		uint32_t nref = extra[0];
+		c->load_refresh = malloc(nref * sizeof(uint32_t));
+		if (c->load_refresh) { /* else refreshed when the fault is found again */
+			memcpy(c->load_refresh, extra + 1, nref * sizeof(uint32_t));
+			c->nload_refresh = nref;
+		}
 	}
 	f->st.host_pages_written = h.stats_host_pages_written;
 	f->st.nand_pages_programmed = h.stats_nand_pages_programmed;

@@ -227,6 +227,7 @@ static void free_all(struct ftl *f)
 	free(f->allocs);
 	free(f->cp.hdr_buf);
 	free(f->cp.load_doomed);
+	free(f->cp.load_refresh);
 	free(f);
 }
 

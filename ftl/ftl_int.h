@@ -444,6 +444,9 @@ struct cp_state {
 	/* cp_load -> recovery: blocks the checkpoint lists as doomed */
 	uint32_t *load_doomed;
 	uint32_t nload_doomed;
+	/* cp_load -> recovery: bands marked for refresh (FTL_CP_REFRESH) */
+	uint32_t *load_refresh;
+	uint32_t nload_refresh;
 };
 
 /* ---- the FTL ------------------------------------------------------------ */

@@ -191,6 +191,13 @@ struct __attribute__((packed)) ftl_cp_hdr {
  * once recovery has classified them (their data relocated first) */
 #define FTL_CP_DOOMED 4u
 #define FTL_CP_BAD_DOOMED 0x80000000u
+/* flags & FTL_CP_REFRESH (since 2026-12-06, set only when a band is
+ * marked): after everything above, uint32_t nrefresh, band[nrefresh]: the
+ * bands marked for refresh (GC moves their data first), among them those
+ * with stripes whose parity does not cover them (a program failed after
+ * the stripe's parity was computed, or the parity block failed), so a
+ * restart does not forget them */
+#define FTL_CP_REFRESH 8u
 #define FTL_CP_PARITY_LBA 0xFFFFFFFFu
 _Static_assert(sizeof(struct ftl_cp_hdr) == 160, "ftl_cp_hdr is on media");
 

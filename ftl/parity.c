@@ -349,6 +349,19 @@ void par_submitted(struct ftl *f, uint32_t ppa, const uint8_t *data, const uint8
 }
 
 /*
+ * Band of block b has stripes whose parity does not cover them: marked for
+ * refresh, and a checkpoint requested so the mark outlives a restart
+ * (FTL_CP_REFRESH; the band's data stays unprotected until GC has moved
+ * it, and a die failing meanwhile loses what the stripes cannot rebuild).
+ */
+static void par_unprotected(struct ftl *f, uint32_t b, const char *why)
+{
+	band_flag_refresh(f, b, why);
+	if (!f->readonly && !f->error)
+		cp_request(f, false);
+}
+
+/*
  * The program of data page ppa failed (the page is consumed and reads as
  * garbage; its data is programmed again elsewhere).  Its stripe must not
  * count it: taken out of the XOR while the stripe is in memory; once the
@@ -371,9 +384,9 @@ void par_program_failed(struct ftl *f, uint32_t ppa, const uint8_t *data, const 
 	for (uint32_t c = 0; c < f->row_width; c++)
 		if (c != col && (f->blk[band_block(f, bi, c)].state == BLK_CLOSED ||
 				 f->blk[band_block(f, bi, c)].state == BLK_OPEN)) {
-			band_flag_refresh(f, band_block(f, bi, c),
-					  "a program in one of its stripes failed after the stripe's "
-					  "parity was computed");
+			par_unprotected(f, band_block(f, bi, c),
+					"a program in one of its stripes failed after the stripe's "
+					"parity was computed");
 			break;
 		}
 }
@@ -397,7 +410,7 @@ static void par_program_done(struct nand_op *op)
 		f->st.parity_stripes_unprotected++;
 		bp->dead = true;
 		blk_program_failed(f, b);
-		band_flag_refresh(f, b, "its parity block failed a program");
+		par_unprotected(f, b, "its parity block failed a program");
 	} else {
 		f->st.nand_pages_programmed++;
 		f->st.parity_pages_programmed++;
@@ -423,7 +436,7 @@ static void par_try_submit(struct ftl *f, struct band_par *bp)
 			/* the parity block failed: this stripe stays unprotected */
 			if (!bp->dead) {
 				bp->dead = true;
-				band_flag_refresh(f, b, "its parity block is gone");
+				par_unprotected(f, b, "its parity block is gone");
 			}
 			f->st.parity_stripes_unprotected++;
 			s->state = PS_FREE;

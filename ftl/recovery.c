@@ -334,14 +334,34 @@ static void scan_result(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op
 		   sp.type == FTL_PG_TRIM ? TRIM_LBA : sp.lba);
 }
 
+/* Band bi is marked for refresh once recovery has classified the blocks
+ * (with those the checkpoint lists).  0 or -ENOMEM. */
+static int refresh_after_open(struct ftl *f, uint32_t bi)
+{
+	struct cp_state *c = &f->cp;
+	for (uint32_t i = 0; i < c->nload_refresh; i++)
+		if (c->load_refresh[i] == bi)
+			return 0;
+	uint32_t *l = realloc(c->load_refresh, (c->nload_refresh + 1) * sizeof *l);
+	if (!l)
+		return -ENOMEM;
+	l[c->nload_refresh++] = bi;
+	c->load_refresh = l;
+	return 0;
+}
+
 /*
  * Pages newer than the checkpoint that read uncorrectable at the scan (a
  * page gone bad since it was written) would be left out of the replay, and
  * their units keep an older mapping, maybe into a block erased since (EIO,
  * t_ftl_model seed 6): their spares are rebuilt from their stripes' parity
- * and replayed like the rest.  A torn page (its program cut) has no parity
- * covering it and stays out.  Synchronous: row width reads per page, only
- * for the pages that failed.  0, or -ENOMEM.
+ * and replayed like the rest.  A page whose program was cut, or failed,
+ * after its stripe's parity was computed is rebuilt too (the parity holds
+ * what it was to hold).  Either way the stripe has a member less on the
+ * media than its parity counts: the band is marked for refresh (a crash
+ * after a program failed, before the checkpoint that lists the band).  A
+ * torn page no parity covers stays out.  Synchronous: row width reads per
+ * page, only for the pages that failed.  0, or -ENOMEM.
  */
 static int unread_rebuild(struct ftl *f, struct rctx *x)
 {
@@ -366,6 +386,8 @@ static int unread_rebuild(struct ftl *f, struct rctx *x)
 		    (sp.type == FTL_PG_DATA && sp.lba >= f->units))
 			continue;
 		rc = rentry_add(x, sp.seq, ppa, sp.type == FTL_PG_TRIM ? TRIM_LBA : sp.lba);
+		if (!rc)
+			rc = refresh_after_open(f, block_band(f, ppa_block(f, ppa)));
 		if (rc)
 			goto out;
 		found++;
@@ -667,6 +689,21 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 	free(f->cp.load_doomed);
 	f->cp.load_doomed = NULL;
 	f->cp.nload_doomed = 0;
+	/* bands the checkpoint lists as marked for refresh: marked again
+	 * (through a member that is not a superblock block) */
+	for (uint32_t i = 0; i < f->cp.nload_refresh; i++) {
+		uint32_t bi = f->cp.load_refresh[i];
+		for (uint32_t c = 0; c < f->row_width; c++) {
+			uint32_t b = band_block(f, bi, c);
+			if (f->blk[b].state == BLK_CLOSED || f->blk[b].state == BLK_OPEN) {
+				band_flag_refresh(f, b, NULL);
+				break;
+			}
+		}
+	}
+	free(f->cp.load_refresh);
+	f->cp.load_refresh = NULL;
+	f->cp.nload_refresh = 0;
 	/* parity: stripes cut short by a crash have no parity page (a clean
 	 * close programs the parity of the last, partial ones): program it
 	 * now, from the pages that made it (a band where that fails is

@@ -33,6 +33,11 @@
  *                power cut right after a flush: units in open stripes on
  *                it read their previous version, never other data; the
  *                open's notes say so
+ *   refresh_kept a block of an open band fails its programs after its
+ *                stripes' parity was computed: the band is known to be
+ *                unprotected (marked for refresh) and stays so across a
+ *                clean reopen and a power cut, until GC moves its data
+ *                (a restart forgot it, and a die lost later lost data)
  *   idle_pad     stripes left open when writes pause are completed with
  *                pads, so their parity is on the media: a die found dead
  *                after a power cut loses nothing written before the pause
@@ -744,6 +749,111 @@ static void write_hole(void)
 	nand_close(d);
 }
 
+/* The power goes: what the timed medium has queued is interrupted or never
+ * happens; f is freed. */
+static void power_cut(struct ftl *f, struct nand_dev *d)
+{
+	struct nand_sim_faults cut = { .power_cut_after = 1 }, none = { 0 };
+	CHECK_RC(nand_sim_set_faults(d, &cut));
+	for (int i = 0; i < 1000000 && nand_sim_powered(d) && !ftl_idle(f); i++) {
+		ftl_poll(f);
+		uint64_t due = ftl_next_deadline(f);
+		if (due == UINT64_MAX)
+			break;
+		nand_wait_until(d, due);
+	}
+	ftl_abandon(f);
+	nand_sim_power_on(d);
+	CHECK_RC(nand_sim_set_faults(d, &none));
+}
+
+/* Units whose page is in band `band_of` (a block of it) and that the FTL
+ * reports unprotected; how many of those n are protected again. */
+static uint64_t count_protected(struct ftl *f, const uint64_t *u, uint64_t n, uint32_t bpd,
+				uint32_t dpc, uint32_t band_block0, uint64_t *still)
+{
+	uint64_t prot = 0;
+	*still = 0;
+	for (uint64_t i = 0; i < n; i++) {
+		uint32_t die, blk, page;
+		if (ftl_unit_location(f, u[i], &die, &blk, &page))
+			continue;
+		/* same band: same block index in the same row (FTL layout) */
+		if (blk % bpd != band_block0 % bpd || (blk / bpd) % dpc != (band_block0 / bpd) % dpc)
+			continue;
+		(*still)++;
+		prot += ftl_unit_protected(f, u[i]);
+	}
+	return prot;
+}
+
+enum { KEPT_CLOSE, KEPT_CUT_AT_ONCE, KEPT_CUT_LATER };
+
+static void refresh_kept(int how)
+{
+	static const char *const hows[] = { "clean reopen", "power cut at once",
+					    "power cut after a checkpoint" };
+	bool crash = how != KEPT_CLOSE;
+	struct nand_dev *d = dev_new("test-1g", true);
+	format(d, 36, 1);
+	struct ftl *f = open_ok(d);
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	uint64_t units = info.units, seed = 47;
+	uint32_t bpd = d->geo.blocks_per_die, dpc = d->geo.dies_per_channel;
+	uint32_t *ver = calloc(units, sizeof *ver);
+	churn(f, ver, units, units / 2, &seed);
+	/* a block the user stream is filling (not die 0: superblock) */
+	uint32_t die = 0, blk = 0, page;
+	uint64_t first = units / 2;
+	for (uint64_t u = first; die == 0; u++) {
+		write_units(f, ver, u, 1);
+		CHECK_RC(ftl_unit_location(f, u, &die, &blk, &page));
+	}
+	struct ftl_stats st0, st;
+	ftl_get_stats(f, &st0);
+	CHECK_RC(nand_sim_fail_block(d, blk, true, false));
+	/* programs complete later than their stripes' parity is computed */
+	write_units(f, ver, first + 64, 64);
+	ftl_get_stats(f, &st);
+	CHECK(st.program_failures > st0.program_failures);
+	/* units left in the band: their stripes' parity counts a page
+	 * that was never written */
+	uint64_t *u = calloc(units, sizeof *u), n = 0, still;
+	for (uint64_t x = 0; x < units; x++) {
+		uint32_t xd, xb, xp;
+		if (ftl_unit_location(f, x, &xd, &xb, &xp) == 0 && xb % bpd == blk % bpd &&
+		    (xb / bpd) % dpc == (blk / bpd) % dpc && xb != blk)
+			u[n++] = x;
+	}
+	CHECK(n > 0);
+	CHECK_EQ(count_protected(f, u, n, bpd, dpc, blk, &still), 0);
+	if (crash) {
+		/* later: the checkpoint it asked for lists the band; at once:
+		 * recovery finds the pages the parity counts and the media
+		 * lacks */
+		if (how == KEPT_CUT_LATER)
+			let_time_pass(f, d, 300000000ull);
+		power_cut(f, d);
+	} else {
+		CHECK_RC(ftl_close(f));
+	}
+	f = open_ok(d);
+	uint64_t prot = count_protected(f, u, n, bpd, dpc, blk, &still);
+	printf("refresh_kept (%s): block %u failed its programs after its stripes' parity: "
+	       "%" PRIu64 " units in the band, %" PRIu64 " still there after it, %" PRIu64
+	       " of them reported protected\n", hows[how], blk, n, still, prot);
+	CHECK(still > 0);
+	CHECK_EQ(prot, 0);
+	/* GC moves the band's data: everything reads right */
+	let_time_pass(f, d, 2000000000ull);
+	verify(f, ver, units, NULL);
+	CHECK_RC(ftl_close(f));
+	free(u);
+	free(ver);
+	nand_close(d);
+}
+
 int main(int argc, char **argv)
 {
 	const char *only = argc > 1 ? argv[1] : NULL;
@@ -774,6 +884,11 @@ int main(int argc, char **argv)
 	}
 	if (!only || !strcmp(only, "write_hole"))
 		write_hole();
+	if (!only || !strcmp(only, "refresh_kept")) {
+		refresh_kept(KEPT_CLOSE);
+		refresh_kept(KEPT_CUT_AT_ONCE);
+		refresh_kept(KEPT_CUT_LATER);
+	}
 	printf("ok\n");
 	return 0;
 }
