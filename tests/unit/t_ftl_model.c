@@ -18,6 +18,18 @@
  * other interleavings and are worth a sweep after FTL changes.
  * T_MODEL_CUT_AFTER_DIE=1 keeps power cuts after a die failure (the double
  * fault flashd does not handle yet: expect failures).
+ *
+ * Double faults: once a die has failed, a stripe that had lost its parity
+ * before (a program failure after the parity was computed, its band marked
+ * for refresh and not yet moved by GC) cannot rebuild its member on the
+ * dead die.  Those units are lost, and the contract is then "EIO, never
+ * wrong data": the model accepts EIO for a unit only after a die failed
+ * and the FTL counted a failed rebuild since, re-reads the unit on its own
+ * (it must fail again or return exactly its current state), and from then
+ * on accepts EIO for that unit until it is overwritten whole; at most 1 %
+ * of the units.  Any data a read returns is still checked.  (Seeds 11 and
+ * 12 of config 7 lost 95 and 57 units this way while a restart made the
+ * FTL forget such bands; now 0.)
  */
 #include <getopt.h>
 #include <stdarg.h>
@@ -94,6 +106,10 @@ static struct {
 	                                      * fails: one fault at a time) */
 	uint32_t grown_blocks[8], ngrown_blocks; /* blocks made to fail */
 	int dead_die;                        /* -1: none */
+	uint64_t fail_at_death;              /* rebuild failures when it died */
+	uint8_t *eio_ok;                     /* per unit: lost to a double fault,
+	                                      * reads may fail with EIO */
+	uint64_t lost, eio_transient;        /* units lost; EIOs a re-read healed */
 } M;
 
 static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -268,6 +284,50 @@ static void count_stats(void)
 	M.rebuild_failures += st.parity_rebuild_failures;
 }
 
+/* A read of unit u failed with EIO while the medium had power: accept it
+ * as a double fault, or fail the test. */
+static void double_fault_or_fail(uint64_t u, const char *where)
+{
+	struct ftl_stats st;
+	ftl_get_stats(M.f, &st);
+	uint64_t failures = M.rebuild_failures + st.parity_rebuild_failures;
+	if (!M.cfg->die || M.dead_die < 0 || failures <= M.fail_at_death)
+		fail("%s: unit %" PRIu64 " EIO with no double fault (die %d dead, %" PRIu64
+		     " rebuilds failed since)", where, u, M.dead_die, failures - M.fail_at_death);
+}
+
+static void accept_eio(uint64_t u, const char *where)
+{
+	double_fault_or_fail(u, where);
+	if (M.eio_ok[u])
+		return;
+	if (++M.lost > M.units / 100)
+		fail("%s: %" PRIu64 " units lost: more than a double fault explains", where, M.lost);
+	M.eio_ok[u] = 1;
+	if (M.verbose)
+		fprintf(stderr, "unit %" PRIu64 " lost (%s)\n", u, where);
+}
+
+/* Read unit u on its own: 0 and its content in obs, or -EIO (accepted as
+ * above); any other error fails the test. */
+static int read_unit(uint64_t u, uint8_t *buf, uint32_t *obs, const char *where)
+{
+	int rc = ftl_read_sync(M.f, buf, u * 4096, 4096);
+	if (rc == -EIO && nand_sim_powered(M.dev)) {
+		accept_eio(u, where);
+		return -EIO;
+	}
+	if (rc)
+		fail("%s: read of unit %" PRIu64 ": %d", where, u, rc);
+	for (uint32_t s = 0; s < M.spu; s++) {
+		int64_t v = sub_decode(buf + s * SUB, u * M.spu + s);
+		if (v < 0)
+			fail("%s: unit %" PRIu64 " sub-sector %u holds garbage", where, u, s);
+		obs[s] = (uint32_t)v;
+	}
+	return 0;
+}
+
 static void open_ftl(void)
 {
 	char err[256];
@@ -295,15 +355,28 @@ static void verify_after_reopen(bool exact)
 	for (uint64_t u0 = 0; u0 < M.units; u0 += chunk_units) {
 		uint64_t n = M.units - u0 < chunk_units ? M.units - u0 : chunk_units;
 		int rc = ftl_read_sync(M.f, buf, u0 * 4096, n * 4096);
-		if (rc)
+		bool one_by_one = rc == -EIO && nand_sim_powered(M.dev);
+		if (rc && !one_by_one)
 			fail("read after reopen at unit %" PRIu64 ": %d", u0, rc);
 		for (uint64_t k = 0; k < n; k++) {
 			uint64_t u = u0 + k;
-			for (uint32_t s = 0; s < M.spu; s++) {
-				int64_t v = sub_decode(buf + k * 4096 + s * SUB, u * M.spu + s);
-				if (v < 0)
-					fail("unit %" PRIu64 " sub-sector %u holds garbage after reopen", u, s);
-				obs[s] = (uint32_t)v;
+			if (one_by_one) {
+				/* a unit lost to a double fault: its state is
+				 * unknown, any data read later must be its
+				 * current one (with power cuts after the die
+				 * failure, its durable one) */
+				if (read_unit(u, buf + k * 4096, obs, "read after reopen")) {
+					if (!exact)
+						memcpy(unit_ver(M.ver, u), unit_ver(M.base, u), M.spu * 4);
+					continue;
+				}
+			} else {
+				for (uint32_t s = 0; s < M.spu; s++) {
+					int64_t v = sub_decode(buf + k * 4096 + s * SUB, u * M.spu + s);
+					if (v < 0)
+						fail("unit %" PRIu64 " sub-sector %u holds garbage after reopen", u, s);
+					obs[s] = (uint32_t)v;
+				}
 			}
 			bool ok = memcmp(obs, unit_ver(M.base, u), M.spu * 4) == 0;
 			struct hist *h = &M.hist[u];
@@ -423,6 +496,10 @@ static void model_apply(struct mop *m)
 	}
 	m->first_unit = io->offset / 4096;
 	m->nunits = (io->offset + io->length + 4095) / 4096 - m->first_unit;
+	/* a unit overwritten whole is readable again (a partial write keeps
+	 * the lost rest: the FTL's read-modify-write fails) */
+	for (uint64_t u = (io->offset + 4095) / 4096; u < (io->offset + io->length) / 4096; u++)
+		M.eio_ok[u] = 0;
 	m->snap_idx = malloc(m->nunits * sizeof(uint32_t));
 	for (uint64_t k = 0; k < m->nunits; k++)
 		m->snap_idx[k] = hist_push(m->first_unit + k);
@@ -511,6 +588,30 @@ static void run_batch(void)
 	for (int i = 0; i < k; i++) {
 		struct mop *m = &ops[i];
 		M.ops++;
+		if (m->io.status == -EIO && m->io.type == FTL_IO_READ && nand_sim_powered(M.dev)) {
+			/* units lost to a double fault: each one read on its
+			 * own, the others must read right */
+			uint64_t u0 = m->io.offset / 4096, u1 = (m->io.offset + m->io.length + 4095) / 4096;
+			uint32_t obs[8];
+			bool any = false;
+			for (uint64_t u = u0; u < u1; u++) {
+				if (read_unit(u, M.rbuf[m->slot], obs, "read")) {
+					any = true;
+					continue;
+				}
+				for (uint32_t s = 0; s < M.spu; s++)
+					if (obs[s] != unit_ver(M.ver, u)[s])
+						fail("read of unit %" PRIu64 " sub-sector %u returned version %u, "
+						     "expected %u", u, s, obs[s], unit_ver(M.ver, u)[s]);
+			}
+			if (!any) {
+				/* a transient error on top of the dead die's:
+				 * accepted under the same conditions */
+				double_fault_or_fail(u0, "read (right on a re-read)");
+				M.eio_transient++;
+			}
+			continue;
+		}
 		if (m->io.status) {
 			if (m->io.status != -EIO || nand_sim_powered(M.dev)) {
 				if (M.verbose)
@@ -575,6 +676,7 @@ static void run_config(const struct config *cfg, uint64_t nops, uint64_t seed)
 	M.base = calloc(M.nsub, sizeof *M.base);
 	M.hist = calloc(M.units, sizeof *M.hist);
 	M.touched = calloc(M.units * 64, sizeof *M.touched);
+	M.eio_ok = calloc(M.units, 1);
 	M.ntouched = 0;
 	M.next_ver = 0;
 	M.dead_die = -1;
@@ -640,6 +742,9 @@ static void run_config(const struct config *cfg, uint64_t nops, uint64_t seed)
 			for (uint64_t i = 0; i < M.sticky && i < 1024; i++)
 				nand_sim_page_error(M.dev, M.sticky_ppa[i], NAND_OK);
 			nand_sim_fail_die(M.dev, (uint32_t)M.dead_die);
+			struct ftl_stats st;
+			ftl_get_stats(M.f, &st);
+			M.fail_at_death = M.rebuild_failures + st.parity_rebuild_failures;
 			if (M.verbose)
 				fprintf(stderr, "die %d fails now (op %" PRIu64 ")\n", M.dead_die, M.ops);
 		} else if (r < 50 && cfg->faults && M.grown < 6) {
@@ -686,6 +791,9 @@ static void run_config(const struct config *cfg, uint64_t nops, uint64_t seed)
 		printf("%-24s die %d failed during the run (since the last open: %u dead, %u bands "
 		       "left to rebuild; %" PRIu64 " blocks bad)\n", "", M.dead_die, st.dies_failed,
 		       st.rebuild_bands_left, st.blocks_bad);
+	if (M.lost || M.eio_transient)
+		printf("%-24s double faults: %" PRIu64 " units lost (EIO), %" PRIu64
+		       " reads failed once and read right again\n", "", M.lost, M.eio_transient);
 	if (cfg->aging) {
 		struct nand_sim_error_stats es;
 		nand_sim_error_stats(M.dev, &es);
@@ -707,6 +815,7 @@ static void run_config(const struct config *cfg, uint64_t nops, uint64_t seed)
 	free(M.ver);
 	free(M.base);
 	free(M.touched);
+	free(M.eio_ok);
 }
 
 static void quiet_log(void *arg, const char *msg)
