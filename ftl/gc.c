@@ -504,6 +504,16 @@ static bool trim_relog(struct ftl *f, struct victim *v)
 	return true;
 }
 
+/* v may hold a trim record with sequence number seq that no checkpoint
+ * covers yet: its block is erased only after one does (victim_finish);
+ * one is requested now. */
+static void victim_hold(struct ftl *f, struct victim *v, uint64_t seq)
+{
+	if (seq > v->hold_seq)
+		v->hold_seq = seq;
+	cp_request(f, false);
+}
+
 /*
  * The spare of page p of v (no footer) is unreadable every time: what it
  * holds is unknown, maybe a trim record newer than the checkpoint, which
@@ -531,8 +541,7 @@ static void unread_hold(struct ftl *f, struct victim *v, uint32_t p)
 		return;
 	ftl_log("block %u page %u: spare unreadable during GC: the block is erased only after a "
 		"checkpoint newer than it", v->block, p);
-	v->hold_seq = bound;
-	cp_request(f, false);
+	victim_hold(f, v, bound);
 }
 
 /* Examine pages of the active victim, as far as credit and slots allow. */
@@ -650,9 +659,7 @@ static int victim_examine(struct ftl *f, int vi)
 				ftl_log("block %u page %u: trim record (seq %llu) unreadable during GC: "
 					"the block is erased only after a checkpoint that holds it",
 					v->block, p, (unsigned long long)sp.seq);
-				if (sp.seq > v->hold_seq)
-					v->hold_seq = sp.seq;
-				cp_request(f, false);
+				victim_hold(f, v, sp.seq);
 			} else if (!trim_relog(f, v)) {
 				break;
 			}
