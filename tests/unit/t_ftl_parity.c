@@ -767,8 +767,8 @@ static void power_cut(struct ftl *f, struct nand_dev *d)
 	CHECK_RC(nand_sim_set_faults(d, &none));
 }
 
-/* Units whose page is in band `band_of` (a block of it) and that the FTL
- * reports unprotected; how many of those n are protected again. */
+/* Of the n units u[], those still in the band of block band_block0 go in
+ * *still; returns how many of them the FTL reports protected. */
 static uint64_t count_protected(struct ftl *f, const uint64_t *u, uint64_t n, uint32_t bpd,
 				uint32_t dpc, uint32_t band_block0, uint64_t *still)
 {
