@@ -691,6 +691,8 @@ int cp_kick(struct ftl *f)
 		return 0;
 	switch (c->phase) {
 	case CP_IDLE:
+		if (!f->opened)
+			return 0;
 		if (!c->requested && f->cp_interval && c->pages_since >= f->cp_interval)
 			c->requested = true;
 		if (!c->requested)

@@ -770,6 +770,7 @@ int ftl_open(struct nand_dev *dev, const struct ftl_open_params *p, struct ftl *
 		return -ENOMEM;
 	c.f = f;
 	f->readonly = c.p->readonly;
+	f->flush_ppl = !c.p->no_flush_parity;
 	int rc = ftl_geometry_init(f, dev, c.err, c.errlen);
 	for (size_t i = 0; !rc && i < sizeof open_steps / sizeof open_steps[0]; i++) {
 		uint64_t t = nand_now(dev);
@@ -788,6 +789,7 @@ int ftl_open(struct nand_dev *dev, const struct ftl_open_params *p, struct ftl *
 		return rc;
 	}
 	f->info.open_ns = nand_now(dev) - t0;
+	f->opened = true;
 	int32_t mc;
 	f->temp_mc = f->temp_max_mc = FTL_TEMP_NONE;
 	if (nand_temperature_mc(dev, &mc) == 0) {

@@ -109,6 +109,11 @@ struct ftl_open_params {
 	uint64_t checkpoint_interval;
 	/* write buffer, in 4 KiB slots (0: automatic) */
 	uint32_t write_buffer_slots;
+	/* parity formats: no partial-parity pages at flushes (media.h): a die
+	 * lost with a power cut may then take flushed writes of stripes still
+	 * open with it (their units read an older version); saves a page per
+	 * open stripe per flush */
+	bool no_flush_parity;
 };
 
 /*
@@ -177,6 +182,7 @@ struct ftl_io {
 	uint64_t unit;             /* next unit to process */
 	uint64_t end_unit;         /* one past the last unit */
 	uint64_t wait_pos;         /* ring position that must be durable */
+	uint64_t par_ticket;       /* and the parity of stripes sealed so far */
 	uint32_t pending;          /* NAND reads in flight for this io */
 	uint32_t state;
 	uint32_t rmw_mask;         /* units whose old content is needed */
@@ -374,6 +380,7 @@ struct ftl_stats {
 	uint64_t parity_rebuilds, parity_rebuild_failures;
 	uint64_t parity_stripes_unprotected; /* closed without a parity page */
 	uint64_t parity_pad_pages;  /* pads completing stripes left open while idle */
+	uint64_t parity_ppl_pages;  /* partial-parity pages written at flushes */
 	uint32_t dies_failed;
 	uint32_t rebuild_bands_total, rebuild_bands_left;
 	uint64_t blocks_total, blocks_free, blocks_bad, blocks_bad_grown, blocks_meta;

@@ -146,7 +146,8 @@ struct slot {
 	                      * (NULL while empty); GC: the buffer its
 	                      * relocation read landed in (no copy) */
 	uint8_t state;       /* enum slot_state */
-	uint8_t type;        /* FTL_PG_DATA or FTL_PG_TRIM */
+	uint8_t type;        /* FTL_PG_DATA, FTL_PG_TRIM or FTL_PG_PPL (its
+	                      * data and spare made at submit: parity.c) */
 	uint16_t victim;     /* GC: index of the victim it relocates from */
 	bool crc_known;      /* data_crc is the crc32c of the data (GC: taken
 	                      * from the source page's spare, saving a pass
@@ -191,6 +192,9 @@ struct open_row {
 	uint32_t band;            /* FTL_NO_BLOCK if none */
 	uint32_t page;
 	uint32_t col;
+	/* the cursor (band, page, col) right after the last partial-parity
+	 * page handed out into it: the stripe needs no other until it moves */
+	uint32_t ppl_band, ppl_page, ppl_col;
 };
 
 enum stream_id { STREAM_USER = 0, STREAM_GC = 1, NSTREAMS = 2 };
@@ -480,6 +484,11 @@ struct ftl {
 	uint64_t units;
 	uint64_t format_time;
 	bool was_clean;
+	bool flush_ppl;             /* partial parity at flushes (parity.c) */
+	bool opened;                /* every open step done: checkpoints may
+	                             * start (one requested by recovery, e.g. a
+	                             * band that lost its parity, waits, so it
+	                             * cannot race the open's superblock write) */
 	uint64_t open_count;
 
 	/* map */
@@ -656,6 +665,9 @@ struct ftl {
 	struct pad_op *pad_pool;    /* pad programs, free ones linked */
 	struct pad_op *pad_free;
 	uint8_t *pad_page;          /* the pad's data: an empty trim record */
+	uint64_t par_ticket;        /* stripes sealed so far (par_stripe.ticket):
+	                             * a flush waits for the parity of those
+	                             * sealed before it */
 	uint32_t pad_crc;
 	/* failed dies: every operation on them fails (parity.c, die_note) */
 	uint8_t *die_bad_run;       /* [ndies] failures in a row, saturating */
@@ -879,6 +891,14 @@ uint64_t par_pad_due(const struct ftl *f);
 /* a data page's program failed: out of its stripe's parity (or, too late
  * for that, its band marked for refresh) */
 void par_program_failed(struct ftl *f, uint32_t ppa, const uint8_t *data, const uint8_t *spare);
+/* a flush or FUA write: a partial-parity slot into every stripe of the user
+ * stream partly handed out (false: no ring slot now, call again) */
+bool par_flush_ppl(struct ftl *f);
+/* every stripe sealed with a ticket <= t has its parity page programmed
+ * (or is known to go without); O(open bands x PAR_STRIPES) */
+bool par_sealed_done(const struct ftl *f, uint64_t t);
+/* at its submit: the partial-parity page's data and spare; its data CRC */
+uint32_t par_ppl_build(struct ftl *f, uint32_t ppa, uint64_t seq, uint8_t *data, uint8_t *spare);
 /* a data page's program was submitted: fold it into its stripe's parity */
 void par_submitted(struct ftl *f, uint32_t ppa, const uint8_t *data, const uint8_t *spare);
 /* recovery, with the blocks that were open at the crash (no footer): the

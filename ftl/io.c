@@ -457,6 +457,7 @@ static bool write_continue(struct ftl *f, struct ftl_io *io)
 static void durable_push(struct ftl *f, struct ftl_io *io)
 {
 	io->wait_pos = f->stream[STREAM_USER].ring.fill;
+	io->par_ticket = f->par_ticket;
 	ioq_push(&f->wq_durable, io);
 }
 
@@ -484,7 +485,8 @@ static int durable_kick(struct ftl *f)
 		if (rc < 0)
 			return n;
 	}
-	while (f->wq_durable.head && f->wq_durable.head->wait_pos <= r->done)
+	while (f->wq_durable.head && f->wq_durable.head->wait_pos <= r->done &&
+	       par_sealed_done(f, f->wq_durable.head->par_ticket))
 		ioq_push(&f->wq_syncing, ioq_pop(&f->wq_durable));
 	if (!f->wq_syncing.head)
 		return n;
@@ -544,6 +546,8 @@ int io_kick(struct ftl *f)
 		if (io->type == FTL_IO_FLUSH) {
 			if (f->ntrim_pend && !trim_close_record(f))
 				break;
+			if (!par_flush_ppl(f))
+				break;
 			ioq_pop(&f->wq_write);
 			durable_push(f, io);
 			n++;
@@ -573,7 +577,8 @@ int io_kick(struct ftl *f)
 		ioq_pop(&f->wq_write);
 		n++;
 		if (io->flags & FTL_IO_FUA) {
-			if (io->type != FTL_IO_WRITE && f->ntrim_pend && !trim_close_record(f)) {
+			if ((io->type != FTL_IO_WRITE && f->ntrim_pend && !trim_close_record(f)) ||
+			    !par_flush_ppl(f)) {
 				/* no slot for the record: finish as a flush later */
 				io->type = FTL_IO_FLUSH;
 				ioq_push_front(&f->wq_write, io);

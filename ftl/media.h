@@ -47,6 +47,21 @@
  *               recovery marks their bands for refresh, so GC moves that
  *               data into protected stripes first.  Footer pages are not
  *               covered (GC falls back to the map for a dead die's pages).
+ *   partial parity  (since 2026-12-06) a flush (or FUA write) writes into
+ *               every stripe of the user stream that is partly written
+ *               its next member, a partial-parity page (FTL_PG_PPL): data
+ *               the XOR of the stripe's members programmed before it
+ *               (their columns in `reserved`), spare after its own
+ *               ftl_spare the XOR of theirs, like a parity page; it is
+ *               then a member of the stripe like any other (in the XOR of
+ *               its parity page).  A die lost with a power cut before the
+ *               stripe completes: recovery rebuilds the member on that die
+ *               from the stripe's newest PPL page that covers it (its
+ *               spare for the replay, its data into the stripe's parity
+ *               page).  Never page 0 of a block (a flashd from before
+ *               takes a block whose first page it does not know for
+ *               empty), so a flush leaves a band's first stripe without.
+ *               GC and replay skip PPL pages (footer entry: parity).
  */
 #ifndef FLASHD_FTL_MEDIA_H
 #define FLASHD_FTL_MEDIA_H
@@ -72,6 +87,8 @@ enum ftl_page_type {
 	FTL_PG_FOOTER = 5,  /* lba = page index within the footer */
 	FTL_PG_PARITY = 6,  /* lba = stripe (page index); reserved = columns
 	                     * of the stripe's data pages; seq = their newest */
+	FTL_PG_PPL = 7,     /* partial parity (media.h, "parity"): lba = stripe;
+	                     * reserved = the columns it covers */
 };
 
 /* Spare area of every page the FTL programs. */

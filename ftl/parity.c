@@ -65,6 +65,8 @@ struct par_stripe {
 	uint32_t page;            /* the stripe (page index) while not FREE */
 	uint8_t state;            /* PS_* */
 	bool sealed;              /* its last data page was handed out */
+	uint64_t ticket;          /* sealed: f->par_ticket then (a flush
+	                           * waits for its parity program) */
 	uint16_t need;            /* handed out, not yet submitted */
 	uint32_t sub_mask;        /* columns submitted (XORed into acc) */
 	uint64_t max_seq;         /* newest sequence number among them */
@@ -232,6 +234,8 @@ static uint32_t par_pick_pcol(const struct ftl *f, uint32_t bi, uint32_t mask)
 	return UINT32_MAX;
 }
 
+static void par_release(struct ftl *f, struct band_par *bp);
+
 bool par_band_open(struct ftl *f, uint32_t bi)
 {
 	if (!f->parity)
@@ -244,6 +248,15 @@ bool par_band_open(struct ftl *f, uint32_t bi)
 		if (f->blk[band_block(f, bi, c)].state == BLK_OPEN)
 			live |= 1u << c;
 	uint32_t pcol = par_pick_pcol(f, bi, live);
+	struct band_par *old = band_par_of(f, bi);
+	if (old) {
+		/* its last life's context (its parity block failed: nothing
+		 * released it; now par_try_submit does): not this life's */
+		if (old->busy)
+			f->band[bi].par = 0; /* leaked, never seen again */
+		else
+			par_release(f, old);
+	}
 	if (__builtin_popcount(live) < 2)
 		return true; /* fewer than two live members: nothing to protect with */
 	f->par_free = bp->next_free;
@@ -310,8 +323,10 @@ bool par_handout(struct ftl *f, uint32_t bi, uint32_t page, uint32_t col, bool l
 	}
 	(void)col;
 	s->need++;
-	if (last)
+	if (last) {
 		s->sealed = true;
+		s->ticket = ++f->par_ticket;
+	}
 	return true;
 }
 
@@ -324,6 +339,7 @@ void par_seal(struct ftl *f, uint32_t bi, uint32_t page)
 	if (s->state != PS_FILLING || s->page != page || s->sealed)
 		return;
 	s->sealed = true;
+	s->ticket = ++f->par_ticket;
 	par_try_submit(f, bp);
 }
 
@@ -479,6 +495,9 @@ static void par_try_submit(struct ftl *f, struct band_par *bp)
 		ftl_nand_submit(f, op);
 		footer_note(f, ppa, FTL_FOOTER_PARITY, s->max_seq, crc);
 	}
+	/* the last stripes of a band whose parity block failed leave no
+	 * program behind to release the context */
+	par_maybe_release(f, bp);
 }
 
 void par_seal_all(struct ftl *f)
@@ -488,8 +507,10 @@ void par_seal_all(struct ftl *f)
 		if (bp->band == FTL_NO_BLOCK)
 			continue;
 		for (uint32_t k = 0; k < PAR_STRIPES; k++)
-			if (bp->st[k].state == PS_FILLING)
+			if (bp->st[k].state == PS_FILLING && !bp->st[k].sealed) {
 				bp->st[k].sealed = true;
+				bp->st[k].ticket = ++f->par_ticket;
+			}
 		par_try_submit(f, bp);
 	}
 }
@@ -613,6 +634,141 @@ int par_idle_pad(struct ftl *f)
 	return n;
 }
 
+/* ---- partial parity at a flush -------------------------------------------- */
+
+/*
+ * A flush or FUA write: a stripe of the user stream partly handed out has
+ * its parity in memory only, and a die failing with a power cut before the
+ * stripe completes would take its member there, flushed data, with it
+ * (recovery could not even tell which units it held).  So every such
+ * stripe gets its next member as a partial-parity page (media.h): a ring
+ * slot behind the flushed data, of type FTL_PG_PPL, whose content
+ * par_ppl_build makes at submit from the stripe's XOR so far.  The flush
+ * completes when the ring has programmed it.  Not for a stripe whose
+ * cursor has not moved since its last one, nor stripe 0 (media.h), nor
+ * the GC stream (its data is still in the victims until they are erased
+ * after the flush-like wait in victim_finish).  false: no ring slot now
+ * (the caller waits and calls again; stripes served already are not served
+ * twice).  Cost: a page per open stripe per flush; O(sets x rows).
+ */
+/* A user ring slot for page ppa: a partial-parity page, or a pad (an
+ * empty trim record). */
+static void ring_fill_par(struct ftl *f, struct ring *r, uint32_t ppa, bool ppl)
+{
+	uint32_t idx = (uint32_t)(r->fill & r->mask);
+	uint8_t *data = ring_fill_data(r, idx);
+	struct slot *sl = &r->slots[idx];
+	sl->state = SLOT_FILLED;
+	sl->type = ppl ? FTL_PG_PPL : FTL_PG_TRIM;
+	sl->crc_known = !ppl;
+	if (!ppl) {
+		memcpy(data, f->pad_page, f->page_size);
+		sl->data_crc = f->pad_crc;
+	}
+	sl->ppa = ppa;
+	sl->lba = ppl ? ppa_page(f, ppa) : 0;
+	sl->prev = L2P_UNMAPPED;
+	sl->seq = f->next_seq++;
+	r->fill++;
+	if (ppl)
+		f->st.parity_ppl_pages++;
+	else
+		f->st.parity_pad_pages++;
+}
+
+bool par_flush_ppl(struct ftl *f)
+{
+	if (!f->parity || !f->flush_ppl)
+		return true;
+	struct stream *s = &f->stream[STREAM_USER];
+	struct ring *r = &s->ring;
+	for (uint32_t k = 0; k < s->nsets; k++)
+		for (uint32_t row = 0; row < f->nrows; row++) {
+			struct open_row *orow = &s->set[k].row[row];
+			if (orow->band == FTL_NO_BLOCK || orow->col == 0 ||
+			    orow->col == f->row_width || !band_par_of(f, orow->band) ||
+			    (orow->ppl_band == orow->band && orow->ppl_page == orow->page &&
+			     orow->ppl_col == orow->col))
+				continue;
+			/* stripe 0 takes no PPL page (media.h): its other
+			 * members are pads, and its parity is programmed (the
+			 * flush waits for it: par_sealed_done) */
+			bool pad = orow->page == 0;
+			for (uint32_t band = orow->band;;) {
+				/* one slot for it, one kept for a trim record */
+				if (ring_free(r) < 2)
+					return false;
+				bool busy = false;
+				uint32_t ppa = set_pad_page(f, &s->set[k], row, &busy);
+				if (ppa == FTL_NO_BLOCK)
+					break; /* sealed (its parity follows), or busy */
+				ring_fill_par(f, r, ppa, !pad);
+				if (!pad || orow->band != band || orow->page != 0)
+					break;
+			}
+			orow->ppl_band = orow->band;
+			orow->ppl_page = orow->page;
+			orow->ppl_col = orow->col;
+		}
+	return true;
+}
+
+bool par_sealed_done(const struct ftl *f, uint64_t t)
+{
+	if (!f->parity)
+		return true;
+	for (uint32_t i = 0; i < f->npar; i++) {
+		const struct band_par *bp = &f->par_pool[i];
+		if (bp->band == FTL_NO_BLOCK || !bp->busy || band_par_of(f, bp->band) != bp)
+			continue;
+		for (uint32_t k = 0; k < PAR_STRIPES; k++) {
+			const struct par_stripe *s = &bp->st[k];
+			/* programming, or still to be (a stripe left behind
+			 * next would never be: not waited for) */
+			if (s->state != PS_FREE && s->sealed && s->ticket <= t &&
+			    (s->state == PS_PROGRAMMING || s->page >= bp->next))
+				return false;
+		}
+	}
+	return true;
+}
+
+/*
+ * The content of the partial-parity page ppa, at its submit: the XOR of
+ * the members of its stripe submitted so far (every one handed out before
+ * it: the user ring submits in order), their columns, and the XOR of their
+ * spares.  Returns its data CRC.  Cost: a page copy and its CRC.
+ */
+uint32_t par_ppl_build(struct ftl *f, uint32_t ppa, uint64_t seq, uint8_t *data, uint8_t *spare)
+{
+	uint32_t b = ppa_block(f, ppa), page = ppa_page(f, ppa);
+	struct band_par *bp = band_par_of(f, block_band(f, b));
+	struct par_stripe *s = bp ? &bp->st[page % PAR_STRIPES] : NULL;
+	uint32_t mask = 0;
+	memset(spare, 0xFF, f->spare_size);
+	if (s && s->state == PS_FILLING && s->page == page) {
+		memcpy(data, s->acc, f->page_size);
+		memcpy(spare + SPARE_SZ, s->spare + SPARE_SZ, SPARE_SZ);
+		mask = s->sub_mask;
+	} else {
+		memset(data, 0, f->page_size); /* covers nothing */
+	}
+	uint32_t crc = crc32c(0, data, f->page_size);
+	struct ftl_spare sp = {
+		.magic = FTL_SPARE_MAGIC,
+		.type = FTL_PG_PPL,
+		.version = FTL_MEDIA_VERSION,
+		.lba = page,
+		.data_crc = crc,
+		.seq = seq,
+		.format_id = f->format_id,
+		.reserved = mask,
+	};
+	sp.crc = crc32c(0, &sp, offsetof(struct ftl_spare, crc));
+	memcpy(spare, &sp, sizeof sp);
+	return crc;
+}
+
 /* ---- rebuilding ------------------------------------------------------------ */
 
 static void rb_start(struct ftl *f, struct rb_ctx *x, struct rb_req *rq);
@@ -675,7 +831,8 @@ static void rb_finish(struct ftl *f, struct rb_ctx *x)
 		for (uint32_t c = 0; c < f->row_width && ok; c++) {
 			if (!(members & (1u << c)))
 				continue;
-			if (!member_page_ok(f, x, c, &sp) || (sp.type != FTL_PG_DATA && sp.type != FTL_PG_TRIM)) {
+			if (!member_page_ok(f, x, c, &sp) ||
+			    (sp.type != FTL_PG_DATA && sp.type != FTL_PG_TRIM && sp.type != FTL_PG_PPL)) {
 				ok = false;
 				break;
 			}
@@ -874,6 +1031,47 @@ static enum nand_status rec_read(struct ftl *f, uint32_t b, uint32_t page, uint8
 }
 
 /*
+ * Column c of a stripe (page `page`) is unreadable; the members in `have`
+ * were read into bufs and spares (row_width pages and spares, by column).
+ * If one of them is a partial-parity page covering c (the newest such),
+ * c's page and spare are rebuilt into bufs[c] and spares[c] from it and
+ * the other members it covers, and checked like a read: true.  O(row
+ * width) XORs of a page.
+ */
+static bool ppl_rebuild_member(struct ftl *f, uint8_t *bufs, uint8_t *spares, uint32_t have,
+			       uint32_t c, uint32_t page)
+{
+	uint32_t ps = f->page_size, ss = f->spare_size, ppl = UINT32_MAX, covers = 0;
+	uint64_t best = 0;
+	struct ftl_spare sp;
+	for (uint32_t k = 0; k < f->row_width; k++) {
+		if (!(have & (1u << k)))
+			continue;
+		memcpy(&sp, spares + (size_t)k * ss, sizeof sp);
+		if (sp.type == FTL_PG_PPL && sp.lba == page && (sp.reserved & (1u << c)) &&
+		    !(sp.reserved & ~have & ~(1u << c)) && (ppl == UINT32_MAX || sp.seq > best)) {
+			ppl = k;
+			best = sp.seq;
+			covers = sp.reserved & ~(1u << c);
+		}
+	}
+	if (ppl == UINT32_MAX)
+		return false;
+	uint8_t *d = bufs + (size_t)c * ps, *sa = spares + (size_t)c * ss;
+	memcpy(d, bufs + (size_t)ppl * ps, ps);
+	memset(sa, 0xFF, ss);
+	memcpy(sa, spares + (size_t)ppl * ss + SPARE_SZ, SPARE_SZ);
+	for (uint32_t k = 0; k < f->row_width; k++) {
+		if (!(covers & (1u << k)))
+			continue;
+		xor_into(d, bufs + (size_t)k * ps, ps);
+		xor_into(sa, spares + (size_t)k * ss, SPARE_SZ);
+	}
+	return spare_parse(f, sa, &sp) == 0 && sp.data_crc == crc32c(0, d, ps) &&
+	       (sp.type == FTL_PG_DATA || sp.type == FTL_PG_TRIM || sp.type == FTL_PG_PPL);
+}
+
+/*
  * One band that was open at a crash: program the parity of its stripes
  * that have data but no parity page yet, in page order, into its parity
  * column.  The parity column is the member whose page 0 is a parity page,
@@ -936,7 +1134,7 @@ static int par_recover_band(struct ftl *f, uint32_t bi, uint8_t *bufs, uint8_t *
 			whole = 0;
 	}
 	for (uint32_t page = lo; page < f->data_pages; page++) {
-		uint32_t mask = 0;
+		uint32_t mask = 0, unread = 0;
 		uint64_t max_seq = 0;
 		memset(acc, 0, ps);
 		memset(pspare, 0, ss);
@@ -948,13 +1146,29 @@ static int par_recover_band(struct ftl *f, uint32_t bi, uint8_t *bufs, uint8_t *
 						       &erased);
 			if (stop_status(ns))
 				return -EIO;
-			if (!valid || (sp.type != FTL_PG_DATA && sp.type != FTL_PG_TRIM))
-				continue; /* erased, or torn by the crash: never acknowledged */
-			xor_into(acc, d, ps);
-			xor_into(pspare + SPARE_SZ, sa, SPARE_SZ);
+			if (!valid || (sp.type != FTL_PG_DATA && sp.type != FTL_PG_TRIM &&
+				       sp.type != FTL_PG_PPL)) {
+				/* erased, or torn by the crash: never acknowledged;
+				 * or unreadable (a dead die): maybe in a PPL page */
+				if (!erased)
+					unread |= 1u << c;
+				continue;
+			}
+			mask |= 1u << c;
+		}
+		/* an unreadable member the stripe's newest partial-parity page
+		 * covers: rebuilt from it, a member like the others */
+		for (uint32_t c = 0; c < w && mask; c++)
+			if ((unread & (1u << c)) && ppl_rebuild_member(f, bufs, spares, mask, c, page))
+				mask |= 1u << c;
+		for (uint32_t c = 0; c < w; c++) {
+			if (!(mask & (1u << c)))
+				continue;
+			xor_into(acc, bufs + (size_t)c * ps, ps);
+			xor_into(pspare + SPARE_SZ, spares + (size_t)c * ss, SPARE_SZ);
+			memcpy(&sp, spares + (size_t)c * ss, sizeof sp);
 			if (sp.seq > max_seq)
 				max_seq = sp.seq;
-			mask |= 1u << c;
 		}
 		if (!mask)
 			return whole && page > lo ? 2 : whole; /* nothing written from here on */
@@ -1049,8 +1263,20 @@ int par_rebuild_sync(struct ftl *f, uint32_t ppa, uint8_t *data, uint8_t *spare)
 			members = sp.reserved & ~(1u << tcol);
 		}
 	}
-	if (pc == UINT32_MAX)
+	if (pc == UINT32_MAX) {
+		/* no parity page names it: a partial-parity page may */
+		uint32_t have = 0;
+		for (uint32_t c = 0; c < w; c++)
+			if (ok[c])
+				have |= 1u << c;
+		if (!ppl_rebuild_member(f, bufs, spares, have, tcol, page))
+			goto out;
+		memcpy(data, bufs + (size_t)tcol * ps, ps);
+		memcpy(spare, spares + (size_t)tcol * ss, ss);
+		rc = 0;
+		f->st.parity_rebuilds++;
 		goto out;
+	}
 	memcpy(data, bufs + (size_t)pc * ps, ps);
 	memset(spare, 0xFF, ss);
 	memcpy(spare, spares + (size_t)pc * ss + SPARE_SZ, SPARE_SZ);
@@ -1069,6 +1295,57 @@ out:
 	free(spares);
 	free(ok);
 	return rc;
+}
+
+/*
+ * Recovery, column dcol of band bi on a dead die, stripe `page` without a
+ * parity page: the spare of dcol's page rebuilt into out from the
+ * stripe's newest partial-parity page covering it and the spares of the
+ * members that one covers (row_width + 1 spares of room in spares).
+ * 2: rebuilt (out to be checked); 1: none covers it; 0: every other member
+ * is erased there (no more stripes); -EIO: the medium stopped.  Cost: a
+ * spare read per member.
+ */
+static int ppl_dead_spare(struct ftl *f, uint32_t bi, uint32_t dcol, uint32_t page,
+			  uint8_t *spares, uint8_t *out)
+{
+	uint32_t w = f->row_width, ss = f->spare_size, have = 0, ppl = UINT32_MAX;
+	uint64_t best = 0;
+	bool any = false;
+	struct ftl_spare sp;
+	for (uint32_t c = 0; c < w; c++) {
+		uint32_t b = band_block(f, bi, c);
+		if (c == dcol || f->blk[b].state == BLK_BAD || f->blk[b].state == BLK_META)
+			continue;
+		bool valid, erased;
+		enum nand_status ns = rec_read(f, b, page, NULL, spares + (size_t)c * ss, &sp, &valid,
+					       &erased);
+		if (stop_status(ns))
+			return -EIO;
+		any |= !erased;
+		if (!valid)
+			continue;
+		have |= 1u << c;
+		if (sp.type == FTL_PG_PPL && sp.lba == page && (sp.reserved & (1u << dcol)) &&
+		    (ppl == UINT32_MAX || sp.seq > best)) {
+			ppl = c;
+			best = sp.seq;
+		}
+	}
+	if (!any)
+		return 0;
+	if (ppl == UINT32_MAX)
+		return 1;
+	memcpy(&sp, spares + (size_t)ppl * ss, sizeof sp);
+	uint32_t covers = sp.reserved & ~(1u << dcol);
+	if (covers & ~have)
+		return 1; /* a second member unreadable */
+	memset(out, 0xFF, ss);
+	memcpy(out, spares + (size_t)ppl * ss + SPARE_SZ, SPARE_SZ);
+	for (uint32_t c = 0; c < w; c++)
+		if (covers & (1u << c))
+			xor_into(out, spares + (size_t)c * ss, SPARE_SZ);
+	return 2;
 }
 
 /*
@@ -1112,17 +1389,22 @@ int par_recover_dead_spares(struct ftl *f, uint32_t die,
 			if (valid && sp.type == FTL_PG_PARITY)
 				pcol = c;
 		}
-		if (rc || pcol == UINT32_MAX)
-			continue; /* no parity: nothing on the dead block can be found */
-		uint32_t pb = band_block(f, bi, pcol);
-		for (uint32_t page = 0; page < f->data_pages && !rc; page++) {
+		if (rc)
+			continue;
+		/* stripes without a parity page from lo on (all of them
+		 * without a parity column yet): partial parity, below */
+		uint32_t lo = pcol == UINT32_MAX ? 0 : f->data_pages;
+		uint32_t pb = pcol == UINT32_MAX ? FTL_NO_BLOCK : band_block(f, bi, pcol);
+		for (uint32_t page = 0; pcol != UINT32_MAX && page < f->data_pages && !rc; page++) {
 			enum nand_status ns = rec_read(f, pb, page, NULL, spares, &sp, &valid, &erased);
 			if (stop_status(ns)) {
 				rc = -EIO;
 				break;
 			}
-			if (erased)
+			if (erased) {
+				lo = page;
 				break; /* no more stripes */
+			}
 			if (!valid || sp.type != FTL_PG_PARITY || sp.lba != page ||
 			    !(sp.reserved & (1u << dcol)) || sp.seq <= f->cp.cur_seq)
 				continue;
@@ -1154,6 +1436,19 @@ int par_recover_dead_spares(struct ftl *f, uint32_t die,
 				continue;
 			rc = add(ctx, rs.seq, ppa_make(f, db, page), rs.type, rs.lba);
 			found++;
+		}
+		for (uint32_t page = lo; page < f->data_pages && !rc; page++) {
+			int r = ppl_dead_spare(f, bi, dcol, page, spares, out);
+			if (r < 0)
+				rc = r;
+			if (r <= 0)
+				break; /* no more stripes (or the medium stopped) */
+			struct ftl_spare rs;
+			if (r == 2 && spare_parse(f, out, &rs) == 0 && rs.seq > f->cp.cur_seq &&
+			    (rs.type == FTL_PG_DATA || rs.type == FTL_PG_TRIM)) {
+				rc = add(ctx, rs.seq, ppa_make(f, db, page), rs.type, rs.lba);
+				found++;
+			}
 		}
 	}
 	free(spares);

@@ -283,7 +283,8 @@ static void first_result(struct ftl *f, void *ctx, uint64_t i, struct nand_op *o
 	if (rc == -ENODATA)
 		x->cls[b] = RC_FREE;
 	else if (rc != 0 ||
-		 (sp.type != FTL_PG_DATA && sp.type != FTL_PG_TRIM && sp.type != FTL_PG_PARITY))
+		 (sp.type != FTL_PG_DATA && sp.type != FTL_PG_TRIM && sp.type != FTL_PG_PARITY &&
+		  sp.type != FTL_PG_PPL))
 		x->cls[b] = RC_DIRTY;
 	else if (sp.seq > f->cp.cur_seq || cp_open)
 		x->cls[b] = RC_SCAN;
@@ -412,10 +413,12 @@ static int rentry_cmp(const void *a, const void *b)
  * checkpoint is found only through parity pages; without parity, or in
  * stripes the crash cut (their parity was still in memory; the bands of
  * the blocks cut[], open at the crash, with a member on d: an upper
- * bound, as a dead die's pages cannot tell written from erased), nothing
- * on the other dies names those units, and they may read an older
- * version (README, "the double fault").  Not repairable here: said where
- * the admin looks (log, status notes).
+ * bound, as a dead die's pages cannot tell written from erased) when
+ * flushes write no partial parity (flush_parity = off), nothing on the
+ * other dies names those units, and they may read an older version
+ * (README, "the double fault").  Not repairable here: said where the
+ * admin looks (log, status notes).  With partial parity only unflushed
+ * writes are lost, which the durability contract allows: logged only.
  */
 static void dead_after_crash(struct ftl *f, uint32_t d, const uint32_t *cut, uint32_t ncut)
 {
@@ -430,6 +433,14 @@ static void dead_after_crash(struct ftl *f, uint32_t d, const uint32_t *cut, uin
 	}
 	if (f->parity && !nbands)
 		return;
+	if (f->parity && f->flush_ppl) {
+		/* every flush wrote partial parity into the stripes still
+		 * open: what is lost on it was never flushed */
+		ftl_log("die %u dead at open after an unclean shutdown: %u band(s) open at the "
+			"crash with a member on it; flushed pages there rebuilt from partial parity",
+			d, nbands);
+		return;
+	}
 	char what[160];
 	if (f->parity)
 		snprintf(what, sizeof what, "%u block(s) open at the crash in bands with a member "

@@ -463,6 +463,12 @@ static void slot_program_done(struct nand_op *op)
 			par_program_failed(f, sl->ppa, op->data, op->spare);
 		blk_program_failed(f, b);
 		blk_programs_settled(f, b);
+		if (sl->type == FTL_PG_PPL) {
+			/* its content is for that stripe only: not again */
+			sl->state = SLOT_DONE;
+			ring_release(f, r);
+			return;
+		}
 		/* program the same content elsewhere */
 		sl->state = SLOT_FILLED;
 		r->retry[r->nretry++] = idx;
@@ -497,11 +503,16 @@ static void slot_submit(struct ftl *f, struct stream *s, uint32_t idx, uint32_t 
 	sl->state = SLOT_SUBMITTED;
 	if (s->id == STREAM_GC && sl->type == FTL_PG_DATA)
 		band_born_note(f, ppa, sl->from);
-	uint32_t crc = sl->crc_known ? sl->data_crc : crc32c(0, data, f->page_size);
-	spare_build_crc(f, spare, sl->type, sl->lba, sl->seq, crc);
+	uint32_t crc;
+	if (sl->type == FTL_PG_PPL) {
+		crc = par_ppl_build(f, ppa, sl->seq, data, spare);
+	} else {
+		crc = sl->crc_known ? sl->data_crc : crc32c(0, data, f->page_size);
+		spare_build_crc(f, spare, sl->type, sl->lba, sl->seq, crc);
+	}
 	struct nand_op *op = &sl->op;
 	op->type = NAND_OP_PROGRAM;
-	op->flags = sl->type == FTL_PG_TRIM ? NAND_OPF_META : 0;
+	op->flags = sl->type != FTL_PG_DATA ? NAND_OPF_META : 0;
 	op->block = ppa_block(f, ppa);
 	op->page = ppa_page(f, ppa);
 	op->data = data;
@@ -510,7 +521,10 @@ static void slot_submit(struct ftl *f, struct stream *s, uint32_t idx, uint32_t 
 	op->priv = s;
 	op->priv2 = idx;
 	ftl_nand_submit(f, op);
-	footer_note(f, ppa, sl->type == FTL_PG_TRIM ? FTL_FOOTER_TRIM : sl->lba, sl->seq, crc);
+	footer_note(f, ppa,
+		    sl->type == FTL_PG_TRIM ? FTL_FOOTER_TRIM :
+		    sl->type == FTL_PG_PPL  ? FTL_FOOTER_PARITY : sl->lba,
+		    sl->seq, crc);
 	if (f->parity)
 		par_submitted(f, ppa, data, spare);
 }

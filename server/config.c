@@ -730,6 +730,10 @@ static int handler(void *user, const char *section, const char *key, const char 
 			if (parse_bool(value, &b))
 				BAD("sync must be on or off");
 			d->sync = b;
+		} else if (!strcmp(key, "flush_parity")) {
+			if (parse_bool(value, &b))
+				BAD("flush_parity must be on or off");
+			d->no_flush_parity = !b;
 		} else if (!strcmp(key, "checkpoint_interval")) {
 			uint64_t u;
 			if (!strcmp(value, "auto"))

@@ -384,7 +384,8 @@ static int dimm_open_media(struct dimm *d, bool strict, char *err, size_t errlen
 			goto fail;
 	}
 	struct ftl_open_params op = { .readonly = c->readonly,
-				      .checkpoint_interval = c->cp_interval / FTL_UNIT_SIZE };
+				      .checkpoint_interval = c->cp_interval / FTL_UNIT_SIZE,
+				      .no_flush_parity = c->no_flush_parity };
 	rc = ftl_open(d->dev, &op, &d->ftl, err, errlen);
 	if (rc)
 		goto fail;

@@ -20,6 +20,7 @@
  *   flashctl simulate --preset P [--op PCT] [--sector-size N]
  *                     [--workload uniform|hotcold:H/C] [--passes K]
  *                     [--reads N] [--ram] [--timing] [--seed S] [--json]
+ *                     [--parity-width 0|1] [--flush-every N] [--no-flush-parity]
  *   flashctl bench ...
  *   flashctl presets
  * A format never erases what an image holds without asking on the
@@ -96,8 +97,9 @@ static void usage(FILE *out)
 		"      sector size and capacity are needed only if no checkpoint records them\n"
 		"  %s simulate --preset P [--op PCT] [--sector-size N] [--workload uniform|hotcold:80/20]\n"
 		"           [--passes K] [--reads N] [--ram] [--timing] [--seed S] [--json]\n"
-		"      format a fresh device, fill it, overwrite it K times with random 4 KiB writes,\n"
-		"      report write amplification and speed\n"
+		"           [--parity-width 0|1] [--flush-every N] [--no-flush-parity]\n"
+		"      format a fresh device, fill it, overwrite it K times with random 4 KiB writes\n"
+		"      (a flush after every N of them), report write amplification and speed\n"
 		"  %s bench --preset P [--op PCT] [--workload randwrite|randread|rw70|seqwrite|seqread]\n"
 		"           [--qd N] [--precondition PASSES] [--duration S] [--csv FILE] [--json] ...\n"
 		"      the reviewers' protocol on the simulator's virtual clock (full-size devices\n"
@@ -714,10 +716,14 @@ static int cmd_simulate(int argc, char **argv)
 	const char *preset = NULL, *workload = "uniform", *image = NULL;
 	double op = FTL_STOCK_OP_PERCENT, passes = 1;
 	uint32_t sector = 4096;
-	uint64_t seed = 1, reads = 0;
-	bool json = false, ram = false, timing = false;
+	uint64_t seed = 1, reads = 0, flush_every = 0;
+	uint32_t parity = 0;
+	bool json = false, ram = false, timing = false, no_flush_parity = false;
 	static const struct option opts[] = {
 		{ "preset", required_argument, 0, 'p' },
+		{ "parity-width", required_argument, 0, 'P' },
+		{ "flush-every", required_argument, 0, 'F' },
+		{ "no-flush-parity", no_argument, 0, 'N' },
 		{ "op", required_argument, 0, 'o' },
 		{ "sector-size", required_argument, 0, 'b' },
 		{ "workload", required_argument, 0, 'w' },
@@ -732,9 +738,12 @@ static int cmd_simulate(int argc, char **argv)
 		{ 0, 0, 0, 0 },
 	};
 	int c;
-	while ((c = getopt_long(argc, argv, "p:o:b:w:k:r:s:i:mtjh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "p:o:b:w:k:r:s:i:mtjhP:F:N", opts, NULL)) != -1) {
 		switch (c) {
 		case 'p': preset = optarg; break;
+		case 'P': parity = (uint32_t)opt_uint("--parity-width", optarg, 0, 1); break;
+		case 'F': flush_every = opt_uint("--flush-every", optarg, 0, UINT64_MAX); break;
+		case 'N': no_flush_parity = true; break;
 		case 'o': op = opt_double("--op", optarg, FTL_MIN_OP_PERCENT, FTL_MAX_OP_PERCENT); break;
 		case 'b': sector = opt_sector_size(optarg); break;
 		case 'w': workload = optarg; break;
@@ -788,11 +797,13 @@ static int cmd_simulate(int argc, char **argv)
 		die("%s", err);
 	if (path && !image)
 		unlink(path);
-	struct ftl_format_params fp = { .sector_size = sector, .op_percent = op };
+	struct ftl_format_params fp = { .sector_size = sector, .op_percent = op,
+					.parity_width = parity };
 	if (ftl_format(d, &fp, err, sizeof err))
 		die("format: %s", err);
 	struct ftl *f;
-	if (ftl_open(d, NULL, &f, err, sizeof err))
+	struct ftl_open_params opp = { .no_flush_parity = no_flush_parity };
+	if (ftl_open(d, &opp, &f, err, sizeof err))
 		die("open: %s", err);
 	struct ftl_info info;
 	ftl_get_info(f, &info);
@@ -841,6 +852,8 @@ static int cmd_simulate(int argc, char **argv)
 		}
 		memcpy(buf, &i, sizeof i);
 		check(ftl_write_sync(f, buf, u * 4096, 4096, 0), "write");
+		if (flush_every && (i + 1) % flush_every == 0)
+			check(ftl_flush_sync(f), "flush");
 	}
 	check(ftl_flush_sync(f), "flush");
 	double t_end = now_s(), t_write = t_end - t0;
@@ -886,6 +899,9 @@ static int cmd_simulate(int argc, char **argv)
 		printf("  \"gc_pages_relocated\": %" PRIu64 ",\n  \"blocks_erased\": %" PRIu64 ",\n",
 		       s1.gc_pages_relocated - s0.gc_pages_relocated, s1.blocks_erased - s0.blocks_erased);
 		printf("  \"checkpoints\": %" PRIu64 ",\n", s1.checkpoints - s0.checkpoints);
+		printf("  \"parity_width\": %u,\n  \"flush_every\": %" PRIu64 ",\n"
+		       "  \"parity_ppl_pages\": %" PRIu64 ",\n",
+		       parity, flush_every, s1.parity_ppl_pages - s0.parity_ppl_pages);
 		printf("  \"fill_seconds\": %.3f,\n  \"write_seconds\": %.3f,\n", t_fill, t_write);
 		printf("  \"ops_per_sec\": %.0f,\n", t_write > 0 ? (double)nwrites / t_write : 0);
 		printf("  \"last_pass_ops_per_sec\": %.0f,\n", steady_ops);
@@ -904,6 +920,10 @@ static int cmd_simulate(int argc, char **argv)
 		       wa_model);
 		printf("  %" PRIu64 " host pages, %" PRIu64 " NAND pages, %" PRIu64 " erases\n", host, nand,
 		       s1.blocks_erased - s0.blocks_erased);
+		if (parity || flush_every)
+			printf("  parity width %u, a flush every %" PRIu64 " writes: %" PRIu64
+			       " partial-parity pages\n", parity, flush_every,
+			       s1.parity_ppl_pages - s0.parity_ppl_pages);
 		printf("  random 4 KiB writes: %.0f/s (last pass %.0f/s)",
 		       t_write > 0 ? (double)nwrites / t_write : 0, steady_ops);
 		if (reads)

@@ -118,6 +118,7 @@ struct dimm_cfg {
 	int timing;           /* -1: card/server default */
 	int sync;             /* fdatasync on flush: -1 default (on) */
 	uint64_t cp_interval; /* bytes of log between checkpoints; 0: automatic */
+	bool no_flush_parity; /* flush_parity = off (parity formats) */
 	/* given in the file: an existing image's format must match them */
 	bool sector_size_set, capacity_set, parity_set;
 	int tls;              /* enum tls_mode: TLS_OFF serves plaintext sessions only,

@@ -877,6 +877,7 @@ static void reload_dimm(struct reload_result *r, struct dimm_cfg *a, const struc
 	cmp_int(r, K("timing"), a->timing, b->timing);
 	cmp_int(r, K("sync"), a->sync, b->sync);
 	cmp_int(r, K("checkpoint_interval"), (long)a->cp_interval, (long)b->cp_interval);
+	cmp_int(r, K("flush_parity"), !a->no_flush_parity, !b->no_flush_parity);
 	if (a->tls != b->tls)
 		reload_item(r, false, K("tls"), "%s -> %s: " RESTART, tls_mode_name(a->tls),
 			    tls_mode_name(b->tls));

@@ -75,6 +75,7 @@ done
 for v in 4096x 4095 1024 0 -512; do
 	dimm_with "sector_size = $v" | expect_bad "sector_size = $v" "sector_size" "'$v'"
 done
+dimm_with "flush_parity = maybe" | expect_bad "flush_parity = maybe" "flush_parity" "'maybe'"
 for kv in 'max_connections = 10 connections' 'max_connections = 0' 'max_connections = -1' \
 	'max_connections = 99999999999999999999' 'handshake_timeout = 0' 'handshake_timeout = 1.5' \
 	'poll_us = 10001' 'poll_us = nan'; do

@@ -18,10 +18,9 @@
  * other interleavings and are worth a sweep after FTL changes.
  * Power cuts go on after a die failure (since 2026-12-06; before, they
  * stopped there).  A cut while stripes holding flushed data on the failing
- * die are still open in memory (before the FTL declared it dead and those
- * stripes filled) is the double fault flashd does not cover yet (README,
- * Flashback, the write hole): a unit on it may read its previous version,
- * and the test fails with a hint.  Config 7 seeds 1-14 never hit it;
+ * die are still open in memory was the write hole; flushes now write
+ * partial parity into open stripes (README, Flashback), and what is left
+ * (GC's own open stripes) fails the test with a hint.
  * T_MODEL_NO_CUT_AFTER_DIE=1 stops the cuts at a die failure as before.
  *
  * Double faults: once a die has failed, a stripe that had lost its parity
@@ -401,8 +400,9 @@ static void verify_after_reopen(bool exact)
 					fprintf(stderr, " %u", unit_ver(M.ver, u)[s]);
 				fprintf(stderr, "\n  %u candidate states since\n", h->n);
 				if (M.dead_die >= 0)
-					fprintf(stderr, "  (die %d failed before this power cut: the write "
-						"hole, if the unit was on it? README, Flashback)\n", M.dead_die);
+					fprintf(stderr, "  (die %d failed before this power cut: data GC "
+						"moved into stripes still open? README, Flashback)\n",
+						M.dead_die);
 				fail("unit %" PRIu64 " holds a state the durability contract forbids", u);
 			}
 			memcpy(unit_ver(M.ver, u), obs, M.spu * 4);
