@@ -243,6 +243,12 @@ void spare_build(struct ftl *f, void *spare, uint8_t type, uint32_t lba, uint64_
 void spare_build_crc(struct ftl *f, void *spare, uint8_t type, uint32_t lba, uint64_t seq,
 		     uint32_t data_crc)
 {
+	spare_build_full(f, spare, type, lba, seq, data_crc, 0);
+}
+
+void spare_build_full(struct ftl *f, void *spare, uint8_t type, uint32_t lba, uint64_t seq,
+		      uint32_t data_crc, uint32_t reserved)
+{
 	struct ftl_spare sp = {
 		.magic = FTL_SPARE_MAGIC,
 		.type = type,
@@ -251,6 +257,7 @@ void spare_build_crc(struct ftl *f, void *spare, uint8_t type, uint32_t lba, uin
 		.data_crc = data_crc,
 		.seq = seq,
 		.format_id = f->format_id,
+		.reserved = reserved,
 	};
 	sp.crc = crc32c(0, &sp, offsetof(struct ftl_spare, crc));
 	memcpy(spare, &sp, sizeof sp);

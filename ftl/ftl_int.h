@@ -786,6 +786,9 @@ void ftl_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* spare */
 void spare_build_crc(struct ftl *f, void *spare, uint8_t type, uint32_t lba, uint64_t seq,
 		     uint32_t data_crc);
+/* the same with the `reserved` field set (partial parity: its columns) */
+void spare_build_full(struct ftl *f, void *spare, uint8_t type, uint32_t lba, uint64_t seq,
+		      uint32_t data_crc, uint32_t reserved);
 void spare_build(struct ftl *f, void *spare, uint8_t type, uint32_t lba, uint64_t seq,
 		 const void *data, bool with_crc);
 /* 0: valid FTL spare of this format and media version; -ENODATA: erased;

@@ -744,28 +744,15 @@ uint32_t par_ppl_build(struct ftl *f, uint32_t ppa, uint64_t seq, uint8_t *data,
 	uint32_t b = ppa_block(f, ppa), page = ppa_page(f, ppa);
 	struct band_par *bp = band_par_of(f, block_band(f, b));
 	struct par_stripe *s = bp ? &bp->st[page % PAR_STRIPES] : NULL;
-	uint32_t mask = 0;
-	memset(spare, 0xFF, f->spare_size);
-	if (s && s->state == PS_FILLING && s->page == page) {
+	bool in = s && s->state == PS_FILLING && s->page == page;
+	if (in)
 		memcpy(data, s->acc, f->page_size);
-		memcpy(spare + SPARE_SZ, s->spare + SPARE_SZ, SPARE_SZ);
-		mask = s->sub_mask;
-	} else {
+	else
 		memset(data, 0, f->page_size); /* covers nothing */
-	}
 	uint32_t crc = crc32c(0, data, f->page_size);
-	struct ftl_spare sp = {
-		.magic = FTL_SPARE_MAGIC,
-		.type = FTL_PG_PPL,
-		.version = FTL_MEDIA_VERSION,
-		.lba = page,
-		.data_crc = crc,
-		.seq = seq,
-		.format_id = f->format_id,
-		.reserved = mask,
-	};
-	sp.crc = crc32c(0, &sp, offsetof(struct ftl_spare, crc));
-	memcpy(spare, &sp, sizeof sp);
+	spare_build_full(f, spare, FTL_PG_PPL, page, seq, crc, in ? s->sub_mask : 0);
+	if (in)
+		memcpy(spare + SPARE_SZ, s->spare + SPARE_SZ, SPARE_SZ);
 	return crc;
 }
 
