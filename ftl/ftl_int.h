@@ -337,6 +337,17 @@ struct victim {
 	uint32_t scans_done;      /* spare reads completed */
 	uint32_t pending;         /* data reads + relocation programs in flight */
 	uint64_t wait_user_pos;   /* re-logged trims durable once user done >= */
+	uint64_t first_handout;   /* f->handouts at its first relocation's page
+	                           * (UINT64_MAX: none yet) */
+	uint64_t par_mark;        /* parity, at the erase point: GC stripes
+	                           * begun by then (f->par_opens) that hold
+	                           * pages handed out since first_handout must
+	                           * have their parity programmed first (0: not
+	                           * there yet) */
+	uint64_t par_wait_clock;  /* f->write_clock then */
+	bool gc_ppl;              /* or partial parity: par_gc_protect issued */
+	uint64_t par_ticket;      /* then: stripes sealed so far (their parity
+	                           * must be programmed before the erase) */
 	uint64_t hold_seq;        /* erased only once a checkpoint's cp_seq >= this:
 	                           * it held a trim record newer than the
 	                           * checkpoint that could not be read (0: none) */
@@ -664,6 +675,13 @@ struct ftl {
 	uint64_t par_pad_mark;      /* handouts when armed */
 	struct pad_op *pad_pool;    /* pad programs, free ones linked */
 	struct pad_op *pad_free;
+	/* partial parity for GC's open stripes before a victim's erase
+	 * (par_gc_protect): programs with a page each, free ones linked */
+	struct ppl_op *ppl_pool;
+	struct ppl_op *ppl_free;
+	uint32_t gc_seal_inflight;  /* those programs and their pads in flight */
+	uint64_t par_opens;         /* stripes begun so far (par_stripe.opened) */
+	struct par_stripe *gc_stripes; /* stripes of GC bands not yet FREE */
 	uint8_t *pad_page;          /* the pad's data: an empty trim record */
 	uint64_t par_ticket;        /* stripes sealed so far (par_stripe.ticket):
 	                             * a flush waits for the parity of those
@@ -875,7 +893,7 @@ int par_init(struct ftl *f);
 void par_debug_dump(struct ftl *f); /* through ftl_log */
 /* band bi was opened by a set: pick its parity column, attach a context;
  * false if none is free (the set tries again later) */
-bool par_band_open(struct ftl *f, uint32_t bi);
+bool par_band_open(struct ftl *f, uint32_t bi, bool gc);
 bool par_is_pcol(const struct ftl *f, uint32_t bi, uint32_t col);
 /* data page `page` of band bi in column col is being handed out; last: no
  * later column of the stripe will be.  false: the stripe's context slot is
@@ -897,6 +915,21 @@ void par_program_failed(struct ftl *f, uint32_t ppa, const uint8_t *data, const 
 /* a flush or FUA write: a partial-parity slot into every stripe of the user
  * stream partly handed out (false: no ring slot now, call again) */
 bool par_flush_ppl(struct ftl *f);
+/* before a victim's erase: a partial-parity page (a pad on a stripe 0) now
+ * into every stripe of the GC stream partly handed out, so relocated data
+ * there is not left with its parity in memory only (false: no op free now,
+ * call again; stripes served already are not served twice) */
+bool par_gc_protect(struct ftl *f);
+/* what par_gc_protect issued is programmed, and the parity of every stripe
+ * sealed with a ticket <= t */
+bool par_gc_protected(const struct ftl *f, uint64_t t);
+/* the stripes of GC bands begun by `mark` (par_opens then) that got a
+ * member at or after handout number `first`: all have their parity on the
+ * media (CLEAR), some still wait for its program (SEALING), or some are
+ * still partly handed out (OPEN); O(stripes of GC bands not FREE: about
+ * the open GC rows) */
+enum par_gc_wait { PAR_GC_CLEAR, PAR_GC_SEALING, PAR_GC_OPEN };
+enum par_gc_wait par_gc_waits(const struct ftl *f, uint64_t mark, uint64_t first);
 /* every stripe sealed with a ticket <= t has its parity page programmed
  * (or is known to go without); O(open bands x PAR_STRIPES) */
 bool par_sealed_done(const struct ftl *f, uint64_t t);
@@ -1009,6 +1042,8 @@ int gc_kick(struct ftl *f);
 void gc_slot_read_done(struct ftl *f, struct slot *s, uint32_t idx);
 void gc_slot_programmed(struct ftl *f, struct slot *s);
 void gc_user_page(struct ftl *f);
+/* a GC slot's page was handed out (f->handouts counts it) */
+void gc_slot_submitted(struct ftl *f, const struct slot *sl);
 int gc_init(struct ftl *f);
 int gc_cancel_stalled(struct ftl *f);
 bool gc_busy(struct ftl *f);

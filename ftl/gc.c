@@ -259,6 +259,9 @@ static void victim_start(struct ftl *f, int vi, uint32_t b, bool retire, bool ur
 	v->nlost = 0;
 	v->wait_user_pos = 0;
 	v->hold_seq = 0;
+	v->par_mark = 0;
+	v->first_handout = UINT64_MAX;
+	v->gc_ppl = false;
 	v->trim_state = 0;
 	memset(v->scan_st, 0, f->ppb);
 	/* credit per user page: for the fullest victim examining */
@@ -434,6 +437,13 @@ static void gc_read_landed(struct ftl *f, struct gc_read *rd, bool readable, boo
 	v->pending++; /* until the relocation is programmed */
 	f->st.gc_pages_relocated++;
 	gc_read_put(f, rd);
+}
+
+void gc_slot_submitted(struct ftl *f, const struct slot *sl)
+{
+	struct victim *v = &f->victims[sl->victim];
+	if (v->first_handout == UINT64_MAX)
+		v->first_handout = f->handouts;
 }
 
 void gc_slot_programmed(struct ftl *f, struct slot *sl)
@@ -767,6 +777,10 @@ static void victim_map_units(struct ftl *f, struct victim *v)
 /* Try to finish victim vi; returns 1 if it did. */
 static bool ring_spares_victim(struct ftl *f, const struct victim *v);
 
+/* host writes a victim's erase waits for GC to complete the stripes its
+ * relocations are in, before it gives them partial parity */
+#define GC_PPL_WAIT 8
+
 static int victim_finish(struct ftl *f, int vi)
 {
 	struct victim *v = &f->victims[vi];
@@ -840,6 +854,33 @@ static int victim_finish(struct ftl *f, int vi)
 			cp_request(f, false);
 		return 0;
 	}
+	/* its relocations in GC's open stripes: their parity on the media
+	 * first, or partial parity (parity.c, par_gc_protect) */
+	if (f->parity && !f->error && v->first_handout != UINT64_MAX && !v->gc_ppl) {
+		if (!v->par_mark) {
+			v->par_mark = f->par_opens;
+			v->par_wait_clock = f->write_clock;
+		}
+		enum par_gc_wait w = par_gc_waits(f, v->par_mark, v->first_handout);
+		if (w == PAR_GC_SEALING)
+			return 0; /* their parity programs follow */
+		if (w == PAR_GC_OPEN) {
+			/* GC's next relocations usually complete them at once
+			 * (nine victims in ten on test-1g wait for no host
+			 * write), else they may stay open long: the end of a
+			 * burst, GC stalled, a set that gets little data */
+			if (f->gc_examining && !f->stream[STREAM_GC].stalled &&
+			    !f->stream[STREAM_USER].stalled &&
+			    f->write_clock - v->par_wait_clock < GC_PPL_WAIT)
+				return 0;
+			if (!par_gc_protect(f))
+				return 0;
+			v->gc_ppl = true;
+			v->par_ticket = f->par_ticket;
+		}
+	}
+	if (v->gc_ppl && !par_gc_protected(f, v->par_ticket))
+		return 0;
 
 	uint32_t b = v->block;
 	victim_finished(f, v);

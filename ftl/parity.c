@@ -67,6 +67,10 @@ struct par_stripe {
 	bool sealed;              /* its last data page was handed out */
 	uint64_t ticket;          /* sealed: f->par_ticket then (a flush
 	                           * waits for its parity program) */
+	uint64_t opened;          /* f->par_opens when it left FREE */
+	uint64_t last_handout;    /* f->handouts at its newest member */
+	bool gc_linked;           /* on f->gc_stripes (a GC band's, not FREE) */
+	struct par_stripe *gc_prev, *gc_next;
 	uint16_t need;            /* handed out, not yet submitted */
 	uint32_t sub_mask;        /* columns submitted (XORed into acc) */
 	uint64_t max_seq;         /* newest sequence number among them */
@@ -83,6 +87,7 @@ struct band_par {
 	uint32_t next;            /* next stripe whose parity is due */
 	uint32_t busy;            /* stripes not FREE */
 	bool dead;                /* the parity block failed: no more parity */
+	bool gc;                  /* a band of the GC stream (par_gc_open_before) */
 	struct par_stripe st[PAR_STRIPES];
 	struct band_par *next_free;
 };
@@ -110,7 +115,18 @@ struct pad_op {
 	struct ftl *f;
 	uint8_t *spare;
 	uint64_t seq;
+	bool gc;                  /* issued by par_gc_protect (gc_seal_inflight) */
 	struct pad_op *next_free;
+};
+
+/* a partial-parity page programmed at once (par_gc_protect) */
+struct ppl_op {
+	struct nand_op op;
+	struct ftl *f;
+	uint8_t *data;            /* [page_size] */
+	uint8_t *spare;           /* [spare_size] */
+	uint64_t seq;
+	struct ppl_op *next_free;
 };
 
 void xor_into(uint8_t *dst, const uint8_t *src, size_t n)
@@ -132,6 +148,37 @@ static bool band_has_data_on(struct ftl *f, uint32_t b);
 static inline uint32_t block_col(const struct ftl *f, uint32_t b)
 {
 	return block_die(f, b) / f->dies_per_channel;
+}
+
+/* f->gc_stripes: the stripes of GC bands not FREE, for victims to wait on
+ * (par_gc_waits); O(1) each */
+static void gc_stripe_link(struct ftl *f, struct par_stripe *s)
+{
+	s->gc_prev = NULL;
+	s->gc_next = f->gc_stripes;
+	if (s->gc_next)
+		s->gc_next->gc_prev = s;
+	f->gc_stripes = s;
+	s->gc_linked = true;
+}
+
+static void gc_stripe_unlink(struct ftl *f, struct par_stripe *s)
+{
+	if (!s->gc_linked)
+		return;
+	if (s->gc_prev)
+		s->gc_prev->gc_next = s->gc_next;
+	else
+		f->gc_stripes = s->gc_next;
+	if (s->gc_next)
+		s->gc_next->gc_prev = s->gc_prev;
+	s->gc_linked = false;
+}
+
+static void stripe_free(struct ftl *f, struct par_stripe *s)
+{
+	s->state = PS_FREE;
+	gc_stripe_unlink(f, s);
 }
 
 int par_init(struct ftl *f)
@@ -183,6 +230,22 @@ int par_init(struct ftl *f)
 		po->spare = pspares + (size_t)i * f->spare_size;
 		po->next_free = f->pad_free;
 		f->pad_free = po;
+	}
+	/* GC's partial parity: each open GC row twice (a round may start
+	 * while the last one's page is still being programmed) */
+	uint32_t nppl = 2 * NSETS * f->nrows;
+	f->ppl_pool = ftl_alloc(f, nppl * sizeof *f->ppl_pool);
+	uint8_t *ppages = ftl_alloc_pages(f, (size_t)nppl * f->page_size);
+	uint8_t *pspares2 = ftl_alloc(f, (size_t)nppl * f->spare_size);
+	if (!f->ppl_pool || !ppages || !pspares2)
+		return -ENOMEM;
+	for (uint32_t i = nppl; i-- > 0;) {
+		struct ppl_op *pp = &f->ppl_pool[i];
+		pp->f = f;
+		pp->data = ppages + (size_t)i * f->page_size;
+		pp->spare = pspares2 + (size_t)i * f->spare_size;
+		pp->next_free = f->ppl_free;
+		f->ppl_free = pp;
 	}
 	struct ftl_trim_hdr th = { FTL_TRIM_MAGIC, 0 };
 	memcpy(f->pad_page, &th, sizeof th);
@@ -236,7 +299,7 @@ static uint32_t par_pick_pcol(const struct ftl *f, uint32_t bi, uint32_t mask)
 
 static void par_release(struct ftl *f, struct band_par *bp);
 
-bool par_band_open(struct ftl *f, uint32_t bi)
+bool par_band_open(struct ftl *f, uint32_t bi, bool gc)
 {
 	if (!f->parity)
 		return true;
@@ -252,8 +315,11 @@ bool par_band_open(struct ftl *f, uint32_t bi)
 	if (old) {
 		/* its last life's context (its parity block failed: nothing
 		 * released it; now par_try_submit does): not this life's */
-		if (old->busy)
+		if (old->busy) {
 			f->band[bi].par = 0; /* leaked, never seen again */
+			for (uint32_t k = 0; k < PAR_STRIPES; k++)
+				gc_stripe_unlink(f, &old->st[k]);
+		}
 		else
 			par_release(f, old);
 	}
@@ -265,6 +331,7 @@ bool par_band_open(struct ftl *f, uint32_t bi)
 	bp->next = 0;
 	bp->busy = 0;
 	bp->dead = false;
+	bp->gc = gc;
 	for (uint32_t k = 0; k < PAR_STRIPES; k++)
 		bp->st[k].state = PS_FREE;
 	f->band[bi].par = (uint16_t)(bp - f->par_pool + 1);
@@ -313,6 +380,9 @@ bool par_handout(struct ftl *f, uint32_t bi, uint32_t page, uint32_t col, bool l
 	if (s->state == PS_FREE) {
 		s->state = PS_FILLING;
 		s->page = page;
+		s->opened = ++f->par_opens;
+		if (bp->gc)
+			gc_stripe_link(f, s);
 		s->sealed = false;
 		s->need = 0;
 		s->sub_mask = 0;
@@ -322,6 +392,7 @@ bool par_handout(struct ftl *f, uint32_t bi, uint32_t page, uint32_t col, bool l
 		bp->busy++;
 	}
 	(void)col;
+	s->last_handout = f->handouts;
 	s->need++;
 	if (last) {
 		s->sealed = true;
@@ -414,7 +485,7 @@ static void par_program_done(struct nand_op *op)
 	struct par_stripe *s = &bp->st[op->priv2];
 	uint32_t b = op->block;
 	f->blk[b].inflight--;
-	s->state = PS_FREE;
+	stripe_free(f, s);
 	bp->busy--;
 	if (ftl_op_stops(f, op)) {
 		par_maybe_release(f, bp);
@@ -455,7 +526,7 @@ static void par_try_submit(struct ftl *f, struct band_par *bp)
 				par_unprotected(f, b, "its parity block is gone");
 			}
 			f->st.parity_stripes_unprotected++;
-			s->state = PS_FREE;
+			stripe_free(f, s);
 			bp->busy--;
 			continue;
 		}
@@ -555,14 +626,19 @@ static void pad_done(struct nand_op *op)
 		}
 		blk_programs_settled(f, b);
 	}
+	if (po->gc)
+		f->gc_seal_inflight--;
 	po->next_free = f->pad_free;
 	f->pad_free = po;
 }
 
-static void pad_submit(struct ftl *f, uint32_t ppa)
+static void pad_submit(struct ftl *f, uint32_t ppa, bool gc)
 {
 	struct pad_op *po = f->pad_free;
 	f->pad_free = po->next_free;
+	po->gc = gc;
+	if (gc)
+		f->gc_seal_inflight++;
 	po->seq = f->next_seq++;
 	spare_build_crc(f, po->spare, FTL_PG_TRIM, 0, po->seq, f->pad_crc);
 	struct nand_op *op = &po->op;
@@ -625,7 +701,7 @@ int par_idle_pad(struct ftl *f)
 						left |= busy;
 						break;
 					}
-					pad_submit(f, ppa);
+					pad_submit(f, ppa, false);
 					n++;
 				}
 	f->par_partial = left;
@@ -754,6 +830,133 @@ uint32_t par_ppl_build(struct ftl *f, uint32_t ppa, uint64_t seq, uint8_t *data,
 	if (in)
 		memcpy(spare + SPARE_SZ, s->spare + SPARE_SZ, SPARE_SZ);
 	return crc;
+}
+
+/* ---- partial parity for GC's open stripes --------------------------------- */
+
+/*
+ * A victim's relocations land in the GC stream's open stripes, whose parity
+ * is in memory until they complete.  Once the victim is erased, a relocated
+ * page there is its unit's only copy, and a die lost with a power cut (or
+ * found dead at the next open) takes it: recovery finds no parity page for
+ * the stripe.  So a victim is erased (gc.c, victim_finish) only once every
+ * GC stripe open when it got there has its parity programmed
+ * (par_gc_open_before).  While GC goes on, the next relocations complete
+ * those stripes; when it has nothing more to relocate (the end of a burst,
+ * or GC stalled) they would stay open, so then every GC stripe partly
+ * handed out gets a partial-parity page at once (stripe 0 pads instead,
+ * media.h), and the erase waits until those are programmed and the
+ * stripes sealed before have their parity (par_gc_protect,
+ * par_gc_protected).  Programmed directly, not through the GC ring: GC
+ * slots take their page at submit, so every member handed out is already
+ * submitted and in the stripe's XOR; and a ring stalled for want of a free
+ * block (which the erase gives) cannot hold them up.  Cost: at most a page
+ * per open GC row per burst of GC, none for a row whose stripe has not
+ * moved since its last; a band's erase waits a parity program or so.
+ */
+static void ppl_done(struct nand_op *op)
+{
+	struct ppl_op *pp = op->priv;
+	struct ftl *f = pp->f;
+	uint32_t b = op->block;
+	f->blk[b].inflight--;
+	if (!ftl_op_stops(f, op)) {
+		die_note(f, b, DIE_PROGRAM, op->status == NAND_OK);
+		if (op->status != NAND_OK) {
+			/* as a user ring PPL: not again (the stripe waits for
+			 * its parity) */
+			f->st.program_failures++;
+			par_program_failed(f, ppa_make(f, b, op->page), pp->data, pp->spare);
+			blk_program_failed(f, b);
+		} else {
+			f->st.nand_pages_programmed++;
+			f->cp.pages_since++;
+			if (pp->seq > f->blk_max_seq[b])
+				f->blk_max_seq[b] = pp->seq;
+		}
+		blk_programs_settled(f, b);
+	}
+	f->gc_seal_inflight--;
+	pp->next_free = f->ppl_free;
+	f->ppl_free = pp;
+}
+
+static void ppl_submit(struct ftl *f, uint32_t ppa)
+{
+	struct ppl_op *pp = f->ppl_free;
+	f->ppl_free = pp->next_free;
+	f->gc_seal_inflight++;
+	pp->seq = f->next_seq++;
+	uint32_t crc = par_ppl_build(f, ppa, pp->seq, pp->data, pp->spare);
+	struct nand_op *op = &pp->op;
+	memset(op, 0, sizeof *op);
+	op->type = NAND_OP_PROGRAM;
+	op->flags = NAND_OPF_META;
+	op->block = ppa_block(f, ppa);
+	op->page = ppa_page(f, ppa);
+	op->data = pp->data;
+	op->spare = pp->spare;
+	op->done = ppl_done;
+	op->priv = pp;
+	ftl_nand_submit(f, op);
+	footer_note(f, ppa, FTL_FOOTER_PARITY, pp->seq, crc);
+	par_submitted(f, ppa, pp->data, pp->spare);
+	f->st.parity_ppl_pages++;
+}
+
+bool par_gc_protect(struct ftl *f)
+{
+	if (!f->parity || f->error)
+		return true;
+	struct stream *s = &f->stream[STREAM_GC];
+	for (uint32_t k = 0; k < s->nsets; k++)
+		for (uint32_t row = 0; row < f->nrows; row++) {
+			struct open_row *orow = &s->set[k].row[row];
+			if (orow->band == FTL_NO_BLOCK || orow->col == 0 ||
+			    orow->col == f->row_width || !band_par_of(f, orow->band) ||
+			    (orow->ppl_band == orow->band && orow->ppl_page == orow->page &&
+			     orow->ppl_col == orow->col))
+				continue;
+			bool pad = orow->page == 0;
+			for (uint32_t band = orow->band;;) {
+				if (pad ? !f->pad_free : !f->ppl_free)
+					return false;
+				bool busy = false;
+				uint32_t ppa = set_pad_page(f, &s->set[k], row, &busy);
+				if (ppa == FTL_NO_BLOCK) {
+					if (busy)
+						return false;
+					break; /* sealed: its parity follows */
+				}
+				if (pad)
+					pad_submit(f, ppa, true);
+				else
+					ppl_submit(f, ppa);
+				if (!pad || orow->band != band || orow->page != 0)
+					break;
+			}
+			orow->ppl_band = orow->band;
+			orow->ppl_page = orow->page;
+			orow->ppl_col = orow->col;
+		}
+	return true;
+}
+
+bool par_gc_protected(const struct ftl *f, uint64_t t)
+{
+	return !f->gc_seal_inflight && par_sealed_done(f, t);
+}
+
+enum par_gc_wait par_gc_waits(const struct ftl *f, uint64_t mark, uint64_t first)
+{
+	enum par_gc_wait w = PAR_GC_CLEAR;
+	for (const struct par_stripe *s = f->gc_stripes; s; s = s->gc_next)
+		if (s->opened <= mark && s->last_handout >= first) {
+			if (s->state == PS_FILLING && !s->sealed)
+				return PAR_GC_OPEN;
+			w = PAR_GC_SEALING;
+		}
+	return w;
 }
 
 /* ---- rebuilding ------------------------------------------------------------ */

@@ -262,6 +262,7 @@ static uint32_t row_next_page(struct ftl *f, struct open_row *orow, bool *busy)
 			return FTL_NO_BLOCK;
 		}
 		orow->col++;
+		f->handouts++; /* this page's number (par_handout, gc_slot_submitted) */
 		if (f->parity) {
 			uint32_t later = orow->col;
 			while (later < w && !member_takes(f, orow, later))
@@ -270,7 +271,6 @@ static uint32_t row_next_page(struct ftl *f, struct open_row *orow, bool *busy)
 			if (later < w)
 				f->par_partial = true; /* a stripe left open: par_idle_pad */
 		}
-		f->handouts++;
 		uint32_t ppa = ppa_make(f, b, k->wp);
 		k->wp++;
 		k->inflight++;
@@ -339,7 +339,7 @@ uint32_t set_next_page(struct ftl *f, struct open_set *set, uint32_t floor)
 			uint32_t bi = band_alloc(f, row, BLK_OPEN, worn);
 			if (bi == FTL_NO_BLOCK)
 				continue;
-			par_band_open(f, bi);
+			par_band_open(f, bi, set->blkf & BLKF_GC);
 			for (uint32_t c = 0; c < w; c++) {
 				uint32_t b = band_block(f, bi, c);
 				struct blk *k = &f->blk[b];
@@ -501,8 +501,10 @@ static void slot_submit(struct ftl *f, struct stream *s, uint32_t idx, uint32_t 
 
 	sl->ppa = ppa;
 	sl->state = SLOT_SUBMITTED;
-	if (s->id == STREAM_GC && sl->type == FTL_PG_DATA)
+	if (s->id == STREAM_GC && sl->type == FTL_PG_DATA) {
 		band_born_note(f, ppa, sl->from);
+		gc_slot_submitted(f, sl);
+	}
 	uint32_t crc;
 	if (sl->type == FTL_PG_PPL) {
 		crc = par_ppl_build(f, ppa, sl->seq, data, spare);

@@ -900,8 +900,9 @@ static int cmd_simulate(int argc, char **argv)
 		       s1.gc_pages_relocated - s0.gc_pages_relocated, s1.blocks_erased - s0.blocks_erased);
 		printf("  \"checkpoints\": %" PRIu64 ",\n", s1.checkpoints - s0.checkpoints);
 		printf("  \"parity_width\": %u,\n  \"flush_every\": %" PRIu64 ",\n"
-		       "  \"parity_ppl_pages\": %" PRIu64 ",\n",
-		       parity, flush_every, s1.parity_ppl_pages - s0.parity_ppl_pages);
+		       "  \"parity_ppl_pages\": %" PRIu64 ",\n  \"parity_pad_pages\": %" PRIu64 ",\n",
+		       parity, flush_every, s1.parity_ppl_pages - s0.parity_ppl_pages,
+		       s1.parity_pad_pages - s0.parity_pad_pages);
 		printf("  \"fill_seconds\": %.3f,\n  \"write_seconds\": %.3f,\n", t_fill, t_write);
 		printf("  \"ops_per_sec\": %.0f,\n", t_write > 0 ? (double)nwrites / t_write : 0);
 		printf("  \"last_pass_ops_per_sec\": %.0f,\n", steady_ops);
@@ -922,8 +923,9 @@ static int cmd_simulate(int argc, char **argv)
 		       s1.blocks_erased - s0.blocks_erased);
 		if (parity || flush_every)
 			printf("  parity width %u, a flush every %" PRIu64 " writes: %" PRIu64
-			       " partial-parity pages\n", parity, flush_every,
-			       s1.parity_ppl_pages - s0.parity_ppl_pages);
+			       " partial-parity pages, %" PRIu64 " pad pages\n", parity, flush_every,
+			       s1.parity_ppl_pages - s0.parity_ppl_pages,
+			       s1.parity_pad_pages - s0.parity_pad_pages);
 		printf("  random 4 KiB writes: %.0f/s (last pass %.0f/s)",
 		       t_write > 0 ? (double)nwrites / t_write : 0, steady_ops);
 		if (reads)

@@ -19,8 +19,9 @@
  * Power cuts go on after a die failure (since 2026-12-06; before, they
  * stopped there).  A cut while stripes holding flushed data on the failing
  * die are still open in memory was the write hole; flushes now write
- * partial parity into open stripes (README, Flashback), and what is left
- * (GC's own open stripes) fails the test with a hint.
+ * partial parity into open stripes (README, Flashback), and GC gives its
+ * own open stripes partial parity before it erases a victim whose data
+ * they hold (or waits for their parity).
  * T_MODEL_NO_CUT_AFTER_DIE=1 stops the cuts at a die failure as before.
  *
  * Double faults: once a die has failed, a stripe that had lost its parity

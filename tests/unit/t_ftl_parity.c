@@ -37,13 +37,20 @@
  *                unprotected (marked for refresh) and stays so across a
  *                clean reopen and a power cut, until GC moves its data
  *                (a restart forgot it, and a die lost later lost data)
+ *   gc_hole      a die lost with a power cut while GC's open stripes hold
+ *                data relocated out of victims already erased: it is
+ *                rebuilt from the partial-parity pages GC programs before
+ *                each erase (real and virtual clock)
+ *   parity_block_fails  the parity block of an open band fails: the band
+ *                is marked for refresh, its parity context released when
+ *                it is full, GC moves it; all data right, also reopened
  *   idle_pad     stripes left open when writes pause are completed with
  *                pads, so their parity is on the media: a die found dead
  *                after a power cut loses nothing written before the pause
  *                (real clock and virtual clock)
  * Errors must be errors (EIO), never wrong data.
  */
-#include "ftl/ftl.h"
+#include "ftl/ftl_int.h" /* gc_hole: GC's open stripes */
 #include "tests/unit/t.h"
 
 static void fill(uint8_t *b, uint64_t unit, uint32_t ver)
@@ -764,6 +771,155 @@ static void write_hole(bool timed)
 	CHECK(trials >= 4);
 }
 
+/*
+ * GC's own open stripes: relocations land in them, and their victims are
+ * erased once relocated.  A power cut, and a die of such a stripe lost
+ * with it: recovery finds no parity page for the stripe, and the victim's
+ * copy is gone.  GC programs a partial-parity page into each of its open
+ * stripes before it erases a victim (par_gc_protect), so the unit is
+ * rebuilt from it.  Each trial churns until GC runs, flushes, picks a unit
+ * in a GC stripe still open (not on die 0: the superblock's), cuts the
+ * power at once and fails that unit's die; every unit must read its
+ * newest version.  (Before 2026-12-06: such units read EIO.)
+ */
+static void gc_hole(bool timed)
+{
+	uint64_t trials = 0, ppl = 0;
+	for (uint32_t trial = 0; trial < 10 && trials < 3; trial++) {
+		struct nand_dev *d = dev_new("test-1g", timed);
+		format(d, 20, 1);
+		struct ftl *f = open_ok(d);
+		struct ftl_info info;
+		ftl_get_info(f, &info);
+		uint64_t units = info.units, seed = 53 + trial;
+		uint32_t *ver = calloc(units, sizeof *ver);
+		churn(f, ver, units, units + units / 4 + trial * 997, &seed);
+		/* writes until GC has just finished a burst: the last of its
+		 * relocations are in stripes nothing completes until the next
+		 * burst (host writes go on, so no idle pad either) */
+		struct ftl_stats st;
+		ftl_get_stats(f, &st);
+		CHECK(st.gc_blocks_collected > 0);
+		for (uint64_t collected = st.gc_blocks_collected, i = 0;
+		     (st.gc_blocks_collected == collected || gc_busy(f)) && i < units; i++) {
+			write_units(f, ver, t_rand(&seed) % units, 1);
+			ftl_get_stats(f, &st);
+		}
+		CHECK_RC(ftl_flush_sync(f));
+		ppl += st.parity_ppl_pages;
+		/* a unit in a GC stripe partly handed out */
+		uint32_t die = 0, blk, page;
+		uint64_t unit = 0;
+		const struct stream *g = &f->stream[STREAM_GC];
+		for (uint32_t k = 0; k < g->nsets && !die; k++)
+			for (uint32_t row = 0; row < f->nrows && !die; row++) {
+				const struct open_row *orow = &g->set[k].row[row];
+				if (orow->band == FTL_NO_BLOCK || orow->col == 0 ||
+				    orow->col == f->row_width)
+					continue;
+				for (uint64_t u = 0; u < units && !die; u++) {
+					uint32_t ud;
+					if (ftl_unit_location(f, u, &ud, &blk, &page) == 0 &&
+					    block_band(f, blk) == orow->band && page == orow->page) {
+						die = ud;
+						unit = u;
+					}
+				}
+			}
+		if (!die) {
+			power_cut(f, d);
+			nand_close(d);
+			free(ver);
+			continue; /* none open now, or only on die 0 */
+		}
+		power_cut(f, d);
+		CHECK_RC(nand_sim_fail_die(d, die));
+		f = open_ok(d);
+		verify(f, ver, units, NULL);
+		printf("gc_hole (%s clock) trial %u: unit %" PRIu64 " in an open GC stripe on die %u, "
+		       "lost with a power cut: every unit reads its newest version\n",
+		       timed ? "virtual" : "real", trial, unit, die);
+		trials++;
+		CHECK_RC(ftl_close(f));
+		free(ver);
+		nand_close(d);
+	}
+	printf("gc_hole (%s clock): %" PRIu64 " trials, %" PRIu64 " partial-parity pages\n",
+	       timed ? "virtual" : "real", trials, ppl);
+	CHECK(trials >= 2);
+	CHECK(ppl > 0);
+}
+
+/*
+ * The parity block of an open band fails its programs: the band's stripes
+ * from there on go without parity, so the band is marked for refresh at
+ * once (a failed parity block never marked its band: band_refresh_set
+ * looked only at the failed block, RETIRING by then), its parity context
+ * is let go once the band is full (it stayed attached, and the band
+ * reopened with it after GC: flushes waited for parity that never came,
+ * t_ftl_model -c 5 hung), and GC moves the band: every unit reads right.
+ */
+static void parity_block_fails(void)
+{
+	struct nand_dev *d = dev_new("test-1g", false);
+	format(d, 36, 1);
+	struct ftl *f = open_ok(d);
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	uint64_t units = info.units, seed = 59;
+	uint32_t *ver = calloc(units, sizeof *ver);
+	churn(f, ver, units, units / 2, &seed);
+	CHECK_RC(ftl_flush_sync(f));
+	const struct open_row *orow = &f->stream[STREAM_USER].set[SET_FIRST].row[0];
+	uint32_t bi = orow->band, pb = FTL_NO_BLOCK;
+	CHECK(bi != FTL_NO_BLOCK);
+	for (uint32_t c = 0; c < f->row_width; c++)
+		if (par_is_pcol(f, bi, c))
+			pb = band_block(f, bi, c);
+	CHECK(pb != FTL_NO_BLOCK);
+	CHECK_RC(nand_sim_fail_block(d, pb, true, false));
+	struct ftl_stats st0, st;
+	ftl_get_stats(f, &st0);
+	bool marked = false;
+	uint64_t n = 0;
+	/* written 8 units at a time, each batch flushed (programmed) */
+	for (; orow->band == bi && n < units; n += 8) {
+		for (int i = 0; i < 8; i++) {
+			uint64_t u = t_rand(&seed) % units;
+			uint8_t b[4096];
+			fill(b, u, ++ver[u]);
+			CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
+		}
+		CHECK_RC(ftl_flush_sync(f));
+		ftl_get_stats(f, &st);
+		if (st.program_failures > st0.program_failures && !marked) {
+			marked = true;
+			CHECK(f->band[bi].flags & BANDF_REFRESH);
+		}
+	}
+	CHECK(marked);
+	/* full: its context went back to the pool */
+	CHECK_EQ(f->band[bi].par, 0);
+	CHECK_RC(ftl_flush_sync(f));
+	verify(f, ver, units, NULL);
+	/* GC moved it (a refresh), and the FTL goes on with new bands */
+	churn(f, ver, units, units / 2, &seed);
+	CHECK_RC(ftl_flush_sync(f));
+	ftl_get_stats(f, &st);
+	printf("parity_block_fails: block %u (parity of band %u) failed its programs: band marked "
+	       "for refresh, context released after %" PRIu64 " writes, %" PRIu64
+	       " bands refreshed; every unit reads right\n",
+	       pb, bi, n, st.refresh_collected - st0.refresh_collected);
+	CHECK(st.refresh_collected > st0.refresh_collected);
+	verify(f, ver, units, NULL);
+	CHECK_RC(ftl_close(f));
+	f = open_ok(d);
+	verify(f, ver, units, NULL);
+	CHECK_RC(ftl_close(f));
+	free(ver);
+	nand_close(d);
+}
+
 /* ftl_open_params.no_flush_parity (flush_parity = off): flushes write no
  * partial-parity page; by default they do. */
 static void flush_parity_option(void)
@@ -912,6 +1068,12 @@ int main(int argc, char **argv)
 		write_hole(true);
 		flush_parity_option();
 	}
+	if (!only || !strcmp(only, "gc_hole")) {
+		gc_hole(false);
+		gc_hole(true);
+	}
+	if (!only || !strcmp(only, "parity_block_fails"))
+		parity_block_fails();
 	if (!only || !strcmp(only, "refresh_kept")) {
 		refresh_kept(KEPT_CLOSE);
 		refresh_kept(KEPT_CUT_AT_ONCE);
