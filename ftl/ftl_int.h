@@ -346,6 +346,7 @@ struct victim {
 	                           * there yet) */
 	uint64_t par_wait_clock;  /* f->write_clock then */
 	bool gc_ppl;              /* or partial parity: par_gc_protect issued */
+	uint64_t ppl_failures;    /* f->gc_ppl_failures then */
 	uint64_t par_ticket;      /* then: stripes sealed so far (their parity
 	                           * must be programmed before the erase) */
 	uint64_t hold_seq;        /* erased only once a checkpoint's cp_seq >= this:
@@ -680,6 +681,9 @@ struct ftl {
 	struct ppl_op *ppl_pool;
 	struct ppl_op *ppl_free;
 	uint32_t gc_seal_inflight;  /* those programs and their pads in flight */
+	uint64_t gc_ppl_failures;   /* of those programs (victims issue again) */
+	bool ppl_redo;              /* a user partial-parity program failed: the
+	                             * flushes waiting issue another first */
 	uint64_t par_opens;         /* stripes begun so far (par_stripe.opened) */
 	struct par_stripe *gc_stripes; /* stripes of GC bands not yet FREE */
 	uint8_t *pad_page;          /* the pad's data: an empty trim record */
@@ -915,6 +919,10 @@ void par_program_failed(struct ftl *f, uint32_t ppa, const uint8_t *data, const 
 /* a flush or FUA write: a partial-parity slot into every stripe of the user
  * stream partly handed out (false: no ring slot now, call again) */
 bool par_flush_ppl(struct ftl *f);
+/* the partial-parity page ppa of stream `stream` failed its program: its
+ * stripe, if still partly handed out, is served again (the user stream's
+ * by the flushes waiting, f->ppl_redo; GC's by the victims waiting) */
+void par_ppl_failed(struct ftl *f, enum stream_id stream, uint32_t ppa);
 /* before a victim's erase: a partial-parity page (a pad on a stripe 0) now
  * into every stripe of the GC stream partly handed out, so relocated data
  * there is not left with its parity in memory only (false: no op free now,

@@ -877,7 +877,15 @@ static int victim_finish(struct ftl *f, int vi)
 				return 0;
 			v->gc_ppl = true;
 			v->par_ticket = f->par_ticket;
+			v->ppl_failures = f->gc_ppl_failures;
 		}
+	}
+	if (v->gc_ppl && v->ppl_failures != f->gc_ppl_failures && !f->gc_seal_inflight) {
+		/* one failed its program: its stripe gets another */
+		if (!par_gc_protect(f))
+			return 0;
+		v->par_ticket = f->par_ticket;
+		v->ppl_failures = f->gc_ppl_failures;
 	}
 	if (v->gc_ppl && !par_gc_protected(f, v->par_ticket))
 		return 0;

@@ -485,6 +485,17 @@ static int durable_kick(struct ftl *f)
 		if (rc < 0)
 			return n;
 	}
+	/* a partial-parity page failed its program (par_ppl_failed): its
+	 * stripe gets another before the flushes waiting complete */
+	if (f->ppl_redo) {
+		if (!par_flush_ppl(f))
+			return n; /* no ring slot now */
+		f->ppl_redo = false;
+		for (struct ftl_io *io = f->wq_durable.head; io; io = io->wait_next) {
+			io->wait_pos = r->fill;
+			io->par_ticket = f->par_ticket;
+		}
+	}
 	while (f->wq_durable.head && f->wq_durable.head->wait_pos <= r->done &&
 	       par_sealed_done(f, f->wq_durable.head->par_ticket))
 		ioq_push(&f->wq_syncing, ioq_pop(&f->wq_durable));

@@ -789,6 +789,22 @@ bool par_flush_ppl(struct ftl *f)
 	return true;
 }
 
+void par_ppl_failed(struct ftl *f, enum stream_id stream, uint32_t ppa)
+{
+	uint32_t bi = block_band(f, ppa_block(f, ppa)), page = ppa_page(f, ppa);
+	struct stream *s = &f->stream[stream];
+	for (uint32_t k = 0; k < s->nsets; k++)
+		for (uint32_t row = 0; row < f->nrows; row++) {
+			struct open_row *orow = &s->set[k].row[row];
+			if (orow->ppl_band == bi && orow->ppl_page == page)
+				orow->ppl_band = FTL_NO_BLOCK;
+		}
+	if (stream == STREAM_USER)
+		f->ppl_redo = true;
+	else
+		f->gc_ppl_failures++;
+}
+
 bool par_sealed_done(const struct ftl *f, uint64_t t)
 {
 	if (!f->parity)
@@ -863,11 +879,12 @@ static void ppl_done(struct nand_op *op)
 	if (!ftl_op_stops(f, op)) {
 		die_note(f, b, DIE_PROGRAM, op->status == NAND_OK);
 		if (op->status != NAND_OK) {
-			/* as a user ring PPL: not again (the stripe waits for
-			 * its parity) */
+			/* as a user ring PPL: not again, but the stripe gets
+			 * another (par_ppl_failed) */
 			f->st.program_failures++;
 			par_program_failed(f, ppa_make(f, b, op->page), pp->data, pp->spare);
 			blk_program_failed(f, b);
+			par_ppl_failed(f, STREAM_GC, ppa_make(f, b, op->page));
 		} else {
 			f->st.nand_pages_programmed++;
 			f->cp.pages_since++;
@@ -1099,8 +1116,13 @@ static void rb_start(struct ftl *f, struct rb_ctx *x, struct rb_req *rq)
 		for (uint32_t c = 0; c < f->row_width; c++) {
 			if (c == x->tcol)
 				continue;
+			/* a block retired as grown bad (a program failed, its
+			 * data relocated) still holds the pages it had: the
+			 * parity page's member mask says which count (a block
+			 * bad since before the band opened is in no mask) */
 			uint8_t st = f->blk[band_block(f, x->band, c)].state;
-			if (st == BLK_OPEN || st == BLK_CLOSED || st == BLK_VICTIM || st == BLK_RETIRING)
+			if (st == BLK_OPEN || st == BLK_CLOSED || st == BLK_VICTIM ||
+			    st == BLK_RETIRING || st == BLK_BAD)
 				want |= 1u << c;
 		}
 	}
@@ -1442,7 +1464,8 @@ int par_rebuild_sync(struct ftl *f, uint32_t ppa, uint8_t *data, uint8_t *spare)
 	uint32_t pc = UINT32_MAX, members = 0;
 	for (uint32_t c = 0; c < w; c++) {
 		uint32_t mb = band_block(f, bi, c);
-		if (c == tcol || f->blk[mb].state == BLK_BAD || f->blk[mb].state == BLK_META)
+		/* grown-bad members too (rb_start): the parity's mask decides */
+		if (c == tcol || f->blk[mb].state == BLK_META)
 			continue;
 		struct ftl_spare sp;
 		bool valid, erased;

@@ -464,7 +464,9 @@ static void slot_program_done(struct nand_op *op)
 		blk_program_failed(f, b);
 		blk_programs_settled(f, b);
 		if (sl->type == FTL_PG_PPL) {
-			/* its content is for that stripe only: not again */
+			/* its content is for that stripe only: not again, but
+			 * the stripe gets another (par_ppl_failed) */
+			par_ppl_failed(f, s->id, sl->ppa);
 			sl->state = SLOT_DONE;
 			ring_release(f, r);
 			return;

@@ -41,6 +41,9 @@
  *                data relocated out of victims already erased: it is
  *                rebuilt from the partial-parity pages GC programs before
  *                each erase (real and virtual clock)
+ *   ppl_fails    a flush's partial-parity page fails its program: the
+ *                stripe gets another before the flush completes; a die
+ *                lost with a power cut after it loses nothing flushed
  *   parity_block_fails  the parity block of an open band fails: the band
  *                is marked for refresh, its parity context released when
  *                it is full, GC moves it; all data right, also reopened
@@ -920,6 +923,86 @@ static void parity_block_fails(void)
 	nand_close(d);
 }
 
+/*
+ * A flush's partial-parity page fails its program: the stripe gets another
+ * before the flush completes (par_ppl_failed), so a die lost with a power
+ * cut right after still loses nothing flushed.  (Before 2026-12-06 the
+ * flush completed with the stripe unprotected.)  Each trial writes units
+ * one by one until one lands in a stripe past its first page with a
+ * member left for the PPL, fails that member's block, flushes, cuts the
+ * power and loses the unit's die.
+ */
+static void ppl_fails(void)
+{
+	uint64_t trials = 0;
+	for (uint32_t trial = 0; trial < 8 && trials < 3; trial++) {
+		struct nand_dev *d = dev_new("test-1g", false);
+		format(d, 36, 1);
+		struct ftl *f = open_ok(d);
+		struct ftl_info info;
+		ftl_get_info(f, &info);
+		uint64_t units = info.units, seed = 61 + trial;
+		uint32_t *ver = calloc(units, sizeof *ver);
+		churn(f, ver, units, units / 2, &seed);
+		CHECK_RC(ftl_flush_sync(f));
+		let_time_pass(f, d, 300000000ull);
+		struct ftl_stats st0, st;
+		ftl_get_stats(f, &st0);
+		uint32_t target = FTL_NO_BLOCK, die = 0;
+		uint64_t u = 0;
+		for (uint32_t i = 0; i < 64 && target == FTL_NO_BLOCK; i++) {
+			u = t_rand(&seed) % units;
+			uint8_t b[4096];
+			fill(b, u, ++ver[u]);
+			CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
+			uint32_t e = f->l2p[u];
+			if (!l2p_is_slot(e) || (e & L2P_SLOT_GC))
+				continue;
+			uint32_t ppa = f->stream[STREAM_USER].ring.slots[e & L2P_SLOT_MASK].ppa;
+			uint32_t bi = block_band(f, ppa_block(f, ppa)), page = ppa_page(f, ppa);
+			die = block_die(f, ppa_block(f, ppa));
+			const struct stream *us = &f->stream[STREAM_USER];
+			for (uint32_t k = 0; k < us->nsets; k++)
+				for (uint32_t row = 0; row < f->nrows; row++) {
+					const struct open_row *orow = &us->set[k].row[row];
+					if (orow->band != bi || orow->page != page || page == 0 || die == 0)
+						continue;
+					for (uint32_t c = orow->col; c < f->row_width; c++) {
+						uint32_t b = band_block(f, bi, c);
+						if (f->blk[b].state == BLK_OPEN && f->blk[b].wp == page &&
+						    !par_is_pcol(f, bi, c)) {
+							target = b;
+							break;
+						}
+					}
+				}
+		}
+		if (target == FTL_NO_BLOCK) {
+			power_cut(f, d);
+			nand_close(d);
+			free(ver);
+			continue;
+		}
+		CHECK_RC(nand_sim_fail_block(d, target, true, false));
+		CHECK_RC(ftl_flush_sync(f));
+		ftl_get_stats(f, &st);
+		CHECK(st.program_failures > st0.program_failures);
+		power_cut(f, d);
+		CHECK_RC(nand_sim_fail_die(d, die));
+		f = open_ok(d);
+		verify(f, ver, units, NULL);
+		printf("ppl_fails trial %u: unit %" PRIu64 " flushed, the PPL page's block %u failed, "
+		       "%" PRIu64 " PPL pages; die %u lost with a power cut: every unit reads its "
+		       "newest version\n", trial, u, target,
+		       st.parity_ppl_pages - st0.parity_ppl_pages, die);
+		trials++;
+		CHECK_RC(ftl_close(f));
+		free(ver);
+		nand_close(d);
+	}
+	CHECK(trials >= 2);
+}
+
 /* ftl_open_params.no_flush_parity (flush_parity = off): flushes write no
  * partial-parity page; by default they do. */
 static void flush_parity_option(void)
@@ -1072,6 +1155,8 @@ int main(int argc, char **argv)
 		gc_hole(false);
 		gc_hole(true);
 	}
+	if (!only || !strcmp(only, "ppl_fails"))
+		ppl_fails();
 	if (!only || !strcmp(only, "parity_block_fails"))
 		parity_block_fails();
 	if (!only || !strcmp(only, "refresh_kept")) {
