@@ -606,26 +606,39 @@ void par_seal_all(struct ftl *f)
 #define PAR_PAD_NS 100000000ull /* 100 ms */
 #define PAR_PAD_RETRY_NS 1000000ull /* a parity slot was busy: look again */
 
+/*
+ * The program of a page parity.c issued itself (a pad, a partial-parity
+ * page) landed: the block's counts, or on failure the page out of its
+ * stripe and the block retiring.  true: it failed (the medium did not
+ * stop).
+ */
+static bool own_page_done(struct ftl *f, struct nand_op *op, uint64_t seq)
+{
+	uint32_t b = op->block;
+	f->blk[b].inflight--;
+	if (ftl_op_stops(f, op))
+		return false;
+	bool ok = op->status == NAND_OK;
+	die_note(f, b, DIE_PROGRAM, ok);
+	if (!ok) {
+		f->st.program_failures++;
+		par_program_failed(f, ppa_make(f, b, op->page), op->data, op->spare);
+		blk_program_failed(f, b);
+	} else {
+		f->st.nand_pages_programmed++;
+		f->cp.pages_since++;
+		if (seq > f->blk_max_seq[b])
+			f->blk_max_seq[b] = seq;
+	}
+	blk_programs_settled(f, b);
+	return !ok;
+}
+
 static void pad_done(struct nand_op *op)
 {
 	struct pad_op *po = op->priv;
 	struct ftl *f = po->f;
-	uint32_t b = op->block;
-	f->blk[b].inflight--;
-	if (!ftl_op_stops(f, op)) {
-		die_note(f, b, DIE_PROGRAM, op->status == NAND_OK);
-		if (op->status != NAND_OK) {
-			f->st.program_failures++;
-			par_program_failed(f, ppa_make(f, b, op->page), f->pad_page, po->spare);
-			blk_program_failed(f, b);
-		} else {
-			f->st.nand_pages_programmed++;
-			f->cp.pages_since++;
-			if (po->seq > f->blk_max_seq[b])
-				f->blk_max_seq[b] = po->seq;
-		}
-		blk_programs_settled(f, b);
-	}
+	own_page_done(f, op, po->seq);
 	if (po->gc)
 		f->gc_seal_inflight--;
 	po->next_free = f->pad_free;
@@ -874,25 +887,9 @@ static void ppl_done(struct nand_op *op)
 {
 	struct ppl_op *pp = op->priv;
 	struct ftl *f = pp->f;
-	uint32_t b = op->block;
-	f->blk[b].inflight--;
-	if (!ftl_op_stops(f, op)) {
-		die_note(f, b, DIE_PROGRAM, op->status == NAND_OK);
-		if (op->status != NAND_OK) {
-			/* as a user ring PPL: not again, but the stripe gets
-			 * another (par_ppl_failed) */
-			f->st.program_failures++;
-			par_program_failed(f, ppa_make(f, b, op->page), pp->data, pp->spare);
-			blk_program_failed(f, b);
-			par_ppl_failed(f, STREAM_GC, ppa_make(f, b, op->page));
-		} else {
-			f->st.nand_pages_programmed++;
-			f->cp.pages_since++;
-			if (pp->seq > f->blk_max_seq[b])
-				f->blk_max_seq[b] = pp->seq;
-		}
-		blk_programs_settled(f, b);
-	}
+	/* as a user ring PPL: not again, but the stripe gets another */
+	if (own_page_done(f, op, pp->seq))
+		par_ppl_failed(f, STREAM_GC, ppa_make(f, op->block, op->page));
 	f->gc_seal_inflight--;
 	pp->next_free = f->ppl_free;
 	f->ppl_free = pp;

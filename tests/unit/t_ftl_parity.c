@@ -774,6 +774,23 @@ static void write_hole(bool timed)
 	CHECK(trials >= 4);
 }
 
+/* test-1g formatted with parity at op % OP and opened, n units written
+ * (the first `units` in order, then at random): the set-up of most tests
+ * below.  *ver: each unit's version (calloc'd), *units, *seed. */
+static struct ftl *churned(struct nand_dev **d, bool timed, double op, uint64_t n_per_4,
+			   uint32_t **ver, uint64_t *units, uint64_t *seed)
+{
+	*d = dev_new("test-1g", timed);
+	format(*d, op, 1);
+	struct ftl *f = open_ok(*d);
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	*units = info.units;
+	*ver = calloc(*units, sizeof **ver);
+	churn(f, *ver, *units, *units * n_per_4 / 4, seed);
+	return f;
+}
+
 /*
  * GC's own open stripes: relocations land in them, and their victims are
  * erased once relocated.  A power cut, and a die of such a stripe lost
@@ -789,14 +806,11 @@ static void gc_hole(bool timed)
 {
 	uint64_t trials = 0, ppl = 0;
 	for (uint32_t trial = 0; trial < 10 && trials < 3; trial++) {
-		struct nand_dev *d = dev_new("test-1g", timed);
-		format(d, 20, 1);
-		struct ftl *f = open_ok(d);
-		struct ftl_info info;
-		ftl_get_info(f, &info);
-		uint64_t units = info.units, seed = 53 + trial;
-		uint32_t *ver = calloc(units, sizeof *ver);
-		churn(f, ver, units, units + units / 4 + trial * 997, &seed);
+		struct nand_dev *d;
+		uint32_t *ver;
+		uint64_t units, seed = 53 + trial;
+		struct ftl *f = churned(&d, timed, 20, 5, &ver, &units, &seed);
+		churn(f, ver, units, trial * 997, &seed);
 		/* writes until GC has just finished a burst: the last of its
 		 * relocations are in stripes nothing completes until the next
 		 * burst (host writes go on, so no idle pad either) */
@@ -864,14 +878,10 @@ static void gc_hole(bool timed)
  */
 static void parity_block_fails(void)
 {
-	struct nand_dev *d = dev_new("test-1g", false);
-	format(d, 36, 1);
-	struct ftl *f = open_ok(d);
-	struct ftl_info info;
-	ftl_get_info(f, &info);
-	uint64_t units = info.units, seed = 59;
-	uint32_t *ver = calloc(units, sizeof *ver);
-	churn(f, ver, units, units / 2, &seed);
+	struct nand_dev *d;
+	uint32_t *ver;
+	uint64_t units, seed = 59;
+	struct ftl *f = churned(&d, false, 36, 2, &ver, &units, &seed);
 	CHECK_RC(ftl_flush_sync(f));
 	const struct open_row *orow = &f->stream[STREAM_USER].set[SET_FIRST].row[0];
 	uint32_t bi = orow->band, pb = FTL_NO_BLOCK;
@@ -936,14 +946,10 @@ static void ppl_fails(void)
 {
 	uint64_t trials = 0;
 	for (uint32_t trial = 0; trial < 8 && trials < 3; trial++) {
-		struct nand_dev *d = dev_new("test-1g", false);
-		format(d, 36, 1);
-		struct ftl *f = open_ok(d);
-		struct ftl_info info;
-		ftl_get_info(f, &info);
-		uint64_t units = info.units, seed = 61 + trial;
-		uint32_t *ver = calloc(units, sizeof *ver);
-		churn(f, ver, units, units / 2, &seed);
+		struct nand_dev *d;
+		uint32_t *ver;
+		uint64_t units, seed = 61 + trial;
+		struct ftl *f = churned(&d, false, 36, 2, &ver, &units, &seed);
 		CHECK_RC(ftl_flush_sync(f));
 		let_time_pass(f, d, 300000000ull);
 		struct ftl_stats st0, st;
