@@ -344,7 +344,6 @@ struct victim {
 	                           * pages handed out since first_handout must
 	                           * have their parity programmed first (0: not
 	                           * there yet) */
-	uint64_t par_wait_clock;  /* f->write_clock then */
 	bool gc_ppl;              /* or partial parity: par_gc_protect issued */
 	uint64_t ppl_failures;    /* f->gc_ppl_failures then */
 	uint64_t par_ticket;      /* then: stripes sealed so far (their parity

@@ -87,7 +87,7 @@ struct band_par {
 	uint32_t next;            /* next stripe whose parity is due */
 	uint32_t busy;            /* stripes not FREE */
 	bool dead;                /* the parity block failed: no more parity */
-	bool gc;                  /* a band of the GC stream (par_gc_open_before) */
+	bool gc;                  /* a band of the GC stream (f->gc_stripes) */
 	struct par_stripe st[PAR_STRIPES];
 	struct band_par *next_free;
 };
@@ -868,20 +868,20 @@ uint32_t par_ppl_build(struct ftl *f, uint32_t ppa, uint64_t seq, uint8_t *data,
  * is in memory until they complete.  Once the victim is erased, a relocated
  * page there is its unit's only copy, and a die lost with a power cut (or
  * found dead at the next open) takes it: recovery finds no parity page for
- * the stripe.  So a victim is erased (gc.c, victim_finish) only once every
- * GC stripe open when it got there has its parity programmed
- * (par_gc_open_before).  While GC goes on, the next relocations complete
- * those stripes; when it has nothing more to relocate (the end of a burst,
- * or GC stalled) they would stay open, so then every GC stripe partly
- * handed out gets a partial-parity page at once (stripe 0 pads instead,
- * media.h), and the erase waits until those are programmed and the
- * stripes sealed before have their parity (par_gc_protect,
+ * the stripe.  So a victim is erased (gc.c, victim_finish) only once the
+ * GC stripes holding pages handed out since its first relocation
+ * (par_gc_waits) are safe: those already complete once their parity page
+ * is programmed; those still partly handed out get a partial-parity page
+ * at once (every open GC stripe that moved since its last; stripe 0 pads
+ * instead, media.h), and the erase waits until those are programmed and
+ * the stripes sealed before have their parity (par_gc_protect,
  * par_gc_protected).  Programmed directly, not through the GC ring: GC
  * slots take their page at submit, so every member handed out is already
  * submitted and in the stripe's XOR; and a ring stalled for want of a free
  * block (which the erase gives) cannot hold them up.  Cost: at most a page
- * per open GC row per burst of GC, none for a row whose stripe has not
- * moved since its last; a band's erase waits a parity program or so.
+ * per open GC row per band collected, none for a row whose stripe has not
+ * moved since its last; a band's erase waits a program or so, for which
+ * GC starts a band earlier (gc_needed).
  */
 static void ppl_done(struct nand_op *op)
 {
