@@ -733,12 +733,10 @@ int par_idle_pad(struct ftl *f)
  * stripe gets its next member as a partial-parity page (media.h): a ring
  * slot behind the flushed data, of type FTL_PG_PPL, whose content
  * par_ppl_build makes at submit from the stripe's XOR so far.  The flush
- * completes when the ring has programmed it.  Not for a stripe whose
- * cursor has not moved since its last one, nor stripe 0 (media.h), nor
- * the GC stream (its data is still in the victims until they are erased
- * after the flush-like wait in victim_finish).  false: no ring slot now
- * (the caller waits and calls again; stripes served already are not served
- * twice).  Cost: a page per open stripe per flush; O(sets x rows).
+ * completes when the ring has programmed it (ppl_serve, below).  Not for
+ * the GC stream: its data is still in the victims, which give GC's open
+ * stripes partial parity before they are erased (par_gc_protect).  Cost: a
+ * page per open stripe per flush.
  */
 /* A user ring slot for page ppa: a partial-parity page, or a pad (an
  * empty trim record). */
@@ -765,33 +763,59 @@ static void ring_fill_par(struct ftl *f, struct ring *r, uint32_t ppa, bool ppl)
 		f->st.parity_pad_pages++;
 }
 
-bool par_flush_ppl(struct ftl *f)
+/* The open stripe of orow has members handed out since its last
+ * partial-parity page (or pads), and a parity context: it needs one. */
+static bool row_needs_ppl(const struct ftl *f, const struct open_row *orow)
 {
-	if (!f->parity || !f->flush_ppl)
-		return true;
-	struct stream *s = &f->stream[STREAM_USER];
+	return orow->band != FTL_NO_BLOCK && orow->col != 0 && orow->col != f->row_width &&
+	       band_par_of(f, orow->band) &&
+	       !(orow->ppl_band == orow->band && orow->ppl_page == orow->page &&
+		 orow->ppl_col == orow->col);
+}
+
+static void ppl_submit(struct ftl *f, uint32_t ppa);
+
+/* How a partial-parity page (or a stripe 0's pads) is programmed: as a
+ * user ring slot behind the flushed data (its content made at submit), or
+ * at once (GC: every member handed out is submitted already). */
+enum ppl_via { PPL_USER_RING, PPL_NOW };
+
+/*
+ * Every stripe of stream s that needs one (row_needs_ppl) gets its next
+ * member as a partial-parity page; a stripe 0 gets pads instead until it
+ * is sealed (media.h: no block starts with a page type older versions do
+ * not know; its parity follows, and the callers wait for it:
+ * par_sealed_done).  false: no room now (a ring slot, an op), call again;
+ * stripes served already are not served twice.  O(sets x rows).
+ */
+static bool ppl_serve(struct ftl *f, struct stream *s, enum ppl_via via)
+{
 	struct ring *r = &s->ring;
 	for (uint32_t k = 0; k < s->nsets; k++)
 		for (uint32_t row = 0; row < f->nrows; row++) {
 			struct open_row *orow = &s->set[k].row[row];
-			if (orow->band == FTL_NO_BLOCK || orow->col == 0 ||
-			    orow->col == f->row_width || !band_par_of(f, orow->band) ||
-			    (orow->ppl_band == orow->band && orow->ppl_page == orow->page &&
-			     orow->ppl_col == orow->col))
+			if (!row_needs_ppl(f, orow))
 				continue;
-			/* stripe 0 takes no PPL page (media.h): its other
-			 * members are pads, and its parity is programmed (the
-			 * flush waits for it: par_sealed_done) */
 			bool pad = orow->page == 0;
 			for (uint32_t band = orow->band;;) {
-				/* one slot for it, one kept for a trim record */
-				if (ring_free(r) < 2)
+				/* user ring: one slot for it, one kept for a
+				 * trim record */
+				if (via == PPL_USER_RING ? ring_free(r) < 2
+				    : pad ? !f->pad_free : !f->ppl_free)
 					return false;
 				bool busy = false;
 				uint32_t ppa = set_pad_page(f, &s->set[k], row, &busy);
 				if (ppa == FTL_NO_BLOCK)
-					break; /* sealed (its parity follows), or busy */
-				ring_fill_par(f, r, ppa, !pad);
+					break; /* sealed (its parity follows), or not
+						* begun (busy: the cursor only skipped
+						* columns that take nothing, and the
+						* stripe's slot still holds an older one) */
+				if (via == PPL_USER_RING)
+					ring_fill_par(f, r, ppa, !pad);
+				else if (pad)
+					pad_submit(f, ppa, true);
+				else
+					ppl_submit(f, ppa);
 				if (!pad || orow->band != band || orow->page != 0)
 					break;
 			}
@@ -800,6 +824,13 @@ bool par_flush_ppl(struct ftl *f)
 			orow->ppl_col = orow->col;
 		}
 	return true;
+}
+
+bool par_flush_ppl(struct ftl *f)
+{
+	if (!f->parity || !f->flush_ppl)
+		return true;
+	return ppl_serve(f, &f->stream[STREAM_USER], PPL_USER_RING);
 }
 
 void par_ppl_failed(struct ftl *f, enum stream_id stream, uint32_t ppa)
@@ -922,38 +953,7 @@ bool par_gc_protect(struct ftl *f)
 {
 	if (!f->parity || f->error)
 		return true;
-	struct stream *s = &f->stream[STREAM_GC];
-	for (uint32_t k = 0; k < s->nsets; k++)
-		for (uint32_t row = 0; row < f->nrows; row++) {
-			struct open_row *orow = &s->set[k].row[row];
-			if (orow->band == FTL_NO_BLOCK || orow->col == 0 ||
-			    orow->col == f->row_width || !band_par_of(f, orow->band) ||
-			    (orow->ppl_band == orow->band && orow->ppl_page == orow->page &&
-			     orow->ppl_col == orow->col))
-				continue;
-			bool pad = orow->page == 0;
-			for (uint32_t band = orow->band;;) {
-				if (pad ? !f->pad_free : !f->ppl_free)
-					return false;
-				bool busy = false;
-				uint32_t ppa = set_pad_page(f, &s->set[k], row, &busy);
-				if (ppa == FTL_NO_BLOCK) {
-					if (busy)
-						return false;
-					break; /* sealed: its parity follows */
-				}
-				if (pad)
-					pad_submit(f, ppa, true);
-				else
-					ppl_submit(f, ppa);
-				if (!pad || orow->band != band || orow->page != 0)
-					break;
-			}
-			orow->ppl_band = orow->band;
-			orow->ppl_page = orow->page;
-			orow->ppl_col = orow->col;
-		}
-	return true;
+	return ppl_serve(f, &f->stream[STREAM_GC], PPL_NOW);
 }
 
 bool par_gc_protected(const struct ftl *f, uint64_t t)

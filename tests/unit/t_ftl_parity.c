@@ -720,6 +720,23 @@ static void power_cut(struct ftl *f, struct nand_dev *d)
 	CHECK_RC(nand_sim_set_faults(d, &none));
 }
 
+/* test-1g formatted with parity at op % OP and opened, n units written
+ * (the first `units` in order, then at random): the set-up of most tests
+ * below.  *ver: each unit's version (calloc'd), *units, *seed. */
+static struct ftl *churned(struct nand_dev **d, bool timed, double op, uint64_t n_per_4,
+			   uint32_t **ver, uint64_t *units, uint64_t *seed)
+{
+	*d = dev_new("test-1g", timed);
+	format(*d, op, 1);
+	struct ftl *f = open_ok(*d);
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	*units = info.units;
+	*ver = calloc(*units, sizeof **ver);
+	churn(f, *ver, *units, *units * n_per_4 / 4, seed);
+	return f;
+}
+
 /*
  * The double fault idle_pad leaves: a die lost with a power cut right
  * after a flush, the stripes still open.  The flush wrote a partial-parity
@@ -734,13 +751,12 @@ static void write_hole(bool timed)
 {
 	uint64_t trials = 0;
 	for (uint32_t trial = 0; trial < 6; trial++) {
-		struct nand_dev *d = dev_new("test-1g", timed);
-		format(d, 36, 1);
-		struct ftl *f = open_ok(d);
+		struct nand_dev *d;
+		uint32_t *ver;
+		uint64_t units, seed = 43 + trial;
+		struct ftl *f = churned(&d, timed, 36, 0, &ver, &units, &seed);
 		struct ftl_info info;
 		ftl_get_info(f, &info);
-		uint64_t units = info.units, seed = 43 + trial;
-		uint32_t *ver = calloc(units, sizeof *ver);
 		/* trial 0 on a new device: the first stripe of the first band
 		 * (a stripe 0 takes pads, not a PPL page) */
 		if (trial) {
@@ -772,23 +788,6 @@ static void write_hole(bool timed)
 	       "cut at once and a die of theirs lost: every unit reads its newest version\n",
 	       timed ? "virtual" : "real", trials);
 	CHECK(trials >= 4);
-}
-
-/* test-1g formatted with parity at op % OP and opened, n units written
- * (the first `units` in order, then at random): the set-up of most tests
- * below.  *ver: each unit's version (calloc'd), *units, *seed. */
-static struct ftl *churned(struct nand_dev **d, bool timed, double op, uint64_t n_per_4,
-			   uint32_t **ver, uint64_t *units, uint64_t *seed)
-{
-	*d = dev_new("test-1g", timed);
-	format(*d, op, 1);
-	struct ftl *f = open_ok(*d);
-	struct ftl_info info;
-	ftl_get_info(f, &info);
-	*units = info.units;
-	*ver = calloc(*units, sizeof **ver);
-	churn(f, *ver, *units, *units * n_per_4 / 4, seed);
-	return f;
 }
 
 /*
