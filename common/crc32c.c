@@ -188,23 +188,28 @@ FOLD_TARGET static inline __m512i fold512(__m512i x, int d)
 }
 
 /* Raw register update of len >= 256 bytes; returns the register after the
- * whole multiple of 256 bytes, *done set to how many bytes that was. */
-FOLD_TARGET static uint32_t crc_fold(uint32_t crc, const uint8_t *p, size_t len, size_t *done)
+ * whole multiple of 256 bytes, *done set to how many bytes that was.  With
+ * dst, each 64 bytes loaded are also stored there (crc32c_copy: the copy
+ * rides on the fold's loads); a constant NULL compiles the stores away. */
+#define FOLD_LOAD(off, k)                                                     \
+	({                                                                    \
+		__m512i v_ = _mm512_loadu_si512((const void *)(p + (off) + 64 * (k))); \
+		if (dst)                                                      \
+			_mm512_storeu_si512((void *)(dst + (off) + 64 * (k)), v_); \
+		v_;                                                           \
+	})
+FOLD_TARGET static inline __attribute__((always_inline)) uint32_t
+crc_fold_body(uint32_t crc, const uint8_t *p, uint8_t *dst, size_t len, size_t *done)
 {
 	size_t n = len & ~(size_t)255;
-	__m512i a0 = _mm512_loadu_si512((const void *)p);
-	__m512i a1 = _mm512_loadu_si512((const void *)(p + 64));
-	__m512i a2 = _mm512_loadu_si512((const void *)(p + 128));
-	__m512i a3 = _mm512_loadu_si512((const void *)(p + 192));
+	__m512i a0 = FOLD_LOAD(0, 0), a1 = FOLD_LOAD(0, 1);
+	__m512i a2 = FOLD_LOAD(0, 2), a3 = FOLD_LOAD(0, 3);
 	a0 = _mm512_xor_si512(a0, _mm512_zextsi128_si512(_mm_cvtsi32_si128((int)crc)));
 	for (size_t off = 256; off < n; off += 256) {
-		a0 = _mm512_xor_si512(fold512(a0, FD_2048), _mm512_loadu_si512((const void *)(p + off)));
-		a1 = _mm512_xor_si512(fold512(a1, FD_2048),
-				      _mm512_loadu_si512((const void *)(p + off + 64)));
-		a2 = _mm512_xor_si512(fold512(a2, FD_2048),
-				      _mm512_loadu_si512((const void *)(p + off + 128)));
-		a3 = _mm512_xor_si512(fold512(a3, FD_2048),
-				      _mm512_loadu_si512((const void *)(p + off + 192)));
+		a0 = _mm512_xor_si512(fold512(a0, FD_2048), FOLD_LOAD(off, 0));
+		a1 = _mm512_xor_si512(fold512(a1, FD_2048), FOLD_LOAD(off, 1));
+		a2 = _mm512_xor_si512(fold512(a2, FD_2048), FOLD_LOAD(off, 2));
+		a3 = _mm512_xor_si512(fold512(a3, FD_2048), FOLD_LOAD(off, 3));
 	}
 	/* the four accumulators onto the last 64 bytes' place */
 	__m512i x = _mm512_xor_si512(_mm512_xor_si512(fold512(a0, FD_1536), fold512(a1, FD_1024)),
@@ -217,6 +222,18 @@ FOLD_TARGET static uint32_t crc_fold(uint32_t crc, const uint8_t *p, size_t len,
 	uint64_t lo = (uint64_t)_mm_cvtsi128_si64(r), hi = (uint64_t)_mm_extract_epi64(r, 1);
 	*done = n;
 	return (uint32_t)__builtin_ia32_crc32di(__builtin_ia32_crc32di(0, lo), hi);
+}
+#undef FOLD_LOAD
+
+FOLD_TARGET static uint32_t crc_fold(uint32_t crc, const uint8_t *p, size_t len, size_t *done)
+{
+	return crc_fold_body(crc, p, NULL, len, done);
+}
+
+FOLD_TARGET static uint32_t crc_fold_copy(uint32_t crc, uint8_t *dst, const uint8_t *p, size_t len,
+					  size_t *done)
+{
+	return crc_fold_body(crc, p, dst, len, done);
 }
 
 static uint32_t crc_raw_any(uint32_t c, const uint8_t *p, size_t len)
@@ -259,6 +276,21 @@ uint32_t crc32c(uint32_t crc, const void *buf, size_t len)
 		return ~crc_raw_any(~crc, buf, len);
 #endif
 	return ~crc_raw_sw(~crc, buf, len);
+}
+
+uint32_t crc32c_copy(uint32_t crc, void *dst, const void *src, size_t len)
+{
+	pthread_once(&init_once, crc_init);
+#if defined(__x86_64__)
+	if (have_fold && len >= 256) {
+		size_t done;
+		uint32_t c = crc_fold_copy(~crc, dst, src, len, &done);
+		memcpy((uint8_t *)dst + done, (const uint8_t *)src + done, len - done);
+		return ~crc_raw_hw(c, (const uint8_t *)src + done, len - done);
+	}
+#endif
+	memcpy(dst, src, len);
+	return crc32c(crc, dst, len);
 }
 
 bool crc32c_folding(void)

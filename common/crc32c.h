@@ -11,6 +11,12 @@
 #include <stdint.h>
 
 uint32_t crc32c(uint32_t crc, const void *buf, size_t len);
+/* Copy len bytes from src to dst (not overlapping) and return
+ * crc32c(crc, src, len) in one pass over the source: on the folding path
+ * the copy stores what the CRC loads (a host write's page into the write
+ * buffer: its CRC without a second read of the page); otherwise a copy and
+ * then the CRC of the copy. */
+uint32_t crc32c_copy(uint32_t crc, void *dst, const void *src, size_t len);
 /* Whether long buffers take the carry-less multiply path (AVX-512 with
  * VPCLMULQDQ, checked against the table path at start-up). */
 bool crc32c_folding(void);

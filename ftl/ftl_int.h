@@ -150,8 +150,9 @@ struct slot {
 	                      * data and spare made at submit: parity.c) */
 	uint16_t victim;     /* GC: index of the victim it relocates from */
 	bool crc_known;      /* data_crc is the crc32c of the data (GC: taken
-	                      * from the source page's spare, saving a pass
-	                      * over the data) */
+	                      * from the source page's spare; a host write of
+	                      * a whole unit: computed by its copy in, saving
+	                      * a pass over the data either way) */
 	bool cold;           /* GC: relocated out of a GC block: to SET_COLD */
 	uint32_t data_crc;
 	uint32_t lba;        /* DATA: unit; TRIM: number of ranges */

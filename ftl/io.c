@@ -387,9 +387,14 @@ static bool write_continue(struct ftl *f, struct ftl_io *io)
 		uint32_t idx = (uint32_t)(r->fill & r->mask);
 		uint8_t *dst = ring_fill_data(r, idx);
 		uint32_t e = f->l2p[u];
+		/* a whole unit's CRC comes with its copy (one pass over the
+		 * host's data, hot from the socket); a merged one's at program */
+		bool crc_known = full;
+		uint32_t crc = 0;
 		if (full) {
-			memcpy(dst, zero ? f->zero_page : (uint8_t *)io->buf + (lo - io->offset),
-			       FTL_UNIT_SIZE);
+			crc = crc32c_copy(0, dst,
+					  zero ? f->zero_page : (uint8_t *)io->buf + (lo - io->offset),
+					  FTL_UNIT_SIZE);
 		} else {
 			if (e == L2P_UNMAPPED) {
 				memset(dst, 0, FTL_UNIT_SIZE);
@@ -439,7 +444,8 @@ static bool write_continue(struct ftl *f, struct ftl_io *io)
 		struct slot *sl = &r->slots[idx];
 		sl->state = SLOT_FILLED;
 		sl->type = FTL_PG_DATA;
-		sl->crc_known = false;
+		sl->crc_known = crc_known;
+		sl->data_crc = crc;
 		sl->ppa = ppa;
 		sl->lba = (uint32_t)u;
 		sl->prev = l2p_is_slot(e) ? slot_prev(f, e) : e;

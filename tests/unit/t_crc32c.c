@@ -4,6 +4,8 @@
  * the known check value and the byte-at-a-time reference, at every length
  * around the stride and fold boundaries and at random offsets and seeds.
  */
+#include <string.h>
+
 #include "common/crc32c.h"
 #include "tests/unit/t.h"
 
@@ -49,6 +51,21 @@ int main(void)
 		uint32_t part = crc32c(crc32c(0, buf + off, a), buf + off + a, b);
 		CHECK_EQ(whole, part);
 		CHECK_EQ(whole, crc32c_bytewise(0, buf + off, a + b));
+	}
+	/* copy and CRC in one pass: the copy is exact and the CRC the
+	 * source's, at every length around the fold boundaries, odd offsets */
+	{
+		static uint8_t dst[16384 + 64];
+		for (size_t len = 0; len <= 16384; len += (len < 1100 ? 1 : 61)) {
+			size_t so = next() % 64, dof = next() % 64;
+			uint32_t seed = (uint32_t)next();
+			memset(dst, 0xA5, sizeof dst);
+			uint32_t c = crc32c_copy(seed, dst + dof, buf + so, len);
+			CHECK_EQ(c, crc32c_bytewise(seed, buf + so, len));
+			CHECK(memcmp(dst + dof, buf + so, len) == 0);
+			CHECK(dof == 0 || dst[dof - 1] == 0xA5);
+			CHECK(dst[dof + len] == 0xA5);
+		}
 	}
 	/* a flipped bit anywhere in a page changes the CRC */
 	uint32_t page = crc32c(0, buf, 4096);
