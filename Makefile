@@ -45,7 +45,7 @@ SAN_LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/san/obj/%.o)
 SAN_LIB  := $(BUILD)/san/libflashd.a
 SAN_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%-san)
 
-PROGS := $(BUILD)/flashctl $(BUILD)/sendpath
+PROGS := $(BUILD)/flashctl $(BUILD)/sendpath $(BUILD)/pagecopy
 ifneq ($(SERVER_SRCS),)
 PROGS += $(BUILD)/flashd
 endif
@@ -79,6 +79,10 @@ $(BUILD)/flashctl: $(FLASHCTL_OBJS) $(LIB)
 # how a 1 MiB reply's send path costs the sender (make bench; issue 14)
 $(BUILD)/sendpath: tests/bench/sendpath.c
 	$(CC) $(CPPFLAGS_ALL) -o $@ $< $(LDLIBS_ALL)
+
+# the bound of an in-process random 4 KiB read on this machine (make bench)
+$(BUILD)/pagecopy: tests/bench/pagecopy.c $(LIB)
+	$(CC) $(CPPFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL)
 
 $(BUILD)/gen/dashboard_files.c: $(DASH_FILES) server/dashboard/embed.sh
 	@mkdir -p $(dir $@)

@@ -13,7 +13,12 @@ Starts, on 127.0.0.1 and with their data on tmpfs (/dev/shm):
 fills every export once (so flashd's writes run with GC active), then runs
 the same fio jobs (ioengine=nbd) against each, the servers interleaved job
 by job, and prints one table: IOPS or MiB/s, mean and p99 latency, and each
-server's ratio to nbdkit-null and to nbdkit-mem.  Jobs named *-4c run four
+server's ratio to nbdkit-null and to nbdkit-mem; then the CPU each side used
+(cores kept busy by the server's process and by fio), the server's CPU per
+operation or per GiB, and a CPU bound: the rate at which server and fio
+together would keep every core of the machine busy, as a ratio to
+nbdkit-null's (where it is below 1.00 the server cannot reach nbdkit-null
+on this machine without spending less CPU per unit).  Jobs named *-4c run four
 fio jobs of one NBD connection each (numjobs=4; the sequential ones on four
 disjoint quarters of the export), so they measure multi-conn serving.
 Every job runs --reps times (default 3) against each server (qemu-nbd, a
@@ -28,6 +33,7 @@ Peers that are not installed are skipped with a message.
 import argparse
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -101,7 +107,17 @@ def stop_all():
             p.kill()
 
 
-def fio(uri, name, params, runtime, tmp, size=None):
+def cpu_s(pid):
+    """CPU seconds (user + system, all threads) a process has used so far."""
+    with open("/proc/%d/stat" % pid) as f:
+        st = f.read().rsplit(")", 1)[1].split()
+    return (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def fio(uri, name, params, runtime, tmp, size=None, pid=None):
+    """One fio run; with pid (the server's), also the CPU both sides used:
+    srv_cores and fio_cores are CPU seconds over wall seconds of the whole
+    run (start-up and ramp included), i.e. how many cores each kept busy."""
     out = os.path.join(tmp, "fio-%s.json" % name)
     args = ["fio", "--name=" + name, "--ioengine=nbd", "--uri=" + uri, "--output-format=json",
             "--output=" + out, "--group_reporting", "--percentile_list=50:99"]
@@ -114,7 +130,11 @@ def fio(uri, name, params, runtime, tmp, size=None):
             args += ["--size=%d" % SIZE]
     for k, v in params.items():
         args.append("--%s=%s" % (k, v))
+    t0, c0 = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    s0 = cpu_s(pid) if pid else 0.0
     subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    s1 = cpu_s(pid) if pid else 0.0
+    c1, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic() - t0
     with open(out) as f:
         job = json.load(f)["jobs"][0]  # group_reporting: all numjobs summed
     r = {}
@@ -137,7 +157,40 @@ def fio(uri, name, params, runtime, tmp, size=None):
     r["mib_s"] = bw
     r["lat_mean_us"] = mean / lat_n / 1000 if lat_n else 0
     r["lat_p99_us"] = p99 / 1000
+    if pid and wall > 0:
+        r["srv_cores"] = (s1 - s0) / wall
+        r["fio_cores"] = (c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime) / wall
     return r
+
+
+def cpu_per_unit(r, kind):
+    """CPU seconds per operation (iops jobs) or per GiB (bandwidth jobs) of
+    the server and of fio in one run, or None without the figures."""
+    units = r["iops"] if kind == "iops" else r["mib_s"] / 1024
+    if "srv_cores" not in r or units <= 0:
+        return None
+    return r["srv_cores"] / units, r["fio_cores"] / units
+
+
+def cpu_cols(jr, name, kind):
+    """srv, fio: cores busy; srv cpu: the server's CPU per operation (us) or
+    per GiB (s); bound: the rate at which server and fio together would fill
+    every core of this machine, as a ratio to nbdkit-null's (below 1.00 the
+    server cannot reach nbdkit-null here without spending less CPU per unit,
+    however its work is spread over threads).  Each from the median run."""
+    r = jr["results"][name]
+    mine = cpu_per_unit(r, kind)
+    if not mine:
+        return ""
+    r["srv_cpu_per_unit"], r["fio_cpu_per_unit"] = mine
+    ref = jr["results"].get("nbdkit-null")
+    refc = cpu_per_unit(ref, kind) if ref else None
+    bound = ""
+    if refc and sum(mine) > 0:
+        r["cpu_bound_to_null"] = sum(refc) / sum(mine)
+        bound = "%.2f" % r["cpu_bound_to_null"]
+    per = "%.1f us/op" % (mine[0] * 1e6) if kind == "iops" else "%.2f s/GiB" % mine[0]
+    return "%5.2f %5.2f %9s %6s" % (r["srv_cores"], r["fio_cores"], per, bound)
 
 
 def rss_kib(pid, field="VmRSS"):
@@ -218,6 +271,7 @@ def main():
         # rep-major: a slow minute of the machine hits one repetition of
         # every job rather than all repetitions of one job
         runs = {job: {name: [] for name, _, _ in servers} for job, _, _ in jobs}
+        pids = {name: p.pid for name, _, p in servers}
         total = sum(1 for rep in range(a.reps) for _ in jobs for name, _, _ in servers
                     if name != "qemu-nbd" or rep < a.qemu_reps)
         print("%d fio runs of %d+1 s ..." % (total, a.runtime))
@@ -227,7 +281,7 @@ def main():
                 for name, uri, _ in servers[k:] + servers[:k]:
                     if name == "qemu-nbd" and rep >= a.qemu_reps:
                         continue
-                    runs[job][name].append(fio(uri, job, params, a.runtime, tmp))
+                    runs[job][name].append(fio(uri, job, params, a.runtime, tmp, pid=pids[name]))
                     sys.stdout.write(".")
                     sys.stdout.flush()
         for job, params, kind in jobs:
@@ -256,8 +310,9 @@ def main():
     print("\nmedian of %d runs (qemu-nbd: %d) of %d s; spread = (max-min)/median; load average "
           "%.2f at start, %.2f at end" % (a.reps, min(a.qemu_reps, a.reps), a.runtime,
                                           result["loadavg_start"][0], result["loadavg_end"][0]))
-    print("%-21s %-12s %14s %9s %9s %7s %7s %7s" % ("job", "server", "IOPS|MiB/s", "mean us", "p99 us",
-                                                   "spread", "x null", "x mem"))
+    print("%-21s %-12s %14s %9s %9s %7s %7s %7s %5s %5s %9s %6s" % (
+        "job", "server", "IOPS|MiB/s", "mean us", "p99 us", "spread", "x null", "x mem", "srv", "fio",
+        "srv cpu", "bound"))
     for job, jr in result["jobs"].items():
         kind = jr["metric"]
         key = "iops" if kind == "iops" else "mib_s"
@@ -270,10 +325,11 @@ def main():
                 r[rk] = v / rv if rv else 0
                 ratios[rk] = "%.2f" % r[rk]
             spread = (r["max"] - r["min"]) / v if v else 0
-            print("%-21s %-12s %14s %9.1f %9.1f %6.0f%% %7s %7s" % (
+            cpu = cpu_cols(jr, name, kind)
+            print("%-21s %-12s %14s %9.1f %9.1f %6.0f%% %7s %7s %s" % (
                 job, name, ("%.0f" % v) if kind == "iops" else ("%.0f MiB/s" % v),
                 r["lat_mean_us"], r["lat_p99_us"], 100 * spread, ratios.get("ratio_to_null", ""),
-                ratios.get("ratio_to_mem", "")))
+                ratios.get("ratio_to_mem", ""), cpu))
         print()
 
     # ---- in-process FTL ------------------------------------------------------
@@ -302,6 +358,16 @@ def in_process(result):
           "(write amplification %.2f)" % (sim["ops_per_sec"], sim["last_pass_ops_per_sec"],
                                           sim["write_amplification"]))
     print("  random 4 KiB reads:  %.0f/s on one core" % sim["reads_per_sec"])
+    pc = os.path.join(BUILD, "pagecopy")
+    if os.path.exists(pc):
+        bound = json.loads(subprocess.run([pc, "--json"], check=True, capture_output=True,
+                                          text=True).stdout)
+        result["page_copy_bound"] = bound
+        print("  bound on this machine (build/pagecopy: random 4 KiB pages out of 1 GiB, one at a "
+              "time): copy %.2fM/s, copy + CRC32C %.2fM/s, with the next page prefetched %.2fM/s "
+              "and %.2fM/s; reads reach %.0f %% of copy + CRC32C" % (
+                  bound["copy"], bound["copy+crc"], bound["copy+pf"], bound["copy+crc+pf"],
+                  100 * sim["reads_per_sec"] / 1e6 / bound["copy+crc"]))
     print("  map: %.0f MiB per TiB of user capacity" % (sim["l2p_bytes_per_tib"] / (1 << 20)))
 
 
