@@ -654,6 +654,7 @@ static int step_memory(struct open_ctx *c)
 	uint8_t *bounce = ftl_alloc_pages(f, (size_t)f->nrops * f->page_size);
 	uint8_t *spares = ftl_alloc(f, (size_t)f->nrops * f->spare_size);
 	f->read_now = nand_read_now_fn(f->dev);
+	f->read_soon = f->read_now ? nand_read_soon_fn(f->dev) : NULL;
 	f->read_now_spare = ftl_alloc(f, f->spare_size);
 	if (!f->rops || !bounce || !spares || !f->read_now_spare)
 		return -ENOMEM;

@@ -609,6 +609,7 @@ struct ftl {
 	struct nand_op *refused;    /* ops the backend refused: completed with
 	                             * NAND_INVALID by the next progress turn */
 	nand_read_now_t read_now;   /* the medium's synchronous read, or NULL */
+	nand_read_soon_t read_soon; /* with read_now: its hint, or NULL */
 	uint8_t *read_now_spare;
 
 	/* trims not yet in a record */

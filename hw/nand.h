@@ -187,6 +187,15 @@ struct nand_ops {
 	 * in the page cache is a disk read in turn); no effect on results.
 	 */
 	void (*prefetch)(struct nand_dev *dev, uint32_t block, uint32_t page);
+	/*
+	 * Optional (NULL: not offered; check with nand_read_soon_fn).  A
+	 * hint for a backend that offers read_now: this page is read_now's
+	 * next; start moving it towards the CPU (the simulator: one prefetch
+	 * instruction for the page's first line, whose miss - a cache and a
+	 * TLB miss - the copy would otherwise wait for).  No system call, no
+	 * effect on results; any block and page (invalid ones are ignored).
+	 */
+	void (*read_soon)(struct nand_dev *dev, uint32_t block, uint32_t page);
 };
 
 struct nand_dev {
@@ -266,6 +275,14 @@ void nand_close(struct nand_dev *d);
 
 typedef enum nand_status (*nand_read_now_t)(struct nand_dev *, uint32_t, uint32_t, void *,
 					     void *);
+typedef void (*nand_read_soon_t)(struct nand_dev *, uint32_t, uint32_t);
+/* The backend's read_soon, or NULL (not offered, or an older ops table). */
+static inline nand_read_soon_t nand_read_soon_fn(const struct nand_dev *d)
+{
+	if (d->ops->struct_size < offsetof(struct nand_ops, read_soon) + sizeof(nand_read_soon_t))
+		return NULL;
+	return d->ops->read_soon;
+}
 /* The backend's read_now, or NULL (not offered, or an older ops table). */
 static inline nand_read_now_t nand_read_now_fn(const struct nand_dev *d)
 {

@@ -1293,6 +1293,15 @@ static void sim_close(struct nand_dev *d)
 }
 
 /* Untimed media only: operations execute at submission anyway. */
+static void sim_read_soon(struct nand_dev *d, uint32_t block, uint32_t page)
+{
+	struct sim *s = to_sim(d);
+	const struct nand_geometry *g = &d->geo;
+	if (!s->ram || s->metadata_only || block >= nand_blocks(g) || page >= g->pages_per_block)
+		return;
+	__builtin_prefetch(ram_slot(s, (uint64_t)block * g->pages_per_block + page));
+}
+
 static enum nand_status sim_read_now(struct nand_dev *d, uint32_t block, uint32_t page,
 				     void *data, void *spare)
 {
@@ -1323,7 +1332,8 @@ static enum nand_status sim_read_now(struct nand_dev *d, uint32_t block, uint32_
 /* timing model on: every operation takes its time */
 static const struct nand_ops sim_ops = { SIM_OPS_COMMON };
 /* timing model off: reads may also run at once */
-static const struct nand_ops sim_ops_untimed = { SIM_OPS_COMMON, .read_now = sim_read_now };
+static const struct nand_ops sim_ops_untimed = { SIM_OPS_COMMON, .read_now = sim_read_now,
+						 .read_soon = sim_read_soon };
 
 void nand_close(struct nand_dev *d)
 {
