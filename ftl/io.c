@@ -257,9 +257,9 @@ static void read_continue(struct ftl *f, struct ftl_io *io)
 			/* memory media: read in place, no op, no completion; the
 			 * next unit's page is hinted first, so its miss overlaps
 			 * this copy (build/pagecopy: +40-50 % on random pages) */
-			if (f->read_soon && u + 1 < io->end_unit && l2p_is_ppa(f->l2p[u + 1]))
-				f->read_soon(f->dev, ppa_block(f, f->l2p[u + 1]),
-					     ppa_page(f, f->l2p[u + 1]));
+			uint32_t next = u + 1 < io->end_unit ? f->l2p[u + 1] : L2P_UNMAPPED;
+			if (f->read_soon && l2p_is_ppa(next))
+				f->read_soon(f->dev, ppa_block(f, next), ppa_page(f, next));
 			uint8_t *spare = f->read_now_spare;
 			f->st.nand_pages_read++;
 			struct nand_op now = { .block = ppa_block(f, e), .page = ppa_page(f, e) };
@@ -394,7 +394,6 @@ static bool write_continue(struct ftl *f, struct ftl_io *io)
 		uint32_t e = f->l2p[u];
 		/* a whole unit's CRC comes with its copy (one pass over the
 		 * host's data, hot from the socket); a merged one's at program */
-		bool crc_known = full;
 		uint32_t crc = 0;
 		if (full) {
 			crc = crc32c_copy(0, dst,
@@ -449,7 +448,7 @@ static bool write_continue(struct ftl *f, struct ftl_io *io)
 		struct slot *sl = &r->slots[idx];
 		sl->state = SLOT_FILLED;
 		sl->type = FTL_PG_DATA;
-		sl->crc_known = crc_known;
+		sl->crc_known = full;
 		sl->data_crc = crc;
 		sl->ppa = ppa;
 		sl->lba = (uint32_t)u;

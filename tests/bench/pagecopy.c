@@ -3,7 +3,7 @@
  * this machine: copies of random pages out of a region as large as a
  * test-1g ioDimm's media, laid out as the simulator keeps them (4 KiB of
  * data and 128 bytes of spare per slot, so most pages straddle two memory
- * pages), one at a time, as the FTL's read path does.  Three ways:
+ * pages), one at a time, as the FTL's read path does.  Six ways:
  *   copy        data and spare into a buffer (memcpy): what a read cannot
  *               do without;
  *   copy+crc    the same, then the CRC32C of the copy (durability rule 5:
@@ -21,6 +21,7 @@
  * Built by make (build/pagecopy): build/pagecopy [--mib 1024] [--pages N]
  * [--reps 3] [--json]
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,9 +91,17 @@ int main(int argc, char **argv)
 		x ^= x << 17;
 		idx[i] = (uint32_t)(x % nslots);
 	}
-	static const char *const names[] = { "copy", "copy+crc", "copy+pf", "copy+crc+pf", "fused",
-					     "fused+pf" };
-	enum { NMODES = 6 };
+	static const struct {
+		const char *name;
+		bool crc;   /* CRC32C of the copy, after it */
+		bool fused; /* copy and CRC in one pass (crc32c_copy) */
+		bool pf;    /* the next page's first line prefetched */
+	} modes[] = {
+		{ "copy", false, false, false },      { "copy+crc", true, false, false },
+		{ "copy+pf", false, false, true },    { "copy+crc+pf", true, false, true },
+		{ "fused", false, true, false },      { "fused+pf", false, true, true },
+	};
+	enum { NMODES = sizeof modes / sizeof modes[0] };
 	double rate[NMODES][99];
 	for (int r = 0; r < reps; r++) {
 		for (int m = 0; m < NMODES; m++) {
@@ -100,14 +109,14 @@ int main(int argc, char **argv)
 			for (size_t i = 0; i < pages; i++) {
 				const uint8_t *s = media + (size_t)idx[i] * SLOT;
 				uint8_t *d = dst + (i & 63) * PAGE;
-				if ((m == 2 || m == 3 || m == 5) && i + 1 < pages)
+				if (modes[m].pf && i + 1 < pages)
 					__builtin_prefetch(media + (size_t)idx[i + 1] * SLOT);
-				if (m >= 4)
+				if (modes[m].fused)
 					sink ^= crc32c_copy(0, d, s, PAGE);
 				else
 					memcpy(d, s, PAGE);
 				memcpy(spare + (i & 63) * SPARE, s + PAGE, SPARE);
-				if (m == 1 || m == 3)
+				if (modes[m].crc)
 					sink ^= crc32c(0, d, PAGE);
 			}
 			rate[m][r] = (double)pages / (now_s() - t) / 1e6;
@@ -119,10 +128,10 @@ int main(int argc, char **argv)
 		qsort(rate[m], (size_t)reps, sizeof(double), cmp_double);
 		double med = rate[m][(reps - 1) / 2];
 		if (json)
-			printf("%s\"%s\": %.4f", m ? ", " : "", names[m], med);
+			printf("%s\"%s\": %.4f", m ? ", " : "", modes[m].name, med);
 		else
 			printf("random 4 KiB pages out of %zu MiB, %-12s %.2fM/s (median of %d; %.2f-%.2f)\n",
-			       mib, names[m], med, reps, rate[m][0], rate[m][reps - 1]);
+			       mib, modes[m].name, med, reps, rate[m][0], rate[m][reps - 1]);
 	}
 	if (json)
 		printf("}\n");
