@@ -22,6 +22,9 @@
 #   6. /etc/flashd/flashd.conf is the default configuration when it exists
 #      (shown in a mount namespace with an overlay on /etc), --no-config
 #      ignores it.
+#   7. log = syslog (flashd in a mount namespace with a /dev/log of its own,
+#      a Python listener): a refused control request whose path holds ESC
+#      and CR reaches syslog with them escaped, no raw byte.
 source "$(dirname "$0")/functions.sh"
 
 MiB=$((1 << 20))
@@ -242,4 +245,61 @@ else
 	echo "skipped: cannot mount an overlay on /etc in a mount namespace here: $(cat "$T/ov.err")"
 fi
 [ -e "$T/nothing" ] && fail "--check-config created the state directory"
+
+# ---- 7. log = syslog: a client's control characters escaped there too ----------------------------
+mkdir -p "$T/probe"
+if [ "$(id -u)" != 0 ]; then
+	echo "skipped: not root (a /dev/log of our own needs a mount namespace, the request a uid of nobody)"
+elif ! unshare -m --propagation private sh -c "mount -t tmpfs probe '$T/probe'" 2>"$T/probe.err"; then
+	echo "skipped: cannot mount in a mount namespace here: $(cat "$T/probe.err")"
+else
+	mkdir -p "$T/realdev" "$T/pub"
+	chmod 0711 "$T"
+	chmod 0755 "$T/pub"
+	cat >"$T/devlog.py" <<'PY'
+# /dev/log: every datagram as a line of FILE (a message that held a newline would be two)
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind("/dev/log")
+with open(sys.argv[1], "ab", buffering=0) as f:
+    while True:
+        f.write(s.recv(65536) + b"\n")
+PY
+	cat >"$T/ns-flashd" <<'SH'
+#!/bin/bash
+# flashd "$@" in a mount namespace whose /dev is a tmpfs with null, zero, random and
+# urandom of the real one and a /dev/log of its own (devlog.py; its pid in devlog.pid)
+exec unshare -m --propagation private bash -c '
+	set -e
+	mount --rbind /dev "$NS_T/realdev"
+	mount -t tmpfs -o mode=0755 nsdev /dev
+	for n in null zero random urandom; do
+		touch "/dev/$n"
+		mount --bind "$NS_T/realdev/$n" "/dev/$n"
+	done
+	"$NS_PYTHON" "$NS_T/devlog.py" "$NS_T/syslog.out" &
+	echo $! >"$NS_T/devlog.pid"
+	for i in $(seq 1 100); do [ -S /dev/log ] && break; sleep 0.05; done
+	exec "$NS_FLASHD" "$@"' ns-flashd "$@"
+SH
+	chmod +x "$T/ns-flashd"
+	printf '[server]\nlog = syslog\ncontrol = %s\ncontrol_mode = 0666\n[dimm dimm0]\npreset = test-1g\n' \
+		"$T/pub/flashd.ctl" >"$T/syslog.conf"
+	export NS_T=$T NS_PYTHON=$PYTHON NS_FLASHD=$FLASHD
+	FLASHD=$T/ns-flashd FLASHD_STATE=$T/slstate FLASHD_PORT=
+	start_flashd --config "$T/syslog.conf" --timing off
+	FLASHD=$NS_FLASHD
+	track_pid "$(cat "$T/devlog.pid")"
+	code=$(setpriv --reuid=nobody --regid=nogroup --clear-groups curl -s -o /dev/null -w '%{http_code}' \
+		-X POST -H "X-Flashd-Action: 1" --unix-socket "$T/pub/flashd.ctl" \
+		"http://localhost/v1/dimms/dimm0/detach%1B%5B2J%0D") || true
+	[ "$code" = 403 ] || fail "nobody: POST detach<ESC>[2J<CR>: $code"
+	stop_flashd
+	kill "$(cat "$T/devlog.pid")"
+	echo "syslog: $(grep -ac . "$T/syslog.out") datagrams; the refusal: $(grep -a refused "$T/syslog.out")"
+	grep -aqF 'control socket: /v1/dimms/dimm0/detach\x1b[2J\x0d refused: uid 65534' "$T/syslog.out" ||
+		fail "syslog lacks the refusal with ESC and CR escaped"
+	! LC_ALL=C grep -aq $'[\x1b\r]' "$T/syslog.out" || fail "syslog got a raw ESC or CR"
+	ok "log = syslog: a client's ESC and CR are escaped"
+fi
 ok "health and configuration checks"
