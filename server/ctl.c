@@ -33,8 +33,9 @@
  * with {"ok": false, "error": "..."}.
  * The socket's mode and group are control_mode (default 0660) and
  * control_group (default: flashd's group).  Whoever can open it may GET;
- * actions (POST) need a peer (SO_PEERCRED) that is root, flashd's user or
- * in the socket's group (primary or supplementary), else 403.
+ * actions (every POST: reload too) need a peer (SO_PEERCRED) that is root,
+ * flashd's user or in the socket's group (primary or supplementary), else
+ * 403.
  *
  * Nothing here waits for an ioDimm thread (flashd.h, "Command channel"):
  * each request is a struct ctl_req; snapshots and actions go to the ioDimm
@@ -1600,6 +1601,18 @@ static bool peer_may_act(struct server *srv, struct evhttp_request *req, char *w
 	return false;
 }
 
+/* May this POST act: is its peer allowed (peer_may_act)?  Else it is
+ * refused (403) and logged. */
+static bool may_act(struct server *srv, struct evhttp_request *req, const char *path)
+{
+	char why[300];
+	if (peer_may_act(srv, req, why, sizeof why))
+		return true;
+	log_warn("control socket: %s refused: %s", path, why);
+	send_error(req, 403, "Forbidden", why);
+	return false;
+}
+
 static void router(struct evhttp_request *req, void *arg)
 {
 	struct server *srv = arg;
@@ -1639,7 +1652,8 @@ static void router(struct evhttp_request *req, void *arg)
 			send_error(req, 405, "Method Not Allowed", "reload takes POST");
 			goto out;
 		}
-		do_reload(srv, req);
+		if (may_act(srv, req, path))
+			do_reload(srv, req);
 	} else if (!strcmp(path, "/") || !strcmp(path, "/dashboard") || !strncmp(path, "/dashboard/", 11)) {
 		if (!get)
 			goto only_get;
@@ -1661,14 +1675,8 @@ static void router(struct evhttp_request *req, void *arg)
 		} else if (!post) {
 			evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "POST");
 			send_error(req, 405, "Method Not Allowed", "actions take POST");
-		} else {
-			char why[300];
-			if (peer_may_act(srv, req, why, sizeof why)) {
-				do_action(srv, req, &q, d, slash + 1);
-			} else {
-				log_warn("control socket: %s refused: %s", path, why);
-				send_error(req, 403, "Forbidden", why);
-			}
+		} else if (may_act(srv, req, path)) {
+			do_action(srv, req, &q, d, slash + 1);
 		}
 	} else {
 		send_error(req, 404, "Not Found", "unknown path (GET /v1/status, /v1/version, /metrics, "

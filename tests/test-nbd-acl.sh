@@ -13,9 +13,9 @@
 #   2. read-only rule (dimm1: allow_ro = 127.0.0.0/8): reads work, writes
 #      get EPERM from flashd (libnbd strict mode off) and qemu-io refuses
 #   3. TLS identities over ::1 (PSK): alice allowed, bob denied
-#   4. control socket: `nobody` gets 403 for detach and 200 for status;
-#      socket modes and groups as configured; a refused path with ESC and CR
-#      is logged with them escaped
+#   4. control socket: `nobody` gets 403 for detach and reload (nothing is
+#      reloaded) and 200 for status; socket modes and groups as configured;
+#      a refused path with ESC and CR is logged with them escaped
 #   5. images 0600, a state directory flashd makes 0700
 # timeout: 300
 source "$(dirname "$0")/functions.sh"
@@ -186,6 +186,12 @@ grep -q 'not in the control socket' <<<"$body" || fail "403 without a reason: $b
 "${NOBODY[@]}" "$FLASHCTL" detach dimm0 --control "$CTL" >"$T/nd" 2>&1 && fail "nobody could detach"
 r=$(goinfo "$V4/dimm0"); [ "$r" = ok ] || fail "dimm0 gone after nobody's detach: $r"
 grep -q "control socket: /v1/dimms/dimm0/detach refused: uid 65534" "$T/flashd.log" || fail "403 not logged"
+# reload is an action like the others: a half-edited file is not nobody's to load
+body=$("${NOBODY[@]}" curl -s -w '\n%{http_code}' -X POST -H "X-Flashd-Action: 1" --unix-socket "$CTL" http://localhost/v1/reload) || true
+[ "${body##*$'\n'}" = 403 ] || fail "nobody: POST /v1/reload: $body"
+grep -q 'not in the control socket' <<<"$body" || fail "reload: 403 without a reason: $body"
+"${NOBODY[@]}" "$FLASHCTL" reload --control "$CTL" >"$T/nr" 2>&1 && fail "nobody could reload: $(cat "$T/nr")"
+grep -q "control socket: reloading" "$T/flashd.log" && fail "nobody's reload request reloaded the configuration"
 # a client's ESC and CR reach the log escaped, never as they are
 code=$("${NOBODY[@]}" curl -s -o /dev/null -w '%{http_code}' -X POST -H "X-Flashd-Action: 1" --unix-socket "$CTL" \
 	"http://localhost/v1/dimms/dimm0/detach%1B%5B2J%0D") || true
@@ -194,7 +200,7 @@ grep -qF 'control socket: /v1/dimms/dimm0/detach\x1b[2J\x0d refused: uid 65534' 
 	fail "the refused path is not logged with ESC and CR escaped"
 ! LC_ALL=C grep -q $'[\x1b\r]' "$T/flashd.log" || fail "the log holds a raw ESC or CR"
 "$FLASHCTL" checkpoint dimm0 --control "$CTL" >/dev/null || fail "root: checkpoint"
-ok "control socket: nobody gets 200 for status and 403 for detach; root may act; the log escapes ESC and CR"
+ok "control socket: nobody gets 200 for status and 403 for detach and reload; root may act; the log escapes ESC and CR"
 
 # 5. files
 for f in "$FLASHD_STATE"/dimm0.img "$FLASHD_STATE"/dimm1.img; do
