@@ -35,7 +35,12 @@
  * control_group (default: flashd's group).  Whoever can open it may GET;
  * actions (every POST: reload too) need a peer (SO_PEERCRED) that is root,
  * flashd's user or in the socket's group (primary or supplementary), else
- * 403.
+ * 403.  A browser reaches the socket through a forwarder (README,
+ * "Dashboard"), and with it every web page it shows, so (cross_site):
+ * a Host header must name the loopback (localhost, 127.0.0.0/8, [::1]),
+ * and an action needs the header X-Flashd-Action (or a JSON Content-Type),
+ * an Origin, if sent, of "http://" + Host and a Sec-Fetch-Site, if sent, of
+ * same-origin or none; else 403.
  *
  * Nothing here waits for an ioDimm thread (flashd.h, "Command channel"):
  * each request is a struct ctl_req; snapshots and actions go to the ioDimm
@@ -47,8 +52,10 @@
  * (a late command finds it answered and is dropped); all live on
  * srv->ctl_reqs, so shutdown answers what is left.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1601,16 +1608,137 @@ static bool peer_may_act(struct server *srv, struct evhttp_request *req, char *w
 	return false;
 }
 
-/* May this POST act: is its peer allowed (peer_may_act)?  Else it is
- * refused (403) and logged. */
+/* Is h (a Host header, or an Origin after its "http://") the loopback, with
+ * an optional port: localhost, 127.0.0.0/8, [::1] or [::ffff:127.x.y.z]? */
+static bool loopback_host(const char *h)
+{
+	char name[64];
+	const char *port;
+	size_t n;
+	bool v6 = h[0] == '[';
+	if (v6) {
+		const char *close = strchr(h, ']');
+		if (!close)
+			return false;
+		n = (size_t)(close - h - 1);
+		port = close + 1;
+		h++;
+	} else {
+		n = strcspn(h, ":");
+		port = h + n;
+	}
+	if (!n || n >= sizeof name)
+		return false;
+	memcpy(name, h, n);
+	name[n] = 0;
+	size_t digits = *port == ':' ? strspn(port + 1, "0123456789") : 0;
+	if (*port && (*port != ':' || !digits || digits > 5 || port[1 + digits]))
+		return false;
+	struct in_addr a4;
+	struct in6_addr a6;
+	if (v6)
+		return inet_pton(AF_INET6, name, &a6) == 1 &&
+		       (IN6_IS_ADDR_LOOPBACK(&a6) || (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127));
+	if (inet_pton(AF_INET, name, &a4) == 1)
+		return ntohl(a4.s_addr) >> 24 == 127;
+	return !strcasecmp(name, "localhost");
+}
+
+/*
+ * Did a web page send this request?  The control socket is a unix socket,
+ * but a browser reaches it through a forwarder (README, "Dashboard"), and
+ * then so does every page that browser shows.  Refused (true, why says
+ * which), for every request: a Host, or an absolute request target's host,
+ * that is not the loopback: a page of another site whose DNS name now
+ * resolves to the forwarder (DNS rebinding) sends its own name.  For an
+ * action (post) also: neither the header X-Flashd-Action nor a JSON
+ * Content-Type (a page of another origin can send neither without a CORS
+ * preflight, and OPTIONS is not served, so the preflight fails); an Origin
+ * other than "http://" + Host (a page flashd did not serve); a
+ * Sec-Fetch-Site other than same-origin or none.  Requests without Host
+ * and Origin (HTTP/1.0, flashctl before it sent them) are not a browser's.
+ */
+static bool cross_site(struct evhttp_request *req, bool post, char *why, size_t len)
+{
+	struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+	const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(req);
+	const char *host = evhttp_find_header(in, "Host");
+	const char *target = u ? evhttp_uri_get_host(u) : NULL;
+	const char *bad = host && !loopback_host(host) ? host :
+			  target && !loopback_host(target) ? target : NULL;
+	if (bad) {
+		snprintf(why, len, "Host '%.100s' is not localhost, 127.x.y.z or [::1]: the control "
+			 "socket serves only requests for the loopback (curl --unix-socket SOCKET "
+			 "http://localhost/...; a forwarder on 127.0.0.1)", bad);
+		return true;
+	}
+	if (!post)
+		return false;
+	const char *action = evhttp_find_header(in, "X-Flashd-Action");
+	const char *type = evhttp_find_header(in, "Content-Type");
+	size_t jl = strlen("application/json");
+	bool json = type && !strncasecmp(type, "application/json", jl) &&
+		    (!type[jl] || type[jl] == ';' || type[jl] == ' ');
+	if (!(action && action[0]) && !json) {
+		snprintf(why, len, "an action needs the header X-Flashd-Action: 1 (or Content-Type: "
+			 "application/json), which a web page of another site cannot send; flashctl "
+			 "sends it");
+		return true;
+	}
+	const char *origin = evhttp_find_header(in, "Origin");
+	if (origin && (!host || strncasecmp(origin, "http://", 7) || strcasecmp(origin + 7, host))) {
+		snprintf(why, len, "Origin '%.100s' is not the page's own (http://%.100s): a web page "
+			 "of another site may not act", origin, host ? host : "(no Host)");
+		return true;
+	}
+	const char *site = evhttp_find_header(in, "Sec-Fetch-Site");
+	if (site && strcmp(site, "same-origin") && strcmp(site, "none")) {
+		snprintf(why, len, "Sec-Fetch-Site '%.40s': a request from another site (not "
+			 "same-origin or none) may not act", site);
+		return true;
+	}
+	return false;
+}
+
+/* Answer a web page's request (cross_site) 403 with why, and log it: at
+ * most one line per 10 s (a page can send them in a loop), those not logged
+ * counted in the next.  Main thread only. */
+static void refuse_web(struct evhttp_request *req, const char *path, const char *why)
+{
+	static uint64_t last_ns;
+	static unsigned long held;
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	if (last_ns && now - last_ns < 10 * 1000000000ull) {
+		held++;
+	} else {
+		char more[96] = "";
+		if (held)
+			snprintf(more, sizeof more, " (and %lu more refused in the last %.0f s, not logged)",
+				 held, (double)(now - last_ns) / 1e9);
+		log_warn("control socket: %s refused: %s%s", path, why, more);
+		last_ns = now;
+		held = 0;
+	}
+	send_error(req, 403, "Forbidden", why);
+}
+
+/* May this POST act: not sent by a web page (cross_site), by a peer with
+ * the right (peer_may_act)?  Else it is refused (403) and logged. */
 static bool may_act(struct server *srv, struct evhttp_request *req, const char *path)
 {
-	char why[300];
-	if (peer_may_act(srv, req, why, sizeof why))
-		return true;
-	log_warn("control socket: %s refused: %s", path, why);
-	send_error(req, 403, "Forbidden", why);
-	return false;
+	char why[400];
+	if (cross_site(req, true, why, sizeof why)) {
+		refuse_web(req, path, why);
+		return false;
+	}
+	if (!peer_may_act(srv, req, why, sizeof why)) {
+		log_warn("control socket: %s refused: %s", path, why);
+		send_error(req, 403, "Forbidden", why);
+		return false;
+	}
+	return true;
 }
 
 static void router(struct evhttp_request *req, void *arg)
@@ -1632,6 +1760,11 @@ static void router(struct evhttp_request *req, void *arg)
 	if (srv->shutting_down) {
 		/* between the ioDimms' end and the loop's (ctl_shutdown) */
 		send_error(req, 503, "Service Unavailable", "flashd is shutting down");
+		goto out;
+	}
+	char why[400];
+	if (cross_site(req, false, why, sizeof why)) {
+		refuse_web(req, path, why);
 		goto out;
 	}
 	if (!strcmp(path, "/metrics") || !strcmp(path, "/v1/metrics")) {

@@ -1005,9 +1005,12 @@ static int ctl_call(const char *control, const char *method, const char *path, s
 			close(fd);
 		return -e;
 	}
+	/* Host: the loopback, X-Flashd-Action on an action: what flashd asks
+	 * of a request that is not a web page's (server/ctl.c, cross_site) */
 	char req[1024];
-	int n = snprintf(req, sizeof req, "%s %s HTTP/1.0\r\nHost: flashd\r\nContent-Length: 0\r\n\r\n",
-			 method, path);
+	int n = snprintf(req, sizeof req,
+			 "%s %s HTTP/1.0\r\nHost: localhost\r\n%sContent-Length: 0\r\n\r\n", method, path,
+			 strcmp(method, "POST") ? "" : "X-Flashd-Action: 1\r\n");
 	if (n >= (int)sizeof req)
 		die("request path too long");
 	for (int off = 0; off < n;) {

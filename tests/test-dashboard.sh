@@ -17,6 +17,11 @@
 #      ioDimm.  A screenshot is
 #      taken (UPDATE_SCREENSHOT=1 copies it to doc/dashboard.png).
 #   3. Once fio is stopped, a third dump shows dimm0's IOPS back at 0.
+#   4. Pages of other sites in the same Chromium: a form POST and fetches
+#      (no-cors, and with X-Flashd-Action, which needs a CORS preflight) from
+#      another origin to the forwarder change nothing (dimm1's beacon stays
+#      off; flashd logs the refusal); a name resolved to 127.0.0.1 (DNS
+#      rebinding, by --host-resolver-rules) gets 403 instead of the status.
 # Chromium's --virtual-time-budget stops the page's clock while a fetch is
 # pending, so the forwarder passes a /v1/status request on only PACE (1) s
 # after the previous one: the page's 1 s is then 1 s of real time between
@@ -58,22 +63,22 @@ start_flashd --config "$T/flashd.conf" --timing off
 
 # ---- 1. the page and its files ----------------------------------------------------------
 ctl() { curl -sS --max-time 20 --unix-socket "$FLASHD_CTL" "$@"; }
-ctl -D "$T/h" -o "$T/index.html" http://x/
+ctl -D "$T/h" -o "$T/index.html" http://localhost/
 grep -q '^HTTP/1.1 200' "$T/h" || fail "GET /: $(head -1 "$T/h")"
 grep -qi '^Content-Type: text/html' "$T/h" || fail "GET /: no text/html Content-Type"
 grep -qi "^Content-Security-Policy: default-src 'self'" "$T/h" || fail "GET /: no Content-Security-Policy"
 for f in dashboard.js dashboard.css; do
-	code=$(ctl -o "$T/$f" -w '%{http_code}' "http://x/dashboard/$f")
+	code=$(ctl -o "$T/$f" -w '%{http_code}' "http://localhost/dashboard/$f")
 	[ "$code" = 200 ] || fail "GET /dashboard/$f: $code"
 	cmp -s "$T/$f" "$top/server/dashboard/$f" || fail "/dashboard/$f is not server/dashboard/$f"
 done
 cmp -s "$T/index.html" "$top/server/dashboard/index.html" || fail "/ is not server/dashboard/index.html"
-[ "$(ctl -o /dev/null -w '%{http_code}' http://x/dashboard)" = 200 ] || fail "GET /dashboard"
+[ "$(ctl -o /dev/null -w '%{http_code}' http://localhost/dashboard)" = 200 ] || fail "GET /dashboard"
 if grep -Eno '(https?:)?//[a-z0-9.-]+\.[a-z]{2,}' "$T/index.html" "$T/dashboard.js" "$T/dashboard.css"; then
 	fail "the dashboard refers to another host"
 fi
-[ "$(ctl -o /dev/null -w '%{http_code}' http://x/dashboard/nope.js)" = 404 ] || fail "unknown file not 404"
-[ "$(ctl -o /dev/null -w '%{http_code}' -X POST http://x/)" = 405 ] || fail "POST / not 405"
+[ "$(ctl -o /dev/null -w '%{http_code}' http://localhost/dashboard/nope.js)" = 404 ] || fail "unknown file not 404"
+[ "$(ctl -o /dev/null -w '%{http_code}' -X POST http://localhost/)" = 405 ] || fail "POST / not 405"
 ok "the page, its script and style are served from the control socket, nothing from elsewhere"
 
 # ---- 2. in Chromium, under load --------------------------------------------------------
@@ -140,7 +145,7 @@ sleep 2
 
 # status_ops NAME: requests since start on that ioDimm, from /v1/status
 status_ops() {
-	ctl http://x/v1/status | "$PYTHON" -c '
+	ctl http://localhost/v1/status | "$PYTHON" -c '
 import json, sys
 for d in json.load(sys.stdin)["dimms"]:
     if d["name"] == sys.argv[1]:
@@ -228,6 +233,61 @@ dump "$T/dom3.html"
 [ "$(fig "$T/dom3.html" d-dimm0-iops)" = 0.0 ] || fail "dimm0 still shows IOPS $(fig "$T/dom3.html" d-dimm0-iops) after the load"
 [ "$(fig "$T/dom3.html" d-dimm0-ops)" = "$(status_ops dimm0)" ] || fail "after the load the page's count differs from /v1/status"
 ok "after the load dimm0's IOPS is back at 0 and its count equals /v1/status's"
+
+# ---- 4. pages of other sites in the same browser ---------------------------------------
+# A page of another origin (a Python http.server on another port) posts a form to the
+# forwarder and sends fetches (no-cors; with X-Flashd-Action, which needs a CORS
+# preflight); a page whose name resolves to the forwarder (DNS rebinding, by
+# --host-resolver-rules) reads /v1/status.  dimm1's beacon must stay off and the
+# rebound page must get no status.
+beacon1() { ctl http://localhost/v1/dimms/dimm1 | "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["beacon"])'; }
+[ "$(beacon1)" = False ] || fail "dimm1's beacon is on before the pages ran"
+mkdir "$T/evil"
+U="$URL"v1/dimms/dimm1/beacon?state=on
+cat >"$T/evil/form.html" <<EOF
+<form id="f" method="POST" action="$U"><input name="a" value="1"></form>
+<script>document.getElementById("f").submit();</script>
+EOF
+cat >"$T/evil/fetch.html" <<EOF
+<p id="r">pending</p>
+<script>
+(async () => {
+	const out = [];
+	try { await fetch("$U", { method: "POST", mode: "no-cors", body: "x" }); out.push("no-cors:sent"); }
+	catch (e) { out.push("no-cors:" + e.name); }
+	try { const r = await fetch("$U", { method: "POST", headers: { "X-Flashd-Action": "1" } }); out.push("cors:" + r.status); }
+	catch (e) { out.push("cors:" + e.name); }
+	document.getElementById("r").textContent = out.join(" ");
+})();
+</script>
+EOF
+EVIL_PORT=$(free_port)
+(cd "$T/evil" && exec "$PYTHON" -m http.server --bind 127.0.0.1 "$EVIL_PORT") >/dev/null 2>&1 &
+EVIL_PID=$!
+track_pid "$EVIL_PID"
+for i in $(seq 1 50); do
+	curl -s -o /dev/null --max-time 5 "http://127.0.0.1:$EVIL_PORT/form.html" && break
+	sleep 0.1
+done
+chromium --virtual-time-budget=5000 --dump-dom "http://127.0.0.1:$EVIL_PORT/form.html" >"$T/evil-form.html" ||
+	fail "chromium on the form page: $(tail -n 5 "$T/chromium.log")"
+chromium --virtual-time-budget=5000 --dump-dom "http://127.0.0.1:$EVIL_PORT/fetch.html" >"$T/evil-fetch.html" ||
+	fail "chromium on the fetch page: $(tail -n 5 "$T/chromium.log")"
+echo "the form page's result: $(grep -o '"error": "[^"]*"' "$T/evil-form.html" || cat "$T/evil-form.html")"
+echo "the fetch page's result: $(grep -o '<p id="r">[^<]*' "$T/evil-fetch.html")"
+[ "$(beacon1)" = False ] || fail "a page of another site turned dimm1's beacon on"
+grep -q "control socket: /v1/dimms/dimm1/beacon refused: an action needs the header X-Flashd-Action" "$T/flashd.log" ||
+	fail "the form's POST did not reach flashd or was not refused"
+grep -q '<p id="r">no-cors:sent cors:TypeError</p>' "$T/evil-fetch.html" ||
+	fail "the fetches of another site: $(grep -o '<p id="r">[^<]*' "$T/evil-fetch.html")"
+chromium --virtual-time-budget=3000 --host-resolver-rules="MAP rebound.test 127.0.0.1" \
+	--dump-dom "http://rebound.test:$FWD_PORT/v1/status" >"$T/rebound.html" ||
+	fail "chromium on the rebound name: $(tail -n 5 "$T/chromium.log")"
+grep -q "is not localhost, 127.x.y.z or \[::1\]" "$T/rebound.html" && ! grep -q '"dimms"' "$T/rebound.html" ||
+	fail "a rebound name read /v1/status: $(head -c 300 "$T/rebound.html")"
+kill "$EVIL_PID"
+wait "$EVIL_PID" 2>/dev/null || true
+ok "pages of other sites: the form and fetches are refused (beacon still off), a rebound name reads nothing"
 
 kill "$FWD_PID" 2>/dev/null || true
 wait "$FWD_PID" 2>/dev/null || true

@@ -122,7 +122,7 @@ run_check "/metrics against the status (attached)" metrics_check attached
 "$FLASHCTL" detach dimm1 --control "$FLASHD_CTL" >/dev/null || fail "detach dimm1"
 run_check "/metrics against the status (dimm1 detached)" metrics_check detached
 "$FLASHCTL" attach dimm1 --control "$FLASHD_CTL" >/dev/null || fail "attach dimm1"
-curl -sf --unix-socket "$FLASHD_CTL" http://flashd/metrics >"$T/metrics.txt" || fail "curl /metrics"
+curl -sf --unix-socket "$FLASHD_CTL" http://localhost/metrics >"$T/metrics.txt" || fail "curl /metrics"
 run_check "curl /metrics | promcheck" "$PYTHON" "$NBD_CHECKS/promcheck.py" "$T/metrics.txt"
 # Prometheus' own checker too (from Debian's prometheus package, put in
 # build/tools by scripts/deps.sh check), lint warnings included: exit 0 only
@@ -216,11 +216,11 @@ checks_passed || fail "busy ioDimm"
 check_flashd_log
 
 # SIGTERM while control requests wait on a busy ioDimm: each gets its answer
-curl -s -o "$T/stall.out" -w '%{http_code}' -X POST --unix-socket "$FLASHD_CTL" \
-	"http://flashd/v1/dimms/dimm0/test-stall?ms=3000" >"$T/stall.code" &
+curl -s -o "$T/stall.out" -w '%{http_code}' -X POST -H "X-Flashd-Action: 1" --unix-socket "$FLASHD_CTL" \
+	"http://localhost/v1/dimms/dimm0/test-stall?ms=3000" >"$T/stall.code" &
 c1=$!
 sleep 0.3
-curl -s -o "$T/wait.out" -w '%{http_code}' --unix-socket "$FLASHD_CTL" http://flashd/v1/status >"$T/wait.code" &
+curl -s -o "$T/wait.out" -w '%{http_code}' --unix-socket "$FLASHD_CTL" http://localhost/v1/status >"$T/wait.code" &
 c2=$!
 sleep 0.3
 t0=$SECONDS

@@ -27,6 +27,13 @@
 #      file gives no format keys); bad parameters are refused (400).
 #   5b. beacon on/off: status (JSON and text), /metrics, the log; bad states.
 #   6. HTTP errors: unknown path, ioDimm and action (404), wrong method (405).
+#   6b. requests a web page could send, through a TCP forwarder as a browser
+#      reaches the socket and on the socket itself: a Host that is not the
+#      loopback (DNS rebinding) is refused even for GET; a POST without
+#      X-Flashd-Action or a JSON Content-Type, with an Origin other than the
+#      page's own or a Sec-Fetch-Site of another site is refused (403) and
+#      changes nothing (a format of dimm1: its data unchanged); the page's
+#      own origin may act.
 #   7. offline `flashctl format IMG` never erases what an image holds
 #      unasked: a new image is formatted at once; a formatted one, or one
 #      holding data without a superblock, is refused without a terminal
@@ -296,7 +303,7 @@ grep -qx "dimm1: beacon on" "$T/beacon.out" || fail "flashctl beacon dimm1"
 [ "$(dimm_json dimm1 beacon)" = true ] || fail "status does not show dimm1's beacon on"
 [ "$(dimm_json dimm0 beacon)" = false ] || fail "dimm0's beacon is on too"
 "$FLASHCTL" status dimm1 --control "$FLASHD_CTL" | grep -q "Beacon: on" || fail "status text lacks 'Beacon: on'"
-curl -sf --unix-socket "$FLASHD_CTL" http://flashd/metrics >"$T/beacon-metrics.txt" || fail "curl /metrics"
+curl -sf --unix-socket "$FLASHD_CTL" http://localhost/metrics >"$T/beacon-metrics.txt" || fail "curl /metrics"
 grep -qx 'flashd_dimm_beacon{dimm="dimm1",export="dimm1"} 1' "$T/beacon-metrics.txt" || fail "/metrics: dimm1's beacon is not 1"
 grep -qx 'flashd_dimm_beacon{dimm="dimm0",export="dimm0"} 0' "$T/beacon-metrics.txt" || fail "/metrics: dimm0's beacon is not 0"
 "$FLASHCTL" beacon dimm1 off --control "$FLASHD_CTL" | grep -qx "dimm1: beacon off" || fail "flashctl beacon dimm1 off"
@@ -305,7 +312,7 @@ grep -qx 'flashd_dimm_beacon{dimm="dimm0",export="dimm0"} 0' "$T/beacon-metrics.
 rc=0
 "$FLASHCTL" beacon dimm1 blink --control "$FLASHD_CTL" 2>"$T/err" || rc=$?
 [ $rc = 1 ] && grep -q "neither on nor off" "$T/err" || fail "beacon with a bad state: exit $rc, $(cat "$T/err")"
-code=$(curl -s -o /dev/null -w '%{http_code}' -X POST --unix-socket "$FLASHD_CTL" "http://flashd/v1/dimms/dimm1/beacon?state=blink")
+code=$(curl -s -o /dev/null -w '%{http_code}' -X POST -H "X-Flashd-Action: 1" --unix-socket "$FLASHD_CTL" "http://localhost/v1/dimms/dimm1/beacon?state=blink")
 [ "$code" = 400 ] || fail "POST beacon?state=blink: HTTP $code, want 400"
 grep -q "dimm1: beacon on" "$T/flashd.log" || fail "the beacon is not logged"
 ok "beacon: on and off through flashctl, shown by status, status -a, /metrics and the log"
@@ -328,6 +335,102 @@ for method, url, want in [("GET", "/nope", 404), ("GET", "/v1/dimms/nosuch", 404
     assert code == want, (method, url, code, want)
     assert j["ok"] is False and j["error"], j
 PY
+
+# ---- 6b. requests a web page could send -----------------------------------------------
+# A browser reaches the control socket through a forwarder (README, "Dashboard"), and so
+# does every page it shows.  The forwarder here passes bytes as they are; curl sends the
+# headers such pages send.
+FWD_PORT=$(free_port)
+cat >"$T/fwd.py" <<'PY'
+# 127.0.0.1:PORT -> the control socket, bytes as they are, both ways
+import socket, socketserver, sys, threading
+port, ctl = int(sys.argv[1]), sys.argv[2]
+def pump(a, b):
+    try:
+        while True:
+            d = a.recv(65536)
+            if not d:
+                break
+            b.sendall(d)
+        b.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+class H(socketserver.BaseRequestHandler):
+    def handle(self):
+        u = socket.socket(socket.AF_UNIX)
+        u.connect(ctl)
+        t = threading.Thread(target=pump, args=(u, self.request), daemon=True)
+        t.start()
+        pump(self.request, u)
+        t.join(30)
+        u.close()
+class S(socketserver.ThreadingTCPServer):
+    allow_reuse_address = True
+    daemon_threads = True
+S(("127.0.0.1", port), H).serve_forever()
+PY
+"$PYTHON" "$T/fwd.py" "$FWD_PORT" "$FLASHD_CTL" 2>>"$T/fwd.log" &
+FWD_PID=$!
+track_pid "$FWD_PID"
+FWD=http://127.0.0.1:$FWD_PORT
+for i in $(seq 1 50); do
+	curl -s -o /dev/null --max-time 5 "$FWD/v1/version" && break
+	sleep 0.1
+done
+hcode() { curl -s -o "$T/body" -w '%{http_code}' --max-time 20 "$@"; }
+# refused WHAT CURL-ARGS...: 403, said why
+refused() {
+	local what=$1 c
+	shift
+	c=$(hcode "$@")
+	[ "$c" = 403 ] || fail "$what: HTTP $c, want 403: $(head -c 300 "$T/body")"
+	echo "403 for $what: $(cat "$T/body")"
+}
+ACT=(-H "X-Flashd-Action: 1")
+# first (its log line is not held back): a form another site posts, its path with ESC and CR
+refused "a form of another site posting detach" -H "Origin: http://evil.example" --data a=1 \
+	"$FWD/v1/dimms/dimm0/detach%1B%5B2J%0D"
+grep -qF 'control socket: /v1/dimms/dimm0/detach\x1b[2J\x0d refused: an action needs the header X-Flashd-Action' \
+	"$T/flashd.log" || fail "the refusal is not logged (with ESC and CR escaped)"
+! LC_ALL=C grep -q $'[\x1b\r]' "$T/flashd.log" || fail "the log holds a raw ESC or CR"
+# DNS rebinding: a page whose name now resolves to the forwarder sends that name as Host
+refused "GET /v1/status for Host evil.example" -H "Host: evil.example:$FWD_PORT" "$FWD/v1/status"
+refused "GET /v1/status for Host x on the socket" --unix-socket "$FLASHD_CTL" http://x/v1/status
+refused "an absolute request target of another host" --unix-socket "$FLASHD_CTL" \
+	--request-target http://evil.example/v1/status http://localhost/
+refused "a rebound page posting detach" "${ACT[@]}" -H "Host: evil.example:$FWD_PORT" \
+	-H "Origin: http://evil.example:$FWD_PORT" -X POST "$FWD/v1/dimms/dimm0/detach"
+grep -q "is not localhost, 127.x.y.z or \[::1\]" "$T/body" || fail "the refusal does not say why"
+for h in "127.0.0.1:$FWD_PORT" localhost:8080 LOCALHOST 127.3.2.1 "[::1]:8080" "[::ffff:127.0.0.1]"; do
+	c=$(hcode -H "Host: $h" "$FWD/v1/version")
+	[ "$c" = 200 ] || fail "GET /v1/version for Host $h: HTTP $c"
+done
+[ "$(hcode "$FWD/")" = 200 ] || fail "the dashboard through the forwarder"
+# actions another page could send: none may act
+D0=$FWD/v1/dimms/dimm0
+refused "POST without X-Flashd-Action" -X POST "$D0/detach"
+refused "a text/plain POST (a simple request)" -H "Content-Type: text/plain" --data x "$D0/detach"
+refused "Origin of another site" "${ACT[@]}" -H "Origin: http://evil.example" -X POST "$D0/detach"
+refused "Origin null" "${ACT[@]}" -H "Origin: null" -X POST "$D0/detach"
+refused "Origin of another local page" "${ACT[@]}" -H "Origin: http://127.0.0.1:1" -X POST "$D0/detach"
+refused "Sec-Fetch-Site cross-site" "${ACT[@]}" -H "Sec-Fetch-Site: cross-site" -X POST "$D0/detach"
+refused "Sec-Fetch-Site same-site" "${ACT[@]}" -H "Sec-Fetch-Site: same-site" -X POST "$D0/detach"
+refused "reload from another site" "${ACT[@]}" -H "Origin: http://evil.example" -X POST "$FWD/v1/reload"
+[ "$(dimm_json dimm0 state)" = '"online"' ] || fail "dimm0 is $(dimm_json dimm0 state) after the refused requests"
+# the page's own origin, and a JSON request, may act
+c=$(hcode "${ACT[@]}" -H "Origin: $FWD" -H "Sec-Fetch-Site: same-origin" -X POST "$D0/beacon?state=on")
+[ "$c" = 200 ] || fail "POST beacon from the page's own origin: HTTP $c: $(cat "$T/body")"
+c=$(hcode -H "Content-Type: application/json" -X POST "$D0/beacon?state=off")
+[ "$c" = 200 ] || fail "POST beacon with Content-Type: application/json: HTTP $c: $(cat "$T/body")"
+# a format from another site; dimm1 holds the data of section 4
+"$FLASHCTL" detach dimm1 --control "$FLASHD_CTL" >/dev/null || fail "detach dimm1"
+refused "format from another site" "${ACT[@]}" -H "Origin: http://evil.example" -X POST "$FWD/v1/dimms/dimm1/format"
+"$FLASHCTL" attach dimm1 --control "$FLASHD_CTL" >/dev/null || fail "attach dimm1"
+nbd_region_is "$FLASHD_URI1" 0 $((32 * MiB)) "$T/dd" || fail "dimm1's data after the refused format"
+kill "$FWD_PID"
+wait "$FWD_PID" 2>/dev/null || true
+ok "requests a web page could send are refused; the page's own may act"
+
 check_flashd_log
 stop_flashd
 ok "control API and flashctl verbs"

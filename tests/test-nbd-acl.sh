@@ -178,9 +178,9 @@ ok "PSK identities: alice allowed and listed, bob refused and not listed"
 [ "$(stat -c '%a %G' "$FLASHD_SOCK")" = "660 nogroup" ] || fail "unix socket: $(stat -c '%a %G' "$FLASHD_SOCK")"
 NOBODY=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
 "${NOBODY[@]}" "$FLASHCTL" status --control "$CTL" >"$T/ns" 2>&1 || { cat "$T/ns"; fail "nobody: status"; }
-code=$("${NOBODY[@]}" curl -s -o /dev/null -w '%{http_code}' --unix-socket "$CTL" http://x/v1/status) || true
+code=$("${NOBODY[@]}" curl -s -o /dev/null -w '%{http_code}' --unix-socket "$CTL" http://localhost/v1/status) || true
 [ "$code" = 200 ] || fail "nobody: GET /v1/status: $code"
-body=$("${NOBODY[@]}" curl -s -w '\n%{http_code}' -X POST --unix-socket "$CTL" http://x/v1/dimms/dimm0/detach) || true
+body=$("${NOBODY[@]}" curl -s -w '\n%{http_code}' -X POST -H "X-Flashd-Action: 1" --unix-socket "$CTL" http://localhost/v1/dimms/dimm0/detach) || true
 [ "${body##*$'\n'}" = 403 ] || fail "nobody: POST detach: $body"
 grep -q 'not in the control socket' <<<"$body" || fail "403 without a reason: $body"
 "${NOBODY[@]}" "$FLASHCTL" detach dimm0 --control "$CTL" >"$T/nd" 2>&1 && fail "nobody could detach"

@@ -202,7 +202,7 @@ keys = [i["key"] for i in r["not_applied"]]
 assert keys == ["[server] listen", "[dimm dimm1] readonly"], keys
 assert all("needs a restart" in i["message"] for i in r["not_applied"]), r
 ' || fail "flashctl reload --json"
-code=$(curl -s -o /dev/null -w '%{http_code}' --unix-socket "$FLASHD_CTL" http://x/v1/reload)
+code=$(curl -s -o /dev/null -w '%{http_code}' --unix-socket "$FLASHD_CTL" http://localhost/v1/reload)
 [ "$code" = 405 ] || fail "GET /v1/reload answers $code, want 405"
 kill -0 "$FLASHD_PID" || fail "flashd died"
 kill -TERM "$FLASHD_PID"

@@ -6,7 +6,9 @@ management tests (tests/test-manage*.sh).
     code, reply = post(SOCK, "/v1/dimms/dimm0/detach")
 
 HTTP/1.1 through Python's http.client, so these are not flashctl's bytes:
-the tests drive the API with a second client.
+the tests drive the API with a second client.  Like flashctl it names the
+loopback as Host and sends X-Flashd-Action with a POST: flashd refuses
+requests that look like a web page's (server/ctl.c, cross_site).
 """
 import http.client
 import json
@@ -15,7 +17,7 @@ import socket
 
 class UnixHTTPConnection(http.client.HTTPConnection):
     def __init__(self, path, timeout=60.0):
-        super().__init__("flashd", timeout=timeout)
+        super().__init__("localhost", timeout=timeout)
         self.unix_path = path
 
     def connect(self):
@@ -28,7 +30,7 @@ class UnixHTTPConnection(http.client.HTTPConnection):
 def request(sock, method, url, timeout=60.0):
     c = UnixHTTPConnection(sock, timeout)
     try:
-        headers = {"Content-Length": "0"} if method == "POST" else {}
+        headers = {"Content-Length": "0", "X-Flashd-Action": "1"} if method == "POST" else {}
         c.request(method, url, headers=headers)
         r = c.getresponse()
         body = r.read()

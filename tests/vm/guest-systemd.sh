@@ -128,12 +128,12 @@ else
 	indent </tmp/status.out
 	fail "flashctl status"
 fi
-if curl -sf --unix-socket "$CTL" http://flashd/metrics >/tmp/metrics.txt &&
+if curl -sf --unix-socket "$CTL" http://localhost/metrics >/tmp/metrics.txt &&
 	grep -q '^# TYPE flashd_' /tmp/metrics.txt; then
 	pass "curl --unix-socket $CTL /metrics: $(grep -c '^flashd_' /tmp/metrics.txt) samples"
 else
 	head -c 600 /tmp/metrics.txt | indent
-	fail "curl --unix-socket $CTL http://flashd/metrics"
+	fail "curl --unix-socket $CTL http://localhost/metrics"
 fi
 
 # ---- 3. data through the kernel NBD client, kill -9, Restart=on-failure, data back
