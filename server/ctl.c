@@ -14,8 +14,8 @@
  *   POST /v1/dimms/NAME/detach           withdraw the export, drain and close
  *                                        its connections, close the FTL
  *                                        (checkpoint) and the image
- *   POST /v1/dimms/NAME/format[?sector_size=N][&capacity=BYTES|PCT%][&op=PCT][&parity_width=0|1]
- *                                        low-level format, detached only;
+ *   POST /v1/dimms/NAME/format?confirm=yes[&sector_size=N][&capacity=BYTES|PCT%][&op=PCT]
+ *        [&parity_width=0|1]             low-level format, detached only;
  *                                        unset: the [dimm] keys
  *   POST /v1/dimms/NAME/checkpoint       write a checkpoint now
  *   POST /v1/reload                      read the configuration file again (as
@@ -30,7 +30,7 @@
  * NAME is the [dimm] name (or its export name).  An action answers 200 with
  * {"ok": true, ...}, or 400 (bad parameter), 404 (no such ioDimm), 409 (not
  * in a state that allows it), 503 (shutting down), 500 (it failed), each
- * with {"ok": false, "error": "..."}.
+ * with {"ok": false, "error": "..."}.  A format needs confirm=yes.
  * The socket's mode and group are control_mode (default 0660) and
  * control_group (default: flashd's group).  Whoever can open it may GET;
  * actions (every POST: reload too) need a peer (SO_PEERCRED) that is root,
@@ -1472,6 +1472,12 @@ static void do_action(struct server *srv, struct evhttp_request *req, struct evk
 			snprintf(msg, sizeof msg, "%s is attached: detach it first (flashctl detach %s); "
 				 "a format erases every sector", name, name);
 			send_error(req, 409, "Conflict", msg);
+			return;
+		}
+		if (!query_flag(q, "confirm", "yes")) {
+			snprintf(msg, sizeof msg, "a format erases every sector of %s: add confirm=yes to "
+				 "the request (flashctl format %s --yes)", name, name);
+			send_error(req, 400, "Bad Request", msg);
 			return;
 		}
 		next = DM_FORMATTING;

@@ -1243,6 +1243,8 @@ static int format_daemon(const char *control, const char *dimm, uint32_t sector,
 	}
 	if (op >= 0)
 		snprintf(q + strlen(q), sizeof q - strlen(q), "%sop=%g", q[0] ? "&" : "", op);
+	/* flashd formats only with this: the request says it means it */
+	snprintf(q + strlen(q), sizeof q - strlen(q), "%sconfirm=yes", q[0] ? "&" : "");
 	if (!yes) {
 		char question[600];
 		snprintf(question, sizeof question,

@@ -32,8 +32,8 @@
 #      loopback (DNS rebinding) is refused even for GET; a POST without
 #      X-Flashd-Action or a JSON Content-Type, with an Origin other than the
 #      page's own or a Sec-Fetch-Site of another site is refused (403) and
-#      changes nothing (a format of dimm1: its data unchanged); the page's
-#      own origin may act.
+#      changes nothing; the page's own origin may act; a format needs
+#      confirm=yes (400 without, dimm1's data unchanged).
 #   7. offline `flashctl format IMG` never erases what an image holds
 #      unasked: a new image is formatted at once; a formatted one, or one
 #      holding data without a superblock, is refused without a terminal
@@ -422,14 +422,17 @@ c=$(hcode "${ACT[@]}" -H "Origin: $FWD" -H "Sec-Fetch-Site: same-origin" -X POST
 [ "$c" = 200 ] || fail "POST beacon from the page's own origin: HTTP $c: $(cat "$T/body")"
 c=$(hcode -H "Content-Type: application/json" -X POST "$D0/beacon?state=off")
 [ "$c" = 200 ] || fail "POST beacon with Content-Type: application/json: HTTP $c: $(cat "$T/body")"
-# a format from another site; dimm1 holds the data of section 4
+# a format needs confirm=yes; dimm1 holds the data of section 4
 "$FLASHCTL" detach dimm1 --control "$FLASHD_CTL" >/dev/null || fail "detach dimm1"
-refused "format from another site" "${ACT[@]}" -H "Origin: http://evil.example" -X POST "$FWD/v1/dimms/dimm1/format"
+c=$(hcode --unix-socket "$FLASHD_CTL" "${ACT[@]}" -X POST http://localhost/v1/dimms/dimm1/format)
+[ "$c" = 400 ] && grep -q "add confirm=yes" "$T/body" || fail "format without confirm=yes: HTTP $c: $(cat "$T/body")"
+refused "format from another site" "${ACT[@]}" -H "Origin: http://evil.example" -X POST \
+	"$FWD/v1/dimms/dimm1/format?confirm=yes"
 "$FLASHCTL" attach dimm1 --control "$FLASHD_CTL" >/dev/null || fail "attach dimm1"
-nbd_region_is "$FLASHD_URI1" 0 $((32 * MiB)) "$T/dd" || fail "dimm1's data after the refused format"
+nbd_region_is "$FLASHD_URI1" 0 $((32 * MiB)) "$T/dd" || fail "dimm1's data after the refused formats"
 kill "$FWD_PID"
 wait "$FWD_PID" 2>/dev/null || true
-ok "requests a web page could send are refused; the page's own may act"
+ok "requests a web page could send are refused; the page's own may act; format needs confirm=yes"
 
 check_flashd_log
 stop_flashd
