@@ -11,7 +11,8 @@
  *   flashctl reload
  *   flashctl inject DIMM die-fail N | bad-block B | bit-errors PPM | temperature C
  *   flashctl version
- * (all take --control SOCKET).  Image files flashd does not have open:
+ * (all take --control SOCKET; it and --json may come before the command
+ * too).  Image files flashd does not have open:
  *   flashctl format IMAGE --preset P [--sector-size 512|4096]
  *                         [--capacity BYTES|PCT%] [--op PCT] [--parity-width 0|1] [--yes]
  *   flashctl info IMAGE [--json]
@@ -56,7 +57,8 @@ static void usage(FILE *out)
 	fprintf(out,
 		"usage:\n"
 		"A running flashd (--control SOCKET: its control socket; default var/flashd.ctl in the\n"
-		"checkout, /run/flashd/flashd.ctl or /var/lib/flashd/flashd.ctl, or $FLASHD_CONTROL):\n"
+		"checkout, /run/flashd/flashd.ctl or /var/lib/flashd/flashd.ctl, or $FLASHD_CONTROL;\n"
+		"--control and --json may also come before the command):\n"
 		"  %s status [-a|--all] [--json] [DIMM]\n"
 		"      state, format, health, lifetime traffic of every ioDimm (-a: everything)\n"
 		"  %s attach DIMM | detach DIMM\n"
@@ -1732,14 +1734,50 @@ static int cmd_presets(void)
 	return 0;
 }
 
+/*
+ * The common options may come before the command too ("flashctl --control
+ * PATH status", as README writes them): --control PATH (-c PATH,
+ * --control=PATH) and --json (-j) are moved behind it, where the command's
+ * own parsing takes them as if they had been written there.  Returns the
+ * command's argv: the command, those options, the rest; NULL if there is
+ * no command after them.
+ */
+static char **command_first(int argc, char **argv)
+{
+	int i = 1;
+	while (i < argc) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--control") || !strcmp(a, "-c"))
+			i += 2;
+		else if (!strncmp(a, "--control=", 10) || (!strncmp(a, "-c", 2) && a[2]) ||
+			 !strcmp(a, "--json") || !strcmp(a, "-j"))
+			i++;
+		else
+			break;
+	}
+	if (i >= argc)
+		return NULL;
+	char **v = calloc((size_t)argc + 1, sizeof *v); /* for the process's life */
+	if (!v)
+		die("out of memory");
+	int n = 0;
+	v[n++] = argv[i];
+	for (int k = 1; k < i; k++)
+		v[n++] = argv[k];
+	for (int k = i + 1; k < argc; k++)
+		v[n++] = argv[k];
+	v[n] = NULL;
+	return v;
+}
+
 int main(int argc, char **argv)
 {
-	if (argc < 2) {
+	argv = argc < 2 ? NULL : command_first(argc, argv);
+	if (!argv) {
 		usage(stderr);
 		return 2;
 	}
-	const char *cmd = argv[1];
-	argv++;
+	const char *cmd = argv[0];
 	argc--;
 	if (strcmp(cmd, "format") == 0)
 		return cmd_format(argc, argv);
@@ -1751,8 +1789,11 @@ int main(int argc, char **argv)
 		return cmd_bench(argc, argv);
 	if (strcmp(cmd, "simulate") == 0)
 		return cmd_simulate(argc, argv);
-	if (strcmp(cmd, "presets") == 0)
+	if (strcmp(cmd, "presets") == 0) {
+		if (argc > 1)
+			die("presets takes no arguments");
 		return cmd_presets();
+	}
 	if (strcmp(cmd, "status") == 0)
 		return cmd_status(argc, argv);
 	if (strcmp(cmd, "attach") == 0 || strcmp(cmd, "detach") == 0 || strcmp(cmd, "checkpoint") == 0 ||

@@ -4,7 +4,8 @@
 # (server/ctl.c) and flashctl's verbs against a running flashd, every number
 # checked against a known workload.
 #   1. versions: flashctl --version, flashctl version, GET /v1/version agree
-#      with flashd --version.
+#      with flashd --version; --control and --json are taken before the
+#      command as after it.
 #   2. lifetime counters: 12 WRITEs of 2 MiB and 4 READs of 2 MiB move the
 #      host bytes written/read by exactly 24/8 MiB, NAND bytes by at least
 #      that, the server's request counters and latency histograms by 12/4
@@ -108,6 +109,20 @@ grep -q "^flashd $v (pid $FLASHD_PID, control socket $FLASHD_CTL)" "$T/version.o
 	fail "GET /v1/version"
 "$FLASHCTL" version --control "$T/nowhere.ctl" | grep -q "^flashd: cannot reach" || fail "flashctl version without a flashd"
 ok "versions: flashd, flashctl and the API say $v"
+# the common options before the command, as README writes them, or after it
+"$FLASHCTL" --control "$FLASHD_CTL" version | grep -q "^flashd $v (pid $FLASHD_PID" || fail "flashctl --control PATH version"
+"$FLASHCTL" --control="$FLASHD_CTL" --json status dimm0 | "$PYTHON" -c '
+import json, sys
+assert json.load(sys.stdin)["name"] == "dimm0"' || fail "flashctl --control=PATH --json status dimm0"
+"$FLASHCTL" -c "$FLASHD_CTL" status | grep -q "dimm1: simulated ioDimm" || fail "flashctl -c PATH status"
+FLASHD_CONTROL=$T/nowhere.ctl "$FLASHCTL" --json beacon dimm0 off --control "$FLASHD_CTL" | "$PYTHON" -c '
+import json, sys
+r = json.load(sys.stdin)
+assert r["ok"] is True and r["beacon"] is False, r' || fail "flashctl --json beacon dimm0 off --control PATH"
+rc=0
+"$FLASHCTL" --control "$FLASHD_CTL" >/dev/null 2>&1 || rc=$?
+[ $rc = 2 ] || fail "flashctl --control PATH without a command: exit $rc, want 2 (usage)"
+ok "--control and --json before the command as after it"
 
 # ---- 2. lifetime counters ----------------------------------------------------------
 snap() { # snap NAME: the JSON of dimm0 into $T/NAME.json
