@@ -12,8 +12,10 @@
  * qemu's tls-creds-psk read): "identity:hexkey" per line.  TLS 1.3 PSK goes
  * through the find-session callback (a session of TLS_AES_128_GCM_SHA256,
  * the SHA-256 hash GnuTLS clients use for external PSKs), TLS 1.2 through
- * the server PSK callback (the PSK cipher suites are in OpenSSL's DEFAULT
- * list).  Both may be configured at once.
+ * the server PSK callback (OpenSSL's DEFAULT suites, the PSK ones first,
+ * RSA-PSK left out).  Both may be configured at once, also with
+ * tls_verify_peer: a PSK handshake asks for no certificate, every other
+ * one requires a verified certificate.
  * TLS 1.2 is the minimum (doc/proto.md: MUST support 1.2); renegotiation,
  * session tickets and the session cache are off (every connection makes a
  * full handshake; nothing is kept between connections).
@@ -424,6 +426,12 @@ int tls_init(struct server_cfg *cfg, char *err, size_t errlen)
 	SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
 	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
 	SSL_CTX_set_dh_auto(ctx, 1);
+	/* a TLS 1.3 PSK is a session (psk_find_session_cb): OpenSSL refuses
+	 * to take one under SSL_VERIFY_PEER without a session id context
+	 * ("session id context uninitialized").  There is no cache and no
+	 * ticket, so nothing is ever resumed in another context. */
+	static const unsigned char sid_ctx[] = "flashd";
+	SSL_CTX_set_session_id_context(ctx, sid_ctx, sizeof sid_ctx - 1);
 	int rc = 0;
 	if (cfg->tls_certificates)
 		rc = load_x509(cfg, err, errlen);
@@ -434,6 +442,17 @@ int tls_init(struct server_cfg *cfg, char *err, size_t errlen)
 		if (!rc && SSL_CTX_set_ciphersuites(ctx, "TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256:"
 							 "TLS_AES_256_GCM_SHA384") != 1) {
 			snprintf(err, errlen, "cannot set the TLS 1.3 cipher suites");
+			rc = -EINVAL;
+		}
+		/* TLS 1.2 names the PSK identity only after the suite is chosen:
+		 * a client offering PSK suites has a key, so those come first
+		 * (an OpenSSL client offers certificate suites too, and one of
+		 * those would ask it for a certificate it does not have); no
+		 * RSA-PSK, whose handshake asks for a certificate as well.  A
+		 * PSK handshake thus never asks for one, and tls_verify_peer's
+		 * SSL_VERIFY_FAIL_IF_NO_PEER_CERT holds for the others only. */
+		if (!rc && SSL_CTX_set_cipher_list(ctx, "DEFAULT:!kRSAPSK:+aRSA:+aECDSA") != 1) {
+			snprintf(err, errlen, "cannot set the TLS 1.2 cipher suites");
 			rc = -EINVAL;
 		}
 		if (!rc) {

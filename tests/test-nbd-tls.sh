@@ -19,7 +19,14 @@
 #   3. tls = allowed from a config file, one export tls = required, one
 #      tls = off, a second listener with tls=off: plaintext and TLS clients
 #      both served, the TLS-only export hidden and refused without TLS, the
-#      state negotiated before STARTTLS forgotten (raw_tls.py).
+#      state negotiated before STARTTLS forgotten (raw_tls.py);
+#   4. README's hardened configuration, read out of README.md (only its
+#      listen address moved to 127.0.0.1): tls_verify_peer with tls_psk
+#      serves a client certificate of the CA (read-write, or read-only by
+#      allow_ro) and a PSK client, over TLS 1.3 and TLS 1.2, from libnbd,
+#      qemu-io and openssl s_client (which offers certificate suites with
+#      its PSK; tests/nbd/openssl_starttls.py); no certificate, another
+#      CA's, a wrong key, an unknown identity and plaintext are refused.
 source "$(dirname "$0")/functions.sh"
 
 PKI=$T/pki
@@ -332,3 +339,150 @@ stop_flashd
 check_flashd_log
 checks_passed || fail "checks failed"
 ok "tls = allowed: both kinds of client, per-export and per-listener modes"
+
+# ---- 4. README's hardened configuration, verbatim --------------------------------------------
+# The block after "**A hardened configuration**" in README.md, as an admin
+# copies it, next to its relative pki/server and keys.psk; only the listen
+# address changes (tests bind 127.0.0.1), its tls=required stays.
+# tls_verify_peer = yes with tls_psk: x509 clients need a certificate of the
+# CA, PSK clients their key, over TLS 1.3 and TLS 1.2 both.
+mv "$T/flashd.log" "$T/flashd-allowed.log"
+H=$T/hardened
+mkdir -p "$H/pki"
+cp -r "$PKI/server" "$H/pki/server"
+cp "$T/keys.psk" "$H/keys.psk"
+mkcert "$PKI/ca" "$PKI/host1" client host1
+mkcert "$PKI/ca" "$PKI/backup" client backup
+awk '/^\*\*A hardened configuration\*\*/ { found = 1; next }
+	found && /^    / { sub(/^    /, ""); print; started = 1; next }
+	found && started && /^$/ { print; next }
+	found && started { exit }' "$top/README.md" >"$H/readme.conf"
+grep -q '^tls_verify_peer = yes' "$H/readme.conf" && grep -q '^tls_psk = keys.psk' "$H/readme.conf" ||
+	fail "README's hardened configuration not found, or without tls_verify_peer and tls_psk: $(cat "$H/readme.conf")"
+P=$(free_port)
+sed "s/^listen = 0\.0\.0\.0:10809 /listen = 127.0.0.1:$P /" "$H/readme.conf" >"$H/flashd.conf"
+[ "$(diff "$H/readme.conf" "$H/flashd.conf" | grep -c '^>')" = 1 ] ||
+	fail "README's hardened configuration has no 'listen = 0.0.0.0:10809 tls=...' line to move to 127.0.0.1"
+sed 's/^/    conf: /' "$H/flashd.conf"
+# start_flashd's --listen would replace the file's listener (and its mode)
+FLASHD_STATE=$T/hstate FLASHD_PORT=$P
+FLASHD_SOCK=$FLASHD_STATE/flashd.sock
+mkdir -p "$FLASHD_STATE"
+"$FLASHD" --foreground --config "$H/flashd.conf" --preset test-1g --timing off \
+	--state-dir "$FLASHD_STATE" --unix "$FLASHD_SOCK" --pidfile "$FLASHD_STATE/flashd.pid" \
+	>>"$T/flashd.log" 2>&1 &
+FLASHD_PID=$!
+track_pid "$FLASHD_PID"
+for _ in $(seq 600); do
+	kill -0 "$FLASHD_PID" 2>/dev/null || fail "flashd with README's hardened configuration exited"
+	[ "$(cat "$FLASHD_STATE/flashd.pid" 2>/dev/null)" = "$FLASHD_PID" ] && break
+	sleep 0.1
+done
+[ "$(cat "$FLASHD_STATE/flashd.pid" 2>/dev/null)" = "$FLASHD_PID" ] || fail "flashd did not become ready"
+
+HX="nbds://localhost:$P/dimm0?tls-certificates"
+HPSK="nbds://alice@localhost:$P/dimm0?tls-psk-file"
+# served: read-write over a CA certificate (CN=host1) and a PSK (alice)
+"$PYTHON" - "$HX=$PKI/host1" "$HPSK=$H/keys.psk" <<'PY' || fail "hardened: host1's certificate or alice's PSK refused"
+import sys, nbd
+for i, uri in enumerate(sys.argv[1:]):
+    h = nbd.NBD()
+    h.set_uri_allow_local_file(True)
+    h.connect_uri(uri)
+    assert h.get_tls_negotiated(), uri
+    assert not h.is_read_only(), uri
+    h.pwrite(bytes([0x60 + i]) * 65536, i << 20)
+    h.flush()
+    h.shutdown()
+h = nbd.NBD(); h.set_uri_allow_local_file(True); h.connect_uri(sys.argv[1])
+for i in range(len(sys.argv) - 1):
+    assert h.pread(65536, i << 20) == bytes([0x60 + i]) * 65536, i
+h.shutdown()
+PY
+grep -q "TLS established: TLSv1.3, .*PSK identity 'alice'" "$T/flashd.log" || fail "hardened: no TLS 1.3 PSK session in the log"
+grep -q "TLS established: TLSv1.3, .*client certificate .*CN=host1" "$T/flashd.log" ||
+	fail "hardened: no TLS 1.3 session with host1's certificate in the log"
+ok "hardened: libnbd with host1's certificate and with alice's PSK (TLS 1.3): read-write"
+# qemu: both kinds, TLS 1.3 and TLS 1.2
+hq() { echo "driver=nbd,host=localhost,port=$P,export=dimm0,tls-creds=tls0"; }
+for prio in "" ",priority=NORMAL:-VERS-TLS1.3"; do
+	qemu-io --object "tls-creds-psk,id=tls0,endpoint=client,dir=$H,username=alice$prio" \
+		--image-opts "$(hq)" -c 'write -P 0x71 2M 64k' >"$T/qio.out" 2>&1 ||
+		{ cat "$T/qio.out"; fail "hardened: qemu-io with alice's PSK${prio:+ (TLS 1.2)}"; }
+	qemu-io --object "tls-creds-x509,id=tls0,endpoint=client,dir=$PKI/host1$prio" \
+		--image-opts "$(hq)" -c 'read -P 0x71 2M 64k' >"$T/qio.out" 2>&1 ||
+		{ cat "$T/qio.out"; fail "hardened: qemu-io with host1's certificate${prio:+ (TLS 1.2)}"; }
+	grep -qi 'pattern verification failed' "$T/qio.out" && fail "hardened: qemu-io read other data"
+done
+grep -q "TLS established: TLSv1.2, .*PSK identity 'alice'" "$T/flashd.log" || fail "hardened: no TLS 1.2 PSK session"
+grep -q "TLS established: TLSv1.2, .*client certificate .*CN=host1" "$T/flashd.log" ||
+	fail "hardened: no TLS 1.2 session with host1's certificate"
+ok "hardened: qemu-io with host1's certificate and with alice's PSK, TLS 1.3 and TLS 1.2"
+# an OpenSSL PSK client offers the certificate suites too (GnuTLS's only
+# what it has keys for): TLS 1.2 must still choose a PSK suite, which asks
+# for no certificate
+alice_key=$(sed -n 's/^alice://p' "$H/keys.psk")
+for v in -tls1_2 -tls1_3; do
+	n0=$(grep -c "TLS established: TLSv1.${v#-tls1_}, .*PSK identity 'alice'" "$T/flashd.log" || true)
+	timeout 60 "$PYTHON" "$NBD_CHECKS/openssl_starttls.py" "nbd://127.0.0.1:$P/dimm0" "$v" \
+		-psk_identity alice -psk "$alice_key" -CAfile "$PKI/ca/ca-cert.pem" >"$T/sclient.out" 2>&1 || true
+	for _ in $(seq 50); do
+		n1=$(grep -c "TLS established: TLSv1.${v#-tls1_}, .*PSK identity 'alice'" "$T/flashd.log" || true)
+		[ "$n1" -gt "$n0" ] && break
+		sleep 0.1
+	done
+	[ "$n1" -gt "$n0" ] || { cat "$T/sclient.out"; tail -n 3 "$T/flashd.log"; fail "hardened: openssl s_client $v with alice's PSK refused"; }
+	grep "TLS established: TLSv1.${v#-tls1_}, .*PSK identity 'alice'" "$T/flashd.log" | tail -n1 | sed 's/.*: TLS/    s_client: TLS/'
+done
+# and with host1's certificate: a certificate suite, the certificate verified
+n0=$(grep -c "TLS established: TLSv1.2, .*client certificate .*CN=host1" "$T/flashd.log" || true)
+timeout 60 "$PYTHON" "$NBD_CHECKS/openssl_starttls.py" "nbd://127.0.0.1:$P/dimm0" -tls1_2 \
+	-cert "$PKI/host1/client-cert.pem" -key "$PKI/host1/client-key.pem" -CAfile "$PKI/ca/ca-cert.pem" \
+	>"$T/sclient.out" 2>&1 || true
+for _ in $(seq 50); do
+	n1=$(grep -c "TLS established: TLSv1.2, .*client certificate .*CN=host1" "$T/flashd.log" || true)
+	[ "$n1" -gt "$n0" ] && break
+	sleep 0.1
+done
+[ "$n1" -gt "$n0" ] || { cat "$T/sclient.out"; fail "hardened: openssl s_client -tls1_2 with host1's certificate refused"; }
+ok "hardened: openssl s_client with alice's PSK (TLS 1.2 and 1.3) and with host1's certificate (TLS 1.2)"
+# backup's certificate: read-only (allow_ro)
+"$PYTHON" - "$HX=$PKI/backup" <<'PY' || fail "hardened: backup's certificate not served read-only"
+import sys, nbd
+h = nbd.NBD(); h.set_uri_allow_local_file(True); h.connect_uri(sys.argv[1])
+assert h.is_read_only()
+assert h.pread(65536, 0) == b"\x60" * 65536
+h.shutdown()
+PY
+ok "hardened: backup's certificate reads, read-only"
+# refused: no certificate, another CA's, a wrong PSK key, an unknown identity
+for who in nocert rogue wrongkey mallory; do
+	case $who in
+	nocert | rogue) uri="$HX=$PKI/$who" ;;
+	wrongkey) uri="$HPSK=$T/wrongkey/keys.psk" ;;
+	mallory) uri="nbds://mallory@localhost:$P/dimm0?tls-psk-file=$T/mallory/keys.psk" ;;
+	esac
+	n0=$(grep -c 'TLS handshake failed' "$T/flashd.log" || true)
+	nbdinfo "$uri" >/dev/null 2>&1 && fail "hardened: client '$who' was served"
+	for _ in $(seq 50); do
+		n1=$(grep -c 'TLS handshake failed' "$T/flashd.log" || true)
+		[ "$n1" -gt "$n0" ] && break
+		sleep 0.1
+	done
+	[ "$n1" -eq $((n0 + 1)) ] || fail "hardened: $who: want one 'TLS handshake failed' line, got $((n1 - n0))"
+	echo "    $who: $(grep 'TLS handshake failed' "$T/flashd.log" | tail -n1 | sed 's/.*TLS handshake failed: //')"
+done
+qemu-io --object "tls-creds-psk,id=tls0,endpoint=client,dir=$T/wrongkey,username=alice,priority=NORMAL:-VERS-TLS1.3" \
+	--image-opts "$(hq)" -c 'read 0 4k' >/dev/null 2>&1 && fail "hardened: a wrong PSK key was served over TLS 1.2"
+out=$(LIBNBD_DEBUG=1 nbdinfo "nbd://127.0.0.1:$P/dimm0" 2>&1) && fail "hardened: a plaintext client was served"
+grep -q 'TLS is required' <<<"$out" || fail "hardened: plaintext client: no TLS-required message"
+ok "hardened: no certificate, another CA's, a wrong key (TLS 1.3 and 1.2), an unknown identity, plaintext: refused"
+# dimm1: the local unix socket (plaintext), not a TLS client on 127.0.0.1
+nbdinfo "nbd+unix:///dimm1?socket=$FLASHD_SOCK" >/dev/null || fail "hardened: dimm1 over the unix socket"
+nbdinfo "nbds://localhost:$P/dimm1?tls-certificates=$PKI/host1" >/dev/null 2>&1 &&
+	fail "hardened: dimm1 served to 127.0.0.1 (allow = 10.1.0.0/16 unix)"
+ok "hardened: dimm1 served on the unix socket only"
+flashd_running
+stop_flashd
+check_flashd_log
+ok "README's hardened configuration: x509 and PSK clients both"
