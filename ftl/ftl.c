@@ -354,6 +354,19 @@ uint64_t ftl_max_capacity(const struct nand_dev *dev)
 	return cap < by_blocks ? cap : by_blocks;
 }
 
+/* The FTL's own blocks (superblocks, two checkpoints, both streams' open
+ * bands, GC's floor: ftl_max_capacity) are a count of blocks whatever the
+ * device's size: 18 of test-128m-512p's 64 blocks of 512 pages, more than
+ * the stock 20 % leaves. */
+double ftl_stock_op_percent(const struct nand_dev *dev)
+{
+	uint64_t max = ftl_max_capacity(dev);
+	double op = FTL_STOCK_OP_PERCENT;
+	while (op < FTL_MAX_OP_PERCENT && ftl_capacity_for_op(dev, op) > max)
+		op += 1.0;
+	return op;
+}
+
 /* ---- format ------------------------------------------------------------- */
 
 int ftl_format(struct nand_dev *dev, const struct ftl_format_params *p, char *err, size_t errlen)
@@ -395,7 +408,7 @@ int ftl_format(struct nand_dev *dev, const struct ftl_format_params *p, char *er
 	if (p->capacity_bytes) {
 		cap = p->capacity_bytes / FTL_UNIT_SIZE * FTL_UNIT_SIZE;
 	} else {
-		double op = p->op_percent > 0 ? p->op_percent : FTL_STOCK_OP_PERCENT;
+		double op = p->op_percent > 0 ? p->op_percent : ftl_stock_op_percent(dev);
 		if (op < FTL_MIN_OP_PERCENT || op > FTL_MAX_OP_PERCENT) {
 			snprintf(err, errlen, "over-provisioning must be %.0f%% to %.0f%% of raw, not %g%%",
 				 FTL_MIN_OP_PERCENT, FTL_MAX_OP_PERCENT, op);

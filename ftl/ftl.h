@@ -81,7 +81,8 @@ struct ftl_format_params {
 	uint32_t parity_width;
 };
 
-/* Stock format: 20 % of the raw NAND is over-provisioning. */
+/* Stock format: 20 % of the raw NAND is over-provisioning (the vendor's;
+ * a device too small for it has more: ftl_stock_op_percent). */
 #define FTL_STOCK_OP_PERCENT 20.0
 /* "High performance" format of the vendor tools. */
 #define FTL_HIGH_PERF_OP_PERCENT 36.0
@@ -96,6 +97,11 @@ uint64_t ftl_capacity_for_format(const struct nand_dev *dev, double op_percent,
 				 uint32_t parity_width);
 /* Largest user capacity a format of this device accepts. */
 uint64_t ftl_max_capacity(const struct nand_dev *dev);
+/* This device's stock over-provisioning, what a format without a size
+ * gives: FTL_STOCK_OP_PERCENT, or the least whole percentage above it that
+ * ftl_max_capacity allows where the FTL's own blocks leave less room
+ * (test-128m-512p: 31 %).  Reads the factory bad block marks: O(blocks). */
+double ftl_stock_op_percent(const struct nand_dev *dev);
 
 /* Low-level format: a new, empty FTL (all sectors read as zeros). */
 int ftl_format(struct nand_dev *dev, const struct ftl_format_params *p, char *err, size_t errlen);

@@ -256,11 +256,11 @@ static uint64_t cfg_capacity(const struct dimm_cfg *c, struct nand_dev *dev, uin
 	if (c->capacity)
 		return c->capacity / FTL_UNIT_SIZE * FTL_UNIT_SIZE;
 	if (c->capacity_pct > 0)
-		return (uint64_t)((double)ftl_capacity_for_format(dev, FTL_STOCK_OP_PERCENT, parity) *
+		return (uint64_t)((double)ftl_capacity_for_format(dev, ftl_stock_op_percent(dev), parity) *
 				  c->capacity_pct / 100.0) / FTL_UNIT_SIZE * FTL_UNIT_SIZE;
 	if (c->op_percent > 0)
 		return ftl_capacity_for_format(dev, c->op_percent, parity);
-	return ftl_capacity_for_format(dev, FTL_STOCK_OP_PERCENT, parity);
+	return ftl_capacity_for_format(dev, ftl_stock_op_percent(dev), parity);
 }
 
 static void cfg_capacity_text(const struct dimm_cfg *c, char *buf, size_t len)
@@ -468,7 +468,7 @@ static void cmd_format(struct dimm *d, struct dimm_cmd *cmd)
 	if (r->capacity)
 		fp.capacity_bytes = r->capacity;
 	else if (r->capacity_pct > 0)
-		fp.capacity_bytes = (uint64_t)((double)ftl_capacity_for_format(dev, FTL_STOCK_OP_PERCENT,
+		fp.capacity_bytes = (uint64_t)((double)ftl_capacity_for_format(dev, ftl_stock_op_percent(dev),
 									       fp.parity_width) *
 					       r->capacity_pct / 100.0);
 	else if (r->op_percent > 0)

@@ -85,7 +85,8 @@ static void usage(FILE *out)
 		"  %s format IMAGE --preset P [--sector-size 512|4096] [--capacity BYTES|PCT%%] [--op PCT]\n"
 		"         [--parity-width 0|1] [--yes]\n"
 		"      low-level format (creates IMAGE if missing).  --capacity PCT%% is a share of the\n"
-		"      stock capacity (100%% = stock = 20%% over-provisioning; 80%% = high performance);\n"
+		"      stock capacity (100%% = stock = 20%% over-provisioning, more where the FTL's own\n"
+		"      blocks need it: test-128m-512p 31%%; 80%% = high performance);\n"
 		"      --op is the over-provisioning as a share of raw NAND (20 = stock, 36 = high perf);\n"
 		"      --parity-width 1: Flashback parity, one die per band stripe (24 + 1 on the ioDimm;\n"
 		"      the capacity shrinks by that share); 0: none (the default).\n"
@@ -400,7 +401,7 @@ static int cmd_format(int argc, char **argv)
 		double pv;
 		uint64_t bytes = opt_capacity(cap, &pct, &pv);
 		if (pct) {
-			uint64_t stock = ftl_capacity_for_op(d, FTL_STOCK_OP_PERCENT);
+			uint64_t stock = ftl_capacity_for_op(d, ftl_stock_op_percent(d));
 			bytes = (uint64_t)((double)stock * pv / 100.0);
 		}
 		fp.capacity_bytes = bytes;
@@ -716,7 +717,7 @@ static void check(int rc, const char *what)
 static int cmd_simulate(int argc, char **argv)
 {
 	const char *preset = NULL, *workload = "uniform", *image = NULL;
-	double op = FTL_STOCK_OP_PERCENT, passes = 1;
+	double op = 0, passes = 1; /* op 0: the device's stock (ftl_stock_op_percent) */
 	uint32_t sector = 4096;
 	uint64_t seed = 1, reads = 0, flush_every = 0;
 	uint32_t parity = 0;

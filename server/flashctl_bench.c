@@ -366,7 +366,7 @@ static const char *wl_name(enum wl w)
 int cmd_bench(int argc, char **argv)
 {
 	const char *preset = NULL, *csv_path = NULL;
-	double op = FTL_STOCK_OP_PERCENT, passes = 2, duration = 30, interval = 1;
+	double op = 0, passes = 2, duration = 30, interval = 1; /* op 0: the device's stock */
 	uint64_t v, seed = 1, qd = 128, bpd = 0, bs = 0;
 	uint32_t sector = 4096;
 	enum wl wl = WL_RANDWRITE;

@@ -39,7 +39,10 @@
 #      unasked: a new image is formatted at once; a formatted one, or one
 #      holding data without a superblock, is refused without a terminal
 #      (image unchanged) unless --yes, and on a terminal (script(1)) only
-#      "yes" formats it.
+#      "yes" formats it;
+#   8. every preset `flashctl presets` lists formats with its own defaults
+#      (flashctl format, and flashd's first start) and opens: flashctl info
+#      reads it, flashd serves it online and its last 4 KiB read back.
 source "$(dirname "$0")/functions.sh"
 
 MiB=$((1 << 20))
@@ -478,3 +481,44 @@ rc=0
 [ $rc = 1 ] && grep -q "holds data without a valid superblock" "$T/err" || fail "format of a damaged image: exit $rc, $(cat "$T/err")"
 "$FLASHCTL" format "$IMG" --yes </dev/null | grep -q "formatted test-1g: 1677720 sectors" || fail "format --yes of a damaged image"
 ok "offline format: asks (or needs --yes) before erasing a format or data"
+
+# ---- 8. every preset formats and opens with its own defaults -----------------------------
+# The FTL's own blocks (superblocks, checkpoints, open bands, GC's floor) are
+# a count of blocks whatever the size: a preset with few large blocks has
+# more than the stock 20 % over-provisioning as its stock format.
+presets=$("$FLASHCTL" presets | awk '{print $1}')
+[ "$(wc -w <<<"$presets")" -ge 8 ] || fail "flashctl presets lists only: $presets"
+: >"$T/presets.conf"
+for p in $presets; do
+	out=$("$FLASHCTL" format "$T/preset.img" --preset "$p" </dev/null 2>&1) ||
+		fail "preset $p: flashctl format with its defaults: $out"
+	"$FLASHCTL" info "$T/preset.img" --json >"$T/preset.json" || fail "preset $p: the image does not open"
+	"$PYTHON" -c 'import json, sys; f = json.load(open(sys.argv[1]))["format"]; assert f["op_percent"] >= 20, f' \
+		"$T/preset.json" || fail "preset $p: less than 20 % over-provisioning"
+	echo "    ${out#"$T/"}"
+	rm -f "$T/preset.img"
+	printf '[dimm %s]\npreset = %s\n' "$p" "$p" >>"$T/presets.conf"
+done
+# flashd's first start formats each with the same defaults: every ioDimm
+# online, its last 4 KiB written and read back
+FLASHD_STATE=$T/preset-state FLASHD_PORT=
+start_flashd --config "$T/presets.conf" --timing off
+"$PYTHON" - "nbd://127.0.0.1:$FLASHD_PORT" $presets <<'PY' || fail "not every preset's ioDimm is online and writable"
+import sys, nbd
+base, names = sys.argv[1], sys.argv[2:]
+for name in names:
+    h = nbd.NBD(); h.connect_uri(base + "/" + name)
+    end = h.get_size() - 4096
+    h.pwrite(b"\xa5" * 4096, end, nbd.CMD_FLAG_FUA)
+    assert h.pread(4096, end) == b"\xa5" * 4096, name
+    h.shutdown()
+PY
+flashd_status | "$PYTHON" -c '
+import json, sys
+st = {d["name"]: d["state"] for d in json.load(sys.stdin)["dimms"]}
+print("    flashd:", st)
+assert len(st) == len(sys.argv) - 1 and all(st[p] == "online" for p in sys.argv[1:]), st' $presets ||
+	fail "flashd's first start did not bring every preset's ioDimm online"
+stop_flashd
+check_flashd_log
+ok "every preset formats with its defaults (flashctl format, flashd's first start) and opens"

@@ -313,7 +313,7 @@ static int flashd_get_ready(void)
 		struct ftl_format_params fp = { .sector_size = sector_size, .capacity_bytes = capacity,
 						.op_percent = op_percent };
 		if (capacity_pct > 0)
-			fp.capacity_bytes = (uint64_t)((double)ftl_capacity_for_op(dev, FTL_STOCK_OP_PERCENT) *
+			fp.capacity_bytes = (uint64_t)((double)ftl_capacity_for_op(dev, ftl_stock_op_percent(dev)) *
 						       capacity_pct / 100.0);
 		if (ftl_format(dev, &fp, err, sizeof err)) {
 			nbdkit_error("flashd: format: %s", err);
