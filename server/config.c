@@ -3,8 +3,8 @@
  * default: a simulated ioDrive Duo, two ioDimms exported as dimm0 and dimm1.
  *
  *   [server]   listen (repeatable), unix, control, state_dir, pidfile,
- *              max_connections, max_connections_per_address, handshake_timeout,
- *              idle_timeout, buffer_limit, shutdown_timeout, poll_us,
+ *              default_export, max_connections, max_connections_per_address,
+ *              handshake_timeout, idle_timeout, buffer_limit, shutdown_timeout, poll_us,
  *              timing, fault_injection, log, verbose, allow_degraded, tls, unix_tls,
  *              tls_certificates, tls_psk, tls_verify_peer, unix_mode,
  *              unix_group, control_mode, control_group, umask
@@ -530,6 +530,13 @@ static int handler(void *user, const char *section, const char *key, const char 
 		} else if (!strcmp(key, "pidfile")) {
 			if (!cfg->pidfile)
 				cfg->pidfile = xstrdup(value);
+		} else if (!strcmp(key, "default_export")) {
+			if (!value[0])
+				BAD("the export name is empty (leave the key out for no default export)");
+			/* that it names an export is checked once every [dimm] is known */
+			free(cfg->default_export);
+			cfg->default_export = xstrdup(value);
+			cfg->default_export_line = x->lineno;
 		} else if (!strcmp(key, "max_connections")) {
 			if (get_uint(value, 1, MAX_CONNECTIONS_LIMIT, "connections", &u, why, sizeof why))
 				BAD("%s", why);
@@ -837,6 +844,10 @@ void config_default_duo(struct server_cfg *cfg)
 		d->card = xstrdup("duo0");
 		d->preset = xstrdup(preset);
 	}
+	/* nbd://127.0.0.1:10809 keeps working for a first try; a file says
+	 * what it wants (conf/flashd.conf: dimm0 too) */
+	if (!cfg->default_export)
+		cfg->default_export = xstrdup("dimm0");
 }
 
 static char *join_path(const char *dir, const char *file)
@@ -919,6 +930,8 @@ static char *canon_path(const char *path, int hops)
  */
 static int check_images(struct server_cfg *cfg, char *err, size_t errlen)
 {
+	if (cfg->ndimms < 2)
+		return 0;
 	struct img {
 		bool exists;
 		struct stat st;
@@ -1074,6 +1087,23 @@ int config_finish(struct server_cfg *cfg, char *err, size_t errlen)
 			}
 		}
 	}
+	if (cfg->default_export) {
+		bool found = false;
+		char names[512] = "";
+		size_t used = 0;
+		for (int i = 0; i < cfg->ndimms; i++) {
+			found |= !strcmp(cfg->dimms[i].export_name, cfg->default_export);
+			if (used < sizeof names)
+				used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "",
+							 cfg->dimms[i].export_name);
+		}
+		if (!found) {
+			snprintf(err, errlen, "%s:%d: [server] default_export = '%s': no export has that name "
+				 "(the exports: %s)", cfg->config_file ? cfg->config_file : "(config)",
+				 cfg->default_export_line, cfg->default_export, names);
+			return -EINVAL;
+		}
+	}
 	return check_images(cfg, err, errlen);
 }
 
@@ -1097,6 +1127,7 @@ void config_free(struct server_cfg *cfg)
 	free(cfg->control_path);
 	free(cfg->state_dir);
 	free(cfg->pidfile);
+	free(cfg->default_export);
 	free(cfg->default_preset);
 	free(cfg->config_file);
 	free(cfg->tls_certificates);
@@ -1124,6 +1155,7 @@ static void cli_copy(struct server_cfg *out, const struct server_cfg *cli)
 	out->control_path = dup_or_null(cli->control_path);
 	out->state_dir = dup_or_null(cli->state_dir);
 	out->pidfile = dup_or_null(cli->pidfile);
+	out->default_export = dup_or_null(cli->default_export);
 	out->default_preset = dup_or_null(cli->default_preset);
 	out->config_file = NULL;
 	out->tls_certificates = dup_or_null(cli->tls_certificates);

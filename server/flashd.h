@@ -146,6 +146,10 @@ struct server_cfg {
 	char *control_path;
 	char *state_dir;
 	char *pidfile;
+	/* the export the empty name picks (an export name; NULL: none, the
+	 * empty name is refused); never another ioDimm while it is not served */
+	char *default_export;
+	int default_export_line;  /* where the file set it, for errors */
 	bool foreground;
 	bool use_syslog;
 	int verbose;
@@ -466,7 +470,10 @@ struct reload_result {
 void server_reload(struct server *srv, const char *why, struct reload_result *r);
 void reload_result_free(struct reload_result *r);
 
-/* An exported ioDimm (the default export: the first exported one). */
+/* The ioDimm an NBD export name picks, served or not: the empty name picks
+ * [server] default_export; NULL if none (unset, or no such export).  The
+ * caller checks d->exported: a default export that is not served is refused,
+ * never replaced by another ioDimm. */
 struct dimm *server_find_export(struct server *srv, const char *name, size_t len);
 /* The ioDimm named name (its export name), exported or not, or NULL. */
 struct dimm *server_find_dimm_by_export(struct server *srv, const char *name, size_t len);

@@ -48,7 +48,9 @@
  * to the ioDimm thread (struct handoff), with the plaintext already
  * decrypted past the handshake as leftover.
  * Access control (common/acl.h; [dimm] allow, allow_ro): decided for each
- * NBD_OPT_INFO, NBD_OPT_GO and NBD_OPT_EXPORT_NAME from the peer's address
+ * NBD_OPT_INFO, NBD_OPT_GO, NBD_OPT_EXPORT_NAME and LIST/SET_META_CONTEXT
+ * (client_export, which also resolves the empty name: [server]
+ * default_export, refused while not served) from the peer's address
  * (IPv4-mapped IPv6 taken as IPv4; unix socket clients are "unix") and the
  * identities the TLS session proved: its PSK identity, or the subject CNs
  * and subjectAltNames of a client certificate the CA verified (only with
@@ -117,6 +119,7 @@ struct hs {
 	uint16_t tflags;
 	bool block_size;          /* the GO that picked target asked for NBD_INFO_BLOCK_SIZE */
 	const char *close_reason;
+	char close_msg[600];      /* a close_reason made for this connection */
 	int tls_mode;             /* the listener's: enum tls_mode */
 	SSL *ssl;                 /* after STARTTLS */
 	bool tls;                 /* TLS is up */
@@ -268,43 +271,26 @@ static void reply_info_block_size(struct hs *h, struct dimm *d)
 
 /* ---- options ------------------------------------------------------------ */
 
-/* NBD_REP_ERR_UNKNOWN, saying why when the export exists but is not served. */
-static void reply_unknown(struct hs *h, const char *name, uint32_t nl)
-{
-	struct dimm *d = nl ? server_find_dimm_by_export(h->srv, name, nl) : NULL;
-	char msg[512];
-	if (!d)
-		snprintf(msg, sizeof msg, "no such export (try NBD_OPT_LIST)");
-	else if (d->mstate == DM_FAILED)
-		snprintf(msg, sizeof msg, "export '%s' is not served: ioDimm %s failed to open "
-			 "(flashctl status shows why)", d->cfg->export_name, d->cfg->name);
-	else
-		snprintf(msg, sizeof msg, "export '%s' is not served: ioDimm %s is %s (flashctl attach %s)",
-			 d->cfg->export_name, d->cfg->name, dimm_mstate_name(d->mstate), d->cfg->name);
-	reply_err(h, NBD_REP_ERR_UNKNOWN, msg);
-}
-
 /*
- * May this session use export d?  0 if so, else the option reply error
- * (NBD_REP_ERR_TLS_REQD or NBD_REP_ERR_POLICY) with msg saying why.
+ * May this session use export d, as far as TLS goes?  0 if so, else the
+ * option reply error (NBD_REP_ERR_TLS_REQD or NBD_REP_ERR_POLICY) with msg
+ * saying why; what names the export in it ("export 'x'").
  */
-static uint32_t export_tls_check(struct hs *h, struct dimm *d, char *msg, size_t len)
+static uint32_t export_tls_check(struct hs *h, struct dimm *d, const char *what, char *msg, size_t len)
 {
 	int need = d->cfg->tls;
 	if (need == TLS_REQUIRED && !h->tls) {
 		if (h->tls_mode == TLS_OFF) {
 			/* NOTLS mode may never say TLS_REQD */
-			snprintf(msg, len, "export '%s' is served over TLS only, which this listener does "
-				 "not offer", d->cfg->export_name);
+			snprintf(msg, len, "%s is served over TLS only, which this listener does not offer",
+				 what);
 			return NBD_REP_ERR_POLICY;
 		}
-		snprintf(msg, len, "export '%s' requires TLS: send NBD_OPT_STARTTLS first",
-			 d->cfg->export_name);
+		snprintf(msg, len, "%s requires TLS: send NBD_OPT_STARTTLS first", what);
 		return NBD_REP_ERR_TLS_REQD;
 	}
 	if (need == TLS_OFF && h->tls) {
-		snprintf(msg, len, "export '%s' is served without TLS only (tls = off)",
-			 d->cfg->export_name);
+		snprintf(msg, len, "%s is served without TLS only (tls = off)", what);
 		return NBD_REP_ERR_POLICY;
 	}
 	return 0;
@@ -349,6 +335,82 @@ static uint16_t client_tflags(struct hs *h, struct dimm *d, bool readonly)
 	return f;
 }
 
+/* Does NBD_OPT_LIST show export d to this client? */
+static bool export_listed(struct hs *h, struct dimm *d)
+{
+	char why[128];
+	if (!d->exported || export_tls_check(h, d, "", why, sizeof why))
+		return false; /* not for this session (doc/proto.md: MAY omit) */
+	return d->cfg->list_denied || export_acl(h, d) != ACL_DENY;
+}
+
+/*
+ * The export an option names (nl bytes at name; the empty name: [server]
+ * default_export), as far as this client may use it.  0 with *out set, or
+ * the option reply error with msg saying why, checked in this order: no
+ * such export, or no default export (NBD_REP_ERR_UNKNOWN); its TLS mode
+ * (export_tls_check); its access rules (NBD_REP_ERR_POLICY; logged as a
+ * refusal of opt); not served: detached, failed (NBD_REP_ERR_UNKNOWN).  So
+ * a client the rules refuse learns the same of an export served or not,
+ * and a message names an export only if the client named it or may use
+ * it: the empty name is "the default export" until the rules admit it, and
+ * the list of exports offered when there is none holds those NBD_OPT_LIST
+ * would show.  A default export that is not served is refused like its own
+ * name, never replaced by another ioDimm.  *verdict: the rules' verdict
+ * (read-write or read-only) when 0 is returned.  *out may be set on an
+ * error too (the export refused), else NULL.
+ */
+static uint32_t client_export(struct hs *h, const char *name, uint32_t nl, const char *opt,
+			      struct dimm **out, enum acl_verdict *verdict, char *msg, size_t len)
+{
+	struct dimm *d = server_find_export(h->srv, name, nl);
+	*out = d;
+	if (!d && !nl) {
+		size_t used = (size_t)snprintf(msg, len, "no default export: name one");
+		int shown = 0;
+		for (int i = 0; i < h->srv->ndimms && used < len; i++) {
+			struct dimm *e = &h->srv->dimms[i];
+			if (export_listed(h, e))
+				used += (size_t)snprintf(msg + used, len - used, "%s'%s'", shown++ ? ", " : " (",
+							 e->cfg->export_name);
+		}
+		if (used < len)
+			snprintf(msg + used, len - used, "%s", shown ? ")" : " (NBD_OPT_LIST)");
+		return NBD_REP_ERR_UNKNOWN;
+	}
+	if (!d) {
+		snprintf(msg, len, "no such export (try NBD_OPT_LIST)");
+		return NBD_REP_ERR_UNKNOWN;
+	}
+	char what[300];
+	if (nl)
+		snprintf(what, sizeof what, "export '%.*s'", (int)(nl < 256 ? nl : 256), name);
+	else
+		snprintf(what, sizeof what, "the default export");
+	uint32_t refuse = export_tls_check(h, d, what, msg, len);
+	if (refuse)
+		return refuse;
+	*verdict = export_acl(h, d);
+	if (*verdict == ACL_DENY) {
+		log_denied(h, d, opt);
+		snprintf(msg, len, "%s is not available to this client (access rules)%s", what,
+			 h->who.tls ? "" : "; a TLS identity may be needed");
+		return NBD_REP_ERR_POLICY;
+	}
+	if (!d->exported) {
+		if (!nl)
+			snprintf(what, sizeof what, "the default export '%s'", d->cfg->export_name);
+		if (d->mstate == DM_FAILED)
+			snprintf(msg, len, "%s is not served: ioDimm %s failed to open (flashctl status shows "
+				 "why)", what, d->cfg->name);
+		else
+			snprintf(msg, len, "%s is not served: ioDimm %s is %s (flashctl attach %s)", what,
+				 d->cfg->name, dimm_mstate_name(d->mstate), d->cfg->name);
+		return NBD_REP_ERR_UNKNOWN;
+	}
+	return 0;
+}
+
 static void opt_list(struct hs *h)
 {
 	if (h->optlen) {
@@ -357,11 +419,8 @@ static void opt_list(struct hs *h)
 	}
 	for (int i = 0; i < h->srv->ndimms; i++) {
 		struct dimm *d = &h->srv->dimms[i];
-		char why[8];
-		if (!d->exported || export_tls_check(h, d, why, sizeof why))
-			continue; /* not for this session (doc/proto.md: MAY omit) */
-		if (!d->cfg->list_denied && export_acl(h, d) == ACL_DENY)
-			continue; /* hidden from clients its rules refuse */
+		if (!export_listed(h, d))
+			continue;
 		char desc[256];
 		dimm_describe(d, desc, sizeof desc);
 		size_t nl = strlen(d->cfg->export_name), dl = strlen(desc);
@@ -395,23 +454,13 @@ static bool opt_info_go(struct hs *h, const uint8_t *p, bool go)
 		reply_err(h, NBD_REP_ERR_INVALID, "option length does not match its information requests");
 		return false;
 	}
-	struct dimm *d = server_find_export(h->srv, (const char *)p + 4, nl);
-	if (!d) {
-		reply_unknown(h, (const char *)p + 4, nl);
-		return false;
-	}
+	struct dimm *d;
+	enum acl_verdict v;
 	char msg[512];
-	uint32_t refuse = export_tls_check(h, d, msg, sizeof msg);
+	uint32_t refuse = client_export(h, (const char *)p + 4, nl, go ? "NBD_OPT_GO" : "NBD_OPT_INFO",
+					&d, &v, msg, sizeof msg);
 	if (refuse) {
 		reply_err(h, refuse, msg);
-		return false;
-	}
-	enum acl_verdict v = export_acl(h, d);
-	if (v == ACL_DENY) {
-		log_denied(h, d, go ? "NBD_OPT_GO" : "NBD_OPT_INFO");
-		snprintf(msg, sizeof msg, "export '%s' is not available to this client (access rules)%s",
-			 d->cfg->export_name, h->who.tls ? "" : "; a TLS identity may be needed");
-		reply_err(h, NBD_REP_ERR_POLICY, msg);
 		return false;
 	}
 	if (h->srv->shutting_down) {
@@ -450,6 +499,11 @@ static bool opt_info_go(struct hs *h, const uint8_t *p, bool go)
 /*
  * LIST/SET_META_CONTEXT: the only context is base:allocation.  SET selects
  * it for the named export (replacing any earlier selection, even on error).
+ * The export is checked as for NBD_OPT_INFO (client_export): a client may
+ * learn nothing about an export it may not use, and gets the same refusal
+ * as INFO and GO would give it, but NBD_REP_ERR_POLICY for TLS_REQD (the
+ * spec keeps that for INFO, GO and EXPORT_NAME; FORCEDTLS mode refuses
+ * every option before this, handle_option).
  */
 static void opt_meta(struct hs *h, const uint8_t *p, bool set)
 {
@@ -490,26 +544,14 @@ static void opt_meta(struct hs *h, const uint8_t *p, bool set)
 		reply_err(h, NBD_REP_ERR_INVALID, "trailing bytes after the queries");
 		return;
 	}
-	struct dimm *d = server_find_export(h->srv, (const char *)p + 4, nl);
-	if (!d) {
-		reply_unknown(h, (const char *)p + 4, nl);
-		return;
-	}
-	/* the same rules as NBD_OPT_INFO: a client may learn nothing about an
-	 * export it may not use */
+	struct dimm *d;
+	enum acl_verdict v;
 	char msg[512];
-	uint32_t refuse = export_tls_check(h, d, msg, sizeof msg);
+	uint32_t refuse = client_export(h, (const char *)p + 4, nl,
+					set ? "NBD_OPT_SET_META_CONTEXT" : "NBD_OPT_LIST_META_CONTEXT", &d, &v,
+					msg, sizeof msg);
 	if (refuse) {
-		/* NBD_REP_ERR_TLS_REQD is for INFO, GO and EXPORT_NAME only
-		 * (and for every option in FORCEDTLS mode, handle_option) */
 		reply_err(h, refuse == NBD_REP_ERR_TLS_REQD ? NBD_REP_ERR_POLICY : refuse, msg);
-		return;
-	}
-	if (export_acl(h, d) == ACL_DENY) {
-		log_denied(h, d, set ? "NBD_OPT_SET_META_CONTEXT" : "NBD_OPT_LIST_META_CONTEXT");
-		snprintf(msg, sizeof msg, "export '%s' is not available to this client (access rules)%s",
-			 d->cfg->export_name, h->who.tls ? "" : "; a TLS identity may be needed");
-		reply_err(h, NBD_REP_ERR_POLICY, msg);
 		return;
 	}
 	static const char ctx[] = "base:allocation";
@@ -559,31 +601,15 @@ static void handle_option(struct hs *h, const uint8_t *p)
 	}
 	switch (h->opt) {
 	case NBD_OPT_EXPORT_NAME: {
-		struct dimm *d = server_find_export(h->srv, (const char *)p, h->optlen);
-		char tmsg[512];
-		if (d && export_tls_check(h, d, tmsg, sizeof tmsg)) {
+		/* no error path in the protocol: a refusal closes the connection */
+		struct dimm *d;
+		enum acl_verdict v;
+		char msg[512];
+		if (client_export(h, (const char *)p, h->optlen, "NBD_OPT_EXPORT_NAME", &d, &v, msg,
+				  sizeof msg)) {
+			snprintf(h->close_msg, sizeof h->close_msg, "NBD_OPT_EXPORT_NAME refused: %s", msg);
 			h->state = HS_CLOSING;
-			h->close_reason = h->tls ? "NBD_OPT_EXPORT_NAME over TLS names an export served "
-						   "without TLS only" :
-						   "NBD_OPT_EXPORT_NAME without TLS names an export that "
-						   "requires TLS";
-			return;
-		}
-		enum acl_verdict v = d ? export_acl(h, d) : ACL_DENY;
-		if (d && v == ACL_DENY) {
-			log_denied(h, d, "NBD_OPT_EXPORT_NAME");
-			h->state = HS_CLOSING;
-			h->close_reason = "NBD_OPT_EXPORT_NAME names an export the access rules refuse "
-					  "this client";
-			return;
-		}
-		if (!d) {
-			/* no error path in the protocol: the connection closes */
-			h->state = HS_CLOSING;
-			h->close_reason = server_find_dimm_by_export(h->srv, (const char *)p, h->optlen) ?
-						  "NBD_OPT_EXPORT_NAME names an export that is not served "
-						  "(detached or failed)" :
-						  "NBD_OPT_EXPORT_NAME names no export";
+			h->close_reason = h->close_msg;
 			return;
 		}
 		h->target = d;

@@ -124,14 +124,10 @@ struct dimm *server_find_dimm_by_export(struct server *s, const char *name, size
 struct dimm *server_find_export(struct server *s, const char *name, size_t len)
 {
 	if (len == 0) {
-		/* the default export: the first ioDimm that is served */
-		for (int i = 0; i < s->ndimms; i++)
-			if (s->dimms[i].exported)
-				return &s->dimms[i];
-		return NULL;
+		const char *def = s->cfg.default_export;
+		return def ? server_find_dimm_by_export(s, def, strlen(def)) : NULL;
 	}
-	struct dimm *d = server_find_dimm_by_export(s, name, len);
-	return d && d->exported ? d : NULL;
+	return server_find_dimm_by_export(s, name, len);
 }
 
 /*
@@ -892,7 +888,7 @@ static void reload_dimm(struct reload_result *r, struct dimm_cfg *a, const struc
 /*
  * Main thread.  See flashd.h, "Reload".  Applied live: per-ioDimm
  * description, verbose, max_connections, max_connections_per_address,
- * idle_timeout, buffer_limit, handshake_timeout (new
+ * idle_timeout, buffer_limit, default_export, handshake_timeout (new
  * handshakes), shutdown_timeout and poll_us (read by the ioDimm threads:
  * atomic stores of ints).  Everything else that differs is reported.
  */
@@ -1007,6 +1003,16 @@ void server_reload(struct server *s, const char *why, struct reload_result *r)
 			    "limit are given back as their requests finish)",
 			    (unsigned long long)(o->buffer_limit >> 20), (unsigned long long)(n.buffer_limit >> 20));
 		__atomic_store_n(&o->buffer_limit, n.buffer_limit, __ATOMIC_RELAXED);
+	}
+	if (!same_str(o->default_export, n.default_export)) {
+		/* read by handshakes only, on this thread */
+		reload_item(r, true, "[server] default_export", "%s -> %s (new handshakes; the empty "
+			    "export name %s)", show(o->default_export), show(n.default_export),
+			    n.default_export ? "picks it" : "is refused");
+		free(o->default_export);
+		o->default_export = n.default_export;
+		o->default_export_line = n.default_export_line;
+		n.default_export = NULL;
 	}
 	if (o->handshake_timeout != n.handshake_timeout) {
 		reload_item(r, true, "[server] handshake_timeout", "%d s -> %d s (new connections)",

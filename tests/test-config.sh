@@ -14,7 +14,7 @@
 #      30%), indented keys and a [dimm] section without keys starts, exports
 #      what it says, and stops cleanly;
 #   3. the hardening keys (max_connections_per_address, idle_timeout,
-#      buffer_limit) refuse bad values; a relative tls_psk in the file is
+#      buffer_limit, default_export naming no export) refuse bad values; a relative tls_psk in the file is
 #      found next to the file, from any working directory.
 source "$(dirname "$0")/functions.sh"
 
@@ -200,6 +200,18 @@ EOF
 expect_bad "buffer_limit" "buffer_limit" "'1M'" "64M to 1T" <<EOF
 [server]
 buffer_limit = 1M
+EOF
+expect_bad "default_export" "bad.conf:2: [server] default_export = 'dimm9': no export has that name" \
+	"(the exports: dimm0, x)" <<EOF
+[server]
+default_export = dimm9
+[dimm dimm0]
+[dimm d1]
+export = x
+EOF
+expect_bad "default_export empty" "default_export" "the export name is empty" <<EOF
+[server]
+default_export =
 EOF
 mkdir -p "$T/etc/keys"
 printf 'alice:%s\n' "$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$T/etc/keys/keys.psk"

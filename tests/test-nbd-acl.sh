@@ -13,6 +13,13 @@
 #   2. read-only rule (dimm1: allow_ro = 127.0.0.0/8): reads work, writes
 #      get EPERM from flashd (libnbd strict mode off) and qemu-io refuses
 #   3. TLS identities over ::1 (PSK): alice allowed, bob denied
+#   3b. default_export = dimm0: the empty name is dimm0; while dimm0 is
+#      detached it is refused (INFO, GO, META_CONTEXT: NBD_REP_ERR_UNKNOWN;
+#      EXPORT_NAME: closed), never served by dimm1; unset (reload): refused,
+#      the message naming only the exports the client may use; a client
+#      dimm0's rules refuse gets NBD_REP_ERR_POLICY for INFO and
+#      LIST/SET_META_CONTEXT, detached or not,
+#      and no message names dimm0 when it sent the empty name
 #   4. control socket: `nobody` gets 403 for detach and reload (nothing is
 #      reloaded) and 200 for status; socket modes and groups as configured;
 #      a refused path with ESC and CR is logged with them escaped
@@ -79,6 +86,7 @@ P=$(free_port)
 P3=$(free_port)
 cat >"$T/acl.conf" <<CONF
 [server]
+default_export = dimm0
 tls = allowed
 tls_psk = $T/keys.psk
 control = $T/pub/flashd.ctl
@@ -173,6 +181,98 @@ nbdinfo --list "nbds://alice@[::1]:$P/?tls-psk-file=$T/alice.psk" 2>&1 | grep -q
 nbdinfo --list "nbds://bob@[::1]:$P/?tls-psk-file=$T/bob.psk" 2>&1 | grep -q 'export="dimm0"' && fail "bob sees dimm0"
 ok "PSK identities: alice allowed and listed, bob refused and not listed"
 
+# 3b. the default export and exports a client may not use
+# (raw options: the empty name, META_CONTEXT, a detached export)
+defexp() { # defexp PHASE: checks of one phase, raw NBD over 127.0.0.1 and ::1
+	"$PYTHON" - "$NBD_CHECKS" "$P" "$1" <<'PY'
+import socket, struct, sys
+sys.dont_write_bytecode = True
+sys.path.insert(0, sys.argv[1])
+from nbdraw import *
+port, phase = int(sys.argv[2]), sys.argv[3]
+
+def conn(v6, structured=False):
+    c = Conn(socket.AF_INET6 if v6 else socket.AF_INET, ("::1" if v6 else "127.0.0.1", port))
+    c.handshake()
+    if structured:
+        c.structured_reply()
+    return c
+
+def opt(c, o, name, queries=None):
+    """INFO/GO (queries None, asking for NBD_INFO_NAME) or LIST/SET_META_CONTEXT:
+    (final reply, its message, the infos)"""
+    if queries is None:
+        final, got, reps = c.info(o, name, (INFO_NAME,))
+    else:
+        reps, got = c.final_reply(o, Conn.meta_data(name, queries)), {}
+        final = reps[-1][0]
+    return final, reps[-1][1].decode(errors="replace") if final & 0x80000000 else "", got
+
+def want(what, got, final, msg="", bad=()):
+    if got != final:
+        sys.exit("FAIL: %s: %s (%s), want %s" % (what, repname(got), msg, repname(final)))
+    for b in bad:
+        if b in msg:
+            sys.exit("FAIL: %s: the message names %r: %s" % (what, b, msg))
+    print("ok: %s: %s%s" % (what, repname(got), " (%s)" % msg if msg else ""))
+
+if phase == "served":
+    f, m, got = opt(conn(False), OPT_INFO, "")
+    want("127.0.0.1: INFO of the empty name", f, REP_ACK, m)
+    if got.get(INFO_NAME) != "dimm0" or got[INFO_EXPORT][1] & TF_READ_ONLY:
+        sys.exit("FAIL: the empty name is not dimm0 (read-write): %r" % got)
+    f, m, _ = opt(conn(True), OPT_INFO, "")
+    want("::1 (dimm0 denied): INFO of the empty name", f, REP_ERR_POLICY, m, ("dimm0", "dimm1"))
+    for o in (OPT_LIST_META_CONTEXT, OPT_SET_META_CONTEXT):
+        for name in ("dimm0", ""):
+            for structured in (True,):
+                f, m, _ = opt(conn(True, structured), o, name, ["base:allocation"])
+                want("::1: %s META_CONTEXT on '%s' (dimm0, denied)%s" % (
+                    "LIST" if o == OPT_LIST_META_CONTEXT else "SET", name,
+                    "" if structured else " before STRUCTURED_REPLY"), f, REP_ERR_POLICY, m,
+                    ("dimm1",) + (("dimm0",) if not name else ()))
+elif phase == "detached":
+    c = conn(False, True)
+    for o in (OPT_INFO, OPT_GO):
+        f, m, got = opt(c, o, "")
+        want("127.0.0.1: %s of the empty name, dimm0 detached" % ("INFO" if o == OPT_INFO else "GO"),
+             f, REP_ERR_UNKNOWN, m)
+        if "not served" not in m:
+            sys.exit("FAIL: the refusal does not say the default export is not served: %s" % m)
+    f, m, _ = opt(c, OPT_LIST_META_CONTEXT, "", ["base:allocation"])
+    want("127.0.0.1: LIST_META_CONTEXT of the empty name, dimm0 detached", f, REP_ERR_UNKNOWN, m)
+    f, m, got = opt(c, OPT_INFO, "dimm1")
+    want("127.0.0.1: INFO of dimm1 meanwhile", f, REP_ACK, m)
+    c = conn(False)
+    c.option(OPT_EXPORT_NAME, b"")
+    closed, data = c.expect_silence_then_close(5)
+    if not closed or data:
+        sys.exit("FAIL: EXPORT_NAME of the empty name with dimm0 detached: %d bytes%s (another "
+                 "ioDimm?)" % (len(data), "" if closed else ", still open"))
+    print("ok: 127.0.0.1: EXPORT_NAME of the empty name, dimm0 detached: closed unanswered")
+    for o, q in ((OPT_INFO, None), (OPT_LIST_META_CONTEXT, ["base:allocation"])):
+        f, m, _ = opt(conn(True, True), o, "dimm0", q)
+        want("::1 (denied): %s of dimm0, detached" % ("INFO" if q is None else "LIST_META_CONTEXT"),
+             f, REP_ERR_POLICY, m, ("detached", "attach"))
+elif phase == "unset":
+    f, m, _ = opt(conn(False), OPT_INFO, "")
+    want("127.0.0.1: INFO of the empty name, no default_export", f, REP_ERR_UNKNOWN, m)
+    if "'dimm0'" not in m or "'dimm1'" not in m:
+        sys.exit("FAIL: the refusal does not name the exports 127.0.0.1 may use: %s" % m)
+    f, m, _ = opt(conn(True), OPT_INFO, "")
+    want("::1: INFO of the empty name, no default_export", f, REP_ERR_UNKNOWN, m, ("dimm0", "dimm1"))
+PY
+}
+defexp served || fail "the default export or META_CONTEXT, dimm0 served"
+"$FLASHCTL" detach dimm0 --control "$CTL" >/dev/null || fail "detach dimm0"
+defexp detached || fail "the default export, dimm0 detached"
+"$FLASHCTL" attach dimm0 --control "$CTL" >/dev/null || fail "attach dimm0"
+sed -i '/^default_export = /d' "$T/acl.conf"
+"$FLASHCTL" reload --control "$CTL" >"$T/reload" 2>&1 || { cat "$T/reload"; fail "reload"; }
+grep -q "default_export" "$T/reload" || { cat "$T/reload"; fail "the reload did not apply default_export"; }
+defexp unset || fail "the empty name without default_export"
+ok "default_export: the empty name is dimm0, refused while it is detached (never dimm1) or unset; refusals name no export the client may not use; META_CONTEXT refused like INFO"
+
 # 4. sockets and the control socket
 [ "$(stat -c %a "$CTL")" = 666 ] || fail "control socket mode $(stat -c %a "$CTL")"
 [ "$(stat -c '%a %G' "$FLASHD_SOCK")" = "660 nogroup" ] || fail "unix socket: $(stat -c '%a %G' "$FLASHD_SOCK")"
@@ -221,7 +321,8 @@ done
 [ "$(stat -c %a "$T/fresh/state")" = 700 ] || fail "state dir mode $(stat -c %a "$T/fresh/state")"
 [ "$(stat -c %a "$T/fresh/state/dimm0.img")" = 600 ] || fail "fresh image mode"
 [ "$(stat -c %a "$T/fresh/state/flashd.ctl")" = 660 ] || fail "default control socket mode $(stat -c %a "$T/fresh/state/flashd.ctl")"
+r=$(goinfo "nbd://127.0.0.1:$P2"); [ "$r" = ok ] || fail "the embedded default serves no default export: $r"
 kill -TERM $pid
 wait $pid || fail "second flashd exit status"
-ok "state directory created 0700, images 0600, control socket 0660 by default"
+ok "state directory created 0700, images 0600, control socket 0660 by default; the embedded default's empty name is dimm0"
 echo "all ACL tests passed"

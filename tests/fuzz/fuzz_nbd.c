@@ -148,7 +148,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 		exit(1);
 	}
 	fprintf(f, "[server]\ntiming = off\npoll_us = 0\ntls = allowed\ntls_psk = %s\n"
-		   "handshake_timeout = 5\n"
+		   "handshake_timeout = 5\ndefault_export = dimm0\n"
 		   "[dimm dimm0]\npreset = test-16m\nsector_size = 512\n"
 		   "[dimm dimm1]\npreset = test-16m\nallow_ro = unix\n"
 		   "[dimm dimm2]\npreset = test-16m\ntls = required\nallow = 10.0.0.0/8 tls:psk=fuzz\n"
