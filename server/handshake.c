@@ -499,11 +499,12 @@ static bool opt_info_go(struct hs *h, const uint8_t *p, bool go)
 /*
  * LIST/SET_META_CONTEXT: the only context is base:allocation.  SET selects
  * it for the named export (replacing any earlier selection, even on error).
- * The export is checked as for NBD_OPT_INFO (client_export): a client may
- * learn nothing about an export it may not use, and gets the same refusal
- * as INFO and GO would give it, but NBD_REP_ERR_POLICY for TLS_REQD (the
- * spec keeps that for INFO, GO and EXPORT_NAME; FORCEDTLS mode refuses
- * every option before this, handle_option).
+ * The export is checked as for NBD_OPT_INFO (client_export), before
+ * anything else about the option is answered: a client may learn nothing
+ * about an export it may not use, and gets the same refusal as INFO and GO
+ * would give it, but NBD_REP_ERR_POLICY for TLS_REQD (the spec keeps that
+ * for INFO, GO and EXPORT_NAME; FORCEDTLS mode refuses every option before
+ * this, handle_option).
  */
 static void opt_meta(struct hs *h, const uint8_t *p, bool set)
 {
@@ -511,10 +512,6 @@ static void opt_meta(struct hs *h, const uint8_t *p, bool set)
 	if (set) {
 		h->meta_export = NULL;
 		h->meta_allocation = false;
-	}
-	if (!h->structured) {
-		reply_err(h, NBD_REP_ERR_INVALID, "negotiate NBD_OPT_STRUCTURED_REPLY first");
-		return;
 	}
 	if (len < 8) {
 		reply_err(h, NBD_REP_ERR_INVALID, "option data too short");
@@ -552,6 +549,10 @@ static void opt_meta(struct hs *h, const uint8_t *p, bool set)
 					msg, sizeof msg);
 	if (refuse) {
 		reply_err(h, refuse == NBD_REP_ERR_TLS_REQD ? NBD_REP_ERR_POLICY : refuse, msg);
+		return;
+	}
+	if (!h->structured) {
+		reply_err(h, NBD_REP_ERR_INVALID, "negotiate NBD_OPT_STRUCTURED_REPLY first");
 		return;
 	}
 	static const char ctx[] = "base:allocation";

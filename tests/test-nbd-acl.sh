@@ -18,7 +18,7 @@
 #      EXPORT_NAME: closed), never served by dimm1; unset (reload): refused,
 #      the message naming only the exports the client may use; a client
 #      dimm0's rules refuse gets NBD_REP_ERR_POLICY for INFO and
-#      LIST/SET_META_CONTEXT, detached or not,
+#      LIST/SET_META_CONTEXT (before STRUCTURED_REPLY too), detached or not,
 #      and no message names dimm0 when it sent the empty name
 #   4. control socket: `nobody` gets 403 for detach and reload (nothing is
 #      reloaded) and 200 for status; socket modes and groups as configured;
@@ -225,7 +225,7 @@ if phase == "served":
     want("::1 (dimm0 denied): INFO of the empty name", f, REP_ERR_POLICY, m, ("dimm0", "dimm1"))
     for o in (OPT_LIST_META_CONTEXT, OPT_SET_META_CONTEXT):
         for name in ("dimm0", ""):
-            for structured in (True,):
+            for structured in (False, True):
                 f, m, _ = opt(conn(True, structured), o, name, ["base:allocation"])
                 want("::1: %s META_CONTEXT on '%s' (dimm0, denied)%s" % (
                     "LIST" if o == OPT_LIST_META_CONTEXT else "SET", name,
