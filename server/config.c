@@ -151,10 +151,9 @@ static void __attribute__((format(printf, 2, 3))) set_err(struct parse_ctx *x, c
  * is a numeric IPv4 address or a host name (resolved later, by getaddrinfo
  * in server/main.c); inside brackets only a numeric IPv6 address (with an
  * optional %scope).  0, or -EINVAL with the reason in err.
- * An empty HOST (":PORT") is refused: server/main.c would bind getaddrinfo's
- * two passive wildcards, 0.0.0.0 and then ::, and on a dual-stack host (the
- * Linux default, net.ipv6.bindv6only = 0) the second fails with EADDRINUSE,
- * after the ioDimms are open.  0.0.0.0:PORT or [::]:PORT say which.
+ * An empty HOST (":PORT") is every address, IPv6 and IPv4: server/main.c
+ * binds one IPv6 socket with IPV6_V6ONLY off (whatever
+ * net.ipv6.bindv6only says), or 0.0.0.0 where there is no IPv6.
  */
 static int check_listen(const char *spec, char *err, size_t errlen)
 {
@@ -200,11 +199,8 @@ static int check_listen(const char *spec, char *err, size_t errlen)
 		memcpy(host, spec, hlen);
 		host[hlen] = 0;
 		if (!hlen) {
-			snprintf(err, errlen, "no host: give 0.0.0.0:PORT for every IPv4 address, or "
-				 "[::]:PORT for every address (IPv6, and IPv4 unless net.ipv6.bindv6only)");
-			return -EINVAL;
-		}
-		if (strspn(host, "0123456789.") == hlen) {
+			/* every address (dual-stack) */
+		} else if (strspn(host, "0123456789.") == hlen) {
 			struct in_addr a;
 			if (inet_pton(AF_INET, host, &a) != 1) {
 				snprintf(err, errlen, "'%s' is not an IPv4 address (dotted quad, e.g. 127.0.0.1)",

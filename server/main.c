@@ -80,8 +80,8 @@ static void usage(FILE *out)
 		"                          refuse to start unless every one opens)\n"
 		"  -s, --state-dir DIR     NAND images and sockets (default ./var in the checkout,\n"
 		"                          else /var/lib/flashd)\n"
-		"  -l, --listen HOST:PORT  NBD on TCP; repeatable; IPv6 as [ADDR]:PORT\n"
-		"                          (default 127.0.0.1:10809)\n"
+		"  -l, --listen HOST:PORT  NBD on TCP; repeatable; IPv6 as [ADDR]:PORT; :PORT for\n"
+		"                          every address, IPv6 and IPv4 (default 127.0.0.1:10809)\n"
 		"                          HOST:PORT' tls=MODE': that listener's TLS mode\n"
 		"  -u, --unix PATH         NBD on a unix socket too (default STATE_DIR/flashd.sock)\n"
 		"      --tls off|allowed|required\n"
@@ -550,6 +550,53 @@ static int add_listener(struct evconnlistener *evl, const char *name)
 	return 0;
 }
 
+/*
+ * ":PORT": every address, IPv6 and IPv4, on one socket (IPV6_V6ONLY off,
+ * whatever net.ipv6.bindv6only says; IPv4 clients come as ::ffff:a.b.c.d
+ * and count as IPv4 everywhere), or 0.0.0.0 where the host has no IPv6.
+ * The listening socket, or -errno.
+ */
+static int bind_dual_stack(uint16_t port, const char **what)
+{
+	struct sockaddr_in6 a6 = { .sin6_family = AF_INET6, .sin6_port = htons(port),
+				   .sin6_addr = IN6ADDR_ANY_INIT };
+	struct sockaddr_in a4 = { .sin_family = AF_INET, .sin_port = htons(port),
+				  .sin_addr.s_addr = htonl(INADDR_ANY) };
+	int one = 1, zero = 0, e;
+	*what = "every address, IPv6 and IPv4";
+	int fd = socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd >= 0 && (setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero) < 0 ||
+			setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+			bind(fd, (struct sockaddr *)&a6, sizeof a6) < 0)) {
+		e = errno;
+		close(fd);
+		if (e != EADDRNOTAVAIL && e != EAFNOSUPPORT)
+			return -e;
+		fd = -1;
+	} else if (fd < 0 && errno != EAFNOSUPPORT) {
+		return -errno;
+	}
+	if (fd < 0) {
+		/* no IPv6 on this host */
+		*what = "every IPv4 address (no IPv6 here)";
+		fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			return -errno;
+		if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+		    bind(fd, (struct sockaddr *)&a4, sizeof a4) < 0) {
+			e = errno;
+			close(fd);
+			return -e;
+		}
+	}
+	if (listen(fd, 128) < 0) {
+		e = errno;
+		close(fd);
+		return -e;
+	}
+	return fd;
+}
+
 static int listen_tcp(const char *fullspec, char *err, size_t errlen)
 {
 	char host[256], spec[300];
@@ -575,6 +622,26 @@ static int listen_tcp(const char *fullspec, char *err, size_t errlen)
 		}
 		snprintf(host, sizeof host, "%.*s", (int)(c - spec), spec);
 		port = c + 1;
+	}
+	if (!host[0]) {
+		/* config.c checked the port */
+		const char *what;
+		int fd = bind_dual_stack((uint16_t)atoi(port), &what);
+		if (fd < 0) {
+			snprintf(err, errlen, "cannot listen on %s: %s", spec, strerror(-fd));
+			return fd;
+		}
+		struct evconnlistener *l = evconnlistener_new(srv.base, accept_cb, (void *)(intptr_t)mode,
+							      LEV_OPT_CLOSE_ON_FREE, -1, fd);
+		if (!l)
+			close(fd);
+		if (add_listener(l, spec) < 0) {
+			snprintf(err, errlen, "cannot listen on %s: out of memory", spec);
+			return -ENOMEM;
+		}
+		log_info("listening on %s (%s)%s%s", spec, what, mode != TLS_OFF ? ", TLS " : "",
+			 mode != TLS_OFF ? tls_mode_name(mode) : "");
+		return 0;
 	}
 	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
 				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };

@@ -12,7 +12,8 @@
 #      dangling symlink to the other's future image);
 #   2. a valid configuration with sizes (512M, 4K), percentages (80%, op
 #      30%), indented keys and a [dimm] section without keys starts, exports
-#      what it says, and stops cleanly;
+#      what it says, and stops cleanly; listen = :PORT (every address, IPv6
+#      and IPv4 on one socket) serves over 127.0.0.1 and ::1;
 #   3. the hardening keys (max_connections_per_address, idle_timeout,
 #      buffer_limit, default_export naming no export) refuse bad values; a relative tls_psk in the file is
 #      found next to the file, from any working directory.
@@ -84,7 +85,7 @@ for kv in 'max_connections = 10 connections' 'max_connections = 0' 'max_connecti
 	printf '[server]\n%s\n[dimm a]\n' "$kv" | expect_bad "$kv" "$key" "'$val'"
 done
 for v in 127.0.0.1:99999 127.0.0.1:87546 127.0.0.1:port 127.0.0.1:10809x 127.0.0.1:0 \
-	127.0.0.1 '[::1]' '::1:10809' '[127.0.0.1]:10809' '300.0.0.1:10809' 'a host:10809' ':10809'; do
+	127.0.0.1 '[::1]' '::1:10809' '[127.0.0.1]:10809' '300.0.0.1:10809' 'a host:10809' ':99999'; do
 	printf '[server]\nlisten = %s\n[dimm a]\n' "$v" | expect_bad "listen = $v" "listen" "'$v'"
 done
 # on the command line, with and without a file
@@ -187,6 +188,33 @@ assert abs(f["d"]["op_percent"] - 20) < 0.1, f["d"]
 stop_flashd
 check_flashd_log
 ok "a valid configuration (512M, 4K, 80%, op 30%, an empty [dimm d]) starts and stops"
+
+# ---- 2b. listen = :PORT: every address, IPv6 and IPv4 on one socket ------------------
+P=$(free_port)
+printf '[server]\nlisten = :%s\n[dimm a]\npreset = test-1g\n' "$P" >"$T/dual.conf"
+"$FLASHD" --check-config --config "$T/dual.conf" --state-dir "$T/dualstate" >"$T/dual.out" 2>&1 ||
+	fail "listen = :PORT refused: $(cat "$T/dual.out")"
+"$FLASHD" --foreground --config "$T/dual.conf" --state-dir "$T/dualstate" --timing off \
+	--pidfile "$T/dual.pid" >>"$T/flashd.log" 2>&1 &
+pid=$!
+track_pid $pid
+for _ in $(seq 1 300); do
+	[ "$(cat "$T/dual.pid" 2>/dev/null)" = "$pid" ] && break
+	kill -0 $pid 2>/dev/null || fail "flashd with listen = :$P exited"
+	sleep 0.1
+done
+grep -q "listening on :$P (every address, IPv6 and IPv4)" "$T/flashd.log" ||
+	grep -q "listening on :$P (every IPv4 address (no IPv6 here))" "$T/flashd.log" ||
+	fail "no dual-stack listener in the log"
+size=$(nbdinfo --size "nbd://127.0.0.1:$P/a") && [ "$size" -gt 0 ] || fail "export a over 127.0.0.1 (listen = :$P)"
+via="127.0.0.1"
+if ip -6 addr show dev lo 2>/dev/null | grep -q '::1/128'; then
+	[ "$(nbdinfo --size "nbd://[::1]:$P/a")" = "$size" ] || fail "export a over ::1 (listen = :$P)"
+	via="$via and ::1"
+fi
+kill -TERM $pid
+wait $pid || fail "flashd with listen = :$P: exit status $?"
+ok "listen = :$P serves every address (checked over $via)"
 
 # ---- 3. hardening keys, and TLS paths relative to the configuration file ------------
 expect_bad "max_connections_per_address" "max_connections_per_address" "'lots'" <<EOF
