@@ -4,8 +4,10 @@
  *
  *   [server]   listen (repeatable), unix, control, state_dir, pidfile,
  *              default_export, max_connections, max_connections_per_address,
- *              handshake_timeout, idle_timeout, buffer_limit, shutdown_timeout, poll_us,
- *              timing, fault_injection, log, verbose, allow_degraded, tls, unix_tls,
+ *              max_handshakes, max_handshakes_per_address,
+ *              handshake_timeout, idle_timeout, idle_timeout_busy,
+ *              buffer_limit, shutdown_timeout, poll_us, timing,
+ *              fault_injection, log, verbose, allow_degraded, tls, unix_tls,
  *              tls_certificates, tls_psk, tls_verify_peer, unix_mode,
  *              unix_group, control_mode, control_group, umask
  *              (listen = ADDR tls=MODE: that listener's TLS mode)
@@ -64,6 +66,9 @@
 #define BUFFER_LIMIT_MIN (64ull << 20)  /* one largest request must fit (conn.c) */
 #define DEFAULT_BUFFER_LIMIT (1ull << 30)
 #define DEFAULT_CONN_PER_ADDR 256
+#define DEFAULT_HANDSHAKES 128          /* at most max_connections / 2 */
+#define DEFAULT_HANDSHAKES_PER_ADDR 16
+#define DEFAULT_IDLE_TIMEOUT_BUSY 600   /* seconds */
 /* Smallest capacity ftl_format accepts (ftl/ftl.c). */
 #define MIN_CAPACITY (1ull << 20)
 /* inih keeps at most this many characters of a section name (its
@@ -541,10 +546,18 @@ static int handler(void *user, const char *section, const char *key, const char 
 			if (get_uint(value, 0, MAX_CONNECTIONS_LIMIT, "connections", &u, why, sizeof why))
 				BAD("%s (0: no cap per address)", why);
 			cfg->max_conn_per_addr = (int)u;
-		} else if (!strcmp(key, "idle_timeout")) {
+		} else if (!strcmp(key, "max_handshakes")) {
+			if (get_uint(value, 1, MAX_CONNECTIONS_LIMIT, "connections", &u, why, sizeof why))
+				BAD("%s", why);
+			cfg->max_handshakes = (int)u;
+		} else if (!strcmp(key, "max_handshakes_per_address")) {
+			if (get_uint(value, 0, MAX_CONNECTIONS_LIMIT, "connections", &u, why, sizeof why))
+				BAD("%s (0: no cap per address)", why);
+			cfg->max_hs_per_addr = (int)u;
+		} else if (!strcmp(key, "idle_timeout") || !strcmp(key, "idle_timeout_busy")) {
 			if (get_uint(value, 0, IDLE_TIMEOUT_LIMIT, "seconds", &u, why, sizeof why))
 				BAD("%s (0: off)", why);
-			cfg->idle_timeout = (int)u;
+			*(key[12] ? &cfg->idle_timeout_busy : &cfg->idle_timeout) = (int)u;
 		} else if (!strcmp(key, "buffer_limit")) {
 			if (parse_byte_size(value, BUFFER_LIMIT_MIN, 1ull << 40, &u))
 				BAD("must be a size from 64M to 1T (e.g. 1G)");
@@ -1004,6 +1017,15 @@ int config_finish(struct server_cfg *cfg, char *err, size_t errlen)
 		cfg->handshake_timeout = 10;
 	if (cfg->max_conn_per_addr < 0)
 		cfg->max_conn_per_addr = DEFAULT_CONN_PER_ADDR;
+	/* well below max_connections: negotiated clients always find a slot */
+	if (!cfg->max_handshakes)
+		cfg->max_handshakes = cfg->max_connections / 2 < DEFAULT_HANDSHAKES ?
+					      (cfg->max_connections > 1 ? cfg->max_connections / 2 : 1) :
+					      DEFAULT_HANDSHAKES;
+	if (cfg->max_hs_per_addr < 0)
+		cfg->max_hs_per_addr = DEFAULT_HANDSHAKES_PER_ADDR;
+	if (cfg->idle_timeout_busy < 0)
+		cfg->idle_timeout_busy = DEFAULT_IDLE_TIMEOUT_BUSY;
 	if (!cfg->buffer_limit)
 		cfg->buffer_limit = DEFAULT_BUFFER_LIMIT;
 	if (cfg->timing < 0)

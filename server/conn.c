@@ -59,7 +59,10 @@
  * read).  So the buffers of all connections stay under about buffer_limit
  * + connections * BUF_KEEP (check and add are not one atomic step: threads
  * racing may each overshoot by one buffer).
- * Idle timeout ([server] idle_timeout, 0: off): a connection that has
+ * Idle timeout ([server] idle_timeout, 0: off; idle_timeout_busy, the same
+ * only while over 3/4 of max_connections are open, default 600 s: an idle
+ * client, a mounted disk say, is not cut off while its slot is not
+ * wanted): a connection that has
  * received no byte, sent no byte and had no reply finish for that long,
  * with nothing inside the FTL, no checkpoint holding it and not waiting
  * for buffer_limit (the server's own limit), is closed (its
@@ -1749,6 +1752,20 @@ static void conn_tick(evutil_socket_t fd, short what, void *arg)
 	d->tick_armed = false;
 	uint64_t now = nand_now_ns();
 	int idle_s = __atomic_load_n(&d->srv->cfg.idle_timeout, __ATOMIC_RELAXED);
+	int busy_s = __atomic_load_n(&d->srv->cfg.idle_timeout_busy, __ATOMIC_RELAXED);
+	const char *idle_why = "idle for idle_timeout seconds";
+	if (busy_s > 0 && (idle_s <= 0 || busy_s < idle_s)) {
+		/* the slots are wanted: over 3/4 of max_connections are open */
+		struct server *srv = d->srv;
+		pthread_mutex_lock(&srv->lock);
+		bool busy = (int64_t)srv->nconns * 4 > (int64_t)srv->cfg.max_connections * 3;
+		pthread_mutex_unlock(&srv->lock);
+		if (busy) {
+			idle_s = busy_s;
+			idle_why = "idle for idle_timeout_busy seconds while over 3/4 of max_connections "
+				   "are open";
+		}
+	}
 	bool closed = false;
 	struct conn *c;
 	LIST_FOREACH(c, &d->conns, link) {
@@ -1782,7 +1799,7 @@ static void conn_tick(evutil_socket_t fd, short what, void *arg)
 			/* replies it did not take are dropped: reset, not FIN */
 			c->reset = c->inflight || c->sendq || tx_busy(c) || c->cur || c->discard_left ||
 				   c->tout_pos < c->tout_len;
-			conn_close_now(c, "idle for idle_timeout seconds");
+			conn_close_now(c, idle_why);
 			conn_mark_dirty(c);
 			closed = true;
 			continue;

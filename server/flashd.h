@@ -155,8 +155,16 @@ struct server_cfg {
 	int verbose;
 	int max_connections;
 	int max_conn_per_addr;   /* max_connections_per_address; 0: no cap; -1: unset (256) */
+	/* connections that have not chosen an export (handshaking): in all
+	 * (0: unset, min(128, max_connections / 2)) and per address (0: no
+	 * cap; -1: unset, 16) */
+	int max_handshakes;
+	int max_hs_per_addr;
 	int handshake_timeout;   /* seconds */
 	int idle_timeout;        /* seconds without progress after the handshake; 0: off */
+	/* the same while over 3/4 of max_connections are open (0: off; -1:
+	 * unset, 600) */
+	int idle_timeout_busy;
 	uint64_t buffer_limit;   /* bytes of large request buffers, all connections (0: unset) */
 	int shutdown_timeout;    /* seconds after SIGTERM before connections are force-closed; 0: default */
 	int poll_us;             /* ioDimm threads poll this long after activity; -1: default */
@@ -199,11 +207,17 @@ uint64_t parse_bytes(const char *s, bool *ok);
  * server.lock) until it is closed; the slot travels with the socket
  * (handshake, handoff, transmission) and is given back exactly once
  * through server_conn_closed.  The address is IPv6 or IPv4-mapped IPv6
- * (an IPv4 client counts the same on either kind of listener).
+ * (an IPv4 client counts the same on either kind of listener; IPv6
+ * clients count per /64).  Until it has chosen an export the socket also
+ * holds a slot of the handshake budget (max_handshakes, and over TCP its
+ * address's max_handshakes_per_address), given back at the hand-off
+ * (server_conn_admitted) or with the connection: clients that never
+ * negotiate cannot take the slots negotiated clients need.
  */
 struct conn_slot {
 	uint8_t addr[16];
 	bool per_addr;        /* counted per address (TCP); unix clients are not */
+	bool handshaking;     /* holds a handshake slot */
 };
 
 /* ---- ioDimms ------------------------------------------------------------ */
@@ -422,6 +436,7 @@ struct server {
 	time_t started;
 	pthread_mutex_t lock;
 	int nconns;                 /* all connections, handshaking or not */
+	int nhandshakes;            /* those that have not chosen an export */
 	struct addr_count **addr_tab; /* per-address connection counts (main.c) */
 	/* bytes of every request buffer that exists, in flight or kept for
 	 * reuse (conn.c, "Memory in total"), all ioDimm threads together
@@ -480,6 +495,8 @@ struct dimm *server_find_dimm_by_export(struct server *srv, const char *name, si
 /* Tell systemd and the log what is served (after an attach or a detach). */
 void server_update_status(struct server *srv);
 void server_conn_closed(struct server *srv, const struct conn_slot *slot);
+/* The connection chose its export: its handshake slot is given back. */
+void server_conn_admitted(struct server *srv, struct conn_slot *slot);
 /* Back off and retry when accept fails (out of descriptors or memory)
  * instead of spinning; owned: closing the watch frees the listener too. */
 struct listener *listener_watch(struct server *srv, struct evconnlistener *evl, const char *name,

@@ -902,6 +902,7 @@ static void write_cb(struct bufferevent *bev, void *arg)
 	}
 	ho->structured = h->structured;
 	ho->meta_allocation = h->meta_allocation && h->meta_export == h->target;
+	server_conn_admitted(h->srv, &h->slot);
 	ho->slot = h->slot;
 	ho->tflags = h->tflags;
 	ho->block_size = h->block_size;

@@ -175,7 +175,8 @@ void server_update_status(struct server *s)
 #define ADDR_BUCKETS 1024
 struct addr_count {
 	uint8_t addr[16];
-	int n;
+	int n;                      /* connections */
+	int hs;                     /* of them, those still in handshake */
 	struct addr_count *next;
 };
 
@@ -243,12 +244,34 @@ static void addr_tab_free(struct server *s)
 	s->addr_tab = NULL;
 }
 
+/* s->lock held: slot's handshake slot back, if it holds one. */
+static void handshake_slot_put(struct server *s, const struct conn_slot *slot)
+{
+	if (!slot->handshaking)
+		return;
+	s->nhandshakes--;
+	struct addr_count *a = slot->per_addr ? addr_find(s, slot->addr, false) : NULL;
+	if (a)
+		a->hs--;
+}
+
+void server_conn_admitted(struct server *s, struct conn_slot *slot)
+{
+	pthread_mutex_lock(&s->lock);
+	handshake_slot_put(s, slot);
+	slot->handshaking = false;
+	pthread_mutex_unlock(&s->lock);
+}
+
 void server_conn_closed(struct server *s, const struct conn_slot *slot)
 {
 	pthread_mutex_lock(&s->lock);
 	s->nconns--;
-	if (slot && slot->per_addr)
-		addr_put(s, slot->addr);
+	if (slot) {
+		handshake_slot_put(s, slot);
+		if (slot->per_addr)
+			addr_put(s, slot->addr);
+	}
 	pthread_mutex_unlock(&s->lock);
 }
 
@@ -478,23 +501,33 @@ static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct soc
 			memset(slot.addr + 8, 0, 8);
 		slot.per_addr = true;
 	}
-	/* a slot is taken only for a connection that goes on to the handshake */
+	/* a slot is taken only for a connection that goes on to the handshake,
+	 * and a handshake slot with it (flashd.h, "connection slots") */
 	const char *why = NULL;
 	pthread_mutex_lock(&srv.lock);
-	int per_addr = srv.cfg.max_conn_per_addr;
+	int per_addr = srv.cfg.max_conn_per_addr, hs_per_addr = srv.cfg.max_hs_per_addr;
 	struct addr_count *a = NULL;
 	if (srv.shutting_down)
 		why = "shutting down";
 	else if (srv.nconns >= srv.cfg.max_connections)
 		why = "connection limit reached (max_connections)";
+	else if (srv.nhandshakes >= srv.cfg.max_handshakes)
+		why = "too many connections that have not chosen an export (max_handshakes)";
 	else if (slot.per_addr && !(a = addr_find(&srv, slot.addr, true)))
 		why = "out of memory";
 	else if (a && per_addr > 0 && a->n >= per_addr)
 		why = "connection limit of this address reached (max_connections_per_address)";
+	else if (a && hs_per_addr > 0 && a->hs >= hs_per_addr)
+		why = "too many connections of this address that have not chosen an export "
+		      "(max_handshakes_per_address)";
 	if (!why) {
 		srv.nconns++;
-		if (a)
+		srv.nhandshakes++;
+		slot.handshaking = true;
+		if (a) {
 			a->n++;
+			a->hs++;
+		}
 	} else if (a && !a->n) {
 		addr_put(&srv, slot.addr);  /* made just now: drop it again */
 	}
@@ -955,7 +988,8 @@ static void reload_dimm(struct reload_result *r, struct dimm_cfg *a, const struc
 /*
  * Main thread.  See flashd.h, "Reload".  Applied live: per-ioDimm
  * description, verbose, max_connections, max_connections_per_address,
- * idle_timeout, buffer_limit, default_export, handshake_timeout (new
+ * max_handshakes, max_handshakes_per_address, idle_timeout,
+ * idle_timeout_busy, buffer_limit, default_export, handshake_timeout (new
  * handshakes), shutdown_timeout and poll_us (read by the ioDimm threads:
  * atomic stores of ints).  Everything else that differs is reported.
  */
@@ -1060,10 +1094,30 @@ void server_reload(struct server *s, const char *why, struct reload_result *r)
 		o->max_conn_per_addr = n.max_conn_per_addr;
 		pthread_mutex_unlock(&s->lock);
 	}
+	if (o->max_handshakes != n.max_handshakes) {
+		reload_item(r, true, "[server] max_handshakes", "%d -> %d (connections in handshake "
+			    "stay; new ones are refused while that many are)", o->max_handshakes,
+			    n.max_handshakes);
+		pthread_mutex_lock(&s->lock);
+		o->max_handshakes = n.max_handshakes;
+		pthread_mutex_unlock(&s->lock);
+	}
+	if (o->max_hs_per_addr != n.max_hs_per_addr) {
+		reload_item(r, true, "[server] max_handshakes_per_address", "%d -> %d (new connections)",
+			    o->max_hs_per_addr, n.max_hs_per_addr);
+		pthread_mutex_lock(&s->lock);
+		o->max_hs_per_addr = n.max_hs_per_addr;
+		pthread_mutex_unlock(&s->lock);
+	}
 	if (o->idle_timeout != n.idle_timeout) {
 		reload_item(r, true, "[server] idle_timeout", "%d s -> %d s (0: off)", o->idle_timeout,
 			    n.idle_timeout);
 		__atomic_store_n(&o->idle_timeout, n.idle_timeout, __ATOMIC_RELAXED);
+	}
+	if (o->idle_timeout_busy != n.idle_timeout_busy) {
+		reload_item(r, true, "[server] idle_timeout_busy", "%d s -> %d s (0: off)",
+			    o->idle_timeout_busy, n.idle_timeout_busy);
+		__atomic_store_n(&o->idle_timeout_busy, n.idle_timeout_busy, __ATOMIC_RELAXED);
 	}
 	if (o->buffer_limit != n.buffer_limit) {
 		reload_item(r, true, "[server] buffer_limit", "%llu MiB -> %llu MiB (buffers over the new "
@@ -1156,7 +1210,8 @@ int main(int argc, char **argv)
 				  .allow_degraded = -1, .tls = -1,
 				  .unix_tls = -1, .tls_verify_peer = -1,
 				  .unix_mode = -1, .control_mode = -1, .umask = -1, .unix_gid = -1,
-				  .control_gid = -1, .max_conn_per_addr = -1 };
+				  .control_gid = -1, .max_conn_per_addr = -1, .max_hs_per_addr = -1,
+				  .idle_timeout_busy = -1 };
 	/* A fixed mmap threshold (which also stops glibc from raising it after
 	 * the first large free): every block of 128 KiB or more - request
 	 * buffers, input buffers, a control request's large evbuffer chains -

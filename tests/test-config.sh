@@ -15,7 +15,8 @@
 #      what it says, and stops cleanly; listen = :PORT (every address, IPv6
 #      and IPv4 on one socket) serves over 127.0.0.1 and ::1;
 #   3. the hardening keys (max_connections_per_address, idle_timeout,
-#      buffer_limit, default_export naming no export) refuse bad values; a relative tls_psk in the file is
+#      buffer_limit, max_handshakes, idle_timeout_busy, default_export
+#      naming no export) refuse bad values; a relative tls_psk in the file is
 #      found next to the file, from any working directory.
 source "$(dirname "$0")/functions.sh"
 
@@ -236,6 +237,14 @@ default_export = dimm9
 [dimm dimm0]
 [dimm d1]
 export = x
+EOF
+expect_bad "max_handshakes" "max_handshakes" "'0'" "from 1 to 1000000" <<EOF
+[server]
+max_handshakes = 0
+EOF
+expect_bad "idle_timeout_busy" "idle_timeout_busy" "'ten'" <<EOF
+[server]
+idle_timeout_busy = ten
 EOF
 expect_bad "default_export empty" "default_export" "the export name is empty" <<EOF
 [server]

@@ -13,8 +13,10 @@
 # queue's head paused by its own unread replies holds up no one; the
 # budget in use in the status), the control
 # socket's header and body limits (and NBD handshakes while an endless
-# header line arrives), and 64 idle clients after the handshake locking out
-# a new one until idle_timeout (switched on by a reload) drops them.
+# header line arrives), idle_timeout_busy (reloaded to 2 s: 40 idle clients
+# are kept, over 48 of the 64 slots open drops them), and 64 idle clients after the
+# handshake locking out a new one until idle_timeout (switched on by a
+# reload) drops them.
 # Loopback only: the clients use source addresses 127.0.0.1 to 127.0.0.9.
 # Then flashd is still running, its log shows no crash and it stops cleanly.
 source "$(dirname "$0")/functions.sh"
@@ -26,6 +28,7 @@ max_connections = 64
 max_connections_per_address = 8
 buffer_limit = 128M
 idle_timeout = 0
+idle_timeout_busy = 0
 [dimm dimm0]
 preset = test-1g
 [dimm secret]

@@ -4,7 +4,9 @@
 # over TCP and the unix socket: truncated handshakes at every stage, clients
 # leaving in the middle of a WRITE payload, huge option lengths, bad magics,
 # unknown client flags, oversize requests, 60 resets with reads queued, 200
-# clients that never negotiate, long-lived connections with mixed request
+# clients that never negotiate, 5 x 256 raw connections from 127.0.0.2-6
+# (the default limits: a libnbd client from 127.0.0.1 must still get in,
+# ten times out of ten), long-lived connections with mixed request
 # sizes.  After each: a normal client is served correctly and the
 # connection count returns to where it was.  Then: an idle client is
 # dropped after handshake_timeout, flashd is still running, its log shows
@@ -24,7 +26,7 @@ start_flashd --config "$T/flashd.conf" --timing off
 
 run_check "abusive clients" \
 	timeout 240 "$PYTHON" "$NBD_CHECKS/raw_abuse.py" --uri "$FLASHD_URI0" --unix-uri "$FLASHD_UNIX_URI0" \
-	--flashctl "$FLASHCTL" --control "$FLASHD_CTL" --idle-clients 200 --resets 60
+	--flashctl "$FLASHCTL" --control "$FLASHD_CTL" --idle-clients 200 --resets 60 --spread-clients 256
 flashd_running
 echo "connections now: $(flashd_connections)"
 

@@ -92,12 +92,13 @@ os.kill(pid, signal.SIGHUP)
 got = wait_log(n, r"reload of .* done")
 for key in [r"\[dimm dimm0\] description: 'first description' -> 'second description'",
             r"\[server\] verbose: no -> yes", r"\[server\] poll_us: 50 us -> 20 us",
-            r"\[server\] max_connections: 1024 -> 100"]:
+            r"\[server\] max_connections: 1024 -> 100",
+            r"\[server\] max_handshakes: 128 -> 50"]:   # unset: half of max_connections
     if not re.search(r"flashd\[info\]: reload: " + key, got):
         fail("no info line for %s:\n%s" % (key, got))
 if "flashd[warning]" in got or "flashd[error]" in got:
     fail("a reload that applies everything logged a warning or error:\n" + got)
-if "4 change(s) applied, 0 not applied" not in got:
+if "5 change(s) applied, 0 not applied" not in got:
     fail("the summary line is wrong:\n" + got)
 if desc("dimm0") != "second description":
     fail("nbdinfo --list shows %r after the reload" % desc("dimm0"))

@@ -50,7 +50,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* main()'s command line with no options */
 	struct server_cfg cli = { .timing = -1, .poll_us = -1, .allow_degraded = -1, .tls = -1,
 				  .unix_tls = -1, .tls_verify_peer = -1, .unix_mode = -1,
-				  .control_mode = -1, .umask = -1, .unix_gid = -1, .control_gid = -1 };
+				  .control_mode = -1, .umask = -1, .unix_gid = -1, .control_gid = -1,
+				  .max_conn_per_addr = -1, .max_hs_per_addr = -1, .idle_timeout_busy = -1 };
 	struct server_cfg out;
 	char err[1024];
 	memset(&out, 0, sizeof out);

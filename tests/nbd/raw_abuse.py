@@ -5,17 +5,20 @@ Truncated handshakes (close or reset at every stage), huge option lengths,
 bad magics, unknown client flags, oversize requests, clients that go away
 in the middle of a WRITE payload, clients that reset the connection with
 many reads queued (repeated), hundreds of clients that connect and never
-negotiate, and long-lived connections with mixed request sizes.  After
+negotiate (also 5 x 256 from five other addresses: a normal client must
+still get in), and long-lived connections with mixed request sizes.  After
 every abuse the server must still serve a normal client correctly, and
 (with --flashctl/--control) the connection count must drop back to zero
 once the abusive clients are gone.
 
   raw_abuse.py --uri nbd://127.0.0.1:PORT/dimm0 [--unix-uri nbd+unix:///dimm0?socket=S]
       [--flashctl build/flashctl --control STATE/flashd.ctl] [--idle-clients 200]
+      [--spread-clients 256]
 """
 import argparse
 import json
 import os
+import resource
 import socket
 import struct
 import subprocess
@@ -35,6 +38,8 @@ ap.add_argument("--unix-uri", help="the same export over the unix socket")
 ap.add_argument("--flashctl", help="flashctl binary, to read the connection count")
 ap.add_argument("--control", help="flashd control socket")
 ap.add_argument("--idle-clients", type=int, default=200)
+ap.add_argument("--spread-clients", type=int, default=256,
+                help="raw connections from each of 127.0.0.2-6 (max_connections_per_address)")
 ap.add_argument("--resets", type=int, default=60)
 ap.add_argument("--close-timeout", type=float, default=3.0)
 args = ap.parse_args()
@@ -246,22 +251,45 @@ with section("reset with many reads queued, repeatedly", timeout=240):
     settled("resets with reads queued")
 
 # ---- idle clients ---------------------------------------------------------------------------------
+def idle_socket(fam, addr, src=None):
+    """A connection that never negotiates (None if it could not connect)."""
+    s = socket.socket(fam, socket.SOCK_STREAM)
+    s.settimeout(10)
+    if src:
+        s.bind((src, 0))
+    try:
+        s.connect(addr)
+    except OSError:
+        s.close()
+        return None
+    return s
+
+
 with section("%d clients that connect and never negotiate" % args.idle_clients, timeout=120):
+    # the TCP ones from 127.0.0.2: an address over its handshake budget
+    # (max_handshakes_per_address) is refused, the normal client below
+    # comes from 127.0.0.1
     idle = []
+    refused = 0
     before = connections()
     t0 = time.monotonic()
     for i in range(args.idle_clients):
         fam, addr, _ = parse_uri(URIS[i % len(URIS)])
-        s = socket.socket(fam, socket.SOCK_STREAM)
-        s.settimeout(10)
-        s.connect(addr)
-        if i % 4 == 1:
-            s.recv(18)              # read the greeting, say nothing
-        elif i % 4 == 2:
-            s.recv(18)
-            s.send(struct.pack(">I", FLAG_C_FIXED_NEWSTYLE))   # flags, no option
+        s = idle_socket(fam, addr, "127.0.0.2" if fam == socket.AF_INET else None)
+        if s is None:
+            refused += 1
+            continue
+        try:
+            if i % 4 in (1, 2):
+                if len(s.recv(18)) < 18:    # read the greeting, say nothing
+                    refused += 1
+                elif i % 4 == 2:
+                    s.send(struct.pack(">I", FLAG_C_FIXED_NEWSTYLE))   # flags, no option
+        except OSError:
+            refused += 1
         idle.append(s)
-    log("     %d idle clients connected in %.2f s" % (len(idle), time.monotonic() - t0))
+    log("     %d idle clients connected in %.2f s (%d of those that read seen refused)" % (
+        len(idle), time.monotonic() - t0, refused))
     n = connections()
     if n is not None:
         log("     server counts %d connections" % n)
@@ -284,6 +312,53 @@ with section("%d clients that connect and never negotiate" % args.idle_clients, 
     for s in idle:
         s.close()
     settled("%d idle clients" % len(idle), timeout=10)
+
+with section("%d raw connections from each of 127.0.0.2-6 never negotiate; a normal client gets in" %
+             args.spread_clients, timeout=120):
+    # the finding: 5 x 256 such connections (max_connections_per_address)
+    # took every slot of max_connections (1024), so a libnbd client from
+    # 127.0.0.1 was refused; now they hold at most the handshake budget
+    # (max_handshakes, max_handshakes_per_address) and the rest is left to
+    # clients that negotiate
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = 5 * args.spread_clients + 256
+    if soft < need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, need), hard))
+    fam, addr, _ = parse_uri(URI)
+    held = []
+    t0 = time.monotonic()
+    for k in range(2, 7):
+        for _ in range(args.spread_clients):
+            s = idle_socket(fam, addr, "127.0.0.%d" % k)
+            if s:
+                held.append(s)
+    time.sleep(0.5)   # the server has accepted (or refused) them all
+    kept = 0
+    for s in held:
+        s.settimeout(0.2)
+        try:
+            kept += len(s.recv(18)) == 18   # a greeting: the server kept it
+        except OSError:
+            pass
+    log("     %d raw connections in %.1f s, %d of them kept by the server" % (
+        len(held), time.monotonic() - t0, kept))
+    served = 0
+    errors = []
+    for i in range(10):
+        try:
+            h = connect(URI, name="normal client %d" % i)
+            d = os.urandom(4096)
+            h.pwrite(d, BASE + 16 * MiB + i * 4096)
+            served += h.pread(4096, BASE + 16 * MiB + i * 4096) == d
+            h.shutdown()
+        except Exception as e:  # noqa: BLE001
+            errors.append(str(e))
+    for s in held:
+        s.close()
+    log("     a normal client from 127.0.0.1: %d of 10 connections served" % served)
+    check(served == 10, "with %d raw connections held from 127.0.0.2-6 only %d of 10 connections of a "
+          "normal client from 127.0.0.1 were served: %s" % (kept, served, errors[:2]))
+    settled("raw connections from five addresses", timeout=15)
 
 # ---- long-lived connections ------------------------------------------------------------------------
 with section("one connection, 3000 requests alternating 4 KiB and 1 MiB reads", timeout=180):

@@ -4,8 +4,9 @@
 Run against a flashd started by tests/test-nbd-hostile.sh (loopback only;
 clients use source addresses 127.0.0.1 to 127.0.0.8 to look like several
 hosts), whose configuration sets max_connections = 64,
-max_connections_per_address = 8, buffer_limit = 128M, idle_timeout = 0 and
-an export "secret" that only 192.0.2.0/24 may use.
+max_connections_per_address = 8, buffer_limit = 128M, idle_timeout = 0,
+idle_timeout_busy = 0 and an export "secret" that only 192.0.2.0/24 may
+use.
 
   option limits       an option over 16 KiB is answered TOO_BIG and the
                       connection goes on; one over 1 MiB closes it; the
@@ -42,6 +43,9 @@ an export "secret" that only 192.0.2.0/24 may use.
   control socket      a huge body, huge headers and an endless header line
                       are refused early and cost no memory; NBD handshakes
                       go on meanwhile
+  idle_timeout_busy   (reloaded to 2 s) 40 idle clients keep their
+                      connections; once over 48 of the 64 slots are open
+                      they are dropped
   idle lock-out       64 idle clients after the handshake lock out a new
                       client; with idle_timeout set (reload) they are
                       dropped and the new client gets in
@@ -713,6 +717,45 @@ with section("control socket: huge body, huge headers, an endless header line", 
           "control socket after the abuse: %r" % got[:80])
 
 # ---- idle lock-out, and idle_timeout --------------------------------------------------
+with section("idle_timeout_busy: idle clients are dropped only while over 3/4 of the slots are open",
+             timeout=120):
+    # the default (600 s) made short: below 3/4 of max_connections an idle
+    # client (a mounted disk with nothing to write) keeps its connection;
+    # above, idle ones give their slots back
+    wait_no_connections("the section before")
+    with open(args.config) as f:
+        conf = f.read()
+    reload_with(conf.replace("idle_timeout_busy = 0", "idle_timeout_busy = 2"), "idle_timeout_busy 2")
+    calm = MAX_CONN * 3 // 4 - 8
+    idle = []
+    for i in range(calm):
+        c = SrcConn("127.0.0.%d" % (1 + i // PER_ADDR), timeout=20)
+        c.handshake()
+        c.go()
+        idle.append(c)
+    gone = sum(1 for c in idle if c.wait_closed(4.5 if c is idle[0] else 0.01))
+    log("     %d idle clients (3/4 of max_connections = %d): %d dropped after 4.5 s" % (
+        len(idle), MAX_CONN * 3 // 4, gone))
+    check(gone == 0, "%d of %d idle clients dropped with only %d of %d slots open" % (
+        gone, len(idle), len(idle), MAX_CONN))
+    for i in range(calm, MAX_CONN):
+        c = SrcConn("127.0.0.%d" % (1 + i // PER_ADDR), timeout=20)
+        c.handshake()
+        c.go()
+        idle.append(c)
+    # once over 3/4 are open, the first ones (idle for 4.5 s) go at the
+    # next tick; those opened later may stay (their count falls below 3/4)
+    end = time.monotonic() + 4
+    gone = sum(1 for c in idle[:calm] if c.wait_closed(max(0.2, end - time.monotonic())))
+    log("     %d more opened (over 3/4): %d of the first %d dropped within 4 s" % (
+        MAX_CONN - calm, gone, calm))
+    check(gone == calm, "over 3/4 of the slots open, only %d of %d clients idle for 4.5 s were "
+          "dropped (idle_timeout_busy = 2)" % (gone, calm))
+    for c in idle:
+        c.close()
+    wait_no_connections("the idle clients")
+    reload_with(conf, "idle_timeout_busy 0")
+
 with section("idle clients after the handshake; idle_timeout drops them", timeout=120):
     wait_no_connections("the section before")
     idle = []
