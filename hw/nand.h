@@ -397,8 +397,9 @@ struct nand_sim_config {
 	 * pages programmed with NAND_OPF_META, which are kept whole. */
 	bool metadata_only;
 	uint32_t meta_spare_bytes;
-	/* RAM only: blocks per die instead of the preset's (0: the preset's),
-	 * for scaled-down studies with the preset's dies, pages and timing */
+	/* RAM, or an image being created (it keeps its geometry): blocks per
+	 * die instead of the preset's (0: the preset's), for scaled-down
+	 * studies and tests with the preset's dies, pages and timing */
 	uint32_t blocks_per_die;
 	nand_log_fn log;           /* notices (NULL: none) */
 	void *log_arg;

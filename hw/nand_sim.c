@@ -1597,14 +1597,17 @@ int nand_sim_open(const struct nand_sim_config *cfg, struct nand_dev **out, char
 			rc = -EINVAL;
 			goto fail;
 		}
-		if (!geometry_ok(&p->geo)) {
+		struct nand_geometry g = p->geo;
+		if (cfg->blocks_per_die)
+			g.blocks_per_die = cfg->blocks_per_die;
+		if (!geometry_ok(&g)) {
 			rc = -EINVAL;
 			goto fail;
 		}
-		uint64_t table = (uint64_t)nand_blocks(&p->geo) * sizeof(struct sim_block);
+		uint64_t table = (uint64_t)nand_blocks(&g) * sizeof(struct sim_block);
 		uint64_t data_off = (4096 + table + (1 << 20) - 1) & ~((uint64_t)(1 << 20) - 1);
-		uint64_t slot = p->geo.page_size + p->geo.spare_size;
-		uint64_t total = data_off + nand_pages(&p->geo) * slot;
+		uint64_t slot = g.page_size + g.spare_size;
+		uint64_t total = data_off + nand_pages(&g) * slot;
 		if (ftruncate(s->fd, 0) < 0 || ftruncate(s->fd, (off_t)total) < 0) {
 			rc = -errno;
 			seterr(err, errlen, "cannot size NAND image %s: %s", cfg->path, strerror(-rc));
@@ -1626,7 +1629,7 @@ int nand_sim_open(const struct nand_sim_config *cfg, struct nand_dev **out, char
 		memcpy(s->hdr->magic, SIM_MAGIC, 8);
 		s->hdr->version = SIM_VERSION;
 		s->hdr->header_size = sizeof(struct sim_header);
-		s->hdr->geo = p->geo;
+		s->hdr->geo = g;
 		snprintf(s->hdr->preset, sizeof s->hdr->preset, "%s", p->name);
 		s->hdr->timing = p->timing;
 		s->hdr->rated_pe_cycles = p->rated_pe_cycles;
@@ -1635,7 +1638,7 @@ int nand_sim_open(const struct nand_sim_config *cfg, struct nand_dev **out, char
 		s->hdr->slot_size = slot;
 		s->hdr->seed = cfg->seed;
 		s->blocks = (struct sim_block *)((uint8_t *)s->hdr + 4096);
-		s->dev.geo = p->geo;
+		s->dev.geo = g;
 		init_blocks(s, p, cfg->seed);
 		header_seal(s);
 		if (msync(s->hdr, s->map_len, MS_SYNC) < 0 || fsync(s->fd) < 0) {
