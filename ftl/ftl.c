@@ -520,39 +520,49 @@ static int blank_or_damaged(struct ftl *f, char *err, size_t errlen)
 	return -EUCLEAN;
 }
 
-int ftl_probe(struct nand_dev *dev, struct ftl_info *info, char *err, size_t errlen)
+/*
+ * The format a superblock holds, checked against the device: 0, -EINVAL
+ * (impossible: the superblock was crafted or damaged past its CRC) or
+ * -ENOTSUP, with err.  Sizes are compared by division: units * 4096 wraps
+ * for units >= 2^52 (2^62 + 1 units passed as 4096 bytes, and the open
+ * wrote the map out of bounds).
+ */
+static int sb_format_check(const struct ftl *f, const struct ftl_sb *sb, char *err, size_t errlen)
 {
-	char dummy[8];
-	if (!err) {
-		err = dummy;
-		errlen = sizeof dummy;
+	if (memcmp(sb->geo, &f->geo, sizeof sb->geo) != 0) {
+		snprintf(err, errlen, "the superblock was written for another geometry");
+		return -EINVAL;
 	}
-	err[0] = 0;
-	int rc = ftl_peek_format(dev, info);
-	if (rc != -ENODATA)
-		return rc;
-	struct ftl *f = calloc(1, sizeof *f);
-	if (!f)
-		return -ENOMEM;
-	rc = ftl_geometry_init(f, dev, err, errlen);
-	if (!rc)
-		rc = blank_or_damaged(f, err, errlen);
-	free(f);
-	return rc;
+	if ((sb->sector_size != 512 && sb->sector_size != 4096) || sb->unit_size != FTL_UNIT_SIZE ||
+	    !sb->units || sb->units > nand_raw_bytes(&f->geo) / FTL_UNIT_SIZE) {
+		snprintf(err, errlen, "the superblock holds an impossible format (%u-byte sectors, "
+			 "%llu units of %u bytes)", sb->sector_size, (unsigned long long)sb->units,
+			 sb->unit_size);
+		return -EINVAL;
+	}
+	if (sb->parity_width > 1 || (sb->parity_width && (f->row_width < 2 || f->row_width > 32))) {
+		snprintf(err, errlen, "formatted with %u parity dies per band stripe, which this "
+			 "version of flashd cannot serve", sb->parity_width);
+		return -ENOTSUP;
+	}
+	return 0;
 }
 
-int ftl_peek_format(struct nand_dev *dev, struct ftl_info *info)
+/* The superblock's format into info: 0, -ENODATA (none), or an error of
+ * sb_format_check. */
+static int peek_format(struct nand_dev *dev, struct ftl_info *info, char *err, size_t errlen)
 {
 	struct ftl *f = calloc(1, sizeof *f);
 	struct ftl_sb sb;
-	char err[128];
 	if (!f)
 		return -ENOMEM;
-	int rc = ftl_geometry_init(f, dev, err, sizeof err);
+	int rc = ftl_geometry_init(f, dev, err, errlen);
 	if (!rc) {
 		sb_locate(f);
-		rc = sb_load(f, &sb, err, sizeof err);
+		rc = sb_load(f, &sb, err, errlen);
 	}
+	if (!rc)
+		rc = sb_format_check(f, &sb, err, errlen);
 	if (!rc) {
 		memset(info, 0, sizeof *info);
 		info->format_id = sb.format_id;
@@ -569,6 +579,34 @@ int ftl_peek_format(struct nand_dev *dev, struct ftl_info *info)
 	}
 	free(f);
 	return rc;
+}
+
+int ftl_probe(struct nand_dev *dev, struct ftl_info *info, char *err, size_t errlen)
+{
+	char dummy[8];
+	if (!err) {
+		err = dummy;
+		errlen = sizeof dummy;
+	}
+	err[0] = 0;
+	int rc = peek_format(dev, info, err, errlen);
+	if (rc != -ENODATA)
+		return rc;
+	err[0] = 0;
+	struct ftl *f = calloc(1, sizeof *f);
+	if (!f)
+		return -ENOMEM;
+	rc = ftl_geometry_init(f, dev, err, errlen);
+	if (!rc)
+		rc = blank_or_damaged(f, err, errlen);
+	free(f);
+	return rc;
+}
+
+int ftl_peek_format(struct nand_dev *dev, struct ftl_info *info)
+{
+	char err[256];
+	return peek_format(dev, info, err, sizeof err);
 }
 
 static void drain_device(struct ftl *f);
@@ -592,20 +630,9 @@ static int step_superblock(struct open_ctx *c)
 		return blank_or_damaged(f, c->err, c->errlen);
 	if (rc)
 		return rc;
-	if (memcmp(c->sb.geo, &f->geo, sizeof c->sb.geo) != 0) {
-		snprintf(c->err, c->errlen, "the superblock was written for another geometry");
-		return -EINVAL;
-	}
-	if ((c->sb.sector_size != 512 && c->sb.sector_size != 4096) || !c->sb.units ||
-	    c->sb.units * FTL_UNIT_SIZE > nand_raw_bytes(&f->geo)) {
-		snprintf(c->err, c->errlen, "the superblock holds an impossible format");
-		return -EINVAL;
-	}
-	if (c->sb.parity_width > 1 || (c->sb.parity_width && (f->row_width < 2 || f->row_width > 32))) {
-		snprintf(c->err, c->errlen, "formatted with %u parity dies per band stripe, which this "
-			 "version of flashd cannot serve", c->sb.parity_width);
-		return -ENOTSUP;
-	}
+	rc = sb_format_check(f, &c->sb, c->err, c->errlen);
+	if (rc)
+		return rc;
 	f->parity = c->sb.parity_width;
 	f->format_id = c->sb.format_id;
 	f->sector_size = c->sb.sector_size;

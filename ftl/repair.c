@@ -290,7 +290,7 @@ int ftl_rebuild_superblock(struct nand_dev *dev, const struct ftl_rebuild_params
 			 sector ? "" : "sector size");
 		goto out;
 	}
-	if ((sector != 512 && sector != 4096) || units * FTL_UNIT_SIZE > nand_raw_bytes(&f->geo)) {
+	if ((sector != 512 && sector != 4096) || units > nand_raw_bytes(&f->geo) / FTL_UNIT_SIZE) {
 		snprintf(err, errlen, "impossible format: %u-byte sectors, %llu bytes", sector,
 			 (unsigned long long)(units * FTL_UNIT_SIZE));
 		goto out;
