@@ -1174,6 +1174,12 @@ int cp_load(struct ftl *f, const struct ftl_sb *sb, char *err, size_t errlen)
 	c->cur_nblocks = 0;
 	if (sb->cp_block == FTL_NO_BLOCK)
 		return 0;
+	if (sb->cp_block >= f->nblocks) {
+		/* not a block: no copy makes it one (the blocks it names are
+		 * marked below) */
+		why = "bad header block number";
+		goto bad;
+	}
 	uint64_t want = sb->cp_seq;
 	rc = cp_read(f, sb->cp_block, &want, true, &h, &hbuf, &why);
 	if (rc == -EILSEQ && (sb->flags & FTL_SB_CP_MIRROR) && sb->cp_mirror_block < f->nblocks) {

@@ -40,6 +40,9 @@ struct craft_field {
 	uint16_t off;   /* in the structure (in the element, for lists) */
 };
 
+/* (not listed: magics, CRCs, format ids, times, and what is read but used
+ * as no size, index or order: the checkpoint header's clean flag and
+ * statistics counters, the spare's flags) */
 #define CF(k, s, m) { #s "." #m, k, sizeof(((struct s *)0)->m), offsetof(struct s, m) }
 static const struct craft_field craft_fields[] = {
 	CF(CK_SB, ftl_sb, version),
@@ -66,9 +69,6 @@ static const struct craft_field craft_fields[] = {
 	CF(CK_CP_HDR, ftl_cp_hdr, nblocks),
 	CF(CK_CP_HDR, ftl_cp_hdr, nopen),
 	CF(CK_CP_HDR, ftl_cp_hdr, nbad),
-	CF(CK_CP_HDR, ftl_cp_hdr, clean),
-	CF(CK_CP_HDR, ftl_cp_hdr, stats_host_pages_written),
-	CF(CK_CP_HDR, ftl_cp_hdr, stats_blocks_erased),
 	CF(CK_CP_HDR, ftl_cp_hdr, sector_size),
 	CF(CK_CP_HDR, ftl_cp_hdr, ngroups),
 	CF(CK_CP_HDR, ftl_cp_hdr, l2p_written),
@@ -84,7 +84,6 @@ static const struct craft_field craft_fields[] = {
 	CF(CK_TRIM_RANGE, ftl_trim_range, start),
 	CF(CK_TRIM_RANGE, ftl_trim_range, count),
 	CF(CK_SPARE, ftl_spare, type),
-	CF(CK_SPARE, ftl_spare, flags),
 	CF(CK_SPARE, ftl_spare, lba),
 	CF(CK_SPARE, ftl_spare, seq),
 	CF(CK_SPARE, ftl_spare, reserved),

@@ -5,6 +5,9 @@
  *   sb_units    a superblock with units = 2^62 + 1 (units * 4096 wraps to
  *               4096, under the raw size): open, read-only too, probe and
  *               peek refuse it (-EINVAL), nothing is written out of bounds
+ *   cp_block    a superblock whose checkpoint block is no block (its header
+ *               copy intact): the checkpoint is taken for damaged, the
+ *               log replayed (nothing marked out of bounds)
  * The sanitizer build (t_ftl_image-san) turns any out-of-bounds access
  * into a failure.  Images live in /dev/shm (or /tmp) and are removed.
  */
@@ -31,6 +34,7 @@ static int wfd = -1;
 static uint64_t units;
 static uint16_t *hist;        /* [units]: bit v: the unit had version v (0: zeros) */
 static struct craft_limits lim;
+static unsigned ncases;
 
 static void fill(uint8_t *b, uint64_t unit, uint32_t ver)
 {
@@ -192,7 +196,7 @@ static void restore(const uint32_t *patched, int npatched)
 			put(data_off + (uint64_t)b * geo.pages_per_block * slot, geo.pages_per_block * slot);
 	}
 	free(t);
-	put(0, data_off);
+	put(0, table_off + (uint64_t)nblocks * 16);
 }
 
 /* ---- what is in the golden image ----------------------------------------- */
@@ -200,7 +204,8 @@ static void restore(const uint32_t *patched, int npatched)
 static uint64_t cp_seq_now;          /* the current checkpoint's */
 static uint32_t sb_pages[8], nsb;    /* the newest superblock update's copies */
 static uint32_t cp_pages[2], ncp;    /* the current checkpoint's header page 0, and its copy */
-static uint32_t cp_words;            /* u32 words of its lists */
+static uint32_t cp_bitmap, cp_nbitmap; /* where its bitmap of l2p pages is in the lists */
+static uint32_t cp_words[16], ncpw; /* words of its lists swept: each list's ends */
 static uint32_t foot_page = UINT32_MAX, trim_page = UINT32_MAX, trim_ranges;
 static uint32_t data_new = UINT32_MAX, data_old = UINT32_MAX, par_page = UINT32_MAX,
 		ppl_page = UINT32_MAX, l2p_page = UINT32_MAX;
@@ -229,7 +234,21 @@ static void golden_survey(void)
 	struct ftl_cp_hdr h;
 	memcpy(&h, gslot(cp_pages[0]), sizeof h);
 	CHECK_EQ(h.cp_seq, cp_seq_now);
-	cp_words = h.nblocks + h.nopen + h.nbad + (h.l2p_pages + 31) / 32 + 1 + 2 * h.ngroups;
+	/* the lists: blocks, open, bad, the bitmap, the copy, pblock, gend */
+	CHECK(h.nopen && (h.flags & FTL_CP_SPARSE) && (h.flags & FTL_CP_PARITY) && h.ngroups);
+	uint32_t ends[] = { 0, h.nblocks - 1, h.nblocks, h.nblocks + h.nopen - 1 };
+	uint32_t k = h.nblocks + h.nopen + h.nbad, nbm = (h.l2p_pages + 31) / 32;
+	memcpy(cp_words, ends, sizeof ends);
+	ncpw = 4;
+	if (h.nbad)
+		cp_words[ncpw++] = k - 1;
+	cp_bitmap = k;
+	cp_nbitmap = nbm;
+	cp_words[ncpw++] = k;                      /* bitmap */
+	cp_words[ncpw++] = k + nbm;                /* the header's copy */
+	cp_words[ncpw++] = k + nbm + 1;            /* pblock[0] */
+	cp_words[ncpw++] = k + nbm + 1 + h.ngroups; /* gend[0] */
+	cp_words[ncpw++] = k + nbm + 2 * h.ngroups; /* gend[last] */
 	uint64_t best_foot = 0, best_trim = 0, best_data = 0, best_par = 0, best_ppl = 0;
 	for (uint32_t ppa = 0; ppa < total; ppa++) {
 		struct ftl_spare sp;
@@ -238,12 +257,17 @@ static void golden_survey(void)
 			continue;
 		bool newer = sp.seq > cp_seq_now;
 		switch (sp.type) {
-		case FTL_PG_FOOTER:
-			if (sp.lba == 0 && newer && (foot_page == UINT32_MAX || sp.seq > best_foot)) {
+		case FTL_PG_FOOTER: {
+			/* of a block of data pages (a parity block's lists none) */
+			struct ftl_footer_entry e0;
+			memcpy(&e0, gslot(ppa) + sizeof(struct ftl_footer_hdr), sizeof e0);
+			if (sp.lba == 0 && newer && e0.lba < units &&
+			    (foot_page == UINT32_MAX || sp.seq > best_foot)) {
 				foot_page = ppa;
 				best_foot = sp.seq;
 			}
 			break;
+		}
 		case FTL_PG_TRIM:
 			if (sp.seq > best_trim) {
 				trim_page = ppa;
@@ -287,22 +311,183 @@ static void golden_survey(void)
 	CHECK(trim_ranges >= 1);
 }
 
+/* ---- one crafted image ----------------------------------------------------- */
+
+/* a crafted spare that names another unit or type is a write of that page
+ * to that unit as far as any check can tell: its reads are not compared */
+static bool forged;
+
+static void check_reads(struct ftl *f, const char *what, unsigned stride)
+{
+	uint8_t b[4096], e[4096];
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	for (uint64_t u = ncases % stride; u < info.units; u += stride) {
+		int rc = ftl_read_sync(f, b, u * 4096, 4096);
+		if (rc == -EIO)
+			continue;
+		if (rc) {
+			fprintf(stderr, "%s: unit %" PRIu64 ": read returned %d\n", what, u, rc);
+			exit(1);
+		}
+		bool ok = forged;
+		for (uint32_t v = 0; v < 16 && !ok && u < units; v++) {
+			if (!(hist[u] & (1u << v)))
+				continue;
+			if (v)
+				fill(e, u, v);
+			else
+				memset(e, 0, sizeof e);
+			ok = memcmp(b, e, sizeof b) == 0;
+		}
+		if (!ok && u >= units) { /* a crafted larger capacity: never written */
+			memset(e, 0, sizeof e);
+			ok = memcmp(b, e, sizeof b) == 0;
+		}
+		if (!ok) {
+			fprintf(stderr, "%s: unit %" PRIu64 ": data it never had\n", what, u);
+			exit(1);
+		}
+	}
+}
+
+/*
+ * Open the image as it is now.  Read-only: refused, or served (reads
+ * checked).  Read-write: refused, or served, and then three units written
+ * and flushed, a crash, and the next open must serve them.
+ */
+static void exercise(const char *what, bool rw, bool scan)
+{
+	char err[256];
+	struct ftl *f;
+	struct ftl_info info;
+	struct nand_dev *d = dev_open(false, !rw);
+	ncases++;
+	if (scan) {
+		struct ftl_scan_report rep;
+		ftl_scan(d, &rep, err, sizeof err);
+		ftl_probe(d, &info, err, sizeof err);
+	}
+	/* a small write buffer: ~2,500 opens, each allocating it */
+	struct ftl_open_params op = { .readonly = !rw, .write_buffer_slots = 64 };
+	int rc = ftl_open(d, &op, &f, err, sizeof err);
+	if (getenv("T_VERBOSE"))
+		fprintf(stderr, "%s (%s): open %d %s\n", what, rw ? "rw" : "ro", rc, rc ? err : "");
+	if (rc) {
+		CHECK(rc < 0 && err[0]);
+		nand_close(d);
+		return;
+	}
+	check_reads(f, what, 61);
+	if (!rw) {
+		ftl_close(f);
+		nand_close(d);
+		return;
+	}
+	ftl_get_info(f, &info);
+	uint64_t w[3] = { 0, info.units / 2, info.units - 1 };
+	uint8_t b[4096], e[4096];
+	bool wrote = true;
+	for (int i = 0; i < 3 && wrote; i++) {
+		fill(b, w[i], 9);
+		wrote = ftl_write_sync(f, b, w[i] * 4096, 4096, 0) == 0;
+	}
+	wrote = wrote && ftl_flush_sync(f) == 0;
+	ftl_abandon(f);
+	if (!wrote) {
+		/* the FTL failed (a crafted image may make it): nothing was
+		 * acknowledged as durable */
+		nand_close(d);
+		return;
+	}
+	op.readonly = false;
+	if (ftl_open(d, &op, &f, err, sizeof err)) {
+		fprintf(stderr, "%s: flushed writes, a crash, and the next open fails: %s\n", what, err);
+		exit(1);
+	}
+	for (int i = 0; i < 3; i++) {
+		fill(e, w[i], 9);
+		int r = ftl_read_sync(f, b, w[i] * 4096, 4096);
+		if (r || memcmp(b, e, sizeof b)) {
+			fprintf(stderr, "%s: unit %" PRIu64 " written and flushed before a crash: %s\n",
+				what, w[i], r ? "read fails" : "reads older data");
+			exit(1);
+		}
+	}
+	ftl_close(f);
+	nand_close(d);
+}
+
+/* Set field fd (element index) of the pages to v, make their checksums
+ * valid, run the image read-only and read-write. */
+/* Set field fd (element index) of the pages (or of their blocks' table
+ * entries) in the image to v, and make their checksums valid. */
+static void patch(const struct craft_field *fd, const uint32_t *ppas, int n, uint32_t index,
+		  uint64_t v)
+{
+	uint8_t *s = malloc(slot);
+	CHECK(s);
+	for (int i = 0; i < n; i++) {
+		if (fd->kind == CK_TABLE) {
+			uint8_t e[16];
+			uint32_t b = ppas[i] / geo.pages_per_block;
+			memcpy(e, golden + table_off + (size_t)b * 16, 16);
+			craft_put(e + fd->off, fd->width, v);
+			craft_fix_table(e);
+			CHECK(pwrite(wfd, e, 16, (off_t)(table_off + (uint64_t)b * 16)) == 16);
+			continue;
+		}
+		off_t at = (off_t)(data_off + (uint64_t)ppas[i] * slot);
+		CHECK(pread(wfd, s, slot, at) == (ssize_t)slot);
+		craft_put(s + craft_offset(fd, index, geo.page_size), fd->width, v);
+		craft_fix_slot(s, gslot(ppas[i]), geo.page_size);
+		CHECK(pwrite(wfd, s, slot, at) == (ssize_t)slot);
+	}
+	free(s);
+}
+
+/* Patch as above, run the image read-only (and read-write), restore. */
+static void craft_case(const struct craft_field *fd, const uint32_t *ppas, int n, uint32_t index,
+		       uint64_t v, bool rw)
+{
+	char what[160];
+	snprintf(what, sizeof what, "%s[%u] of page %u = %#" PRIx64, fd->name, index, ppas[0], v);
+	forged = fd->kind == CK_SPARE && (fd->off == offsetof(struct ftl_spare, lba) ||
+					  fd->off == offsetof(struct ftl_spare, type));
+	patch(fd, ppas, n, index, v);
+	/* scan and probe read superblocks, checkpoint headers, page 0s */
+	bool scan = fd->kind == CK_SB || fd->kind == CK_CP_HDR || fd->kind == CK_CP_LIST ||
+		    fd->kind == CK_TABLE;
+	exercise(what, false, scan);
+	if (rw)
+		exercise(what, true, false);
+	restore(ppas, n);
+}
+
+/* ---- a checkpoint pointer that is no block -------------------------------- */
+
+static const struct craft_field *field(const char *name)
+{
+	for (size_t i = 0; i < CRAFT_NFIELDS; i++)
+		if (!strcmp(craft_fields[i].name, name))
+			return &craft_fields[i];
+	fprintf(stderr, "no field %s\n", name);
+	exit(1);
+}
+
+static void t_cp_block(void)
+{
+	craft_case(field("ftl_sb.cp_block"), sb_pages, (int)nsb, 0, lim.nblocks, true);
+	printf("ok: cp_block: a superblock naming block %u (of %u) for its checkpoint: the "
+	       "checkpoint taken for damaged, the log replayed, data right\n", lim.nblocks,
+	       lim.nblocks);
+}
+
 /* ---- superblock units that wrap ----------------------------------------- */
 
 static void t_sb_units(void)
 {
-	static const struct craft_field units_field = { "ftl_sb.units", CK_SB, 8,
-							offsetof(struct ftl_sb, units) };
-	uint8_t *s = malloc(slot);
-	CHECK(s);
-	for (uint32_t i = 0; i < nsb; i++) {
-		memcpy(s, gslot(sb_pages[i]), slot);
-		craft_put(s + units_field.off, 8, (1ull << 62) + 1);
-		craft_fix_slot(s, gslot(sb_pages[i]), geo.page_size);
-		CHECK(pwrite(wfd, s, slot, (off_t)(data_off + (uint64_t)sb_pages[i] * slot)) ==
-		      (ssize_t)slot);
-	}
-	free(s);
+	patch(field("ftl_sb.units"), sb_pages, (int)nsb, 0, (1ull << 62) + 1);
 	char err[256];
 	struct ftl *f = NULL;
 	struct ftl_info info;
@@ -346,6 +531,7 @@ int main(void)
 	golden_make();
 	golden_survey();
 	t_sb_units();
+	t_cp_block();
 	printf("ok\n");
 	return 0;
 }
