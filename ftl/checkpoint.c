@@ -1002,6 +1002,7 @@ static int cp_read(struct ftl *f, uint32_t block, const uint64_t *want_seq, bool
 					       nbitmap + nextra + 1 + f->nbands)
 				: hdr_min;
 	if (h.format_id != f->format_id || (want_seq && h.cp_seq != *want_seq) ||
+	    h.cp_seq >= FTL_SEQ_LIMIT ||
 	    h.units != f->units || h.l2p_pages != cp_l2p_pages(f) ||
 	    (h.flags & ~(FTL_CP_SPARSE | FTL_CP_PARITY | FTL_CP_DOOMED | FTL_CP_REFRESH)) ||
 	    (par && (!nextra || !sparse)) ||

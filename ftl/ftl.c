@@ -271,7 +271,7 @@ int spare_parse(struct ftl *f, const void *spare, struct ftl_spare *out)
 		return -ENODATA;
 	if (out->magic != FTL_SPARE_MAGIC ||
 	    out->crc != crc32c(0, out, offsetof(struct ftl_spare, crc)) ||
-	    out->version != FTL_MEDIA_VERSION)
+	    out->version != FTL_MEDIA_VERSION || out->seq >= FTL_SEQ_LIMIT)
 		return -EILSEQ;
 	if (out->format_id != f->format_id)
 		return -EILSEQ;

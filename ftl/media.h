@@ -78,6 +78,12 @@
 #define FTL_CP_MAGIC "FLASHCPT"
 #define FTL_TRIM_MAGIC 0x4D495254u    /* "TRIM" */
 #define FTL_NO_BLOCK 0xFFFFFFFFu
+/* Sequence numbers (log pages, checkpoints, superblock updates) stay below
+ * this: 2^62 at ten million pages a second takes 14,000 years.  A larger
+ * one on the media was not written by the FTL, and is not taken: as the
+ * log's newest it would wrap the numbering, and writes after it would
+ * replay as older than the checkpoint (lost at the next crash). */
+#define FTL_SEQ_LIMIT (1ull << 62)
 
 enum ftl_page_type {
 	FTL_PG_DATA = 1,    /* lba = mapping unit */

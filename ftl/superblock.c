@@ -35,7 +35,8 @@ void sb_locate(struct ftl *f)
 static bool sb_page_valid(const struct ftl_sb *sb)
 {
 	return memcmp(sb->magic, FTL_SB_MAGIC, 8) == 0 && sb->version == FTL_MEDIA_VERSION &&
-	       sb->size == sizeof *sb && sb->crc == crc32c(0, sb, offsetof(struct ftl_sb, crc));
+	       sb->size == sizeof *sb && sb->crc == crc32c(0, sb, offsetof(struct ftl_sb, crc)) &&
+	       sb->sb_seq < FTL_SEQ_LIMIT;
 }
 
 void sb_fill(struct ftl *f, struct ftl_sb *sb, bool clean)

@@ -184,7 +184,11 @@ int footer_parse(struct ftl *f, uint32_t block, const uint8_t *buf, const uint8_
 	    h.format_id != f->format_id || h.data_pages != f->data_pages ||
 	    h.entries_crc != crc32c(0, buf + sizeof h, (size_t)f->data_pages * sizeof **entries))
 		return -EILSEQ;
-	*entries = (const struct ftl_footer_entry *)(buf + sizeof h);
+	const struct ftl_footer_entry *e = (const struct ftl_footer_entry *)(buf + sizeof h);
+	for (uint32_t p = 0; p < f->data_pages; p++)
+		if (e[p].seq >= FTL_SEQ_LIMIT)
+			return -EILSEQ;
+	*entries = e;
 	return 0;
 }
 

@@ -8,6 +8,14 @@
  *   cp_block    a superblock whose checkpoint block is no block (its header
  *               copy intact): the checkpoint is taken for damaged, the
  *               log replayed (nothing marked out of bounds)
+ *   seq_wrap    a log page numbered 2^64 - 1 in its spare, or 2^62 + 1 in a
+ *               footer entry, a checkpoint numbered 2^64 - 2 (an empty
+ *               map, and the superblock naming it): not taken
+ *               (FTL_SEQ_LIMIT: damaged, the log replayed), so the
+ *               numbering does not wrap and the writes after the open are
+ *               not older than the checkpoint
+ *   sb_seq      a superblock update numbered 2^64 - 1 is ignored (the
+ *               next, numbered 0, would lose to it at every open)
  * The sanitizer build (t_ftl_image-san) turns any out-of-bounds access
  * into a failure.  Images live in /dev/shm (or /tmp) and are removed.
  */
@@ -483,6 +491,58 @@ static void t_cp_block(void)
 	       lim.nblocks);
 }
 
+/* ---- a sequence number that wraps the log's -------------------------------- */
+
+static void t_seq_wrap(void)
+{
+	craft_case(field("ftl_spare.seq"), &data_new, 1, 0, UINT64_MAX, true);
+	craft_case(field("ftl_footer_entry.seq"), &foot_page, 1, 0, (1ull << 62) + 1, true);
+	/* a checkpoint numbered 2^64 - 2, as the superblock naming it says,
+	 * with an empty map (no l2p page, whose spare would carry the number) */
+	patch(field("ftl_sb.cp_seq"), sb_pages, (int)nsb, 0, UINT64_MAX - 1);
+	patch(field("ftl_cp_hdr.l2p_written"), cp_pages, (int)ncp, 0, 0);
+	for (uint32_t w = 0; w < cp_nbitmap; w++)
+		patch(field("cp_list.word"), cp_pages, (int)ncp, cp_bitmap + w, 0);
+	craft_case(field("ftl_cp_hdr.cp_seq"), cp_pages, (int)ncp, 0, UINT64_MAX - 1, true);
+	restore(sb_pages, (int)nsb);
+	printf("ok: seq_wrap: log pages numbered 2^64 - 1 (spare) and 2^62 + 1 (footer entry), "
+	       "a checkpoint 2^64 - 2: not taken; writes flushed after the open read back after "
+	       "a crash\n");
+}
+
+/*
+ * The newest superblock update numbered 2^64 - 1: the next update (2^64
+ * wraps to 0) would lose to it at every open after, and the open would
+ * take the checkpoint it names and its clean flag.  Ignored: the update
+ * before it counts, and after a clean close the next open finds it clean.
+ */
+static void t_sb_seq(void)
+{
+	patch(field("ftl_sb.sb_seq"), sb_pages, (int)nsb, 0, UINT64_MAX);
+	struct nand_dev *d = dev_open(false, false);
+	struct ftl *f = open_ok(d, NULL);
+	struct ftl_info info;
+	for (uint64_t u = 0; u < 3; u++)
+		write_v(f, u, 4);
+	CHECK_RC(ftl_close(f));
+	f = open_ok(d, NULL);
+	ftl_get_info(f, &info);
+	if (!info.was_clean || info.checkpoint_damaged) {
+		fprintf(stderr, "sb_seq: after a clean close the open finds it %s%s\n",
+			info.was_clean ? "clean" : "not clean",
+			info.checkpoint_damaged ? ", its checkpoint damaged" : "");
+		exit(1);
+	}
+	check_reads(f, "sb_seq", 1);
+	CHECK_RC(ftl_close(f));
+	nand_close(d);
+	restore(sb_pages, (int)nsb);
+	for (uint64_t u = 0; u < 3; u++)
+		hist[u] &= (uint16_t)~(1u << 4);
+	printf("ok: sb_seq: a superblock update numbered 2^64 - 1 ignored; clean after a clean "
+	       "close\n");
+}
+
 /* ---- superblock units that wrap ----------------------------------------- */
 
 static void t_sb_units(void)
@@ -532,6 +592,8 @@ int main(void)
 	golden_survey();
 	t_sb_units();
 	t_cp_block();
+	t_seq_wrap();
+	t_sb_seq();
 	printf("ok\n");
 	return 0;
 }
