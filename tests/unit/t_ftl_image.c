@@ -16,6 +16,17 @@
  *               not older than the checkpoint
  *   sb_seq      a superblock update numbered 2^64 - 1 is ignored (the
  *               next, numbered 0, would lose to it at every open)
+ *   sweep       every field of tests/fuzz/image_craft.h (superblock,
+ *               checkpoint header and lists, footer header and entries,
+ *               trim record, spare of each page kind, block table entry)
+ *               set to each extreme value, checksums made valid again:
+ *               open (read-only, and read-write) refuses cleanly or
+ *               serves; a read returns one of the unit's versions or
+ *               -EIO; after a read-write open, writes flushed before a
+ *               crash read back at the next open (sequence numbers from
+ *               the media must not wrap the log's).  A subset of the
+ *               values by default (~1,000 opens); T_IMAGE_FULL=1 for all
+ *               (~2,500)
  * The sanitizer build (t_ftl_image-san) turns any out-of-bounds access
  * into a failure.  Images live in /dev/shm (or /tmp) and are removed.
  */
@@ -42,7 +53,7 @@ static int wfd = -1;
 static uint64_t units;
 static uint16_t *hist;        /* [units]: bit v: the unit had version v (0: zeros) */
 static struct craft_limits lim;
-static unsigned ncases;
+static unsigned ncases, nrefused, nserved;
 
 static void fill(uint8_t *b, uint64_t unit, uint32_t ver)
 {
@@ -383,9 +394,11 @@ static void exercise(const char *what, bool rw, bool scan)
 		fprintf(stderr, "%s (%s): open %d %s\n", what, rw ? "rw" : "ro", rc, rc ? err : "");
 	if (rc) {
 		CHECK(rc < 0 && err[0]);
+		nrefused++;
 		nand_close(d);
 		return;
 	}
+	nserved++;
 	check_reads(f, what, 61);
 	if (!rw) {
 		ftl_close(f);
@@ -470,6 +483,97 @@ static void craft_case(const struct craft_field *fd, const uint32_t *ppas, int n
 	if (rw)
 		exercise(what, true, false);
 	restore(ppas, n);
+}
+
+/*
+ * The values of craft_value each field is set to: all of them with
+ * T_IMAGE_FULL=1 in the environment (~2,500 opens, ~40 s), else those
+ * that found something before: 0, 1, the type's max, 2^32, 2^62 + 1, one
+ * more and one less than stored, units and one more, the block count and
+ * one less, every column (~900 opens).  A read-write run costs two opens
+ * and a restore: for 0, max, 2^62 + 1 and one more only.
+ */
+static bool full;
+
+static bool ro_value(unsigned k)
+{
+	return full || k == 0 || k == 1 || k == 2 || k == 5 || k == 7 || k == 9 || k == 10 ||
+	       k == 11 || k == 12 || k == 15 || k == 16 || k == 21;
+}
+
+static bool rw_value(unsigned k)
+{
+	return k == 0 || k == 2 || k == 7 || k == 9 || (full && (k == 5 || k == 13 || k == 15 || k == 17));
+}
+
+static void sweep_field(const struct craft_field *fd, const uint32_t *ppas, int n, uint32_t index)
+{
+	uint64_t seen[CRAFT_NVALUES];
+	unsigned nseen = 0;
+	uint64_t orig;
+	if (fd->kind == CK_TABLE)
+		orig = craft_get(golden + table_off + (size_t)(ppas[0] / geo.pages_per_block) * 16 + fd->off,
+				 fd->width);
+	else
+		orig = craft_get(gslot(ppas[0]) + craft_offset(fd, index, geo.page_size), fd->width);
+	for (unsigned k = 0; k < CRAFT_NVALUES; k++) {
+		if (!ro_value(k))
+			continue;
+		uint64_t v = craft_value(k, orig, fd->width, &lim);
+		bool dup = v == orig;
+		for (unsigned i = 0; i < nseen && !dup; i++)
+			dup = seen[i] == v;
+		if (dup)
+			continue;
+		seen[nseen++] = v;
+		craft_case(fd, ppas, n, index, v, rw_value(k));
+	}
+}
+
+static void t_sweep(void)
+{
+	for (size_t i = 0; i < CRAFT_NFIELDS; i++) {
+		const struct craft_field *fd = &craft_fields[i];
+		switch (fd->kind) {
+		case CK_SB:
+			sweep_field(fd, sb_pages, (int)nsb, 0);
+			break;
+		case CK_CP_HDR:
+			sweep_field(fd, cp_pages, (int)ncp, 0);
+			break;
+		case CK_CP_LIST:
+			for (uint32_t w = 0; w < ncpw; w++)
+				sweep_field(fd, cp_pages, (int)ncp, cp_words[w]);
+			break;
+		case CK_FOOT_HDR:
+			sweep_field(fd, &foot_page, 1, 0);
+			break;
+		case CK_FOOT_ENTRY:
+			sweep_field(fd, &foot_page, 1, 0);
+			sweep_field(fd, &foot_page, 1, lim.data_pages - 1);
+			break;
+		case CK_TRIM_HDR:
+			sweep_field(fd, &trim_page, 1, 0);
+			break;
+		case CK_TRIM_RANGE:
+			sweep_field(fd, &trim_page, 1, 0);
+			if (trim_ranges > 1)
+				sweep_field(fd, &trim_page, 1, trim_ranges - 1);
+			break;
+		case CK_SPARE: {
+			uint32_t pages[] = { data_new, data_old, par_page, ppl_page, l2p_page, trim_page };
+			for (size_t k = 0; k < sizeof pages / sizeof pages[0]; k++)
+				sweep_field(fd, &pages[k], 1, 0);
+			break;
+		}
+		case CK_TABLE:
+			sweep_field(fd, &data_new, 1, 0);
+			sweep_field(fd, &sb_pages[0], 1, 0);
+			break;
+		}
+	}
+	printf("ok: sweep: %u crafted opens (%u refused, %u served: reads right or EIO, "
+	       "flushed writes back after a crash)\n", ncases, nrefused, nserved);
 }
 
 /* ---- a checkpoint pointer that is no block -------------------------------- */
@@ -588,12 +692,14 @@ int main(void)
 	CHECK(mkdtemp(dir));
 	snprintf(path, sizeof path, "%s/image", dir);
 	atexit(cleanup);
+	full = getenv("T_IMAGE_FULL") != NULL;
 	golden_make();
 	golden_survey();
 	t_sb_units();
 	t_cp_block();
 	t_seq_wrap();
 	t_sb_seq();
+	t_sweep();
 	printf("ok\n");
 	return 0;
 }
