@@ -13,6 +13,7 @@
 #ifndef FLASHD_IMAGE_CRAFT_H
 #define FLASHD_IMAGE_CRAFT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -31,6 +32,7 @@ enum craft_kind {
 	CK_TRIM_RANGE,  /* its ranges: index = range */
 	CK_SPARE,       /* struct ftl_spare of any page */
 	CK_TABLE,       /* the simulator's block table entry of the page's block */
+	CK_NKINDS
 };
 
 struct craft_field {
@@ -184,12 +186,12 @@ static inline uint32_t craft_offset(const struct craft_field *fd, uint32_t index
 	}
 }
 
-/* Does field fd apply to the page whose spare is sp? */
-static inline bool craft_applies(const struct craft_field *fd, const struct ftl_spare *sp)
+/* Do the fields of a kind apply to the page whose spare is sp? */
+static inline bool craft_applies(unsigned kind, const struct ftl_spare *sp)
 {
 	if (sp->magic != FTL_SPARE_MAGIC)
-		return fd->kind == CK_TABLE;
-	switch (fd->kind) {
+		return kind == CK_TABLE;
+	switch (kind) {
 	case CK_SB: return sp->type == FTL_PG_SB;
 	case CK_CP_HDR:
 	case CK_CP_LIST: return sp->type == FTL_PG_CKPT && sp->lba == 0;

@@ -91,6 +91,13 @@ def rec(page, flags, off, data):
     return struct.pack("<HBHB", page, flags, off, len(data)) + data
 
 
+# a field (tests/fuzz/image_craft.h, craft_fields[idx]) of the sel-th page it
+# applies to set to craft_value number k (elem: list word, entry, range)
+def field(sel, idx, k, elem=0):
+    return rec(sel, 3, idx, bytes([k, elem & 0xFF, elem >> 8]))
+
+
+# byte 0 bit 7: the parity image
 images = {
     "ro_open_clean": b"\x00",
     "scan": b"\x01",
@@ -104,6 +111,18 @@ images = {
     "spare_lba": b"\x00" + rec(200, 1, 8, struct.pack("<I", 0xFFFFFFF0)),
     "table_wp": b"\x00" + rec(3, 2, 0, struct.pack("<I", 0xFFFF)),
     "nocrc_flip": b"\x01" + rec(2, 4, 10, b"\xff\xff"),
+    "parity_ro": b"\x80",
+    "parity_rw": b"\x83",
+    "field_sb_units": b"\x00" + field(0, 6, 7) + field(1, 6, 7),
+    "field_sb_cp_block": b"\x80" + field(0, 7, 15) + field(1, 7, 15),
+    "field_cp_nblocks": b"\x80" + field(0, 21, 2),
+    "field_cp_list": b"\x83" + field(0, 28, 9, 3),
+    "field_footer_seq": b"\x83" + field(5, 32, 2, 0),
+    "field_footer_lba": b"\x80" + field(9, 33, 12, 1),
+    "field_trim_range": b"\x03" + field(0, 36, 11, 0),
+    "field_spare_seq": b"\x83" + field(700, 40, 2),
+    "field_spare_mask": b"\x80" + field(900, 41, 21),
+    "field_table_wp": b"\x03" + field(3, 42, 17),
 }
 os.makedirs(os.path.join(out, "image"), exist_ok=True)
 for name, data in images.items():
