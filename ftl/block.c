@@ -239,11 +239,13 @@ int blk_init(struct ftl *f)
 {
 	f->blk = ftl_alloc(f, (size_t)f->nblocks * sizeof *f->blk);
 	f->blk_max_seq = ftl_alloc(f, (size_t)f->nblocks * sizeof *f->blk_max_seq);
+	f->blk_min_seq = ftl_alloc(f, (size_t)f->nblocks * sizeof *f->blk_min_seq);
 	f->band = ftl_alloc(f, (size_t)f->nbands * sizeof *f->band);
 	f->band_free = ftl_alloc(f, f->nrows * sizeof *f->band_free);
 	f->nbuckets = f->row_width * f->data_pages + 1;
 	f->band_bucket = ftl_alloc(f, (size_t)f->nbuckets * sizeof *f->band_bucket);
-	if (!f->blk || !f->blk_max_seq || !f->band || !f->band_free || !f->band_bucket)
+	if (!f->blk || !f->blk_max_seq || !f->blk_min_seq || !f->band || !f->band_free ||
+	    !f->band_bucket)
 		return -ENOMEM;
 	for (uint32_t b = 0; b < f->nblocks; b++)
 		f->blk[b].next = f->blk[b].prev = FTL_NO_BLOCK;
@@ -327,6 +329,7 @@ void blk_set_free(struct ftl *f, uint32_t b)
 	f->blk[b].wp = 0;
 	f->blk[b].valid = 0;
 	f->blk_max_seq[b] = 0;
+	f->blk_min_seq[b] = UINT64_MAX;
 }
 
 void blk_set_dirty(struct ftl *f, uint32_t b)

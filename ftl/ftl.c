@@ -138,6 +138,19 @@ int ftl_check_data(struct ftl *f, const void *data, const void *spare, uint64_t 
 		ftl_crc_error(f, ppa, "data page");
 		return -EIO;
 	}
+	uint64_t oldest = f->blk_min_seq[ppa_block(f, ppa)];
+	if (sp.seq < oldest) {
+		/* written before the block's last erase: the storage returned
+		 * an older copy of the page (a lost write, a restored file) */
+		f->st.read_errors_uncorrectable++;
+		if (log_this_one(++f->stale_reads))
+			ftl_log("unit %llu: page %u holds an older copy (sequence %llu; its block "
+				"was written from %llu on): the storage returned a page older than "
+				"what the FTL wrote there; treated as unreadable (%llu such reads)",
+				(unsigned long long)unit, ppa, (unsigned long long)sp.seq,
+				(unsigned long long)oldest, (unsigned long long)f->stale_reads);
+		return -EIO;
+	}
 	return 0;
 }
 

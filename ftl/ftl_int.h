@@ -514,6 +514,14 @@ struct ftl {
 	uint64_t *blk_max_seq;      /* [nblocks]: newest log page programmed
 	                             * into it since it was last erased (0 if
 	                             * none since open) */
+	/* [nblocks]: oldest log page in it since it was last erased, where
+	 * every one is known (programmed since the open, or read whole by
+	 * recovery): UINT64_MAX while there is none; 0 where unknown (blocks
+	 * older than the checkpoint at open, or with a page recovery could not
+	 * read).  A data page read from it with an older sequence number is an
+	 * older copy the storage returned (ftl_check_data) */
+	uint64_t *blk_min_seq;
+	uint64_t stale_reads;       /* reads that found such a page (for the log) */
 	uint64_t write_clock;       /* user pages programmed (band age) */
 	double age_avg;             /* mean age (write clock) of the versions host
 	                             * writes replace: the mean rewrite interval */

@@ -97,8 +97,9 @@ static void read_finish_one(struct ftl *f, struct ftl_io *io)
 
 /*
  * The verdict on a read of unit's page ppa into data: 0 or an error.  The
- * spare must name the unit and the data must match the CRC32C in the spare
- * (a CORRECTED read is checked too: ECC can miscorrect).
+ * spare must name the unit, the data must match the CRC32C in the spare (a
+ * CORRECTED read is checked too: ECC can miscorrect), and the page must not
+ * be older than its block's last erase (blk_min_seq).
  */
 static int read_verdict(struct ftl *f, const struct nand_op *op, const void *data,
 			const void *spare, uint64_t unit, uint32_t ppa)

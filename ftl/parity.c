@@ -629,6 +629,8 @@ static bool own_page_done(struct ftl *f, struct nand_op *op, uint64_t seq)
 		f->cp.pages_since++;
 		if (seq > f->blk_max_seq[b])
 			f->blk_max_seq[b] = seq;
+		if (seq < f->blk_min_seq[b])
+			f->blk_min_seq[b] = seq;
 	}
 	blk_programs_settled(f, b);
 	return !ok;

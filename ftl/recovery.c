@@ -189,6 +189,9 @@ struct rctx {
 	/* footers being read: pages of one block arrive in a row */
 	uint8_t *foot_buf, *foot_spares;
 	uint8_t *no_footer;   /* [nblocks]: scan its spares */
+	/* [nblocks]: oldest log page of a block looked at whole (blk_min_seq),
+	 * 0 once a page of it could not be read */
+	uint64_t *min_seq;
 	/* page-0 reads per die, and how many failed: a die where all failed
 	 * is dead */
 	uint32_t *die_reads, *die_fails;
@@ -238,6 +241,9 @@ static void foot_result(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op
 		x->no_footer[b] = 1;
 		return;
 	}
+	for (uint32_t p = 0; p < f->data_pages; p++)
+		if (e[p].lba != FTL_FOOTER_NONE && e[p].seq < x->min_seq[b])
+			x->min_seq[b] = e[p].seq;
 	for (uint32_t p = 0; p < f->data_pages; p++) {
 		if (e[p].lba == FTL_FOOTER_NONE || e[p].seq <= f->cp.cur_seq)
 			continue;
@@ -306,6 +312,7 @@ static void scan_result(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op
 	struct rctx *x = ctx;
 	struct ftl_spare sp;
 	if (op->status != NAND_OK && op->status != NAND_CORRECTED) {
+		x->min_seq[op->block] = 0;
 		/* torn (never acknowledged) or unreadable: with parity, its
 		 * stripe may still say what it held (unread_rebuild) */
 		if (f->parity && !x->dead[block_die(f, op->block)] && op->page < f->data_pages) {
@@ -325,6 +332,8 @@ static void scan_result(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op
 	}
 	if (spare_parse(f, op->spare, &sp) != 0)
 		return;
+	if (sp.seq < x->min_seq[op->block])
+		x->min_seq[op->block] = sp.seq;
 	if (sp.seq <= f->cp.cur_seq)
 		return;
 	if (sp.type == FTL_PG_DATA && sp.lba >= f->units)
@@ -469,12 +478,15 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 	x.die_reads = calloc(f->ndies, sizeof *x.die_reads);
 	x.die_fails = calloc(f->ndies, sizeof *x.die_fails);
 	x.dead = calloc(f->ndies, 1);
+	x.min_seq = malloc(f->nblocks * sizeof *x.min_seq);
 	x.units = f->units;
 	if (!x.cls || !x.list || !x.no_footer || !x.foot_buf || !x.foot_spares || !x.die_reads ||
-	    !x.die_fails || !x.dead) {
+	    !x.die_fails || !x.dead || !x.min_seq) {
 		rc = -ENOMEM;
 		goto out;
 	}
+	for (uint32_t b = 0; b < f->nblocks; b++)
+		x.min_seq[b] = UINT64_MAX;
 
 	/* 1. first pages, die-interleaved */
 	for (uint32_t i = 0; i < f->nblocks; i++) {
@@ -672,8 +684,13 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 		case RC_DATA:
 		case RC_SCAN:
 			blk_set_closed(f, b);
+			/* read whole: the oldest page is known (an older block's
+			 * page 0 is not its oldest when a program failed and was
+			 * retried into it: unknown) */
+			f->blk_min_seq[b] = x.cls[b] == RC_SCAN ? x.min_seq[b] : 0;
 			break;
 		case RC_UNREADABLE:
+			f->blk_min_seq[b] = 0;
 			if (k->valid)
 				blk_set_closed(f, b);
 			else
@@ -749,6 +766,7 @@ out:
 	free(x.die_reads);
 	free(x.die_fails);
 	free(x.dead);
+	free(x.min_seq);
 	free(x.unread);
 	return rc;
 }

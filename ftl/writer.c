@@ -484,6 +484,8 @@ static void slot_program_done(struct nand_op *op)
 	f->cp.pages_since++;
 	if (sl->seq > f->blk_max_seq[b])
 		f->blk_max_seq[b] = sl->seq;
+	if (sl->seq < f->blk_min_seq[b])
+		f->blk_min_seq[b] = sl->seq;
 	sl->state = SLOT_DONE;
 	if (sl->type == FTL_PG_DATA) {
 		uint32_t ref = L2P_SLOT | (s->id == STREAM_GC ? L2P_SLOT_GC : 0) | idx;
