@@ -379,7 +379,10 @@ typedef void (*nand_log_fn)(void *arg, const char *msg);
 struct nand_sim_config {
 	const char *preset;        /* required when creating an image */
 	const char *path;          /* image file; NULL keeps everything in RAM */
-	bool create;               /* create (or overwrite) the image */
+	bool create;               /* create (or overwrite) the image: built as
+				    * PATH.creating, renamed to PATH once
+				    * complete (PATH never names a half-made
+				    * image; one in use is not replaced) */
 	bool readonly;             /* open the image read-only */
 	bool timing;               /* timing model on: ops take preset time */
 	bool sync_on_flush;        /* nand_sync() calls fdatasync (file only) */

@@ -57,6 +57,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1471,6 +1472,76 @@ static int table_check(struct sim *s, const struct nand_preset *p, const char *p
 	return 0;
 }
 
+/*
+ * Creating an image file.  It is built under a temporary name beside the
+ * image (PATH.creating, locked like an image) and renamed to PATH only once
+ * its header and block table are written and synced: PATH never names a
+ * half-made image, so a creation cut short at any point (a signal, a
+ * crash, a full disk) leaves no image, and the next creation starts again
+ * (in the PATH.creating left behind, if any).  A symbolic link at PATH is
+ * followed, as open(O_CREAT) would: the image is made where it points.
+ */
+static char *create_target(const char *path)
+{
+	char *cur = strdup(path);
+	for (int depth = 0; cur && depth < 8; depth++) {
+		struct stat st;
+		char link[4096];
+		if (lstat(cur, &st) < 0 || !S_ISLNK(st.st_mode))
+			break;
+		ssize_t n = readlink(cur, link, sizeof link - 1);
+		if (n < 0)
+			break;
+		link[n] = 0;
+		const char *slash = strrchr(cur, '/');
+		int dirlen = link[0] != '/' && slash ? (int)(slash - cur + 1) : 0;
+		char *next = malloc((size_t)dirlen + (size_t)n + 1);
+		if (next)
+			sprintf(next, "%.*s%s", dirlen, cur, link);
+		free(cur);
+		cur = next;
+	}
+	return cur;
+}
+
+/* The complete image at *tmp becomes target (and *tmp is freed and NULL
+ * once renamed).  An image already there is replaced only if no process
+ * has it open (its lock is held across the rename, so none can open it
+ * meanwhile); the directory is synced, so the name survives a power cut as
+ * the image's contents do. */
+static int image_publish(char **tmp, const char *target, char *err, size_t errlen)
+{
+	int rc = 0, old = open(target, O_RDONLY | O_CLOEXEC);
+	if (old >= 0 && flock(old, LOCK_EX | LOCK_NB) < 0) {
+		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+		seterr(err, errlen, "NAND image %s is in use by another process (%s)", target, "locked");
+		close(old);
+		return rc;
+	}
+	char *dir = strdup(target);
+	if (!dir) {
+		rc = -ENOMEM;
+	} else if (rename(*tmp, target) < 0) {
+		rc = -errno;
+		seterr(err, errlen, "cannot rename the new NAND image to %s: %s", target, strerror(-rc));
+	} else {
+		free(*tmp);
+		*tmp = NULL; /* it is the image now */
+		int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (dfd < 0 || fsync(dfd) < 0) {
+			rc = -errno;
+			seterr(err, errlen, "created NAND image %s, but syncing its directory failed: %s",
+			       target, strerror(-rc));
+		}
+		if (dfd >= 0)
+			close(dfd);
+	}
+	free(dir);
+	if (old >= 0)
+		close(old);
+	return rc;
+}
+
 static int geometry_ok(const struct nand_geometry *g)
 {
 	if (!g->channels || !g->dies_per_channel || !g->blocks_per_die || !g->pages_per_block ||
@@ -1487,6 +1558,7 @@ int nand_sim_open(const struct nand_sim_config *cfg, struct nand_dev **out, char
 {
 	const struct nand_preset *p = NULL;
 	struct sim *s = calloc(1, sizeof *s);
+	char *target = NULL, *tmp = NULL; /* creating: the image, its name until complete */
 	int rc;
 
 	if (!s)
@@ -1573,20 +1645,36 @@ int nand_sim_open(const struct nand_sim_config *cfg, struct nand_dev **out, char
 	}
 
 	int flags = cfg->readonly ? O_RDONLY : O_RDWR;
-	if (cfg->create)
-		flags |= O_CREAT;
-	s->fd = open(cfg->path, flags | O_CLOEXEC, 0644);
+	const char *open_path = cfg->path;
+	if (cfg->create) {
+		/* made as tmp, renamed to target once complete (create_target) */
+		target = create_target(cfg->path);
+		tmp = target ? malloc(strlen(target) + sizeof ".creating") : NULL;
+		if (!tmp) {
+			free(target);
+			free(s);
+			return -ENOMEM;
+		}
+		sprintf(tmp, "%s.creating", target);
+		open_path = tmp;
+		flags = O_RDWR | O_CREAT;
+	}
+	s->fd = open(open_path, flags | O_CLOEXEC, 0644);
 	if (s->fd < 0) {
 		rc = -errno;
-		seterr(err, errlen, "cannot open NAND image %s: %s", cfg->path, strerror(-rc));
+		seterr(err, errlen, "cannot open NAND image %s: %s", open_path, strerror(-rc));
+		free(tmp);
+		free(target);
 		free(s);
 		return rc;
 	}
 	if (flock(s->fd, (cfg->readonly ? LOCK_SH : LOCK_EX) | LOCK_NB) < 0) {
 		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
-		seterr(err, errlen, "NAND image %s is in use by another process (%s)", cfg->path,
-		       "locked");
+		seterr(err, errlen, "NAND image %s is in use by another process (%s)", open_path,
+		       cfg->create ? "being created" : "locked");
 		close(s->fd);
+		free(tmp);
+		free(target);
 		free(s);
 		return rc;
 	}
@@ -1643,8 +1731,12 @@ int nand_sim_open(const struct nand_sim_config *cfg, struct nand_dev **out, char
 		header_seal(s);
 		if (msync(s->hdr, s->map_len, MS_SYNC) < 0 || fsync(s->fd) < 0) {
 			rc = -errno;
+			seterr(err, errlen, "cannot write NAND image %s: %s", tmp, strerror(-rc));
 			goto fail;
 		}
+		rc = image_publish(&tmp, target, err, errlen);
+		if (rc)
+			goto fail;
 	} else {
 		struct sim_header h;
 		ssize_t n = pread(s->fd, &h, sizeof h, 0);
@@ -1800,10 +1892,15 @@ opened:
 		em = strcmp(env, "0") != 0;
 	if (em && (rc = em_enable(s)) < 0)
 		goto fail;
+	free(target);
 	*out = &s->dev;
 	return 0;
 
 fail:
+	if (tmp)
+		unlink(tmp); /* a creation that failed leaves nothing (locked: ours) */
+	free(tmp);
+	free(target);
 	if (s->ram && s->fd >= 0)
 		munmap(s->ram, s->ram_len);
 	if (s->hdr && s->fd >= 0)

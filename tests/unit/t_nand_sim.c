@@ -1,13 +1,17 @@
 /*
  * t_nand_sim - the simulated ioDimm behaves like NAND: erased pages read
  * 0xFF, pages program in order and once, erase counts grow, the image
- * persists and is locked, faults and timing do what they claim; the error
+ * persists and is locked, a creation cut short leaves no half-made image,
+ * faults and timing do what they claim; the error
  * model's bit errors grow with wear, retention and read disturb and ECC
  * gives up past its threshold; the thermal model heats with activity and
  * cools when idle.
  */
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "hw/nand.h"
@@ -388,6 +392,75 @@ static void backend_errors(void)
 	nand_close(d);
 }
 
+/*
+ * Creating an image never leaves a half-made one at its path.  A creation
+ * cut short (here the file size limit makes sizing the image fail, as a
+ * full disk does; a signal or a crash stops it the same way between two
+ * steps) leaves no file there, so the next creation is not refused as "not
+ * a flashd NAND image"; a PATH.creating left by a killed creation is made
+ * anew; an image in use is not replaced; a symbolic link is followed.
+ */
+static void creation(void)
+{
+	char dir[] = "/tmp/t_nand_sim-dir-XXXXXX";
+	CHECK(mkdtemp(dir));
+	char path[128], tmp[160], link[128], target[128], err[256];
+	snprintf(path, sizeof path, "%s/a.img", dir);
+	snprintf(tmp, sizeof tmp, "%s.creating", path);
+	struct nand_sim_config fc = { .preset = "test-64m", .path = path, .create = true };
+	struct nand_sim_config again = { .path = path };
+	struct nand_dev *d, *d2;
+	struct stat st;
+
+	struct rlimit lim, small;
+	CHECK_RC(getrlimit(RLIMIT_FSIZE, &lim));
+	small = (struct rlimit){ 1 << 20, lim.rlim_max };
+	signal(SIGXFSZ, SIG_IGN); /* the call fails with EFBIG instead */
+	CHECK_RC(setrlimit(RLIMIT_FSIZE, &small));
+	CHECK(nand_sim_open(&fc, &d, err, sizeof err) < 0);
+	CHECK_RC(setrlimit(RLIMIT_FSIZE, &lim));
+	printf("creation cut short: %s\n", err);
+	CHECK(stat(path, &st) < 0 && errno == ENOENT);
+	CHECK(stat(tmp, &st) < 0 && errno == ENOENT);
+
+	FILE *fp = fopen(tmp, "w");
+	CHECK(fp);
+	fputs("what a killed creation left", fp);
+	fclose(fp);
+	CHECK_RC(nand_sim_open(&fc, &d, err, sizeof err));
+	CHECK(stat(tmp, &st) < 0 && errno == ENOENT);
+	uint8_t *data = malloc(d->geo.page_size), *rd = malloc(d->geo.page_size);
+	memset(data, 0x5A, d->geo.page_size);
+	CHECK_EQ(run(d, NAND_OP_PROGRAM, 7, 0, data, NULL), NAND_OK);
+	/* in use: a creation over it is refused and changes nothing */
+	CHECK_EQ(nand_sim_open(&fc, &d2, err, sizeof err), -EBUSY);
+	CHECK(strstr(err, "in use"));
+	CHECK(stat(tmp, &st) < 0 && errno == ENOENT);
+	nand_close(d);
+	CHECK_RC(nand_sim_open(&again, &d, err, sizeof err));
+	CHECK_EQ(run(d, NAND_OP_READ, 7, 0, rd, NULL), NAND_OK);
+	CHECK(rd[0] == 0x5A);
+	nand_close(d);
+
+	/* a dangling symbolic link: the image is made where it points */
+	snprintf(link, sizeof link, "%s/link.img", dir);
+	snprintf(target, sizeof target, "%s/b.img", dir);
+	CHECK_RC(symlink("b.img", link));
+	struct nand_sim_config via = { .preset = "test-64m", .path = link, .create = true };
+	CHECK_RC(nand_sim_open(&via, &d, err, sizeof err));
+	nand_close(d);
+	CHECK(lstat(link, &st) == 0 && S_ISLNK(st.st_mode));
+	CHECK(stat(target, &st) == 0 && S_ISREG(st.st_mode));
+	struct nand_sim_config by_target = { .path = target };
+	CHECK_RC(nand_sim_open(&by_target, &d, err, sizeof err));
+	nand_close(d);
+	free(data);
+	free(rd);
+	unlink(link);
+	unlink(target);
+	unlink(path);
+	CHECK_RC(rmdir(dir));
+}
 
 /* ---- error model ------------------------------------------------------- */
 
@@ -842,6 +915,7 @@ int main(void)
 	unlink(path);
 
 	timing();
+	creation();
 	table_damage();
 	file_programs();
 	backend_errors();
