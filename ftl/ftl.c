@@ -443,7 +443,15 @@ int ftl_format(struct nand_dev *dev, const struct ftl_format_params *p, char *er
 		goto out;
 	}
 
+	/* a re-format is safe against a cut at any point: the new superblock
+	 * goes above the newest one there (it loads as soon as one copy is
+	 * written), and sb_write_initial keeps one whole copy of the old or
+	 * the new on the media throughout: the device holds the old format
+	 * or the new, never no superblock */
 	sb_locate(f);
+	struct ftl_sb old;
+	f->sb_seq = sb_load(f, &old, err, errlen) == 0 ? old.sb_seq + 1 : 1;
+	err[0] = 0;
 	f->sector_size = p->sector_size;
 	f->units = cap / FTL_UNIT_SIZE;
 	f->format_time = (uint64_t)time(NULL);
@@ -451,7 +459,6 @@ int ftl_format(struct nand_dev *dev, const struct ftl_format_params *p, char *er
 		if (getrandom(&f->format_id, sizeof f->format_id, 0) != sizeof f->format_id)
 			f->format_id = (uint64_t)nand_now_ns() * 0x9E3779B97F4A7C15ull;
 	}
-	f->sb_seq = 1;
 	f->cp.cur_hdr_block = FTL_NO_BLOCK;
 	f->cp.cur_mirror = FTL_NO_BLOCK;
 	rc = sb_write_initial(f, true, err, errlen);

@@ -1070,9 +1070,11 @@ void sb_locate(struct ftl *f);
 int sb_load(struct ftl *f, struct ftl_sb *out, char *err, size_t errlen);
 int sb_write_sync(struct ftl *f, bool clean);
 int sb_start_write(struct ftl *f, bool clean, void (*done)(struct nand_op *));
-/* A first superblock (format, repair): erase both superblock blocks, then
- * program page 0 of the first with sb_seq f->sb_seq.  Nothing else may be
- * in flight.  0 or -EIO with err set. */
+/* A first superblock (format, repair) with sb_seq f->sb_seq: erase the
+ * first superblock block and program its page 0, then the same in the
+ * second, so a cut at any point leaves one of them whole (the new
+ * superblock, or what the second held).  Nothing else may be in flight.
+ * 0 or -EIO with err set. */
 int sb_write_initial(struct ftl *f, bool clean, char *err, size_t errlen);
 void sb_fill(struct ftl *f, struct ftl_sb *sb, bool clean);
 

@@ -272,15 +272,6 @@ int sb_write_sync(struct ftl *f, bool clean)
 
 int sb_write_initial(struct ftl *f, bool clean, char *err, size_t errlen)
 {
-	for (int i = 0; i < 2; i++) {
-		struct nand_op op = { .type = NAND_OP_ERASE, .block = f->sb_block[i] };
-		enum nand_status st = nand_op_sync(f->dev, &op);
-		if (st != NAND_OK) {
-			snprintf(err, errlen, "erasing superblock block %u failed: %s", f->sb_block[i],
-				 nand_status_name(st));
-			return -EIO;
-		}
-	}
 	uint8_t *page = aligned_alloc(4096, f->page_size), *spare = malloc(f->spare_size);
 	if (!page || !spare) {
 		free(page);
@@ -292,18 +283,29 @@ int sb_write_initial(struct ftl *f, bool clean, char *err, size_t errlen)
 	memset(page, 0xFF, f->page_size);
 	memcpy(page, &sb, sizeof sb);
 	spare_build(f, spare, FTL_PG_SB, 0, f->sb_seq, page, true);
-	enum nand_status st = NAND_OK;
-	for (int i = 0; i < 2 && st == NAND_OK; i++) {
+	/* one block after the other: while block 0 is erased and programmed,
+	 * block 1 still holds what was there (a re-format: the previous
+	 * superblock), and once block 0 holds the new one, it is what loads */
+	int rc = 0;
+	for (int i = 0; i < 2 && !rc; i++) {
+		struct nand_op erase = { .type = NAND_OP_ERASE, .block = f->sb_block[i] };
+		enum nand_status st = nand_op_sync(f->dev, &erase);
+		if (st != NAND_OK) {
+			snprintf(err, errlen, "erasing superblock block %u failed: %s", f->sb_block[i],
+				 nand_status_name(st));
+			rc = -EIO;
+			break;
+		}
 		struct nand_op op = { .type = NAND_OP_PROGRAM, .block = f->sb_block[i], .page = 0,
 				      .flags = NAND_OPF_META, .data = page, .spare = spare };
 		st = nand_op_sync(f->dev, &op);
 		f->sb_next[i] = 1;
+		if (st != NAND_OK) {
+			snprintf(err, errlen, "writing the superblock failed: %s", nand_status_name(st));
+			rc = -EIO;
+		}
 	}
 	free(page);
 	free(spare);
-	if (st != NAND_OK) {
-		snprintf(err, errlen, "writing the superblock failed: %s", nand_status_name(st));
-		return -EIO;
-	}
-	return 0;
+	return rc;
 }

@@ -1,6 +1,7 @@
 /*
  * t_ftl_basic - format, write, read back, trim, reopen clean and after a
- * power cut, on both sector sizes; each check names what it proves.
+ * power cut, on both sector sizes; a re-format cut short leaves the old
+ * format or the new; each check names what it proves.
  */
 #include "ftl/ftl.h"
 #include "tests/unit/t.h"
@@ -218,8 +219,61 @@ static void lifetime(void)
 	printf("lifetime counters kept across reopens\n");
 }
 
+/*
+ * A re-format cut short (a power cut, a signal, a crash: the media stop
+ * between two operations, or in the middle of one) never leaves a device
+ * without a superblock: cut at each operation of the format in turn, the
+ * device opens with the old format and its data or with the new, empty
+ * one, and the cuts find both.
+ */
+static void reformat_cut(void)
+{
+	static uint8_t buf[65536], rd[65536], zero[65536];
+	fill(buf, sizeof buf, 9);
+	int olds = 0, news = 0;
+	for (uint64_t cut = 1;; cut++) {
+		struct nand_dev *d = ram_dev("test-64m", false);
+		char err[256];
+		struct ftl_format_params fp = { .sector_size = 4096 };
+		CHECK_RC(ftl_format(d, &fp, err, sizeof err));
+		struct ftl *f = open_ftl(d);
+		CHECK_RC(ftl_write_sync(f, buf, 0, sizeof buf, 0));
+		CHECK_RC(ftl_close(f));
+		struct ftl_info before, after;
+		CHECK_RC(ftl_peek_format(d, &before));
+		struct nand_sim_faults ft = { .power_cut_after = cut };
+		nand_sim_set_faults(d, &ft);
+		int rc = ftl_format(d, &fp, err, sizeof err);
+		bool was_cut = !nand_sim_powered(d);
+		nand_sim_power_on(d);
+		rc = was_cut ? 0 : rc;
+		CHECK_RC(rc);
+		int probe = ftl_probe(d, &after, err, sizeof err);
+		if (probe)
+			fprintf(stderr, "re-format cut at operation %" PRIu64 ": %s\n", cut, err);
+		CHECK_EQ(probe, 0);
+		f = open_ftl(d);
+		CHECK_RC(ftl_read_sync(f, rd, 0, sizeof rd));
+		if (after.format_id == before.format_id) {
+			olds++;
+			CHECK(memcmp(rd, buf, sizeof rd) == 0);
+		} else {
+			news++;
+			CHECK(memcmp(rd, zero, sizeof rd) == 0);
+		}
+		CHECK_RC(ftl_close(f));
+		nand_close(d);
+		if (!was_cut)
+			break;
+	}
+	CHECK(olds > 0 && news > 0);
+	printf("re-format cut at each operation: %d times the old format with its data, %d times the "
+	       "new one\n", olds, news);
+}
+
 int main(void)
 {
+	reformat_cut();
 	lifetime();
 	basic(4096, false);
 	basic(512, false);
