@@ -27,6 +27,7 @@
  * force-closed (replies dropped).
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -322,18 +323,34 @@ static bool format_mismatch(struct dimm *d, const struct ftl_info *fi, char *why
 	return true;
 }
 
+/* Has flashd been asked to stop (before this ioDimm finished opening)? */
+static bool stop_asked(struct dimm *d)
+{
+	pthread_mutex_lock(&d->lock);
+	bool stop = d->stop;
+	pthread_mutex_unlock(&d->lock);
+	return stop;
+}
+
 /*
  * Open the image (creating it the first time) and the FTL.  Only a blank
  * image is formatted: one that holds anything without a valid superblock is
  * refused with the way out (flashctl recover), never reformatted.  An image
  * whose format differs from the file's [dimm] keys is refused at start-up
  * (strict) and opened with a warning on attach.  On failure nothing stays
- * open (the image is unlocked, so flashctl can work on it).
+ * open (the image is unlocked, so flashctl can work on it).  A stop asked
+ * for meanwhile (a signal while flashd starts) ends it before the next
+ * step with -ECANCELED: creating and formatting an image are never left
+ * half-done (hw/nand.h, ftl/ftl.h), so any step is a place to stop.
  */
 static int dimm_open_media(struct dimm *d, bool strict, char *err, size_t errlen)
 {
 	struct dimm_cfg *c = d->cfg;
 	struct stat st;
+	if (stop_asked(d)) {
+		snprintf(err, errlen, "not opened: flashd is stopping");
+		return -ECANCELED;
+	}
 	bool exists = stat(c->image, &st) == 0;
 	struct nand_sim_config nc = { .preset = c->preset, .path = c->image, .create = !exists,
 				      .readonly = c->readonly && exists, .timing = c->timing,
@@ -377,11 +394,21 @@ static int dimm_open_media(struct dimm *d, bool strict, char *err, size_t errlen
 						.parity_width = c->parity_width };
 		if (c->capacity_pct > 0)
 			fp.capacity_bytes = cfg_capacity(c, d->dev, c->parity_width);
+		if (stop_asked(d)) {
+			snprintf(err, errlen, "not formatted: flashd is stopping");
+			rc = -ECANCELED;
+			goto fail;
+		}
 		log_info("%s: formatting %s (%s, %u-byte sectors)", c->name, c->image, c->preset,
 			 c->sector_size);
 		rc = ftl_format(d->dev, &fp, err, errlen);
 		if (rc)
 			goto fail;
+	}
+	if (stop_asked(d)) {
+		snprintf(err, errlen, "not opened: flashd is stopping");
+		rc = -ECANCELED;
+		goto fail;
 	}
 	struct ftl_open_params op = { .readonly = c->readonly,
 				      .checkpoint_interval = c->cp_interval / FTL_UNIT_SIZE,
@@ -872,7 +899,8 @@ static void *dimm_main(void *arg)
 	d->ready = true;
 	d->open_error = rc;
 	snprintf(d->open_errmsg, sizeof d->open_errmsg, "%s", rc ? (err[0] ? err : strerror(-rc)) : "");
-	pthread_cond_broadcast(&d->cond);
+	/* under the lock: once the main thread sees ready, this is done */
+	event_active(d->srv->start_ev, EV_READ, 0);
 	pthread_mutex_unlock(&d->lock);
 	if (!wake)
 		return NULL;
@@ -912,9 +940,17 @@ static void *dimm_main(void *arg)
 int dimm_start(struct dimm *d)
 {
 	pthread_mutex_init(&d->lock, NULL);
-	pthread_cond_init(&d->cond, NULL);
 	d->mstate = DM_STARTING;
+	/* the thread and those it starts leave the stop and reload signals
+	 * to the main thread's loop (main.c, "signals") */
+	sigset_t sigs, old;
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &sigs, &old);
 	int rc = pthread_create(&d->thread, NULL, dimm_main, d);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	d->thread_started = rc == 0;
 	if (rc == 0) { /* "top -H" and perf name it: fd:NAME, 15 bytes at most */
 		char tn[16];
@@ -924,14 +960,14 @@ int dimm_start(struct dimm *d)
 	return -rc;
 }
 
-int dimm_wait_ready(struct dimm *d)
+bool dimm_ready(struct dimm *d, int *rc)
 {
 	pthread_mutex_lock(&d->lock);
-	while (!d->ready)
-		pthread_cond_wait(&d->cond, &d->lock);
-	int rc = d->open_error;
+	bool ready = d->ready;
+	if (rc)
+		*rc = d->open_error;
 	pthread_mutex_unlock(&d->lock);
-	return rc;
+	return ready;
 }
 
 void dimm_adopt(struct dimm *d, struct handoff *h)

@@ -391,7 +391,6 @@ struct dimm {
 	bool beacon;                /* locate LED lit (flashctl beacon; simulated) */
 
 	pthread_mutex_t lock;       /* protects the fields below */
-	pthread_cond_t cond;
 	struct handoff *incoming;
 	struct dimm_cmd *cmds, *cmds_tail;
 	bool stop;                  /* drain and close, then leave the loop */
@@ -402,8 +401,12 @@ struct dimm {
 	uint64_t total_conns;
 };
 
-int dimm_start(struct dimm *d);                 /* thread: open media and FTL */
-int dimm_wait_ready(struct dimm *d);            /* start-up open result */
+/* Start the thread (stop and reload signals blocked in it: the main
+ * thread takes them): it opens media and FTL, then activates srv->start_ev. */
+int dimm_start(struct dimm *d);
+/* Is the start-up open result known (*rc, if not NULL: 0 or -errno;
+ * -ECANCELED: not opened, flashd was stopping)?  Never blocks. */
+bool dimm_ready(struct dimm *d, int *rc);
 void dimm_adopt(struct dimm *d, struct handoff *h);
 void dimm_stop(struct dimm *d);                 /* ask to drain, close, checkpoint */
 void dimm_join(struct dimm *d);
@@ -431,6 +434,9 @@ struct server {
 	struct evhttp *ctl;
 	struct listener *ctl_listener;  /* the control socket's accept back-off */
 	struct event *sig_term, *sig_int, *sig_hup;
+	/* start-up: each ioDimm thread activates it once its open result is
+	 * known (under its dimm.lock), ending the main loop's wait (main.c) */
+	struct event *start_ev;
 	bool shutting_down;
 	bool test_hooks;            /* FLASHD_TEST_HOOKS=1: /v1/dimms/NAME/test-stall */
 	time_t started;

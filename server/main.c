@@ -11,9 +11,11 @@
  * key.  --check-config checks it (everything but the images) and exits: 0
  * if it is good, 2 with the error otherwise.
  *
- * Start-up steps (undone in reverse on failure): configuration, state
- * directory, ioDimms (each opens its image and FTL on its own thread; every
- * result is known before READY), listeners, control socket, pidfile, READY.
+ * Start-up steps (undone in reverse on failure, and on SIGTERM or SIGINT
+ * meanwhile, then exit 0: "signals" below): configuration, state directory,
+ * TCP listeners, ioDimms (each opens its image and FTL on its own thread;
+ * every result is known before READY), unix socket, control socket,
+ * pidfile, READY.
  * Health policy: flashd starts only if every configured ioDimm opens (else
  * it logs why and exits 1); with --allow-degraded (allow_degraded = yes) it
  * serves those that open, logs a warning per ioDimm that did not and tells
@@ -1157,8 +1159,53 @@ out:
 	sd_notify(0, "READY=1");
 }
 
+/* ---- signals ------------------------------------------------------------ */
+
+/*
+ * SIGTERM, SIGINT and SIGHUP are blocked from the first line of main until
+ * their events are on the loop, before the pidfile, a socket or an image is
+ * opened; the ioDimm threads keep them blocked (dimm_start), so the main
+ * thread's loop takes them.  While starting (until every ioDimm's open
+ * result is known) the main thread waits in that loop, so a signal then is
+ * taken at once:
+ *   SIGTERM, SIGINT  the start stops: an ioDimm whose open has not begun
+ *                    is not opened, one that is opening is closed cleanly
+ *                    (checkpoint) once open, and flashd exits 0.  An open
+ *                    is not cut short (an image being created or formatted
+ *                    is never left half-made anyway: nand_sim_open,
+ *                    ftl_format).
+ *   SIGHUP           remembered: the configuration file is read again
+ *                    once flashd is ready (what the file says by then is
+ *                    what runs).
+ * Main thread only.
+ */
+static bool starting = true;    /* until the open results are known */
+static int stop_signal;         /* the signal that stopped the start */
+static bool reload_deferred;    /* SIGHUP while starting */
+
+static const char *signal_name(int sig)
+{
+	return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "SIGHUP";
+}
+
 static void signal_cb(evutil_socket_t sig, short what, void *arg)
 {
+	if (starting) {
+		if (sig == SIGHUP) {
+			if (!reload_deferred && !stop_signal)
+				log_info("received SIGHUP while starting: the configuration file is read "
+					 "again once flashd is ready");
+			reload_deferred = true;
+		} else if (!stop_signal) {
+			stop_signal = (int)sig;
+			log_info("received %s while starting: stopping (ioDimms being opened are closed "
+				 "cleanly once open, the others are not opened)", signal_name((int)sig));
+			sd_notify(0, "STOPPING=1");
+			for (int i = 0; i < srv.ndimms; i++)
+				dimm_stop(&srv.dimms[i]);
+		}
+		return;
+	}
 	if (sig == SIGHUP) {
 		if (srv.shutting_down)
 			return;
@@ -1167,8 +1214,26 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 		reload_result_free(&r);
 		return;
 	}
-	log_info("received %s", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+	log_info("received %s", signal_name((int)sig));
 	shutdown_server();
+}
+
+/* Is every ioDimm's start-up open result known? */
+static bool opens_known(void)
+{
+	for (int i = 0; i < srv.ndimms; i++)
+		if (!dimm_ready(&srv.dimms[i], NULL))
+			return false;
+	return true;
+}
+
+/* An ioDimm thread has its open result (it activates srv.start_ev): once
+ * all have, the start-up loop ends.  (An activation that comes after the
+ * main thread saw every result is run by the serving loop: nothing to do.) */
+static void open_result_cb(evutil_socket_t fd, short what, void *arg)
+{
+	if (starting && opens_known())
+		event_base_loopbreak(srv.base);
 }
 
 static void ftl_logger(void *arg, const char *msg)
@@ -1218,8 +1283,17 @@ int main(int argc, char **argv)
 	 * is its own mapping and goes back to the kernel when freed, instead
 	 * of staying in the heap after a burst (hostile or not). */
 	mallopt(M_MMAP_THRESHOLD, 128 << 10);
+	/* the stop and reload signals wait until their events are on the loop
+	 * ("signals" above): none kills a start that has begun */
+	sigset_t stop_sigs;
+	sigemptyset(&stop_sigs);
+	sigaddset(&stop_sigs, SIGTERM);
+	sigaddset(&stop_sigs, SIGINT);
+	sigaddset(&stop_sigs, SIGHUP);
+	sigprocmask(SIG_BLOCK, &stop_sigs, NULL);
 	const char *config = NULL;
 	bool check_only = false, no_config = false;
+	int exit_status = 1; /* of a start undone: failed, or 0 if stopped by a signal */
 	char err[1024] = "";
 	int c;
 
@@ -1404,12 +1478,20 @@ int main(int argc, char **argv)
 	TAILQ_INIT(&srv.budget_q);
 	srv.base = event_base_new();
 	srv.started = time(NULL);
-	if (srv.base)
+	if (srv.base) {
 		srv.cmd_ev = event_new(srv.base, -1, EV_READ, ctl_cmd_done, &srv);
-	if (!srv.base || !srv.cmd_ev) {
+		srv.start_ev = event_new(srv.base, -1, EV_READ, open_result_cb, NULL);
+		srv.sig_term = evsignal_new(srv.base, SIGTERM, signal_cb, NULL);
+		srv.sig_int = evsignal_new(srv.base, SIGINT, signal_cb, NULL);
+		srv.sig_hup = evsignal_new(srv.base, SIGHUP, signal_cb, NULL);
+	}
+	if (!srv.base || !srv.cmd_ev || !srv.start_ev || !srv.sig_term || !srv.sig_int ||
+	    !srv.sig_hup || event_add(srv.sig_term, NULL) || event_add(srv.sig_int, NULL) ||
+	    event_add(srv.sig_hup, NULL)) {
 		log_err("cannot create the event loop");
 		return 1;
 	}
+	sigprocmask(SIG_UNBLOCK, &stop_sigs, NULL);
 
 	if (srv.cfg.pidfile) {
 		pidfile_fd = open(srv.cfg.pidfile, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -1424,7 +1506,8 @@ int main(int argc, char **argv)
 
 	/* TCP listeners first: an address that cannot be bound (in use, not on
 	 * this host) is reported before any image is opened.  Nothing is
-	 * accepted before the loop runs, after READY.  The unix and control
+	 * accepted before READY (disabled while the loop waits for the opens
+	 * below; clients wait in the backlog).  The unix and control
 	 * sockets come after the images: binding them replaces a socket file,
 	 * which must not happen to another flashd using the same state
 	 * directory (its image locks stop this one first). */
@@ -1433,6 +1516,13 @@ int main(int argc, char **argv)
 			log_err("%s", err);
 			goto fail_early;
 		}
+	}
+	for (struct listener *l = srv.listeners; l; l = l->next)
+		evconnlistener_disable(l->evl);
+	event_base_loop(srv.base, EVLOOP_NONBLOCK); /* a signal that came so far */
+	if (stop_signal) {
+		exit_status = 0;
+		goto fail_early;
 	}
 
 	/* ioDimms: each opens its image and FTL on its own thread, in parallel */
@@ -1450,11 +1540,20 @@ int main(int argc, char **argv)
 		}
 	}
 	/* every open result is known before READY (flashd.h, "Attach state":
-	 * the ready handshake orders d->info and d->size before their use) */
+	 * the ready handshake orders d->info and d->size before their use);
+	 * meanwhile the loop takes signals ("signals" above) */
+	while (!opens_known())
+		event_base_dispatch(srv.base);
+	starting = false;
 	int up = 0;
 	for (int i = 0; i < srv.ndimms; i++) {
 		struct dimm *d = &srv.dimms[i];
-		if (dimm_wait_ready(d)) {
+		int orc;
+		dimm_ready(d, &orc);
+		if (orc == -ECANCELED && stop_signal) {
+			log_info("%s: not opened (flashd is stopping)", d->cfg->name);
+			d->mstate = DM_FAILED;
+		} else if (orc) {
 			d->mstate = DM_FAILED;
 			if (srv.cfg.allow_degraded)
 				log_warn("%s: %s; it is not exported (degraded start allowed; after fixing "
@@ -1467,6 +1566,12 @@ int main(int argc, char **argv)
 			up++;
 		}
 	}
+	if (stop_signal) {
+		exit_status = 0;
+		goto fail;
+	}
+	for (struct listener *l = srv.listeners; l; l = l->next)
+		evconnlistener_enable(l->evl); /* the TCP ones; accepting once the loop runs */
 	if (!up || (up < srv.ndimms && !srv.cfg.allow_degraded)) {
 		if (!up)
 			log_err("no ioDimm could be opened; exiting");
@@ -1485,12 +1590,6 @@ int main(int argc, char **argv)
 		log_err("%s", err);
 		goto fail;
 	}
-	srv.sig_term = evsignal_new(srv.base, SIGTERM, signal_cb, NULL);
-	srv.sig_int = evsignal_new(srv.base, SIGINT, signal_cb, NULL);
-	srv.sig_hup = evsignal_new(srv.base, SIGHUP, signal_cb, NULL);
-	event_add(srv.sig_term, NULL);
-	event_add(srv.sig_int, NULL);
-	event_add(srv.sig_hup, NULL);
 
 	if (pidfile_fd >= 0) {
 		char buf[32];
@@ -1507,6 +1606,11 @@ int main(int argc, char **argv)
 			 srv.cfg.control_path);
 	server_update_status(&srv);
 	sd_notifyf(0, "READY=1\nMAINPID=%d", (int)getpid());
+	if (reload_deferred) {
+		struct reload_result r;
+		server_reload(&srv, "SIGHUP (received while starting)", &r);
+		reload_result_free(&r);
+	}
 
 	event_base_dispatch(srv.base);
 
@@ -1519,6 +1623,7 @@ int main(int argc, char **argv)
 	event_free(srv.sig_int);
 	event_free(srv.sig_hup);
 	event_free(srv.cmd_ev);
+	event_free(srv.start_ev);
 	if (refusal_ev)
 		event_free(refusal_ev);
 	event_base_free(srv.base);
@@ -1535,7 +1640,9 @@ int main(int argc, char **argv)
 	return 0;
 
 fail:
-	/* nothing was posted on the command channel yet: no reply to wait for */
+	/* the start failed (exit 1) or a signal stopped it (exit 0); nothing
+	 * was posted on the command channel yet: no reply to wait for.  Each
+	 * ioDimm that opened closes cleanly (checkpoint). */
 	for (int i = 0; i < srv.ndimms; i++)
 		dimm_stop(&srv.dimms[i]);
 	for (int i = 0; i < srv.ndimms; i++)
@@ -1544,5 +1651,7 @@ fail_early:
 	ctl_stop(&srv);
 	if (srv.cfg.pidfile)
 		unlink(srv.cfg.pidfile);
-	return 1;
+	if (!exit_status)
+		log_info("stopped by %s before it was ready", signal_name(stop_signal));
+	return exit_status;
 }
