@@ -1226,16 +1226,35 @@ static bool cp_finished(struct ftl *f, void *arg)
 	return !f->cp.requested && f->cp.phase == CP_IDLE;
 }
 
+/* Closing: nothing is held for heat from now on (a stop must not wait for
+ * the device to cool); the sensor is not read again. */
+static void thermal_hold_end(struct ftl *f)
+{
+	if (f->thermal == FTL_THERMAL_STOPPED)
+		f->thermal = FTL_THERMAL_THROTTLED;
+	f->thermal_sensor = false;
+}
+
+int ftl_give_up_held(struct ftl *f, int status)
+{
+	bool in = f->in_progress;
+	f->in_progress = true; /* completions run here, progress after */
+	thermal_hold_end(f);
+	int n = io_fail_held(f, status);
+	f->in_progress = in;
+	if (!in)
+		ftl_progress(f);
+	return n;
+}
+
 int ftl_close(struct ftl *f)
 {
 	int rc = 0;
 	if (!f)
 		return 0;
-	/* closing: I/O held for heat goes on (a stop must not wait for the
-	 * device to cool) */
+	/* closing: I/O held for heat goes on */
 	if (f->thermal == FTL_THERMAL_STOPPED) {
-		f->thermal = FTL_THERMAL_THROTTLED;
-		f->thermal_sensor = false; /* no more checks */
+		thermal_hold_end(f);
 		io_release_held(f);
 	}
 	if (!f->error && !f->readonly) {

@@ -132,8 +132,17 @@ int ftl_open(struct nand_dev *dev, const struct ftl_open_params *p, struct ftl *
 	     size_t errlen);
 
 /* Clean shutdown: finish everything, write a checkpoint, free.  Returns 0
- * or the sticky error (memory is freed either way). */
+ * or the sticky error (memory is freed either way).  Host I/O held for heat
+ * (Thermal protection, below) runs first, whatever the temperature. */
 int ftl_close(struct ftl *f);
+
+/* The owner is about to close and will not wait for the device to cool (a
+ * stop or detach past its deadline): host I/O held for heat completes now
+ * with status (never started: what it would have written is as after a
+ * power cut, never acknowledged), and from now on nothing is held, so the
+ * FTL can go idle and ftl_close() at any temperature.  Returns how many
+ * requests it completed. */
+int ftl_give_up_held(struct ftl *f, int status);
 
 /* Free the memory only: for power-cut tests, after the medium lost power
  * (its queued operations are dropped by nand_sim_power_on()). */

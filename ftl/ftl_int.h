@@ -885,6 +885,7 @@ void throttle_update(struct ftl *f);  /* throttle_ns from its two causes */
 void thermal_check(struct ftl *f, bool force);
 void io_dispatch(struct ftl *f, struct ftl_io *io);
 void io_release_held(struct ftl *f);
+int io_fail_held(struct ftl *f, int status);
 uint32_t band_members_free(const struct ftl *f);    /* members of all free bands */
 /* dipping, GC may take free bands as long as members of whole free bands
  * for a checkpoint are left (set_next_page and gc_room check those when

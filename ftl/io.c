@@ -708,6 +708,18 @@ void io_release_held(struct ftl *f)
 		io_dispatch(f, io);
 }
 
+/* Host I/O held for heat completes with status, not started: how many. */
+int io_fail_held(struct ftl *f, int status)
+{
+	int n = 0;
+	struct ftl_io *io;
+	while ((io = ioq_pop(&f->wq_held))) {
+		io_complete(f, io, status);
+		n++;
+	}
+	return n;
+}
+
 /* An io validated and counted in ios_in_flight: start it or queue it. */
 void io_dispatch(struct ftl *f, struct ftl_io *io)
 {

@@ -534,6 +534,24 @@ static void cmd_format(struct dimm *d, struct dimm_cmd *cmd)
  * a 320 GiB ioDimm is 82k pages: a few seconds idle, longer under load) */
 #define CP_REQUEST_TIMEOUT_S 120
 
+/*
+ * A stop or detach at its deadline, its connections closed: requests the
+ * FTL holds while the device is too hot are given up (their connections
+ * are gone: nobody gets a reply), so it closes now instead of once the
+ * device has cooled (a minute from 150 C, never with a sensor stuck hot).
+ * Unacknowledged, they are lost as in a power cut; flushed data is on the
+ * media already.
+ */
+static void give_up_held(struct dimm *d, const char *what)
+{
+	if (!d->ftl)
+		return;
+	int n = ftl_give_up_held(d->ftl, -ESHUTDOWN);
+	if (n)
+		log_warn("%s: %s: %d request(s) held until the device cools given up (never started, "
+			 "never answered); closing it hot", d->cfg->name, what, n);
+}
+
 /* Detach and checkpoint end here, from dimm_kick: a detach once the drain
  * allows, a checkpoint once the FTL has made one current. */
 static void op_progress(struct dimm *d)
@@ -592,6 +610,7 @@ static void op_deadline_cb(evutil_socket_t fd, short what, void *arg)
 		if (n)
 			log_warn("%s: detach: %d connection(s) still open after %d s: closed them, unsent "
 				 "replies dropped", d->cfg->name, n, d->srv->cfg.shutdown_timeout);
+		give_up_held(d, "detach");
 	} else {
 		/* the checkpoint goes on; the client stops waiting for it */
 		d->op = NULL;
@@ -790,6 +809,7 @@ static void deadline_cb(evutil_socket_t fd, short what, void *arg)
 	if (n)
 		log_warn("%s: shutdown deadline (%d s) passed with %d connection(s) open: closed them, "
 			 "unsent replies dropped", d->cfg->name, d->srv->cfg.shutdown_timeout, n);
+	give_up_held(d, "stop");
 	dimm_kick(d);
 }
 

@@ -18,7 +18,11 @@
 #      stopped: a write waits until the device has cooled below 75 C, then
 #      completes, with its data; idle (no I/O) at 80 C, status alone
 #      sees the device cool and leave the throttle; bad-block and bit-errors injections are
-#      taken and the data still verifies.
+#      taken and the data still verifies;
+#   5. at 150 C with a write held (the device needs a minute to cool),
+#      `flashctl detach` and SIGTERM finish within shutdown_timeout (2 s)
+#      plus a little, giving the held write up; data flushed before reads
+#      back after attach, and after a restart (fio's data verifies).
 # (The exact set of units a second die failure loses is checked in
 # tests/unit/t_ftl_parity.c two_dies, where the units' places are known.)
 source "$(dirname "$0")/functions.sh"
@@ -32,6 +36,7 @@ EOF
 cat >"$T/on.conf" <<EOF
 [server]
 fault_injection = yes
+shutdown_timeout = 2
 [dimm dimm0]
 preset = test-1g
 parity_width = 1
@@ -259,5 +264,51 @@ ok "idle at 80 C: status follows the cooling, $(st dimm0 temperature_celsius) C 
 "$FLASHCTL" inject --control "$FLASHD_CTL" dimm0 bit-errors 0 || fail "inject bit-errors 0"
 grep -q "fault injected: block 1000 gone bad" "$T/flashd.log" || fail "the bad block is not in the log"
 ok "bad block and 2000 uncorrectable reads per million: fio writes and verifies; $(st dimm0 parity_rebuilds) pages rebuilt from parity"
+
+# ---- 5. a hot ioDimm does not hold up a detach or a stop -----------------------------------------
+# shutdown_timeout = 2 (on.conf); at 150 C the simulated device takes about a minute to
+# cool below 75 C, and the write held meanwhile used to hold the detach and the stop with it
+held_write() { # a write that the hot dimm0 holds: its qemu-io's pid in HELD
+	"$FLASHCTL" inject --control "$FLASHD_CTL" dimm0 temperature 150 >/dev/null || fail "inject temperature 150"
+	qemu-io -f raw -c "write -P 6 $((300 * 1048576 + 65536)) 64k" "$FLASHD_URI0" >"$T/held.out" 2>&1 &
+	HELD=$!
+	track_pid $HELD
+	sleep 1
+	kill -0 $HELD 2>/dev/null || fail "a write at 150 C completed at once (not held): $(cat "$T/held.out")"
+}
+secs_since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
+qemu-io -f raw -c "write -P 5 300m 64k" -c flush "$FLASHD_URI0" >/dev/null || fail "a flushed write before the heat"
+held_write
+t0=$EPOCHREALTIME
+timeout 20 "$FLASHCTL" detach --control "$FLASHD_CTL" dimm0 >"$T/detach.out" 2>&1 ||
+	fail "detach of the hot dimm0 did not finish within 20 s: $(cat "$T/detach.out")"
+took=$(secs_since "$t0")
+awk -v t="$took" 'BEGIN { exit !(t < 6) }' || fail "detach of the hot dimm0 took $took s (shutdown_timeout = 2)"
+grep -q "dimm0: detach: 1 request(s) held until the device cools given up" "$T/flashd.log" ||
+	fail "the log does not say the held request was given up"
+"$FLASHCTL" attach --control "$FLASHD_CTL" dimm0 >/dev/null || fail "attach after the hot detach"
+"$FLASHCTL" inject --control "$FLASHD_CTL" dimm0 temperature 25 >/dev/null || fail "inject temperature 25"
+qemu-io -f raw -c "read -P 5 300m 64k" "$FLASHD_URI0" >/dev/null || fail "the flushed write after the hot detach"
+ok "detach at 150 C with a write held: done in $took s, the held write given up, the flushed one there after attach"
+held_write
+t0=$EPOCHREALTIME
+kill -TERM "$FLASHD_PID"
+for _ in $(seq 1 200); do
+	kill -0 "$FLASHD_PID" 2>/dev/null || break
+	sleep 0.1
+done
+took=$(secs_since "$t0")
+kill -0 "$FLASHD_PID" 2>/dev/null && fail "flashd still runs $took s after SIGTERM at 150 C (shutdown_timeout = 2)"
+rc=0
+wait "$FLASHD_PID" || rc=$?
+[ $rc -eq 0 ] || fail "flashd exited with status $rc after SIGTERM at 150 C"
+awk -v t="$took" 'BEGIN { exit !(t < 6) }' || fail "the stop at 150 C took $took s (shutdown_timeout = 2)"
+grep -q "dimm0: stop: 1 request(s) held until the device cools given up" "$T/flashd.log" ||
+	fail "the log does not say the held request was given up at the stop"
+grep -q "dimm0: closed cleanly (checkpoint written)" "$T/flashd.log" || fail "dimm0 did not close cleanly"
+start_flashd --config "$T/on.conf" --timing off
+qemu-io -f raw -c "read -P 5 300m 64k" "$FLASHD_URI0" >/dev/null || fail "the flushed write after the hot stop"
+(cd "$T" && fio "$T/reverify.fio") >"$T/reverify3.out" 2>&1 || { cat "$T/reverify3.out"; fail "fio's data does not verify after the hot stop"; }
+ok "SIGTERM at 150 C with a write held: flashd exited 0 in $took s; after a restart the flushed data and fio's verify"
 stop_flashd
 check_flashd_log
