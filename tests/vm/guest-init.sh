@@ -9,11 +9,16 @@
 # scripts, handler, config in; host requests, acks and logs both ways) on
 # /vmtest, chroots into /vmtest/guest-test.sh and powers off.
 #
-# vmtest=systemd (tests/vm/test-systemd.sh; the rootfs is then prepare.sh's
-# rootfs-systemd): copies the share's root/ (make install DESTDIR=, PREFIX=/usr)
-# and the oneshot unit flashd-vmtest.service into the overlay, moves /dev,
-# /proc, /sys into it and switch_roots into /lib/systemd/systemd as PID 1.
-# The unit runs /vmtest/guest-systemd.sh and powers the VM off.
+# vmtest=systemd (tests/vm/test-systemd.sh) and vmtest=drbd (one node of
+# tests/vm/test-drbd.sh; the rootfs is then prepare.sh's rootfs-systemd):
+# copies the share's root/ (make install DESTDIR=, PREFIX=/usr) and the
+# oneshot unit flashd-vmtest@.service into the overlay, moves /dev, /proc,
+# /sys into it and switch_roots into /lib/systemd/systemd as PID 1.  The
+# unit runs /vmtest/guest-<step>.sh and powers the VM off.  For drbd, the
+# kernel command line may also carry vmtest.peer=ADDR/PREFIX (the address
+# of the second NIC, eth1: the link to the other node) and a first virtio
+# disk (/dev/vda, ext4) is the node's persistent /var/lib/private, where
+# flashd.service (DynamicUser) keeps its state: it outlives the VM.
 # Serial console markers: "@@ t=<guest uptime> ...".
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
 
@@ -73,11 +78,11 @@ ln -sf /proc/self/fd/0 /dev/stdin
 ln -sf /proc/self/fd/1 /dev/stdout
 ln -sf /proc/self/fd/2 /dev/stderr
 T=$(sed -n 's/.*vmtest=\([a-z0-9,]*\).*/\1/p' /proc/cmdline)
-if [ "$T" = systemd ]; then
+if [ "$T" = systemd ] || [ "$T" = drbd ]; then
 	mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000,cache=none vmtest $R/vmtest ||
 		die "9p mount of the run share failed"
-	[ -r $R/vmtest/guest-systemd.sh ] && [ -r $R/vmtest/flashd-vmtest.service ] ||
-		die "no guest-systemd.sh / flashd-vmtest.service in the run share"
+	[ -r $R/vmtest/guest-$T.sh ] && [ -r $R/vmtest/flashd-vmtest@.service ] ||
+		die "no guest-$T.sh / flashd-vmtest@.service in the run share"
 	[ -x $R/lib/systemd/systemd ] || die "no /lib/systemd/systemd in the rootfs (prepare.sh --systemd)"
 	# the freshly installed tree (make install DESTDIR=share/root PREFIX=/usr)
 	[ -x $R/vmtest/root/usr/sbin/flashd ] || die "no make install tree in the run share"
@@ -87,10 +92,22 @@ if [ "$T" = systemd ]; then
 		[ -L "$dst" ] && dst=$R/$(readlink "$dst")
 		mkdir -p "$dst" && cp -a "$d/." "$dst/" || die "copying the installed tree ($d) failed"
 	done
-	cp $R/vmtest/flashd-vmtest.service $R/etc/systemd/system/ &&
+	cp $R/vmtest/flashd-vmtest@.service $R/etc/systemd/system/ &&
 		mkdir -p $R/etc/systemd/system/multi-user.target.wants &&
-		ln -sf ../flashd-vmtest.service $R/etc/systemd/system/multi-user.target.wants/ ||
-		die "installing flashd-vmtest.service failed"
+		ln -sf ../flashd-vmtest@.service \
+			$R/etc/systemd/system/multi-user.target.wants/flashd-vmtest@$T.service ||
+		die "installing flashd-vmtest@$T.service failed"
+	PEER=$(sed -n 's/.*vmtest\.peer=\([0-9./]*\).*/\1/p' /proc/cmdline)
+	if [ -n "$PEER" ]; then
+		ip link set eth1 up && ip addr add "$PEER" dev eth1 || die "peer link eth1 ($PEER) setup failed"
+		log "stage1: peer link eth1 $PEER"
+	fi
+	if [ "$T" = drbd ] && [ -b /dev/vda ]; then
+		mkdir -p $R/var/lib/private &&
+			mount -t ext4 /dev/vda $R/var/lib/private && chmod 0700 $R/var/lib/private ||
+			die "mounting the persistent disk /dev/vda on /var/lib/private failed"
+		log "stage1: persistent disk /dev/vda on /var/lib/private"
+	fi
 	# no login prompt on the test console
 	ln -sf /dev/null $R/etc/systemd/system/serial-getty@ttyS0.service
 	ln -sf /dev/null $R/etc/systemd/system/getty@tty1.service

@@ -1,6 +1,6 @@
 #!/bin/bash
 # guest-systemd.sh - the checks of the systemd VM test (tests/vm/test-systemd.sh),
-# run inside the VM by flashd-vmtest.service with systemd as PID 1, on the
+# run inside the VM by flashd-vmtest@systemd.service with systemd as PID 1, on the
 # tree `make install DESTDIR=... PREFIX=/usr` installed (deploy/flashd.service
 # as /lib/systemd/system/flashd.service, /usr/sbin/flashd, /usr/bin/flashctl).
 #

@@ -43,16 +43,20 @@ SUITE=${DEBIAN_SUITE:-bookworm}
 ROOTFS_PKGS=tcmu-runner,targetcli-fb,open-iscsi,nbd-client,dbus,kmod,iproute2,python3-dbus,python3-gi,e2fsprogs,util-linux,libnbd0,socat,procps
 # Guest kernel modules (their dependencies are added from modules.dep):
 #   virtio_pci virtio_net 9pnet_virtio 9p overlay  boot, network, rootfs + share over 9p
+#   virtio_blk      the DRBD test's persistent disk per node (/var/lib/private)
 #   crc32c_generic  iSCSI login and ext4 metadata_csum (TCG's CPU has no SSE4.2)
 #   nbd ext4        kernel NBD client test
 #   configfs target_core_mod target_core_user iscsi_target_mod  LIO + TCMU
 #   iscsi_tcp sd_mod  open-iscsi initiator + SCSI disk
-# The systemd test's rootfs adds these (Debian 12 packages; dbus is already
+#   drbd            the DRBD pair test (tests/vm/test-drbd.sh; Debian 12's 8.4)
+#   tcm_loop        LIO's loopback fabric (that test's figures for the other attach)
+# The systemd tests' rootfs adds these (Debian 12 packages; dbus is already
 # in ROOTFS_PKGS; curl for the control socket's /metrics; the libraries
-# flashd links that the client rootfs lacks: libevent, libinih).
-SYSTEMD_PKGS="systemd systemd-sysv curl libevent-2.1-7 libevent-core-2.1-7 libevent-pthreads-2.1-7 libevent-openssl-2.1-7 libinih1"
-MODS="virtio_pci virtio_net 9pnet_virtio 9p overlay crc32c_generic nbd ext4 configfs \
-target_core_mod target_core_user iscsi_target_mod iscsi_tcp sd_mod"
+# flashd links that the client rootfs lacks: libevent, libinih; drbd-utils
+# for the DRBD pair test, its legacy all-resources drbd.service disabled).
+SYSTEMD_PKGS="systemd systemd-sysv curl libevent-2.1-7 libevent-core-2.1-7 libevent-pthreads-2.1-7 libevent-openssl-2.1-7 libinih1 drbd-utils"
+MODS="virtio_pci virtio_net virtio_blk 9pnet_virtio 9p overlay crc32c_generic nbd ext4 configfs \
+target_core_mod target_core_user iscsi_target_mod iscsi_tcp sd_mod drbd tcm_loop"
 
 T_START=$(date +%s)
 step() { printf '== [%4ss] %s\n' "$(($(date +%s) - T_START))" "$*"; }
@@ -282,6 +286,8 @@ if [ "$WANT_SYSTEMD" = 1 ]; then
 			die "apt-get install $SYSTEMD_PKGS in the chroot failed (log: $CACHE/systemd-apt.log)"
 		fi
 		echo "apt-get install $SYSTEMD_PKGS took $(($(date +%s) - t))s"
+		# deploy/drbd/README.md: one drbd@RES.service per resource instead
+		chroot "$S" systemctl disable drbd.service >/dev/null 2>&1 || true
 		chroot_umount
 		trap - EXIT
 		rm -f "$S/usr/sbin/policy-rc.d" "$S/etc/resolv.conf"

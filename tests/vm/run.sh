@@ -5,15 +5,20 @@
 #   tests/vm/run.sh [STEPS]     STEPS: comma list of nbd,iscsi (default nbd,iscsi)
 #   tests/vm/run.sh systemd     boot prepare.sh --systemd's rootfs with systemd
 #                               as PID 1 (tests/vm/test-systemd.sh); alone
+#   tests/vm/run.sh drbd        the same, running guest-drbd.sh: one node of
+#                               the DRBD pair (tests/vm/test-drbd.sh); alone
 #
 # Needs the cache from tests/vm/prepare.sh and an NBD server listening on
 # 127.0.0.1:$NBD_PORT (the guest reaches it as 10.0.2.2:$NBD_PORT through
 # qemu's user-mode network).  tests/vm/test-kernel-clients.sh is the entry
 # point that starts flashd and answers the guest's host requests.
-# The systemd step needs no server on the host: run.sh runs `make install
-# DESTDIR=<share>/root PREFIX=/usr` of this tree, stage 1 copies that into
-# the VM and switch_roots into systemd, flashd-vmtest.service runs
-# guest-systemd.sh (the server is the VM's own flashd.service).
+# The systemd and drbd steps need no server on the host: run.sh runs `make
+# install DESTDIR=<share>/root PREFIX=/usr` of this tree, stage 1 copies
+# that into the VM and switch_roots into systemd, flashd-vmtest@STEP.service
+# runs guest-STEP.sh (the server is the VM's own flashd.service).  For drbd
+# the share also gets deploy/drbd/ (as drbd/) and drbd-writer.py; the guest
+# runs the commands the host drops into the share (cmd.N -> out.N, rc.N;
+# guest-drbd.sh) until told to power off.
 #
 # Environment:
 #   FLASHD_VM_CACHE  cache (default /var/cache/flashd-vm)
@@ -32,6 +37,15 @@
 #   VM_TIMEOUT       hard limit for the whole VM in seconds (900, at most 1200)
 #   TEST_TIMEOUT     limit per step inside the guest (420)
 #   VM_MEM, VM_SMP   guest RAM in MiB (1024) and vCPUs (1)
+#   VM_HOSTNAME      the guest's host name (systemd.hostname=; systemd/drbd)
+#   VM_PEER          LPORT:RPORT:ADDR/PREFIX - a second NIC (eth1) on a qemu
+#                    UDP socket netdev: sends to 127.0.0.1:RPORT, receives on
+#                    127.0.0.1:LPORT; the guest gives it ADDR/PREFIX.  Two VMs
+#                    with mirrored ports share one virtual wire; either can
+#                    be killed and booted again without the other noticing
+#                    more than lost frames.
+#   VM_DISK          a raw image file: the first virtio disk (/dev/vda); the
+#                    drbd step mounts it (ext4) on /var/lib/private
 #   VERBOSE=1        echo the whole serial console, not just the @@ markers
 # Exit status: 0 every step PASSed, 1 a FAIL, 124 timeout, 2 usage/setup.
 # qemu is always killed (by pid) when run.sh exits, however it exits.
@@ -60,12 +74,12 @@ has_step() { [[ ,$STEPS, == *,$1,* ]]; }
 
 [[ $STEPS =~ ^[a-z0-9]+(,[a-z0-9]+)*$ ]] || die "bad step list '$STEPS' (want e.g. nbd,iscsi)"
 for s in ${STEPS//,/ }; do
-	case $s in nbd | iscsi) ;; systemd) [ "$STEPS" = systemd ] || die "the systemd step runs alone" ;;
-	*) die "unknown step '$s' (known: nbd, iscsi, systemd)" ;; esac
+	case $s in nbd | iscsi) ;; systemd | drbd) [ "$STEPS" = "$s" ] || die "the $s step runs alone" ;;
+	*) die "unknown step '$s' (known: nbd, iscsi, systemd, drbd)" ;; esac
 done
 [[ $VM_TIMEOUT =~ ^[0-9]+$ ]] && [ "$VM_TIMEOUT" -ge 60 ] || die "bad VM_TIMEOUT=$VM_TIMEOUT"
 [ "$VM_TIMEOUT" -gt 1200 ] && VM_TIMEOUT=1200
-[[ $NBD_PORT =~ ^[0-9]+$ ]] || has_step systemd || die "set NBD_PORT to the TCP port the server listens on (127.0.0.1)"
+[[ $NBD_PORT =~ ^[0-9]+$ ]] || has_step systemd || has_step drbd || die "set NBD_PORT to the TCP port the server listens on (127.0.0.1)"
 [ "$(id -u)" = 0 ] || die "run as root (the cached rootfs is root-owned)"
 [ -d "$CACHE" ] || die "no cache at $CACHE: run tests/vm/prepare.sh first"
 CACHE=$(cd "$CACHE" && pwd)
@@ -79,16 +93,33 @@ KERNEL=$CACHE/kernel/$KV/vmlinuz
 BASE=$CACHE/initrd-base.cpio.gz
 ROOTFS=$CACHE/rootfs
 STAMPS=("$ROOTFS/.flashd-rootfs-ok" "$ROOTFS/.flashd-modules-ok")
-if has_step systemd; then
+SYSTEMD_STEP=
+has_step systemd && SYSTEMD_STEP=systemd
+has_step drbd && SYSTEMD_STEP=drbd
+PEER_ARGS=() PEER_APPEND=
+if [ -n "${VM_PEER:-}" ]; then
+	[[ $VM_PEER =~ ^([0-9]+):([0-9]+):([0-9]+\.[0-9]+\.[0-9]+\.([0-9]+)/[0-9]+)$ ]] ||
+		die "VM_PEER=$VM_PEER: want LPORT:RPORT:ADDR/PREFIX"
+	# shellcheck disable=SC2054 # commas are qemu option syntax
+	PEER_ARGS=(-netdev "socket,id=n1,udp=127.0.0.1:${BASH_REMATCH[2]},localaddr=127.0.0.1:${BASH_REMATCH[1]}"
+		-device "virtio-net-pci,netdev=n1,romfile=,mac=52:54:00:fd:00:$(printf %02x "${BASH_REMATCH[4]}")")
+	PEER_APPEND=" vmtest.peer=${BASH_REMATCH[3]}"
+fi
+DISK_ARGS=()
+if [ -n "${VM_DISK:-}" ]; then
+	[ -f "$VM_DISK" ] || die "VM_DISK=$VM_DISK: no such file"
+	DISK_ARGS=(-drive "file=$VM_DISK,format=raw,if=virtio,cache=writeback")
+fi
+if [ -n "$SYSTEMD_STEP" ]; then
 	ROOTFS=$CACHE/rootfs-systemd
 	STAMPS=("$ROOTFS/.flashd-systemd-ok")
 fi
 for f in "$KERNEL" "$BASE" "${STAMPS[@]}"; do
-	[ -e "$f" ] || die "missing $f: run tests/vm/prepare.sh$(has_step systemd && echo ' --systemd')"
+	[ -e "$f" ] || die "missing $f: run tests/vm/prepare.sh$([ -n "$SYSTEMD_STEP" ] && echo ' --systemd')"
 done
 
 # A listener must be there; look without connecting.
-has_step systemd || [ -n "$(ss -Hltn "sport = :$NBD_PORT" 2>/dev/null)" ] ||
+[ -n "$SYSTEMD_STEP" ] || [ -n "$(ss -Hltn "sport = :$NBD_PORT" 2>/dev/null)" ] ||
 	die "nothing listens on TCP port $NBD_PORT: start the server on 127.0.0.1:$NBD_PORT first"
 
 if [ -n "${VM_RUN_DIR:-}" ]; then
@@ -108,9 +139,13 @@ mkdir -p "$SHARE/handlers" "$SHARE/logs"
 # ---- what the guest gets on /vmtest
 install -m 0755 "$HERE/guest-test.sh" "$SHARE/guest-test.sh"
 install -m 0755 "$TOP/deploy/iscsi-lun.sh" "$SHARE/iscsi-lun.sh"
-if has_step systemd; then
-	install -m 0755 "$HERE/guest-systemd.sh" "$SHARE/guest-systemd.sh"
-	install -m 0644 "$HERE/flashd-vmtest.service" "$SHARE/flashd-vmtest.service"
+if [ -n "$SYSTEMD_STEP" ]; then
+	install -m 0755 "$HERE/guest-$SYSTEMD_STEP.sh" "$SHARE/guest-$SYSTEMD_STEP.sh"
+	install -m 0644 "$HERE/flashd-vmtest@.service" "$SHARE/flashd-vmtest@.service"
+	if has_step drbd; then
+		install -m 0755 "$HERE/drbd-writer.py" "$SHARE/drbd-writer.py"
+		cp -r "$TOP/deploy/drbd" "$SHARE/drbd"
+	fi
 	env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -C "$TOP" install DESTDIR="$SHARE/root" PREFIX=/usr \
 		>"$RUN/make-install.log" 2>&1 || { tail -n 20 "$RUN/make-install.log"; die "make install DESTDIR=$SHARE/root PREFIX=/usr failed"; }
 fi
@@ -138,14 +173,16 @@ cat "$BASE" >>"$RUN/initrd.img"
 
 # systemd: less chatter on the console, no first-boot questions
 SYSTEMD_APPEND=
-has_step systemd && SYSTEMD_APPEND="systemd.show_status=error systemd.firstboot=0 systemd.unit=multi-user.target"
+[ -n "$SYSTEMD_STEP" ] && SYSTEMD_APPEND="systemd.show_status=error systemd.firstboot=0 systemd.unit=multi-user.target"
+[ -n "${VM_HOSTNAME:-}" ] && SYSTEMD_APPEND="$SYSTEMD_APPEND systemd.hostname=$VM_HOSTNAME"
 # shellcheck disable=SC2054 # commas are qemu option syntax
 QEMU=(qemu-system-x86_64 -nodefaults -no-user-config -accel tcg
 	-m "${VM_MEM:-1024}" -smp "${VM_SMP:-1}"
 	-display none -serial stdio -no-reboot
 	-kernel "$KERNEL" -initrd "$RUN/initrd.img"
-	-append "console=ttyS0 quiet loglevel=4 panic=-1 vmtest=$STEPS${SYSTEMD_APPEND:+ $SYSTEMD_APPEND}"
+	-append "console=ttyS0 quiet loglevel=4 panic=-1 vmtest=$STEPS${SYSTEMD_APPEND:+ $SYSTEMD_APPEND}$PEER_APPEND"
 	-netdev user,id=n0 -device virtio-net-pci,netdev=n0,romfile=
+	"${PEER_ARGS[@]}" "${DISK_ARGS[@]}"
 	-fsdev "local,id=fs0,path=$ROOTFS,security_model=none,readonly=on"
 	-device virtio-9p-pci,fsdev=fs0,mount_tag=rootfs
 	-fsdev "local,id=fs1,path=$SHARE,security_model=none"
@@ -165,7 +202,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 
-echo "== run.sh: steps=$STEPS kernel=$KV server=$SERVER_KIND port=$NBD_PORT timeout=${VM_TIMEOUT}s"
+echo "== run.sh: steps=$STEPS kernel=$KV server=$SERVER_KIND port=$NBD_PORT timeout=${VM_TIMEOUT}s${VM_HOSTNAME:+ host=$VM_HOSTNAME}"
 echo "== run.sh: console log $LOG"
 T0=${EPOCHREALTIME//[.,]/}
 {

@@ -12,7 +12,7 @@
 #    package list changes.
 # 2. tests/vm/run.sh systemd: `make install DESTDIR=<run share>/root
 #    PREFIX=/usr` of this tree; stage 1 (guest-init.sh) copies it into the
-#    VM's tmpfs overlay, adds flashd-vmtest.service and switch_roots into
+#    VM's tmpfs overlay, adds flashd-vmtest@systemd.service and switch_roots into
 #    /lib/systemd/systemd; that oneshot unit runs guest-systemd.sh (the
 #    checks: start with Type=notify, flashctl status, /metrics, nbd-client
 #    data across `systemctl kill -s KILL` + Restart=on-failure, reload, a
