@@ -3,6 +3,7 @@
 #   make            build everything into build/
 #   make run        build, then serve the embedded default (simulated ioDrive Duo)
 #   make check      build and run every test; ends with "N passed, N failed"
+#   make check-drbd the DRBD pair test in two VMs (11-14 min; .ci/run runs it too)
 #   make bench      benchmark flashd against nbdkit and qemu-nbd (not part of check)
 #   make install    install programs, plugins, unit, man pages, example config
 #                   (PREFIX=/usr/local, DESTDIR=; see "Installing" below)
@@ -56,7 +57,7 @@ ifneq ($(wildcard plugins/tcmu/*.c),)
 PROGS += $(BUILD)/handler_flashd.so
 endif
 
-.PHONY: all run check bench deps clean install uninstall
+.PHONY: all run check check-drbd bench deps clean install uninstall
 all: $(PROGS) $(UNIT_BINS) $(SAN_BINS)
 
 # Debian packages: checked once per build directory, re-checked when deps.sh changes.
@@ -127,6 +128,12 @@ run: all
 check: all
 	scripts/deps.sh check
 	tests/run.sh
+
+# the DRBD pair test (tests/vm/test-drbd.sh: two VMs, 11-14 min under TCG),
+# not part of check; .ci/run runs it after check
+check-drbd: all
+	scripts/deps.sh check
+	tests/run.sh test-drbd
 
 bench: all
 	scripts/deps.sh bench

@@ -4,7 +4,8 @@
 #   scripts/deps.sh build   compiler and -dev libraries for `make`
 #   scripts/deps.sh check   build + the real clients the tests drive
 #   scripts/deps.sh bench   check + the peers `make bench` compares against
-#   scripts/deps.sh vm      check + qemu, debootstrap (kernel client tests)
+#   scripts/deps.sh vm      check + qemu, debootstrap (kernel client tests),
+#                           e2fsprogs (mkfs.ext4 of the DRBD test nodes' disks)
 #   scripts/deps.sh fuzz    build + clang and its libFuzzer runtime (`make fuzz`)
 #
 # check includes chromium: tests/test-dashboard.sh loads the dashboard in it
@@ -21,7 +22,7 @@ set -eu
 build_pkgs="gcc make pkg-config libevent-dev libssl-dev libnbd-dev nbdkit-plugin-dev libsystemd-dev libinih-dev"
 check_pkgs="nbdkit libnbd-bin python3-libnbd qemu-utils fio iproute2 python3 curl gnutls-bin openssl man-db groff-base chromium"
 bench_pkgs="nbdkit qemu-utils fio procps gnuplot-nox"
-vm_pkgs="qemu-system-x86 busybox-static cpio debootstrap kmod gzip"
+vm_pkgs="qemu-system-x86 busybox-static cpio debootstrap kmod gzip e2fsprogs"
 fuzz_pkgs="clang libclang-rt-14-dev"
 
 top=$(cd "$(dirname "$0")/.." && pwd)

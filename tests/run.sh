@@ -6,6 +6,9 @@
 #                             kernel-client VM tests (tests/vm/test-*.sh)
 #   tests/run.sh NAME...      only the tests whose name contains NAME
 #
+# A shell test with a "# long: yes" line runs only when named (make
+# check-drbd runs tests/vm/test-drbd.sh so), never in the plain list.
+#
 # Each test runs alone with its output in build/test-logs/<name>.log; a
 # failing test's last lines are printed.  A test passes only by exiting 0.
 # The per-test time limit is 1200 s, or "# timeout: N" in a shell test.
@@ -23,6 +26,8 @@ for t in build/tests/t_* tests/test-*.sh tests/vm/test-*.sh; do
 		hit=
 		for pat in "$@"; do [[ $t == *"$pat"* ]] && hit=1; done
 		[ -n "$hit" ] || continue
+	elif [[ $t == *.sh ]] && grep -q '^# long: yes' "$t"; then
+		continue
 	fi
 	tests+=("$t")
 done
