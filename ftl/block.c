@@ -165,11 +165,6 @@ static void band_count(struct band *bd, int cl, int delta)
 		bd->n_closed = (uint16_t)(bd->n_closed + delta);
 }
 
-static bool blk_is_sb(const struct ftl *f, uint32_t b)
-{
-	return b == f->sb_block[0] || b == f->sb_block[1];
-}
-
 /* Take b off the block list its state puts it on. */
 static void blk_leave(struct ftl *f, uint32_t b)
 {

@@ -220,7 +220,11 @@ static bool cp_alloc_blocks(struct ftl *f)
 		uint32_t gstart = got;
 		for (uint32_t col = 0; col < w; col++) {
 			uint32_t b = band_block(f, bi, col);
-			if (f->blk[b].state != BLK_META)
+			/* the members band_alloc took; a superblock block in
+			 * the band is META too, but a hole: taking it lost a
+			 * superblock copy (its program fails, the attempt
+			 * gave it to the eraser) */
+			if (f->blk[b].state != BLK_META || blk_is_sb(f, b))
 				continue;
 			if (c->hdr_block == FTL_NO_BLOCK)
 				c->hdr_block = b;

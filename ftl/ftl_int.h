@@ -731,6 +731,12 @@ struct ftl {
 
 /* ---- shared helpers ----------------------------------------------------- */
 
+/* b is one of the two superblock blocks: never a band member, always META
+ * (or BAD), written by superblock.c only */
+static inline bool blk_is_sb(const struct ftl *f, uint32_t b)
+{
+	return b == f->sb_block[0] || b == f->sb_block[1];
+}
 
 static inline uint32_t ppa_block(const struct ftl *f, uint32_t ppa)
 {

@@ -1,7 +1,8 @@
 /*
  * t_ftl_faults - the FTL under media faults: grown bad blocks, bit errors,
- * a failed die, running out of spare blocks, a damaged checkpoint, an
- * unformatted or read-only device.  Errors must be errors (EIO, ENOSPC,
+ * a failed die (also die 0 or 1, each holding a superblock block, right
+ * after the first checkpoint), running out of spare blocks, a damaged
+ * checkpoint, an unformatted or read-only device.  Errors must be errors (EIO, ENOSPC,
  * EROFS), never wrong data.
  */
 #include "ftl/ftl.h"
@@ -218,6 +219,74 @@ static void die_failure(const char *preset, double op, uint32_t die, bool writab
 	free(ver);
 }
 
+/*
+ * The first checkpoint of a fresh format takes a free band of row 0 or 1,
+ * where a superblock block is a hole: it must not take that block (its
+ * program failed, the attempt gave it to the eraser, and the superblock
+ * lived on the other die only).  Then die 0 or 1 fails: every flushed unit
+ * on the other dies reads right, flushes go on, and the ioDimm opens again.
+ */
+static void sb_band_die(const char *preset, uint32_t die)
+{
+	struct nand_dev *d = dev_new(preset);
+	format(d, 20);
+	struct ftl *f = open_ok(d);
+	uint64_t t = ftl_checkpoint_request(f);
+	int r;
+	while (!(r = ftl_checkpoint_poll(f, t)))
+		ftl_poll(f);
+	CHECK_EQ(r, 1);
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	uint64_t units = info.units < 4096 ? info.units : 4096, seed = 5;
+	uint32_t *ver = calloc(info.units, sizeof *ver);
+	uint8_t *lost = calloc(units, 1);
+	churn(f, ver, units, units, &seed);
+	CHECK_RC(ftl_flush_sync(f));
+	for (uint64_t u = 0; u < units; u++) {
+		uint32_t dd, b, pg;
+		CHECK_RC(ftl_unit_location(f, u, &dd, &b, &pg));
+		lost[u] = dd == die;
+	}
+	CHECK_RC(nand_sim_fail_die(d, die));
+	uint8_t b[4096], e[4096];
+	for (int pass = 0; pass < 2; pass++) {
+		uint64_t eio = 0;
+		for (uint64_t u = 0; u < units; u++) {
+			int rc = ftl_read_sync(f, b, u * 4096, 4096);
+			if (lost[u] && rc == -EIO) {
+				eio++;
+				continue;
+			}
+			fill(e, u, ver[u]);
+			if (rc || memcmp(b, e, 4096)) {
+				fprintf(stderr, "sb_band_die %s die %u: unit %" PRIu64 " (%s): read %d%s\n",
+					preset, die, u, lost[u] ? "on the dead die" : "on a live die",
+					rc, rc ? "" : ", wrong data");
+				exit(1);
+			}
+		}
+		if (pass == 0) {
+			CHECK_RC(ftl_flush_sync(f));
+			CHECK_RC(ftl_close(f));
+			char err[256];
+			int rc = ftl_open(d, NULL, &f, err, sizeof err);
+			if (rc) {
+				fprintf(stderr, "sb_band_die %s die %u: reopen: %s\n", preset, die, err);
+				exit(1);
+			}
+		}
+		if (pass == 1)
+			printf("sb_band_die: %s, checkpoint at once, die %u failed: %" PRIu64
+			       " units on it EIO, the other %" PRIu64 " right, closed and opened again\n",
+			       preset, die, eio, units - eio);
+	}
+	CHECK_RC(ftl_close(f));
+	nand_close(d);
+	free(ver);
+	free(lost);
+}
+
 static void no_space(void)
 {
 	struct nand_dev *d = dev_new("test-64m");
@@ -322,6 +391,10 @@ int main(void)
 	bit_errors();
 	die_failure("test-64m", 25, 2, false);
 	die_failure("test-1g", 20, 6, true);
+	for (uint32_t die = 0; die < 2; die++) {
+		sb_band_die("test-64m", die);
+		sb_band_die("test-1g", die);
+	}
 	no_space();
 	damaged_checkpoint();
 	unformatted_and_readonly();
