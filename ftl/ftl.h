@@ -384,9 +384,12 @@ struct ftl_stats {
 	uint64_t read_errors_corrected, read_errors_uncorrectable;
 	uint64_t crc_errors;            /* data pages that failed their CRC32C */
 	uint64_t program_failures, erase_failures;
-	uint64_t lost_units;            /* units made unreadable by media errors */
-	uint64_t lost_first, lost_last; /* the range they fall in (since open;
-	                                 * lost_first > lost_last: none) */
+	/* units made unreadable by media errors (they read EIO until
+	 * rewritten or trimmed): those the map held lost at open, and those
+	 * lost since (a unit rewritten since stays counted until the next
+	 * open); the range they fall in (lost_first > lost_last: none) */
+	uint64_t lost_units;
+	uint64_t lost_first, lost_last;
 	/* parity (Flashback): parity pages programmed, pages rebuilt from
 	 * their stripe (host reads and GC), rebuilds that failed (a second
 	 * error in the stripe: the unit is lost), dead dies, and the bands

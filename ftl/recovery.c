@@ -14,7 +14,7 @@
  *   3. apply them in sequence order: data pages map their unit, trim
  *      records unmap (or mark lost) their ranges
  *   4. count valid pages per block from the l2p; a unit mapped into a block
- *      that holds no log is reported lost
+ *      that holds no log is reported lost; lost units are counted
  * Memory: 16 bytes per replayed page (bounded by the checkpoint interval).
  * Time: one spare read per block, plus a footer read per block written
  * since cp_seq (ppb spare reads for the few without one: open at the
@@ -411,6 +411,16 @@ out:
 	return rc;
 }
 
+/* unit u is lost (L2P_LOST): counted, its range widened */
+static void lost_note(struct ftl *f, uint64_t u)
+{
+	f->st.lost_units++;
+	if (u < f->st.lost_first)
+		f->st.lost_first = u;
+	if (u > f->st.lost_last)
+		f->st.lost_last = u;
+}
+
 static int rentry_cmp(const void *a, const void *b)
 {
 	const struct rentry *x = a, *y = b;
@@ -633,12 +643,19 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 	f->next_seq = max_seq + 1;
 	f->info.recovered_pages = x.nent;
 
-	/* 4. valid counts; units mapped into blocks without log data are lost */
+	/* 4. valid counts; units mapped into blocks without log data are lost.
+	 * Every lost unit is counted, with its range: the map keeps them
+	 * (checkpoints, loss records), and they read EIO after any restart,
+	 * so status says so too */
 	uint64_t lost = 0;
 	for (uint64_t u = 0; u < f->units; u++) {
 		uint32_t e = f->l2p[u];
-		if (e == L2P_UNMAPPED || e == L2P_LOST)
+		if (e == L2P_UNMAPPED)
 			continue;
+		if (e == L2P_LOST) {
+			lost_note(f, u);
+			continue;
+		}
 		/* no write buffer exists yet: an entry that looks like a slot
 		 * (or a page past the data pages) came from a damaged map */
 		uint32_t b = l2p_is_ppa(e) && e < f->nblocks * f->ppb ? ppa_block(f, e) : FTL_NO_BLOCK;
@@ -648,6 +665,7 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 			/* (more units than pages in one block: a damaged map
 			 * maps some twice; the count indexes GC's buckets) */
 			f->l2p[u] = L2P_LOST;
+			lost_note(f, u);
 			lost++;
 			continue;
 		}
@@ -656,7 +674,6 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 	if (lost) {
 		ftl_log("%llu units point at blocks without data; they read as errors",
 			(unsigned long long)lost);
-		f->st.lost_units += lost;
 		size_t n = strlen(f->info.notes);
 		snprintf(f->info.notes + n, sizeof f->info.notes - n, "%s%llu units lost (read as errors)",
 			 n ? "; " : "", (unsigned long long)lost);
