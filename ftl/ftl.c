@@ -772,7 +772,7 @@ static int step_checkpoint(struct open_ctx *c)
 
 static int step_recovery(struct open_ctx *c)
 {
-	return recovery_run(c->f, c->err, c->errlen);
+	return recovery_run(c->f, c->sb.dead_dies, c->err, c->errlen);
 }
 
 static int step_limits(struct open_ctx *c)

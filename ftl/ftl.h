@@ -367,7 +367,8 @@ bool ftl_unit_protected(struct ftl *f, uint64_t unit);
  * Counters since the format (lifetime): host bytes and ops read and
  * written, pages programmed and read, blocks erased are kept in every
  * checkpoint, so they are exact across a clean restart and, after a crash,
- * as of the last checkpoint.  The others count since this open.
+ * as of the last checkpoint.  The others count since this open, but for
+ * what is lost and dead now (lost_units, dies_failed).
  */
 struct ftl_stats {
 	uint64_t host_read_bytes, host_write_bytes, host_trim_bytes, host_zero_bytes;
@@ -399,7 +400,8 @@ struct ftl_stats {
 	uint64_t parity_stripes_unprotected; /* closed without a parity page */
 	uint64_t parity_pad_pages;  /* pads completing stripes left open while idle */
 	uint64_t parity_ppl_pages;  /* partial-parity pages written at flushes */
-	uint32_t dies_failed;
+	uint32_t dies_failed;       /* dead dies: the superblock keeps them,
+	                             * so every restart counts them again */
 	uint32_t rebuild_bands_total, rebuild_bands_left;
 	uint64_t blocks_total, blocks_free, blocks_bad, blocks_bad_grown, blocks_meta;
 	uint64_t blocks_data;

@@ -1103,8 +1103,9 @@ int cp_load(struct ftl *f, const struct ftl_sb *sb, char *err, size_t errlen);
  * *why. */
 int cp_verify(struct ftl *f, uint32_t block, struct ftl_cp_hdr *h, const char **why);
 
-/* recovery.c */
-int recovery_run(struct ftl *f, char *err, size_t errlen);
+/* recovery.c; dead_dies: the superblock's bitmap of dies declared dead
+ * (struct ftl_sb), declared again whatever their reads say */
+int recovery_run(struct ftl *f, const uint8_t *dead_dies, char *err, size_t errlen);
 
 /* synchronous single-op helper for open/format paths (nothing else in flight) */
 enum nand_status nand_op_sync(struct nand_dev *dev, struct nand_op *op);

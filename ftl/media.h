@@ -143,9 +143,14 @@ struct __attribute__((packed)) ftl_sb {
 	 * copy on another) */
 	uint32_t cp_mirror_block;
 	uint32_t flags;
-	uint8_t reserved[116];
+	/* dies declared dead, die d in bit d % 8 of byte d / 8 (dies 0 to
+	 * FTL_SB_DEAD_DIES - 1; zero in superblocks written before it
+	 * existed, where a dead die is found again by its reads at open) */
+	uint8_t dead_dies[64];
+	uint8_t reserved[52];
 	uint32_t crc;
 };
+#define FTL_SB_DEAD_DIES 512u
 #define FTL_SB_CP_MIRROR 1u
 _Static_assert(sizeof(struct ftl_sb) == 280, "ftl_sb is on media");
 

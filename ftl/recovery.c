@@ -195,7 +195,8 @@ struct rctx {
 	/* page-0 reads per die, and how many failed: a die where all failed
 	 * is dead */
 	uint32_t *die_reads, *die_fails;
-	uint8_t *dead;        /* [ndies] */
+	uint8_t *dead;        /* [ndies] 1: every read failed, 2: the superblock
+	                       * says so (declared dead before) */
 	uint64_t units;
 	/* parity: pages the spare scan could not read (not on a dead die),
 	 * whose spares are rebuilt from their stripes afterwards */
@@ -474,7 +475,7 @@ static void dead_after_crash(struct ftl *f, uint32_t d, const uint32_t *cut, uin
 		 n ? "; " : "", d);
 }
 
-int recovery_run(struct ftl *f, char *err, size_t errlen)
+int recovery_run(struct ftl *f, const uint8_t *dead_dies, char *err, size_t errlen)
 {
 	struct rctx x = { 0 };
 	int rc = 0;
@@ -523,22 +524,23 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 	 * carries their spares; without, they are gone, and the units they
 	 * held read what the checkpoint and the other dies' log say (their
 	 * pages on the dead die fail with EIO, and become lost units at GC) */
-	uint32_t ndead = 0;
 	for (uint32_t d = 0; d < f->ndies; d++) {
-		if (x.die_reads[d] == 0) {
-			/* every block of it retired (by the checkpoint, after
-			 * it died in an earlier run): still dead, for status */
+		/* declared dead before: the superblock keeps it */
+		bool known = d < FTL_SB_DEAD_DIES && (dead_dies[d / 8] & (1u << (d % 8)));
+		if (x.die_reads[d] < 2 || x.die_fails[d] != x.die_reads[d]) {
+			/* dead still if known, even with nothing on it read
+			 * (every block retired, or but a superblock block, which
+			 * is not read here); without the superblock's word (one
+			 * written before it kept dead dies), if every block of
+			 * it is retired */
 			uint32_t nbad = 0;
-			for (uint32_t i = 0; i < f->blocks_per_die; i++)
+			for (uint32_t i = 0; !known && !x.die_reads[d] && i < f->blocks_per_die; i++)
 				nbad += f->blk[d * f->blocks_per_die + i].state == BLK_BAD;
-			if (nbad == f->blocks_per_die)
-				x.dead[d] = 1;
+			if (known || nbad == f->blocks_per_die)
+				x.dead[d] = 2;
 			continue;
 		}
-		if (x.die_reads[d] < 2 || x.die_fails[d] != x.die_reads[d])
-			continue;
-		ndead++;
-		x.dead[d] = 1;
+		x.dead[d] = known ? 2 : 1;
 		for (uint32_t i = 0; i < f->blocks_per_die; i++) {
 			uint32_t b = d * f->blocks_per_die + i;
 			if (x.cls[b] == RC_SCAN)
@@ -767,7 +769,7 @@ int recovery_run(struct ftl *f, char *err, size_t errlen)
 	for (uint32_t d = 0; !rc && d < f->ndies; d++) {
 		if (!x.dead[d])
 			continue;
-		if (!f->was_clean)
+		if (!f->was_clean && x.dead[d] == 1)
 			dead_after_crash(f, d, x.list, ncut);
 		die_declare_dead(f, d, "every block on it unreadable at open");
 	}

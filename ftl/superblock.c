@@ -1,6 +1,6 @@
 /*
- * ftl/superblock.c - the two superblock blocks: format parameters and the
- * pointer to the current checkpoint.
+ * ftl/superblock.c - the two superblock blocks: format parameters, the
+ * pointer to the current checkpoint, and the dies found dead.
  *
  * Every update is written to both blocks, one after the other (mirrored,
  * so a die 0 or 1 that fails while flashd is down, or with a crash, takes
@@ -70,6 +70,11 @@ void sb_fill(struct ftl *f, struct ftl_sb *sb, bool clean)
 		sb->flags |= FTL_SB_CP_MIRROR;
 	else
 		sb->cp_mirror_block = 0;
+	/* dies found dead: counted after any restart, even once every block
+	 * of one is retired or a superblock block (never read at open) */
+	for (uint32_t d = 0; f->die_dead && d < f->ndies && d < FTL_SB_DEAD_DIES; d++)
+		if (f->die_dead[d])
+			sb->dead_dies[d / 8] |= (uint8_t)(1u << (d % 8));
 	sb->clean = clean;
 	sb->open_count = f->open_count;
 	sb->crc = crc32c(0, sb, offsetof(struct ftl_sb, crc));

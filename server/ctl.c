@@ -877,7 +877,7 @@ static void metrics_text(struct ctl_req *cr, struct evbuffer *b)
 		if (FTL_OK(&S[i]))
 			prom_sample(b, "flashd_dimm_parity_rebuilds_total", &S[i], NULL, "%llu",
 				    (unsigned long long)S[i].stats.parity_rebuilds);
-	prom_family(b, "flashd_dimm_dies_failed", "gauge", "dies declared dead since the FTL was opened");
+	prom_family(b, "flashd_dimm_dies_failed", "gauge", "dies declared dead (kept across restarts)");
 	for (int i = 0; i < n; i++)
 		if (FTL_OK(&S[i]))
 			prom_sample(b, "flashd_dimm_dies_failed", &S[i], NULL, "%u", S[i].stats.dies_failed);
