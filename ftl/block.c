@@ -826,9 +826,9 @@ void blk_limits(struct ftl *f)
 	}
 	/*
 	 * A checkpoint being written holds cp_reserve blocks until its commit
-	 * frees the previous one's.  Where the spare blocks allow, the pool is
-	 * kept that much higher, so host writes and GC go on meanwhile instead
-	 * of waiting for the commit.
+	 * frees those of the checkpoint before the previous.  Where the spare
+	 * blocks allow, the pool is kept that much higher, so host writes and
+	 * GC go on meanwhile instead of waiting for the commit.
 	 */
 	uint32_t spare = f->nusable - f->min_usable;
 	uint32_t headroom = f->cp_reserve < spare / 4 ? f->cp_reserve : spare / 4;

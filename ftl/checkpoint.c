@@ -5,11 +5,17 @@
  * Nothing waits for it: host writes and GC go on while the header and l2p
  * pages are programmed into blocks from the free pool (striped over the
  * blocks so the dies work in parallel), the medium is synced, and a new
- * superblock page makes the checkpoint current.  Only once that page is
- * synced too are the previous checkpoint's blocks released (CP_RELEASE;
- * on an image file a host crash may lose writes not synced).  A power cut
- * at any point leaves either the old or the new checkpoint current, never
- * neither.
+ * superblock page makes the checkpoint current and the one that was
+ * current the previous (the superblock names both).  Only once that page
+ * is synced too are the blocks of the checkpoint before released
+ * (CP_RELEASE; on an image file a host crash may lose writes not synced).
+ * A power cut at any point leaves either the old or the new checkpoint
+ * current, never neither.  Two are kept so that a current checkpoint
+ * found damaged at open (cp_load) is replaced by the previous one and the
+ * log after it, which GC keeps (cp.keep_seq), not by a replay of the
+ * whole log, which cannot undo the trims whose records GC dropped; a
+ * device whose spare blocks cannot hold a second one keeps one
+ * (cp_prev_room).
  * The checkpoint is fuzzy.  cp_seq is one below the oldest sequence number
  * still in a write buffer when it starts, so every log page newer than
  * cp_seq is on the media or will be, and recovery replays all of them in
@@ -110,8 +116,8 @@ int cp_init(struct ftl *f)
 	c->pblocks = ftl_alloc(f, nl * sizeof *c->pblocks);
 	c->gend = ftl_alloc(f, nl * sizeof *c->gend);
 	c->cur_blocks = ftl_alloc(f, (2 * nl + 1) * sizeof *c->cur_blocks);
-	c->rel_blocks = ftl_alloc(f, (2 * nl + 1) * sizeof *c->rel_blocks);
-	c->rel_hdr_block = FTL_NO_BLOCK;
+	c->prev_blocks = ftl_alloc(f, (2 * nl + 1) * sizeof *c->prev_blocks);
+	c->rel_blocks = ftl_alloc(f, 2 * (2 * nl + 2) * sizeof *c->rel_blocks);
 	/* whatever the data's format: a checkpoint that one dead die makes
 	 * unloadable is replaced by a replay of the whole log, which brings
 	 * back sectors trimmed before it (t_ftl_parity cp_dead_at_open_noparity) */
@@ -130,8 +136,8 @@ int cp_init(struct ftl *f)
 	c->open_cap = 8 * f->ndies + 2 * (f->stream[STREAM_USER].ring.nslots +
 					  f->stream[STREAM_GC].ring.nslots);
 	c->open_list = ftl_alloc(f, (size_t)c->open_cap * sizeof *c->open_list);
-	if (!c->blocks || !c->pblocks || !c->gend || !c->cur_blocks || !c->rel_blocks || !c->ops ||
-	    !c->free_idx || !c->open_list)
+	if (!c->blocks || !c->pblocks || !c->gend || !c->cur_blocks || !c->prev_blocks ||
+	    !c->rel_blocks || !c->ops || !c->free_idx || !c->open_list)
 		return -ENOMEM;
 	/* the header buffer, sized for every open block and some grown bad
 	 * blocks, so a checkpoint normally allocates nothing */
@@ -155,6 +161,7 @@ int cp_init(struct ftl *f)
 			return -ENOMEM;
 	}
 	c->cur_hdr_block = FTL_NO_BLOCK;
+	c->prev_hdr_block = FTL_NO_BLOCK;
 	c->phase = CP_IDLE;
 	return 0;
 }
@@ -587,6 +594,29 @@ static void cp_abort(struct ftl *f)
 		ftl_fail(f, -EIO, "writing a checkpoint failed three times");
 }
 
+/* The header block and the other blocks of a checkpoint the superblock
+ * being committed no longer names: released by cp_release. */
+static void cp_rel_add(struct cp_state *c, uint32_t hdr, const uint32_t *blocks, uint32_t n)
+{
+	c->rel_blocks[c->rel_nblocks++] = hdr;
+	memcpy(c->rel_blocks + c->rel_nblocks, blocks, n * sizeof *blocks);
+	c->rel_nblocks += n;
+}
+
+/*
+ * Whether the commit of the checkpoint being written keeps the current
+ * one as the previous: while the spare blocks (usable beyond what the
+ * format needs, blk_limits) hold a checkpoint's.  A device with fewer (a
+ * small one formatted near its limit, or its reserves eaten by bad
+ * blocks) keeps one checkpoint, as before there were two: a damaged one
+ * then means a replay of the whole log.  O(1).
+ */
+static bool cp_prev_room(const struct ftl *f)
+{
+	uint32_t usable = f->nusable - f->ndoomed;
+	return f->cp.cur_hdr_block != FTL_NO_BLOCK && usable >= f->min_usable + f->cp_reserve;
+}
+
 static void cp_commit_done(struct nand_op *op)
 {
 	struct ftl *f = op->priv;
@@ -596,16 +626,30 @@ static void cp_commit_done(struct nand_op *op)
 		return;
 	}
 	/*
-	 * The new checkpoint is current.  The old one's blocks are kept until
-	 * the superblock naming the new one is durable: on an image file the
-	 * page may still be in the host's cache, and a host crash would bring
-	 * back the previous superblock, naming erased blocks (a full replay
-	 * of the log instead of the checkpoint, and trims older than it
-	 * undone).
+	 * The new checkpoint is current, the current one the previous (the
+	 * superblock names both: sb_fill).  The one before that goes, but
+	 * only once the superblock naming the new one is durable: on an image
+	 * file the page may still be in the host's cache, and a host crash
+	 * would bring back the superblock before, naming erased blocks (a
+	 * replay of more log than kept, and trims older than it undone).
 	 */
-	c->rel_hdr_block = c->cur_hdr_block;
-	c->rel_nblocks = c->cur_nblocks;
-	memcpy(c->rel_blocks, c->cur_blocks, c->cur_nblocks * sizeof *c->cur_blocks);
+	c->rel_nblocks = 0;
+	if (c->prev_hdr_block != FTL_NO_BLOCK)
+		cp_rel_add(c, c->prev_hdr_block, c->prev_blocks, c->prev_nblocks);
+	if (c->prev_keep) {
+		c->prev_hdr_block = c->cur_hdr_block;
+		c->prev_mirror = c->cur_mirror;
+		c->prev_nblocks = c->cur_nblocks;
+		memcpy(c->prev_blocks, c->cur_blocks, c->cur_nblocks * sizeof *c->cur_blocks);
+		c->prev_seq = c->cur_seq;
+	} else {
+		if (c->cur_hdr_block != FTL_NO_BLOCK)
+			cp_rel_add(c, c->cur_hdr_block, c->cur_blocks, c->cur_nblocks);
+		c->prev_hdr_block = FTL_NO_BLOCK;
+		c->prev_mirror = FTL_NO_BLOCK;
+		c->prev_nblocks = 0;
+		c->prev_seq = 0;
+	}
 	c->cur_hdr_block = c->hdr_block;
 	c->cur_mirror = c->hdr_mirror;
 	c->cur_nblocks = 0;
@@ -624,8 +668,8 @@ static void cp_commit_done(struct nand_op *op)
 	c->phase = CP_RELEASE;
 }
 
-/* CP_RELEASE: once the superblock is durable, the old checkpoint's blocks
- * go to the eraser.  Returns 1 if it did. */
+/* CP_RELEASE: once the superblock is durable, the blocks of the checkpoint
+ * before the previous go to the eraser.  Returns 1 if it did. */
 static int cp_release(struct ftl *f)
 {
 	struct cp_state *c = &f->cp;
@@ -636,13 +680,12 @@ static int cp_release(struct ftl *f)
 	}
 	if (!r)
 		return 0; /* next_due brings the owner back */
-	if (c->rel_hdr_block != FTL_NO_BLOCK) {
-		blk_set_dirty(f, c->rel_hdr_block);
-		for (uint32_t i = 0; i < c->rel_nblocks; i++)
-			blk_set_dirty(f, c->rel_blocks[i]);
-	}
-	c->rel_hdr_block = FTL_NO_BLOCK;
+	for (uint32_t i = 0; i < c->rel_nblocks; i++)
+		blk_set_dirty(f, c->rel_blocks[i]);
 	c->rel_nblocks = 0;
+	/* the superblock on the media names these two now: what replay from
+	 * the older needs is kept from here on, no more (GC) */
+	c->keep_seq = c->prev_hdr_block != FTL_NO_BLOCK ? c->prev_seq : c->cur_seq;
 	c->gen_durable = c->gen_writing;
 	if (c->gen_durable >= c->gen_taken && !c->requested)
 		c->urgent = false;
@@ -817,6 +860,7 @@ int cp_kick(struct ftl *f)
 		if (!r)
 			return 0; /* next_due brings the owner back */
 		c->phase = CP_COMMIT;
+		c->prev_keep = cp_prev_room(f);
 		if (sb_start_write(f, c->clean, cp_commit_done) < 0)
 			ftl_fail(f, -EIO, "superblock busy during a checkpoint");
 		return 1;
@@ -943,16 +987,24 @@ static int cp_rebuild_page(struct ftl *f, struct cp_load_ctx *x, uint64_t j, uin
 	return crc32c(0, out, f->page_size) == want ? 0 : -EIO;
 }
 
+enum cp_read_mode {
+	CP_READ_LISTS,  /* the header and its lists only */
+	CP_READ_CHECK,  /* and every l2p page */
+	CP_READ_LOAD,   /* and the l2p pages into f->l2p */
+};
+
 /*
  * Read and check the checkpoint whose header is in block: header, block
- * lists, and every l2p page (spare and data CRC); with load, the l2p pages
- * go into f->l2p.  want_seq: the cp_seq the superblock names, or NULL for
- * any (then f->units and f->format_id are taken from the header: scanning).
- * Returns 0 with *h and *hbuf (header pages; caller frees), -EILSEQ with
- * *why when something does not check out, -ENOMEM, or -EIO (no power).
+ * lists, and (but for CP_READ_LISTS) every l2p page (spare and data CRC),
+ * which CP_READ_LOAD copies into f->l2p.  want_seq: the cp_seq the
+ * superblock names, or NULL for any (then f->units and f->format_id are
+ * taken from the header: scanning).  Returns 0 with *h and *hbuf (header
+ * pages; caller frees), -EILSEQ with *why when something does not check
+ * out, -ENOMEM, or -EIO (no power).
  */
-static int cp_read(struct ftl *f, uint32_t block, const uint64_t *want_seq, bool load,
-		   struct ftl_cp_hdr *hp, uint8_t **hbuf_out, const char **why)
+static int cp_read(struct ftl *f, uint32_t block, const uint64_t *want_seq,
+		   enum cp_read_mode mode, struct ftl_cp_hdr *hp, uint8_t **hbuf_out,
+		   const char **why)
 {
 	uint8_t *hbuf = NULL, *spare = malloc(f->spare_size);
 	uint32_t *index = NULL;
@@ -1078,7 +1130,9 @@ static int cp_read(struct ftl *f, uint32_t block, const uint64_t *want_seq, bool
 			goto out;
 		}
 	uint32_t nread = h.l2p_pages;
-	if (sparse) {
+	if (mode == CP_READ_LISTS)
+		nread = 0;
+	else if (sparse) {
 		/* the written pages' map indexes, in the order written */
 		const uint32_t *bm = lists + nlist;
 		index = malloc(((size_t)h.l2p_written + 1) * sizeof *index);
@@ -1102,7 +1156,8 @@ static int cp_read(struct ftl *f, uint32_t block, const uint64_t *want_seq, bool
 		}
 	}
 	struct cp_load_ctx x = { .h = &h, .blocks = lists, .index = index,
-				 .per_page = f->page_size / 4, .load = load, .nread = nread };
+				 .per_page = f->page_size / 4, .load = mode == CP_READ_LOAD,
+				 .nread = nread };
 	if (par) {
 		x.pblocks = extra + 1;
 		x.gend = extra + 1 + h.ngroups;
@@ -1154,69 +1209,71 @@ out:
 int cp_verify(struct ftl *f, uint32_t block, struct ftl_cp_hdr *h, const char **why)
 {
 	uint8_t *hbuf;
-	int rc = cp_read(f, block, NULL, false, h, &hbuf, why);
+	int rc = cp_read(f, block, NULL, CP_READ_CHECK, h, &hbuf, why);
 	free(hbuf);
 	return rc;
 }
 
-/*
- * Load the checkpoint the superblock names.  On success the l2p holds it,
- * its blocks are META, the blocks open at cp_seq are flagged, and grown bad
- * blocks are BAD.  A damaged checkpoint is reported as -EILSEQ; the caller
- * then replays the whole log.
- */
-int cp_load(struct ftl *f, const struct ftl_sb *sb, char *err, size_t errlen)
+/* The blocks of the checkpoint whose header h (lists after it) was read,
+ * but its header block: the l2p blocks, and with parity the parity blocks
+ * and the header's copy (*mirror, else FTL_NO_BLOCK).  Returns how many
+ * (at most 2 * (l2p blocks + row width) + 1: cp_read bounds the counts). */
+static uint32_t cp_list_blocks(const struct ftl *f, const struct ftl_cp_hdr *h,
+			       const uint32_t *lists, uint32_t *out, uint32_t *mirror)
 {
-	struct cp_state *c = &f->cp;
-	uint8_t *hbuf = NULL;
-	struct ftl_cp_hdr h;
-	const char *why = "";
-	int rc;
-
-	c->cur_seq = 0;
-	c->cur_hdr_block = FTL_NO_BLOCK;
-	c->cur_mirror = FTL_NO_BLOCK;
-	c->cur_nblocks = 0;
-	if (sb->cp_block == FTL_NO_BLOCK)
-		return 0;
-	if (sb->cp_block >= f->nblocks) {
-		/* not a block: no copy makes it one (the blocks it names are
-		 * marked below) */
-		why = "bad header block number";
-		goto bad;
+	uint32_t n = 0;
+	*mirror = FTL_NO_BLOCK;
+	for (uint32_t i = 0; i < h->nblocks; i++)
+		out[n++] = lists[i];
+	if (h->flags & FTL_CP_PARITY) {
+		const uint32_t *extra = lists + h->nblocks + h->nopen + h->nbad + cp_bitmap_words(f);
+		*mirror = extra[0];
+		for (uint32_t i = 0; i <= h->ngroups; i++)
+			if (extra[i] != FTL_NO_BLOCK)
+				out[n++] = extra[i];
 	}
-	uint64_t want = sb->cp_seq;
-	rc = cp_read(f, sb->cp_block, &want, true, &h, &hbuf, &why);
-	if (rc == -EILSEQ && (sb->flags & FTL_SB_CP_MIRROR) && sb->cp_mirror_block < f->nblocks) {
+	return n;
+}
+
+/* Read (mode) the checkpoint a superblock names: its header block, or the
+ * header's copy (mirror, FTL_NO_BLOCK: none) if that fails.  As cp_read. */
+static int cp_read_named(struct ftl *f, uint32_t block, uint32_t mirror, uint64_t seq,
+			 enum cp_read_mode mode, struct ftl_cp_hdr *h, uint8_t **hbuf,
+			 const char **why)
+{
+	if (block >= f->nblocks) {
+		/* not a block: no copy makes it one (cp_apply marks it) */
+		*why = "bad header block number";
+		return -EILSEQ;
+	}
+	int rc = cp_read(f, block, &seq, mode, h, hbuf, why);
+	if (rc == -EILSEQ && mirror < f->nblocks) {
 		/* the header's copy, on another die */
 		const char *why2 = "";
-		int rc2 = cp_read(f, sb->cp_mirror_block, &want, true, &h, &hbuf, &why2);
+		int rc2 = cp_read(f, mirror, &seq, mode, h, hbuf, &why2);
 		if (rc2 == 0)
-			ftl_log("checkpoint header at block %u is damaged (%s); loaded from its "
-				"copy at block %u", sb->cp_block, why, sb->cp_mirror_block);
+			ftl_log("checkpoint header at block %u is damaged (%s); read from its copy at "
+				"block %u", block, *why, mirror);
 		else if (rc2 == -EILSEQ)
-			why = why2;
+			*why = why2;
 		rc = rc2;
 	}
-	if (rc == -EILSEQ)
-		goto bad;
-	if (rc)
-		return rc;
+	return rc;
+}
+
+/* The checkpoint whose header is in block (h, hbuf: read and loaded into
+ * the l2p) is current: its blocks META, the blocks open at its cp_seq
+ * flagged, its bad, doomed and refresh lists and counters applied. */
+static void cp_apply(struct ftl *f, uint32_t block, const struct ftl_cp_hdr *hp,
+		     const uint8_t *hbuf)
+{
+	struct cp_state *c = &f->cp;
+	const struct ftl_cp_hdr h = *hp;
 	const uint32_t *lists = (const uint32_t *)(hbuf + sizeof h);
-	c->cur_hdr_block = sb->cp_block;
-	c->cur_nblocks = 0;
-	/* the l2p blocks, and with parity the parity blocks and the copy */
-	for (uint32_t i = 0; i < h.nblocks; i++)
-		c->cur_blocks[c->cur_nblocks++] = lists[i];
-	if (h.flags & FTL_CP_PARITY) {
-		const uint32_t *extra = lists + h.nblocks + h.nopen + h.nbad + cp_bitmap_words(f);
-		c->cur_mirror = extra[0];
-		for (uint32_t i = 0; i <= h.ngroups; i++)
-			if (extra[i] != FTL_NO_BLOCK)
-				c->cur_blocks[c->cur_nblocks++] = extra[i];
-	}
+	c->cur_hdr_block = block;
+	c->cur_nblocks = cp_list_blocks(f, &h, lists, c->cur_blocks, &c->cur_mirror);
 	c->cur_seq = h.cp_seq;
-	blk_mark_initial(f, sb->cp_block, BLK_META, false);
+	blk_mark_initial(f, block, BLK_META, false);
 	for (uint32_t i = 0; i < c->cur_nblocks; i++)
 		blk_mark_initial(f, c->cur_blocks[i], BLK_META, false);
 	for (uint32_t i = 0; i < h.nopen; i++)
@@ -1262,11 +1319,163 @@ int cp_load(struct ftl *f, const struct ftl_sb *sb, char *err, size_t errlen)
 	f->st.nand_pages_read = h.stats_nand_pages_read;
 	f->st.host_read_ops = h.stats_host_read_ops;
 	f->st.host_write_ops = h.stats_host_write_ops;
+}
+
+struct own_ctx {
+	const uint32_t *blocks;
+	uint64_t seq;
+	bool ok;
+};
+
+static void own_setup(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op)
+{
+	struct own_ctx *x = ctx;
+	op->block = x->blocks[i];
+	op->page = 0;
+	op->data = NULL;
+}
+
+/* page 0 of a block of the checkpoint: erased (a sparse checkpoint's l2p
+ * block it did not reach) or one of its pages; anything else (log, another
+ * checkpoint, unreadable) and the block is not its own any more */
+static void own_result(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op)
+{
+	struct own_ctx *x = ctx;
+	struct ftl_spare sp;
+	if (op->status != NAND_OK && op->status != NAND_CORRECTED) {
+		x->ok = false;
+		return;
+	}
+	int rc = spare_parse(f, op->spare, &sp);
+	if (rc != -ENODATA && (rc || sp.type != FTL_PG_CKPT || sp.seq != x->seq))
+		x->ok = false;
+}
+
+/*
+ * Keep the previous checkpoint the superblock names (cp_load, once the
+ * current one is loaded): its header's lists name its blocks, which stay
+ * META until a newer checkpoint commits.  Only if every one is still its
+ * own: not the current one's, not listed bad, and page 0 erased or a page
+ * of it (a superblock older than the newest, whose newest pages were
+ * unreadable, may name one released since, whose blocks hold log now).
+ * Cost: its header pages and a spare read per block.  0 (kept or not:
+ * why is logged), or -EIO/-ENOMEM.
+ */
+static int cp_keep_prev(struct ftl *f, const struct ftl_sb *sb)
+{
+	struct cp_state *c = &f->cp;
+	struct ftl_cp_hdr h;
+	uint8_t *hbuf = NULL;
+	const char *why = "";
+	int rc = cp_read_named(f, sb->prev_cp_block, sb->prev_cp_mirror_block, sb->prev_cp_seq,
+			       CP_READ_LISTS, &h, &hbuf, &why);
+	if (rc && rc != -EILSEQ)
+		return rc;
+	uint32_t n = 0, mirror = FTL_NO_BLOCK;
+	if (!rc) {
+		const uint32_t *lists = (const uint32_t *)(hbuf + sizeof h);
+		c->prev_blocks[0] = sb->prev_cp_block;
+		n = 1 + cp_list_blocks(f, &h, lists, c->prev_blocks + 1, &mirror);
+		for (uint32_t i = 0; i < n && !rc; i++) {
+			uint32_t b = c->prev_blocks[i];
+			if (f->blk[b].state != BLK_UNKNOWN || blk_is_sb(f, b) ||
+			    nand_factory_bad(f->dev, b)) {
+				why = "a block of it is the current checkpoint's, bad or a superblock's";
+				rc = -EILSEQ;
+			}
+		}
+	}
 	free(hbuf);
+	if (!rc) {
+		struct own_ctx x = { .blocks = c->prev_blocks, .seq = sb->prev_cp_seq, .ok = true };
+		rc = read_batch(f, n, 64, own_setup, own_result, &x);
+		if (rc)
+			return rc;
+		if (!x.ok) {
+			why = "a block of it holds other pages now";
+			rc = -EILSEQ;
+		}
+	}
+	if (rc) {
+		ftl_log("the previous checkpoint (block %u) is not kept (%s): until the next "
+			"checkpoint commits there is none to fall back on", sb->prev_cp_block, why);
+		return 0;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		blk_mark_initial(f, c->prev_blocks[i], BLK_META, false);
+	c->prev_hdr_block = sb->prev_cp_block;
+	c->prev_mirror = mirror;
+	c->prev_nblocks = n - 1;
+	memmove(c->prev_blocks, c->prev_blocks + 1, (n - 1) * sizeof *c->prev_blocks);
+	c->prev_seq = sb->prev_cp_seq;
 	return 0;
-bad:
-	snprintf(err, errlen, "checkpoint at block %u is damaged (%s)", sb->cp_block, why);
+}
+
+static void l2p_clear(struct ftl *f)
+{
 	for (uint64_t u = 0; u < f->units; u++)
 		f->l2p[u] = L2P_UNMAPPED;
+}
+
+/*
+ * Load the checkpoint the superblock names, and keep the previous one
+ * (cp_keep_prev).  A damaged current checkpoint is replaced by the
+ * previous one, whose log after it GC keeps (cp.keep_seq): recovery then
+ * replays from its cp_seq, which rebuilds the same state.  Returns 0, 1
+ * (the previous one loaded) or -EILSEQ (neither: the l2p is empty and
+ * the whole log is replayed), err saying why; -EIO (no power), -ENOMEM.
+ */
+int cp_load(struct ftl *f, const struct ftl_sb *sb, char *err, size_t errlen)
+{
+	struct cp_state *c = &f->cp;
+	uint8_t *hbuf = NULL;
+	struct ftl_cp_hdr h;
+	const char *why = "", *why_prev = "";
+	int rc;
+
+	c->cur_seq = 0;
+	c->cur_hdr_block = FTL_NO_BLOCK;
+	c->cur_mirror = FTL_NO_BLOCK;
+	c->cur_nblocks = 0;
+	c->prev_hdr_block = FTL_NO_BLOCK;
+	c->prev_mirror = FTL_NO_BLOCK;
+	c->prev_nblocks = 0;
+	c->prev_seq = 0;
+	c->keep_seq = 0;
+	if (sb->cp_block == FTL_NO_BLOCK)
+		return 0;
+	/* (two checkpoints with nothing logged between them share a cp_seq) */
+	bool has_prev = (sb->flags & FTL_SB_CP_PREV) && sb->prev_cp_seq <= sb->cp_seq;
+	uint32_t mirror = sb->flags & FTL_SB_CP_MIRROR ? sb->cp_mirror_block : FTL_NO_BLOCK;
+	rc = cp_read_named(f, sb->cp_block, mirror, sb->cp_seq, CP_READ_LOAD, &h, &hbuf, &why);
+	if (rc == 0) {
+		cp_apply(f, sb->cp_block, &h, hbuf);
+		free(hbuf);
+		rc = has_prev ? cp_keep_prev(f, sb) : 0;
+		c->keep_seq = c->prev_hdr_block != FTL_NO_BLOCK ? c->prev_seq : c->cur_seq;
+		return rc;
+	}
+	if (rc != -EILSEQ)
+		return rc;
+	l2p_clear(f);
+	if (has_prev) {
+		rc = cp_read_named(f, sb->prev_cp_block, sb->prev_cp_mirror_block, sb->prev_cp_seq,
+				   CP_READ_LOAD, &h, &hbuf, &why_prev);
+		if (rc == 0) {
+			cp_apply(f, sb->prev_cp_block, &h, hbuf);
+			free(hbuf);
+			c->keep_seq = c->cur_seq;
+			snprintf(err, errlen, "checkpoint at block %u is damaged (%s); loaded the "
+				 "previous one (block %u)", sb->cp_block, why, sb->prev_cp_block);
+			return 1;
+		}
+		if (rc != -EILSEQ)
+			return rc;
+		l2p_clear(f);
+		snprintf(err, errlen, "checkpoint at block %u is damaged (%s), and the previous one "
+			 "(block %u) too (%s)", sb->cp_block, why, sb->prev_cp_block, why_prev);
+		return -EILSEQ;
+	}
+	snprintf(err, errlen, "checkpoint at block %u is damaged (%s)", sb->cp_block, why);
 	return -EILSEQ;
 }

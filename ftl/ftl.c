@@ -309,6 +309,8 @@ int ftl_geometry_init(struct ftl *f, struct nand_dev *dev, char *err, size_t err
 	f->nbands = f->nrows * f->blocks_per_die;
 	f->cp.cur_hdr_block = FTL_NO_BLOCK;
 	f->cp.cur_mirror = FTL_NO_BLOCK;
+	f->cp.prev_hdr_block = FTL_NO_BLOCK;
+	f->cp.prev_mirror = FTL_NO_BLOCK;
 	f->cp.hdr_mirror = FTL_NO_BLOCK;
 	if (f->page_size != FTL_UNIT_SIZE) {
 		snprintf(err, errlen, "page size %u is not supported (the mapping unit is %u)",
@@ -749,25 +751,35 @@ static int step_checkpoint(struct open_ctx *c)
 {
 	struct ftl *f = c->f;
 	int rc = cp_load(f, &c->sb, c->err, c->errlen);
-	if (rc == -EILSEQ) {
-		/* the log alone rebuilds every unit's newest write; what it
-		 * cannot restore are trims older than the checkpoint whose
-		 * records GC has since dropped */
-		ftl_log("%s; the map is rebuilt from the whole log instead: every write is "
-			"recovered, but sectors trimmed or zeroed before that checkpoint may read "
-			"their old data again until rewritten; a new checkpoint follows at once",
+	if (rc == 1) {
+		/* GC kept the log after the previous checkpoint: replaying it
+		 * rebuilds what the damaged one held */
+		ftl_log("%s: the log after it is replayed, so every write and trim is recovered; a "
+			"new checkpoint follows at once", c->err);
+		snprintf(f->info.notes, sizeof f->info.notes,
+			 "%s: the log after it replayed, nothing lost", c->err);
+		rc = 0;
+	} else if (rc == -EILSEQ) {
+		/* the last resort: the log alone rebuilds every unit's newest
+		 * write; what it cannot restore are trims older than the
+		 * checkpoints whose records GC has since dropped */
+		ftl_log("%s; the map is rebuilt from the whole log instead (the last resort): every "
+			"write is recovered, but sectors trimmed or zeroed before that checkpoint may "
+			"read their old data again until rewritten; a new checkpoint follows at once",
 			c->err);
 		snprintf(f->info.notes, sizeof f->info.notes,
 			 "%s: map rebuilt from the whole log; sectors trimmed before it may read "
 			 "old data", c->err);
-		f->info.checkpoint_damaged = true;
-		c->err[0] = 0;
 		f->cp.cur_seq = 0;
-		if (!f->readonly)
-			cp_request(f, false);
-		return 0;
+		rc = 0;
+	} else {
+		return rc;
 	}
-	return rc;
+	f->info.checkpoint_damaged = true;
+	c->err[0] = 0;
+	if (!f->readonly)
+		cp_request(f, false);
+	return 0;
 }
 
 static int step_recovery(struct open_ctx *c)

@@ -49,7 +49,11 @@
  *      without a valid superblock fails (-ENODATA if the device is blank,
  *      -EUCLEAN if anything is written on it; ftl_probe() tells which), and
  *      only ftl_format() writes a new format.  A damaged checkpoint is
- *      reported (ftl_info.notes) and the map is rebuilt from the whole log.
+ *      reported (ftl_info.notes) and replaced by the previous one, which
+ *      is kept until a newer one commits, and the log after it (kept for
+ *      that), so nothing is lost; only if that one is damaged too is the
+ *      map rebuilt from the whole log (the last resort, where sectors
+ *      trimmed before them may read old data again).
  */
 #ifndef FLASHD_FTL_H
 #define FLASHD_FTL_H
@@ -341,7 +345,10 @@ struct ftl_info {
 	uint64_t open_step_ns[FTL_OPEN_STEPS];
 	enum ftl_state state;
 	int error;                 /* sticky error, 0 if none */
-	bool checkpoint_damaged;   /* open rebuilt the map from the whole log */
+	/* the current checkpoint was damaged: open loaded the previous one
+	 * and replayed the log after it, or, neither loadable, rebuilt the
+	 * map from the whole log (notes say which) */
+	bool checkpoint_damaged;
 	char notes[256];           /* what open found and repaired, or "" */
 	/* endurance: why the state is what it is when the reserves are low
 	 * (reserves, grown bad blocks, what writes do now), or "" */

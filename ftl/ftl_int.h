@@ -15,9 +15,11 @@
  *  - blk[b].valid is the number of l2p entries holding a PPA in block b.
  *  - Every unit's newest version (write, trim or loss record) stays on the
  *    media: GC relocates valid data, re-logs trim ranges newer than the
- *    checkpoint that are still unmapped, and erases a victim only after its
- *    relocations are programmed.  Recovery replays pages newer than the
- *    checkpoint in sequence order, so it rebuilds the last durable state.
+ *    older of the two checkpoints kept (cp.keep_seq) that are still
+ *    unmapped, and erases a victim only after its relocations are
+ *    programmed.  Recovery replays pages newer than the checkpoint it
+ *    loaded (the current one, or the previous if the current is damaged)
+ *    in sequence order, so it rebuilds the last durable state.
  *  - Sequence numbers are taken when a unit's new version becomes visible in
  *    the l2p (host write buffered, GC relocation validated, trim record
  *    closed), so log order equals the order the host observed.
@@ -349,9 +351,9 @@ struct victim {
 	uint64_t ppl_failures;    /* f->gc_ppl_failures then */
 	uint64_t par_ticket;      /* then: stripes sealed so far (their parity
 	                           * must be programmed before the erase) */
-	uint64_t hold_seq;        /* erased only once a checkpoint's cp_seq >= this:
-	                           * it held a trim record newer than the
-	                           * checkpoint that could not be read (0: none) */
+	uint64_t hold_seq;        /* erased only once cp.keep_seq >= this: it
+	                           * held a trim record newer than a checkpoint
+	                           * kept that could not be read (0: none) */
 	struct nand_op *ops;      /* [ppb] spare reads */
 	uint8_t *spares;          /* [ppb * spare_size] */
 	uint8_t *scan_st;         /* [ppb] 0 pending, else enum nand_status + 1 */
@@ -382,9 +384,10 @@ enum cp_phase {
 	CP_WRITE,       /* programming header and l2p pages */
 	CP_SYNC,        /* the medium's sync of those pages (nand_sync_start) */
 	CP_COMMIT,      /* programming the superblock page */
-	CP_RELEASE,     /* the medium's sync of that page; then the previous
-	                 * checkpoint's blocks are released (the superblock on
-	                 * the medium may name them until it is durable) */
+	CP_RELEASE,     /* the medium's sync of that page; then the blocks of
+	                 * the checkpoint before the previous one are released
+	                 * (the superblock on the medium may name them until it
+	                 * is durable) */
 	CP_FAILED,
 };
 
@@ -451,10 +454,29 @@ struct cp_state {
 	                             * parity, the header's copy */
 	uint32_t cur_nblocks;
 	uint64_t cur_seq;
-	/* CP_RELEASE: the previous checkpoint's blocks, freed once the
-	 * superblock that no longer names them is durable */
-	uint32_t rel_hdr_block;     /* FTL_NO_BLOCK: none */
-	uint32_t *rel_blocks;
+	/* the one before it, which the superblock names too: kept (META)
+	 * until a newer one commits, so a damaged current one falls back to
+	 * it (cp_load); kept while the spare blocks hold it (cp_commit_done) */
+	uint32_t prev_hdr_block;    /* FTL_NO_BLOCK: none */
+	uint32_t prev_mirror;
+	uint32_t *prev_blocks;
+	uint32_t prev_nblocks;
+	uint64_t prev_seq;
+	bool prev_keep;             /* CP_COMMIT: the current one becomes the
+	                             * previous (else it goes too) */
+	/*
+	 * What a replay may start from: the cp_seq of the oldest checkpoint a
+	 * superblock on the media may name (the previous one, or the current
+	 * one if it is kept alone; 0: none, the whole log).  GC re-logs trim
+	 * records newer than it and keeps blocks it cannot read until it
+	 * passes them, so a replay from either checkpoint finds every trim.
+	 * It moves on only once the superblock of a commit is synced
+	 * (cp_release).
+	 */
+	uint64_t keep_seq;
+	/* CP_RELEASE: the blocks of the checkpoints the new superblock no
+	 * longer names (header blocks too), freed once it is durable */
+	uint32_t *rel_blocks;       /* [2 * (cur_blocks' size + 1)] */
 	uint32_t rel_nblocks;
 	uint64_t pages_since;       /* log pages programmed since cur_seq */
 	/* cp_load -> recovery: blocks the checkpoint lists as doomed */
@@ -776,7 +798,8 @@ static inline uint32_t band_block(const struct ftl *f, uint32_t band, uint32_t c
 /*
  * The free pool host writes may not take below: user_min, less the
  * headroom kept for a checkpoint's blocks while a checkpoint holds them
- * (from its allocation to the commit that frees the previous one's).
+ * (from its allocation to the commit that frees the one before the
+ * previous).
  * Without that, taking them stalled host writes until GC had refilled the
  * pool: 3 s every checkpoint on a full-size ioDimm.
  */
@@ -1097,6 +1120,10 @@ int cp_init(struct ftl *f);
 int cp_kick(struct ftl *f);
 void cp_request(struct ftl *f, bool clean);
 
+/* The checkpoint the superblock names into the l2p (its blocks META, its
+ * lists applied), the previous one kept: 0; the current one damaged and
+ * the previous loaded instead: 1; neither loadable: -EILSEQ (the map is
+ * empty: replay the whole log); err says why.  Other -errno: failed. */
 int cp_load(struct ftl *f, const struct ftl_sb *sb, char *err, size_t errlen);
 /* Check the checkpoint whose header is in block without loading it (sets
  * f->units and f->format_id from its header): 0 and *h, or -EILSEQ and

@@ -15,13 +15,15 @@
  *                 current, it takes the next GC ring slot, the l2p moves to
  *                 the slot and the slot gets a new sequence number (the
  *                 unit's current version, re-logged).
- *                 A trim record newer than the checkpoint is re-logged: its
+ *                 A trim record newer than the older of the two checkpoints
+ *                 kept (cp.keep_seq: a damaged current one falls back to
+ *                 the previous, whose replay needs it) is re-logged: its
  *                 ranges that are still unmapped go into the pending trim
  *                 record, which is closed before the victim may be erased.
  *                 One that cannot be read (or a page of a user block whose
  *                 spare cannot) sets v->hold_seq instead.
  *   3. finish   - once every relocation is programmed and re-logged trims
- *                 are durable (and a checkpoint covers hold_seq), the block
+ *                 are durable (and cp.keep_seq covers hold_seq), the block
  *                 is erased (or retired, if a program on it failed).
  * Parallelism: up to gc_examining_max victims (about one per die, so
  * several bands, on different rows when the choice allows) examine pages
@@ -552,7 +554,7 @@ static void unread_hold(struct ftl *f, struct victim *v, uint32_t p)
 			break;
 		}
 	}
-	if (bound <= f->cp.cur_seq || bound <= v->hold_seq)
+	if (bound <= f->cp.keep_seq || bound <= v->hold_seq)
 		return;
 	ftl_log("block %u page %u: spare unreadable during GC: the block is erased only after a "
 		"checkpoint newer than it", v->block, p);
@@ -645,7 +647,7 @@ static int victim_examine(struct ftl *f, int vi)
 			v->pending++;
 			f->st.nand_pages_read++;
 			ftl_nand_submit(f, op);
-		} else if (rc == 0 && sp.type == FTL_PG_TRIM && sp.seq > f->cp.cur_seq) {
+		} else if (rc == 0 && sp.type == FTL_PG_TRIM && sp.seq > f->cp.keep_seq) {
 			if (v->trim_state == 0) {
 				struct nand_op *op = &v->trim_op;
 				op->type = NAND_OP_READ;
@@ -848,9 +850,10 @@ static int victim_finish(struct ftl *f, int vi)
 	}
 	if (bd->gc_busy && f->parity)
 		return 0;
-	if (v->hold_seq > f->cp.cur_seq) {
-		/* an unreadable trim record (victim_examine); the checkpoint
-		 * needs no free block from this one (cp_reserve) */
+	if (v->hold_seq > f->cp.keep_seq) {
+		/* an unreadable trim record (victim_examine), until both
+		 * checkpoints kept hold it; the checkpoint needs no free block
+		 * from this one (cp_reserve) */
 		if (!f->cp.requested && !f->readonly)
 			cp_request(f, false);
 		return 0;

@@ -15,7 +15,11 @@
  *               ftl_cp_hdr followed by the block lists, in consecutive
  *               pages), then the L2P table, 1024 entries per page, striped
  *               over the remaining blocks (page i is in block 1 + i % n,
- *               page i / n).  The superblock points at the header block.
+ *               page i / n).  The superblock points at the header block,
+ *               and at the previous checkpoint's (FTL_SB_CP_PREV), whose
+ *               blocks are released only once a newer one commits: a
+ *               damaged current checkpoint falls back to it, replaying
+ *               the log after it (GC keeps what that replay needs).
  *               In rows of two or more dies (every format since
  *               2026-12-06; parity formats only before), each band's blocks
  *               carry a parity block and the header has a copy
@@ -147,11 +151,19 @@ struct __attribute__((packed)) ftl_sb {
 	 * FTL_SB_DEAD_DIES - 1; zero in superblocks written before it
 	 * existed, where a dead die is found again by its reads at open) */
 	uint8_t dead_dies[64];
-	uint8_t reserved[52];
+	/* the checkpoint before the current one (flags & FTL_SB_CP_PREV):
+	 * kept on the media until the one after the current commits, loaded
+	 * when the current one is damaged (zero in superblocks written before
+	 * it existed: those name one checkpoint) */
+	uint32_t prev_cp_block;
+	uint32_t prev_cp_mirror_block;   /* FTL_NO_BLOCK: no header copy */
+	uint64_t prev_cp_seq;
+	uint8_t reserved[36];
 	uint32_t crc;
 };
 #define FTL_SB_DEAD_DIES 512u
 #define FTL_SB_CP_MIRROR 1u
+#define FTL_SB_CP_PREV 2u
 _Static_assert(sizeof(struct ftl_sb) == 280, "ftl_sb is on media");
 
 /* Checkpoint header, first page(s) of the header block. */

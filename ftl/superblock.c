@@ -1,6 +1,7 @@
 /*
  * ftl/superblock.c - the two superblock blocks: format parameters, the
- * pointer to the current checkpoint, and the dies found dead.
+ * pointers to the current and the previous checkpoint, and the dies found
+ * dead.
  *
  * Every update is written to both blocks, one after the other (mirrored,
  * so a die 0 or 1 that fails while flashd is down, or with a crash, takes
@@ -54,22 +55,37 @@ void sb_fill(struct ftl *f, struct ftl_sb *sb, bool clean)
 	sb->unit_size = FTL_UNIT_SIZE;
 	sb->units = f->units;
 	sb->format_time = f->format_time;
-	if (f->cp.phase == CP_COMMIT) {
-		/* committing: point at the checkpoint just written */
-		sb->cp_block = f->cp.hdr_block;
-		sb->cp_nblocks = f->cp.nblocks;
-		sb->cp_seq = f->cp.cp_seq;
-		sb->cp_mirror_block = f->cp.hdr_mirror;
+	const struct cp_state *c = &f->cp;
+	if (c->phase == CP_COMMIT) {
+		/* committing: point at the checkpoint just written, and at the
+		 * current one as the previous */
+		sb->cp_block = c->hdr_block;
+		sb->cp_nblocks = c->nblocks;
+		sb->cp_seq = c->cp_seq;
+		sb->cp_mirror_block = c->hdr_mirror;
+		sb->prev_cp_block = c->prev_keep ? c->cur_hdr_block : FTL_NO_BLOCK;
+		sb->prev_cp_mirror_block = c->cur_mirror;
+		sb->prev_cp_seq = c->cur_seq;
 	} else {
-		sb->cp_block = f->cp.cur_hdr_block;
-		sb->cp_nblocks = f->cp.cur_nblocks;
-		sb->cp_seq = f->cp.cur_seq;
-		sb->cp_mirror_block = f->cp.cur_mirror;
+		sb->cp_block = c->cur_hdr_block;
+		sb->cp_nblocks = c->cur_nblocks;
+		sb->cp_seq = c->cur_seq;
+		sb->cp_mirror_block = c->cur_mirror;
+		sb->prev_cp_block = c->prev_hdr_block;
+		sb->prev_cp_mirror_block = c->prev_mirror;
+		sb->prev_cp_seq = c->prev_seq;
 	}
 	if (sb->cp_block != FTL_NO_BLOCK && sb->cp_mirror_block != FTL_NO_BLOCK)
 		sb->flags |= FTL_SB_CP_MIRROR;
 	else
 		sb->cp_mirror_block = 0;
+	if (sb->cp_block != FTL_NO_BLOCK && sb->prev_cp_block != FTL_NO_BLOCK) {
+		sb->flags |= FTL_SB_CP_PREV;
+	} else {
+		sb->prev_cp_block = 0;
+		sb->prev_cp_mirror_block = 0;
+		sb->prev_cp_seq = 0;
+	}
 	/* dies found dead: counted after any restart, even once every block
 	 * of one is retired or a superblock block (never read at open) */
 	for (uint32_t d = 0; f->die_dead && d < f->ndies && d < FTL_SB_DEAD_DIES; d++)

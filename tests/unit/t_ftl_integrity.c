@@ -12,6 +12,10 @@
  *               to every flushed write, with and without a checkpoint
  *   checkpoint  a damaged checkpoint is reported (info) and the map is
  *               rebuilt from the log; a fresh checkpoint follows
+ *   previous checkpoint  the current checkpoint damaged: the previous one
+ *               is loaded and the log after it replayed, so units trimmed
+ *               between the two read zeros though GC collected the trim
+ *               record's block
  *   trim_unreadable  a trim record newer than the checkpoint that GC
  *               cannot read: its block waits for a checkpoint before its
  *               erase, so after a power cut the trimmed units read zeros
@@ -399,6 +403,127 @@ static void t_checkpoint(void)
 	nand_close(d);
 	printf("ok: checkpoint: a broken l2p page rebuilt from its parity; damage beyond it "
 	       "reported, map rebuilt from the log, a new one written\n");
+}
+
+/* ---- the previous checkpoint -------------------------------------------------- */
+
+/* what the FTL logged that names the previous checkpoint (t_cp_previous) */
+static char prev_logged[512];
+
+static void log_previous(void *arg, const char *msg)
+{
+	if (strstr(msg, "previous"))
+		snprintf(prev_logged, sizeof prev_logged, "%s", msg);
+	if (getenv("T_VERBOSE"))
+		fprintf(stderr, "ftl: %s\n", msg);
+}
+
+static bool cp_idle(struct ftl *f, void *arg);
+static void quiet(void *arg, const char *msg);
+
+/*
+ * A checkpoint P, units trimmed, a checkpoint C; then the band of the
+ * trim record is marked for refresh, so GC collects it first, the record
+ * older than C (the blocks of the trimmed units' old data, all but one
+ * unit in eight still valid, are left).  A power cut, and C's
+ * header (and its copy) damaged with a valid CRC elsewhere: the open loads
+ * P, says so, and replays the log after it, trim record included (GC keeps
+ * those newer than P), so the trimmed units read zeros.  A replay of the
+ * whole log (before P was kept) had lost the record and brought their old
+ * data back.
+ */
+static void t_cp_previous(void)
+{
+	struct nand_dev *d = dev_new("test-64m", false);
+	format(d, 4096);
+	struct ftl_open_params op = { .checkpoint_interval = 1ull << 40 };
+	struct ftl *f;
+	char err[256];
+	CHECK_RC(ftl_open(d, &op, &f, err, sizeof err));
+	uint64_t units = f->units, n = 2400, hot = 1000, seed = 41;
+	uint32_t *ver = calloc(units, sizeof *ver);
+	/* units [n, n + hot) are rewritten below: written last, so the band
+	 * the record goes to holds them only, and GC's choice is theirs, not
+	 * the old data's */
+	for (uint64_t i = 0; i < units; i++) {
+		uint64_t u = (n + hot + i) % units;
+		write_unit(f, u, ver[u] = 1);
+	}
+	CHECK_RC(ftl_flush_sync(f));
+	cp_request(f, false);
+	CHECK_RC(ftl_run_until(f, cp_idle, NULL));
+	uint64_t p_seq = f->cp.cur_seq;
+	/* every eighth unit of the first n trimmed: one record */
+	for (uint64_t u = 1; u < n; u += 8) {
+		CHECK_RC(ftl_trim_sync(f, u * 4096, 4096, 0));
+		ver[u] = 0;
+	}
+	CHECK_RC(ftl_flush_sync(f));
+	struct ring *r = &f->stream[STREAM_USER].ring;
+	uint32_t rec = UINT32_MAX;
+	for (uint64_t pos = r->fill; pos > r->done - (r->done > r->nslots ? r->nslots : r->done); ) {
+		struct slot *sl = ring_slot(r, --pos);
+		if (sl->type == FTL_PG_TRIM && sl->seq > p_seq)
+			rec = sl->ppa;
+	}
+	CHECK(rec != UINT32_MAX);
+	cp_request(f, false);
+	CHECK_RC(ftl_run_until(f, cp_idle, NULL));
+	uint64_t c_seq = f->cp.cur_seq;
+	CHECK(c_seq > p_seq);
+	/* the record's band is marked for refresh: GC collects it first once
+	 * it is closed (the mark goes when the band is free again) */
+	uint32_t bi = block_band(f, ppa_block(f, rec));
+	CHECK_EQ(f->blk[ppa_block(f, rec)].state, BLK_OPEN);
+	band_flag_refresh(f, ppa_block(f, rec), NULL);
+	CHECK(f->band[bi].flags & BANDF_REFRESH);
+	uint64_t w = 0;
+	for (; w < 8 * units && (f->band[bi].flags & BANDF_REFRESH); w++) {
+		uint64_t u = n + t_rand(&seed) % hot;
+		write_unit(f, u, ++ver[u]);
+	}
+	CHECK(!(f->band[bi].flags & BANDF_REFRESH));
+	CHECK_RC(ftl_flush_sync(f));
+	CHECK_EQ(f->cp.cur_seq, c_seq); /* no checkpoint since */
+	uint32_t hdr = f->cp.cur_hdr_block, mirror = f->cp.cur_mirror;
+	CHECK(mirror != FTL_NO_BLOCK);
+	ftl_abandon(f);
+	/* the header's checksum fails, in both copies; the pages read fine */
+	CHECK_RC(nand_sim_flip_bytes(d, (uint64_t)hdr * d->geo.pages_per_block, 40, 4));
+	CHECK_RC(nand_sim_flip_bytes(d, (uint64_t)mirror * d->geo.pages_per_block, 40, 4));
+	prev_logged[0] = 0;
+	ftl_set_logger(log_previous, NULL);
+	f = open_ok(d);
+	uint8_t b[4096], z[4096] = { 0 };
+	uint64_t back = 0;
+	for (uint64_t u = 1; u < n; u += 8)
+		back += ftl_read_sync(f, b, u * 4096, 4096) != 0 || memcmp(b, z, sizeof b) != 0;
+	if (back) {
+		fprintf(stderr, "cp_previous: %" PRIu64 " of %" PRIu64 " trimmed units read old data "
+			"or fail after the current checkpoint was damaged\n", back, n / 8);
+		exit(1);
+	}
+	for (uint64_t u = 0; u < units; u++)
+		check_unit(f, u, ver[u]);
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	CHECK(info.checkpoint_damaged);
+	CHECK(strstr(info.notes, "previous"));
+	CHECK(strstr(prev_logged, "loaded the previous one"));
+	ftl_set_logger(quiet, NULL);
+	/* a new checkpoint follows: the next open is clean of it */
+	CHECK_RC(ftl_close(f));
+	f = open_ok(d);
+	ftl_get_info(f, &info);
+	CHECK(!info.checkpoint_damaged);
+	for (uint64_t u = 0; u < units; u++)
+		check_unit(f, u, ver[u]);
+	CHECK_RC(ftl_close(f));
+	nand_close(d);
+	free(ver);
+	printf("ok: previous checkpoint: the current one damaged after GC collected the block of a "
+	       "trim record older than it (%" PRIu64 " writes): loaded the previous one, replayed "
+	       "the log after it, %" PRIu64 " trimmed units read zeros\n", w, n / 8);
 }
 
 /* ---- trim record unreadable during GC ----------------------------------------- */
@@ -847,6 +972,7 @@ int main(void)
 	t_superblock(true);
 	t_superblock(false);
 	t_checkpoint();
+	t_cp_previous();
 	t_trim_unreadable(false, false);
 	t_trim_unreadable(true, false);
 	t_trim_unreadable(false, true);

@@ -6,7 +6,9 @@
  *
  * Operations: batches of concurrent, sector-disjoint reads, writes (some
  * FUA), trims and write-zeroes; flushes; clean reopens; power cuts at a
- * random NAND operation (also during close and during open), then reopen.
+ * random NAND operation (also during close and during open), then reopen;
+ * at one power cut in six, the current checkpoint damaged as well (the
+ * open falls back to the previous one: damage_checkpoint).
  * After every reopen each 4 KiB unit must hold exactly one of the states it
  * may hold under the durability contract of ftl.h: its state at the last
  * flush (or FUA write, or reopen), or a state it passed through since.
@@ -40,7 +42,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 
-#include "ftl/ftl.h"
+#include "ftl/ftl_int.h" /* damage_checkpoint: the checkpoints kept */
 #include "tests/unit/t.h"
 
 #define SUB 512 /* model granularity: 512-byte sub-sectors */
@@ -115,6 +117,7 @@ static struct {
 	uint8_t *eio_ok;                     /* per unit: lost to a double fault,
 	                                      * reads may fail with EIO */
 	uint64_t lost, eio_transient;        /* units lost; EIOs a re-read healed */
+	uint64_t cp_damaged;                 /* checkpoints damaged at a power cut */
 } M;
 
 static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -448,9 +451,41 @@ static void reopen_clean(void)
 		all_durable();
 }
 
+/*
+ * At a power cut, now and then, the current checkpoint is damaged: both
+ * copies of its header fail their checksum (the pages read fine).  The
+ * open then loads the previous one, which the FTL keeps for that, and
+ * replays the log after it: the state must be one the contract allows
+ * just the same (a replay of the whole log instead brought the old data
+ * of units trimmed before it back).  Only while a previous one is kept,
+ * and not while a superblock naming a new one is being written (which of
+ * the two the media name is not known then).
+ */
+static void damage_checkpoint(void)
+{
+	const struct cp_state *c = &M.f->cp;
+	if (c->prev_hdr_block == FTL_NO_BLOCK || c->cur_hdr_block == FTL_NO_BLOCK ||
+	    c->phase == CP_COMMIT || c->phase == CP_FAILED)
+		return;
+	uint32_t ppb = M.dev->geo.pages_per_block;
+	if (nand_sim_flip_bytes(M.dev, (uint64_t)c->cur_hdr_block * ppb, 40, 4))
+		fail("damaging the checkpoint header at block %u", c->cur_hdr_block);
+	if (c->cur_mirror != FTL_NO_BLOCK &&
+	    nand_sim_flip_bytes(M.dev, (uint64_t)c->cur_mirror * ppb, 40, 4))
+		fail("damaging the checkpoint header copy at block %u", c->cur_mirror);
+	if (M.verbose)
+		fprintf(stderr, "checkpoint at block %u damaged (previous: block %u)\n",
+			c->cur_hdr_block, c->prev_hdr_block);
+	M.cp_damaged++;
+}
+
 static void after_power_cut(void)
 {
 	count_stats();
+	bool damaged = rnd_below(6) == 0;
+	uint64_t ndamaged = M.cp_damaged, open_cuts = M.open_cuts;
+	if (damaged)
+		damage_checkpoint();
 	ftl_abandon(M.f);
 	nand_sim_power_on(M.dev);
 	if (rnd_below(8) == 0) {
@@ -463,6 +498,14 @@ static void after_power_cut(void)
 	M.cuts++;
 	if (!nand_sim_powered(M.dev))
 		fail("medium without power after open");
+	if (M.cp_damaged != ndamaged && M.open_cuts == open_cuts) {
+		/* (an open cut short may have recorded the fallback already) */
+		struct ftl_info info;
+		ftl_get_info(M.f, &info);
+		if (!info.checkpoint_damaged || !strstr(info.notes, "loaded the previous one"))
+			fail("damaged checkpoint: the open did not load the previous one (%s)",
+			     info.notes);
+	}
 	verify_after_reopen(false);
 	/* a cut armed for the open that did not fire: disarm */
 	struct nand_sim_faults ft = base_faults();
@@ -793,9 +836,12 @@ static void run_config(const struct config *cfg, uint64_t nops, uint64_t seed)
 	       M.reopens, M.flushes, M.failed_ios, st.write_amplification, st.blocks_bad,
 	       cfg->parity ? "  parity" : "");
 	if (cfg->die)
-		printf("%-24s die %d failed during the run (since the last open: %u dead, %u bands "
+		printf("%-24s die %d failed during the run (%u dead, %u bands "
 		       "left to rebuild; %" PRIu64 " blocks bad)\n", "", M.dead_die, st.dies_failed,
 		       st.rebuild_bands_left, st.blocks_bad);
+	if (M.cp_damaged)
+		printf("%-24s %" PRIu64 " checkpoints damaged at a power cut: the previous one "
+		       "loaded\n", "", M.cp_damaged);
 	if (M.lost || M.eio_transient)
 		printf("%-24s double faults: %" PRIu64 " units lost (EIO), %" PRIu64
 		       " reads failed once and read right again\n", "", M.lost, M.eio_transient);
