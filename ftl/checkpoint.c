@@ -1129,6 +1129,17 @@ static int cp_read(struct ftl *f, uint32_t block, const uint64_t *want_seq,
 			*why = "block number out of range";
 			goto out;
 		}
+	/* its own blocks (l2p, the header's copy, parity) are erased when a
+	 * newer checkpoint commits: none may be a superblock's */
+	bool own_sb = blk_is_sb(f, block);
+	for (uint32_t i = 0; i < h.nblocks; i++)
+		own_sb |= blk_is_sb(f, lists[i]);
+	for (uint32_t i = 0; par && i <= h.ngroups; i++)
+		own_sb |= extra[i] != FTL_NO_BLOCK && blk_is_sb(f, extra[i]);
+	if (own_sb) {
+		*why = "a superblock block listed as its own";
+		goto out;
+	}
 	uint32_t nread = h.l2p_pages;
 	if (mode == CP_READ_LISTS)
 		nread = 0;

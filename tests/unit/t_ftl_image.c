@@ -8,6 +8,11 @@
  *   cp_block    a superblock whose checkpoint block is no block (its header
  *               copy intact): the checkpoint is taken for damaged, the
  *               log replayed (nothing marked out of bounds)
+ *   cp_list_sb  a checkpoint whose lists name a superblock block as one of
+ *               its own (the first l2p block, the header's copy, a
+ *               parity block): taken for damaged, so no release after
+ *               the next checkpoints erases a superblock copy; both
+ *               superblock blocks still hold the newest superblock
  *   seq_wrap    a log page numbered 2^64 - 1 in its spare, or 2^62 + 1 in a
  *               footer entry, a checkpoint numbered 2^64 - 2 (an empty
  *               map, and the superblock naming it): not taken
@@ -602,6 +607,85 @@ static void t_cp_block(void)
 	       lim.nblocks);
 }
 
+/* ---- a checkpoint that lists a superblock block as its own ---------------- */
+
+/* blocks of the image holding the newest superblock page (the last update
+ * programs a copy into each superblock block that works) */
+static unsigned sb_blocks_newest(void)
+{
+	uint32_t nblocks = nand_blocks(&geo);
+	uint8_t *s = malloc(slot);
+	uint64_t *best = calloc(nblocks, sizeof *best), newest = 0;
+	CHECK(s && best);
+	for (uint32_t b = 0; b < nblocks; b++) {
+		for (uint32_t p = 0; p < geo.pages_per_block; p++) {
+			uint64_t at = data_off + ((uint64_t)b * geo.pages_per_block + p) * slot;
+			CHECK(pread(wfd, s, slot, (off_t)at) == (ssize_t)slot);
+			struct ftl_spare sp;
+			memcpy(&sp, s + geo.page_size, sizeof sp);
+			if (sp.magic == FTL_SPARE_MAGIC && sp.type == FTL_PG_SB && sp.seq > best[b])
+				best[b] = sp.seq;
+		}
+		if (best[b] > newest)
+			newest = best[b];
+	}
+	unsigned n = 0;
+	for (uint32_t b = 0; b < nblocks; b++)
+		n += newest && best[b] == newest;
+	free(best);
+	free(s);
+	return n;
+}
+
+static void t_cp_list_sb(void)
+{
+	uint32_t sbb[2] = { sb_pages[0] / geo.pages_per_block,
+			    (nsb > 1 ? sb_pages[1] : sb_pages[0]) / geo.pages_per_block };
+	/* the first l2p block, the header's copy, the first parity block */
+	uint32_t words[] = { 0, cp_words[5], cp_words[6] };
+	for (size_t w = 0; w < sizeof words / sizeof words[0]; w++) {
+		for (int k = 0; k < 2; k++) {
+			char err[256];
+			patch(field("cp_list.word"), cp_pages, (int)ncp, words[w], sbb[k]);
+			struct nand_dev *d = dev_open(false, false);
+			struct ftl_open_params op = { .write_buffer_slots = 64 };
+			struct ftl *f;
+			CHECK_RC(ftl_open(d, &op, &f, err, sizeof err));
+			/* two checkpoints: the crafted one (current or previous)
+			 * is released by the second at the latest */
+			for (int i = 0; i < 2; i++) {
+				uint8_t b[4096];
+				fill(b, (uint64_t)i, 11);
+				CHECK_RC(ftl_write_sync(f, b, (uint64_t)i * 4096, 4096, 0));
+				uint64_t t = ftl_checkpoint_request(f);
+				int r;
+				while (!(r = ftl_checkpoint_poll(f, t)))
+					ftl_poll(f);
+				CHECK_EQ(r, 1);
+			}
+			CHECK_RC(ftl_close(f));
+			nand_close(d);
+			/* the superblock the last commit wrote lives in both blocks */
+			d = dev_open(false, true);
+			struct ftl_info info;
+			CHECK_RC(ftl_probe(d, &info, err, sizeof err));
+			nand_close(d);
+			unsigned n = sb_blocks_newest();
+			if (n != 2) {
+				fprintf(stderr, "cp_list_sb: list word %u = superblock block %u: after two "
+					"checkpoints the newest superblock is in %u block(s), not 2\n",
+					words[w], sbb[k], n);
+				exit(1);
+			}
+			restore(cp_pages, (int)ncp);
+			uint32_t all[] = { sbb[0] * geo.pages_per_block, sbb[1] * geo.pages_per_block };
+			restore(all, 2);
+		}
+	}
+	printf("ok: cp_list_sb: a checkpoint listing a superblock block as its own is taken for "
+	       "damaged; after two more checkpoints both superblock blocks hold the superblock\n");
+}
+
 /* ---- a sequence number that wraps the log's -------------------------------- */
 
 static void t_seq_wrap(void)
@@ -809,6 +893,7 @@ int main(void)
 	golden_survey();
 	t_sb_units();
 	t_cp_block();
+	t_cp_list_sb();
 	t_seq_wrap();
 	t_sb_seq();
 	t_rollback(0);
