@@ -217,7 +217,7 @@ ok "later starts stopped at each step (clean image, and replaying after kill -9)
 IMG=$T/fresh.img
 n=0 absent=0
 cut=0
-for delay in 0.02 0.04 0.06 0.08 0.1 0.12 0.15 0.2; do
+for delay in 0.005 0.01 0.02 0.04 0.06 0.08 0.1 0.12 0.15 0.2; do
 	rm -f "$IMG" "$IMG.creating"
 	"$FLASHCTL" format "$IMG" --preset iodimm-mlc-320 >/dev/null 2>&1 &
 	p=$!
@@ -230,6 +230,7 @@ for delay in 0.02 0.04 0.06 0.08 0.1 0.12 0.15 0.2; do
 	[ -e "$IMG.creating" ] && cut=$((cut + 1))
 	n=$((n + 1))
 done
+[ $cut -gt 0 ] || fail "no kill landed while the image was being created ($n delays): nothing was tested"
 "$FLASHCTL" format "$IMG" --preset iodimm-mlc-320 --yes >/dev/null || fail "formatting after the killed ones"
 image_whole "a format after the killed ones"
 ok "flashctl format killed at $n delays: the image absent $absent times ($cut of them cut mid-creation), else whole; never half-made"
