@@ -1659,20 +1659,41 @@ int nand_sim_open(const struct nand_sim_config *cfg, struct nand_dev **out, char
 		open_path = tmp;
 		flags = O_RDWR | O_CREAT;
 	}
-	s->fd = open(open_path, flags | O_CLOEXEC, 0644);
-	if (s->fd < 0) {
-		rc = -errno;
-		seterr(err, errlen, "cannot open NAND image %s: %s", open_path, strerror(-rc));
-		free(tmp);
-		free(target);
-		free(s);
-		return rc;
-	}
-	if (flock(s->fd, (cfg->readonly ? LOCK_SH : LOCK_EX) | LOCK_NB) < 0) {
-		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
-		seterr(err, errlen, "NAND image %s is in use by another process (%s)", open_path,
-		       cfg->create ? "being created" : "locked");
+	/* The lock is taken on the file opened; the name may have moved to
+	 * another file meanwhile (an image created beside it and renamed over
+	 * it, image_publish, which holds the old one's lock only until the
+	 * rename): then the file locked is one nobody else will find, and
+	 * its writes would vanish.  Open again until the name still names
+	 * the file locked. */
+	rc = 0;
+	for (int tries = 0;; tries++) {
+		s->fd = open(open_path, flags | O_CLOEXEC, 0644);
+		if (s->fd < 0) {
+			rc = -errno;
+			seterr(err, errlen, "cannot open NAND image %s: %s", open_path,
+			       strerror(-rc));
+			break;
+		}
+		if (flock(s->fd, (cfg->readonly ? LOCK_SH : LOCK_EX) | LOCK_NB) < 0) {
+			rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+			seterr(err, errlen, "NAND image %s is in use by another process (%s)",
+			       open_path, cfg->create ? "being created" : "locked");
+			close(s->fd);
+			break;
+		}
+		struct stat locked, named;
+		if (fstat(s->fd, &locked) == 0 && stat(open_path, &named) == 0 &&
+		    locked.st_dev == named.st_dev && locked.st_ino == named.st_ino)
+			break;
 		close(s->fd);
+		if (tries == 8) {
+			rc = -EBUSY;
+			seterr(err, errlen, "NAND image %s is in use by another process (%s)",
+			       open_path, "replaced while opening");
+			break;
+		}
+	}
+	if (rc) {
 		free(tmp);
 		free(target);
 		free(s);

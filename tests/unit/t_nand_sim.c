@@ -400,6 +400,61 @@ static void backend_errors(void)
  * a flashd NAND image"; a PATH.creating left by a killed creation is made
  * anew; an image in use is not replaced; a symbolic link is followed.
  */
+/*
+ * flock is wrapped (Makefile: --wrap=flock): replace_on_lock set, the next
+ * lock first creates a new image at replace_path (image_publish renames it
+ * over the name), the race of a process that opened the old image just
+ * before another re-created it: its lock lands on the old file.
+ */
+int __real_flock(int fd, int op);
+static const char *replace_path;
+
+int __wrap_flock(int fd, int op)
+{
+	const char *p = replace_path;
+	if (p) {
+		replace_path = NULL;
+		struct nand_sim_config fc = { .preset = "test-64m", .path = p, .create = true };
+		struct nand_dev *d;
+		char err[256];
+		CHECK_RC(nand_sim_open(&fc, &d, err, sizeof err));
+		uint8_t *mark = malloc(d->geo.page_size);
+		memset(mark, 0x3C, d->geo.page_size);
+		CHECK_EQ(run(d, NAND_OP_PROGRAM, 9, 0, mark, NULL), NAND_OK);
+		free(mark);
+		nand_close(d);
+	}
+	return __real_flock(fd, op);
+}
+
+/* An image replaced between the open of its name and the lock: the open
+ * takes the new one (block 9 programmed by the replacement), not the
+ * unlinked old one, whose writes nobody would see again. */
+static void replaced_while_opening(const char *dir)
+{
+	char path[128], err[256];
+	snprintf(path, sizeof path, "%s/r.img", dir);
+	struct nand_sim_config fc = { .preset = "test-64m", .path = path, .create = true };
+	struct nand_sim_config again = { .path = path };
+	struct nand_dev *d;
+	CHECK_RC(nand_sim_open(&fc, &d, err, sizeof err));
+	nand_close(d);
+	replace_path = path;
+	CHECK_RC(nand_sim_open(&again, &d, err, sizeof err));
+	CHECK(!replace_path);
+	uint8_t *rd = malloc(d->geo.page_size);
+	enum nand_status st = run(d, NAND_OP_READ, 9, 0, rd, NULL);
+	if (st != NAND_OK || rd[0] != 0x3C) {
+		fprintf(stderr, "replaced while opening: the open holds the old image (block 9 "
+			"reads %s, %#x), not the one now at %s\n", nand_status_name(st), rd[0], path);
+		exit(1);
+	}
+	free(rd);
+	nand_close(d);
+	unlink(path);
+	printf("ok: an image replaced between open and lock: the new one is opened\n");
+}
+
 static void creation(void)
 {
 	char dir[] = "/tmp/t_nand_sim-dir-XXXXXX";
@@ -459,6 +514,7 @@ static void creation(void)
 	unlink(link);
 	unlink(target);
 	unlink(path);
+	replaced_while_opening(dir);
 	CHECK_RC(rmdir(dir));
 }
 
