@@ -453,6 +453,12 @@ int ftl_format(struct nand_dev *dev, const struct ftl_format_params *p, char *er
 	sb_locate(f);
 	struct ftl_sb old;
 	f->sb_seq = sb_load(f, &old, err, errlen) == 0 ? old.sb_seq + 1 : 1;
+	/* a superblock numbered near FTL_SEQ_LIMIT (crafted: no format lives
+	 * that long) would leave the new format no room: number it from 1.
+	 * Old or new still holds: until the second copy is written the old
+	 * one loads (it is the higher), then only the new one is left */
+	if (f->sb_seq > FTL_SEQ_LIMIT / 2)
+		f->sb_seq = 1;
 	err[0] = 0;
 	f->sector_size = p->sector_size;
 	f->units = cap / FTL_UNIT_SIZE;
@@ -782,9 +788,32 @@ static int step_checkpoint(struct open_ctx *c)
 	return 0;
 }
 
+/*
+ * Numbers near FTL_SEQ_LIMIT (media.h): only a crafted or damaged image has
+ * them.  The media checks took them, so what the image holds is served, but
+ * read-only: a session writing on would hand out numbers the next open
+ * refuses.
+ */
+static void seq_limit_check(struct ftl *f)
+{
+	const uint64_t near = FTL_SEQ_LIMIT - FTL_SEQ_HEADROOM;
+	if (f->readonly || (f->next_seq < near && f->sb_seq < near))
+		return;
+	f->readonly = true;
+	ftl_log("sequence numbers near their limit (log %llu, superblock %llu, limit %llu): "
+		"served read-only; copy the data off and re-format the ioDimm",
+		(unsigned long long)f->next_seq, (unsigned long long)f->sb_seq,
+		(unsigned long long)FTL_SEQ_LIMIT);
+	snprintf(f->info.notes, sizeof f->info.notes,
+		 "sequence numbers near their limit: read-only; copy the data off and re-format");
+}
+
 static int step_recovery(struct open_ctx *c)
 {
-	return recovery_run(c->f, c->sb.dead_dies, c->err, c->errlen);
+	int rc = recovery_run(c->f, c->sb.dead_dies, c->err, c->errlen);
+	if (!rc)
+		seq_limit_check(c->f);
+	return rc;
 }
 
 static int step_limits(struct open_ctx *c)
@@ -1317,7 +1346,7 @@ void ftl_get_info(struct ftl *f, struct ftl_info *info)
 	info->error = f->error;
 	if (f->error)
 		info->state = FTL_STATE_FAILED;
-	else if (f->readonly || f->wear_ro)
+	else if (f->readonly || f->wear_ro || f->seq_ro)
 		info->state = FTL_STATE_READONLY;
 	else if (f->no_space)
 		info->state = FTL_STATE_NO_SPACE;

@@ -560,6 +560,8 @@ struct ftl {
 	/* endurance (block.c, health_update): the state the reserves give */
 	uint8_t health;             /* HEALTH_* */
 	bool wear_ro;               /* no spare block left: read-only */
+	bool seq_ro;                /* sequence numbers near FTL_SEQ_LIMIT:
+	                             * host writes refused (writer.c, seq_take) */
 	uint32_t ndoomed;           /* BLKF_DOOMED blocks: bad, not yet retired */
 	uint64_t throttle_ns;       /* write-reduced: device time per host
 	                             * unit (0: not throttled) */
@@ -1047,6 +1049,22 @@ static inline uint8_t *ring_fill_data(struct ring *r, uint32_t idx)
 static inline uint32_t ring_free(const struct ring *r)
 {
 	return r->nslots - (uint32_t)(r->fill - r->done);
+}
+/*
+ * The next log sequence number (next_seq is handed out here only, and set
+ * at open by recovery).  Never FTL_SEQ_LIMIT or above, so every page the
+ * FTL writes is taken at the next open: from FTL_SEQ_LIMIT -
+ * FTL_SEQ_HEADROOM / 2 on, host writes are refused (seq_ro, -EROFS), and
+ * taking the last number the media accept, FTL_SEQ_LIMIT - 1, fails the
+ * FTL (it is handed out again to what is still submitted, never flushed).
+ * O(1).
+ */
+uint64_t seq_take_slow(struct ftl *f);
+static inline uint64_t seq_take(struct ftl *f)
+{
+	if (__builtin_expect(f->next_seq >= FTL_SEQ_LIMIT - FTL_SEQ_HEADROOM / 2, 0))
+		return seq_take_slow(f);
+	return f->next_seq++;
 }
 int writer_kick(struct ftl *f, struct stream *s);
 uint32_t stream_next_page(struct ftl *f, struct stream *s, uint32_t floor);

@@ -437,7 +437,7 @@ static void gc_read_landed(struct ftl *f, struct gc_read *rd, bool readable, boo
 	sl->prev = rd->from;
 	sl->cold = gc_set(f, rd->from) == SET_COLD;
 	sl->victim = rd->victim;
-	sl->seq = f->next_seq++;
+	sl->seq = seq_take(f);
 	r->fill++;
 	f->l2p[rd->lba] = L2P_SLOT | L2P_SLOT_GC | idx;
 	blk_invalidate(f, rd->from);

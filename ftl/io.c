@@ -454,7 +454,7 @@ static bool write_continue(struct ftl *f, struct ftl_io *io)
 		sl->ppa = ppa;
 		sl->lba = (uint32_t)u;
 		sl->prev = l2p_is_slot(e) ? slot_prev(f, e) : e;
-		sl->seq = f->next_seq++;
+		sl->seq = seq_take(f);
 		r->fill++;
 		f->l2p[u] = L2P_SLOT | idx;
 		if (l2p_is_ppa(e))
@@ -575,7 +575,7 @@ int io_kick(struct ftl *f)
 			n++;
 			continue;
 		}
-		if (f->wear_ro) {
+		if (f->wear_ro || f->seq_ro) {
 			/* worn out while waiting: read-only now */
 			ioq_pop(&f->wq_write);
 			io_complete(f, io, -EROFS);
@@ -664,7 +664,7 @@ static int io_validate(struct ftl *f, const struct ftl_io *io)
 	if ((io->type == FTL_IO_READ || io->type == FTL_IO_WRITE) && io->length && !io->buf)
 		return -EINVAL;
 	if (io->type != FTL_IO_READ) {
-		if (f->readonly || f->wear_ro)
+		if (f->readonly || f->wear_ro || f->seq_ro)
 			return -EROFS; /* opened read-only, or worn out (block.c) */
 		/* out of spare blocks: unmapping still works (it frees space) */
 		if (f->no_space && io_needs_space(io))

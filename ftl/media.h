@@ -88,6 +88,15 @@
  * log's newest it would wrap the numbering, and writes after it would
  * replay as older than the checkpoint (lost at the next crash). */
 #define FTL_SEQ_LIMIT (1ull << 62)
+/* Every number the FTL writes is below FTL_SEQ_LIMIT, so the next open
+ * takes it: an open that finds one (log, checkpoint or superblock) at
+ * FTL_SEQ_LIMIT - FTL_SEQ_HEADROOM or above (only a crafted or damaged
+ * image has one) serves read-only; a session refuses host writes from
+ * FTL_SEQ_LIMIT - FTL_SEQ_HEADROOM / 2 on (2^39 numbers left for what is
+ * buffered, GC and checkpoints), and fails rather than hand out
+ * FTL_SEQ_LIMIT (ftl_int.h, seq_take); a format over a superblock
+ * numbered past FTL_SEQ_LIMIT / 2 numbers its superblock from 1 again. */
+#define FTL_SEQ_HEADROOM (1ull << 40)
 
 enum ftl_page_type {
 	FTL_PG_DATA = 1,    /* lba = mapping unit */

@@ -654,7 +654,7 @@ static void pad_submit(struct ftl *f, uint32_t ppa, bool gc)
 	po->gc = gc;
 	if (gc)
 		f->gc_seal_inflight++;
-	po->seq = f->next_seq++;
+	po->seq = seq_take(f);
 	spare_build_crc(f, po->spare, FTL_PG_TRIM, 0, po->seq, f->pad_crc);
 	struct nand_op *op = &po->op;
 	memset(op, 0, sizeof *op);
@@ -757,7 +757,7 @@ static void ring_fill_par(struct ftl *f, struct ring *r, uint32_t ppa, bool ppl)
 	sl->ppa = ppa;
 	sl->lba = ppl ? ppa_page(f, ppa) : 0;
 	sl->prev = L2P_UNMAPPED;
-	sl->seq = f->next_seq++;
+	sl->seq = seq_take(f);
 	r->fill++;
 	if (ppl)
 		f->st.parity_ppl_pages++;
@@ -933,7 +933,7 @@ static void ppl_submit(struct ftl *f, uint32_t ppa)
 	struct ppl_op *pp = f->ppl_free;
 	f->ppl_free = pp->next_free;
 	f->gc_seal_inflight++;
-	pp->seq = f->next_seq++;
+	pp->seq = seq_take(f);
 	uint32_t crc = par_ppl_build(f, ppa, pp->seq, pp->data, pp->spare);
 	struct nand_op *op = &pp->op;
 	memset(op, 0, sizeof *op);

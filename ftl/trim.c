@@ -93,7 +93,7 @@ bool trim_close_record_floor(struct ftl *f, uint32_t floor)
 	sl->crc_known = false;
 	sl->ppa = ppa;
 	sl->lba = f->ntrim_pend;
-	sl->seq = f->next_seq++;
+	sl->seq = seq_take(f);
 	r->fill++;
 	f->ntrim_pend = 0;
 	f->trim_lo = UINT32_MAX;

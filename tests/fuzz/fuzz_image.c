@@ -30,7 +30,7 @@
  *                of the page-th newest page (by sequence number) it
  *                applies to, element bytes 1-2 (a
  *                list word, footer entry or trim range), set to
- *                craft_value number byte 0: 0, 1, max, 2^31, 2^32, 2^62 + 1,
+ *                craft_value number byte 0: 0, 1, max, 2^31, 2^32, 2^62 + 1, 2^62 - 1,
  *                stored +/- 1, units, the block count, ...  Bit 2: leave the
  *                checksums as they are (otherwise the page's structure
  *                CRCs, its spare's data CRC and spare CRC, or the table

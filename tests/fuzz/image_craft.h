@@ -103,12 +103,14 @@ struct craft_limits {
 	uint32_t nblocks, ppb, data_pages, page_size, nbands, row_width;
 };
 
-#define CRAFT_NVALUES 24
+#define CRAFT_NVALUES 27
 
 /* Value k (0 .. CRAFT_NVALUES - 1) for a field whose stored value is orig,
  * truncated to width bytes: the type's edges, the 32-bit edges, products
- * that wrap (2^62 + 1: times 4096 it is 4096), and the geometry's limits
- * around the places where a count becomes an index. */
+ * that wrap (2^62 + 1: times 4096 it is 4096), the sequence numbers'
+ * limit and its headroom (FTL_SEQ_LIMIT - 1, FTL_SEQ_LIMIT -
+ * FTL_SEQ_HEADROOM and one below), and the geometry's limits around the
+ * places where a count becomes an index. */
 static inline uint64_t craft_value(unsigned k, uint64_t orig, unsigned width,
 				   const struct craft_limits *l)
 {
@@ -139,7 +141,10 @@ static inline uint64_t craft_value(unsigned k, uint64_t orig, unsigned width,
 	case 20: v = l->nbands; break;
 	case 21: v = (1ull << l->row_width) - 1; break; /* every column of a stripe */
 	case 22: v = orig * 2 + 1; break;
-	default: v = orig | 0x80000000u; break; /* bit 31: the flag bits of lists */
+	case 23: v = orig | 0x80000000u; break; /* bit 31: the flag bits of lists */
+	case 24: v = (1ull << 62) - 1; break;
+	case 25: v = (1ull << 62) - (1ull << 40); break;
+	default: v = (1ull << 62) - (1ull << 40) - 1; break;
 	}
 	return v & max;
 }

@@ -21,6 +21,10 @@
  *               not older than the checkpoint
  *   sb_seq      a superblock update numbered 2^64 - 1 is ignored (the
  *               next, numbered 0, would lose to it at every open)
+ *   seq_limit   numbers near FTL_SEQ_LIMIT (a data page or the superblock
+ *               at 2^62 - 1): read-only; just below the headroom: a
+ *               session, then read-only; a session reaching the headroom
+ *               refuses writes and keeps what it wrote; a format over it
  *   rollback    a data page replaced by an older copy of the same unit
  *               (CRC and unit right) in a block written since the open:
  *               EIO while serving and after a crash, not the old data
@@ -502,20 +506,22 @@ static void craft_case(const struct craft_field *fd, const uint32_t *ppas, int n
  * T_IMAGE_FULL=1 in the environment (~2,500 opens, ~40 s), else those
  * that found something before: 0, 1, the type's max, 2^32, 2^62 + 1, one
  * more and one less than stored, units and one more, the block count and
- * one less, every column (~900 opens).  A read-write run costs two opens
- * and a restore: for 0, max, 2^62 + 1 and one more only.
+ * one less, every column, 2^62 - 1 and 2^62 - 2^40 - 1 (~1,000 opens).  A
+ * read-write run costs two opens and a restore: for 0, max, 2^62 + 1, one
+ * more, 2^62 - 1 and 2^62 - 2^40 - 1 only.
  */
 static bool full;
 
 static bool ro_value(unsigned k)
 {
 	return full || k == 0 || k == 1 || k == 2 || k == 5 || k == 7 || k == 9 || k == 10 ||
-	       k == 11 || k == 12 || k == 15 || k == 16 || k == 21;
+	       k == 11 || k == 12 || k == 15 || k == 16 || k == 21 || k == 24 || k == 26;
 }
 
 static bool rw_value(unsigned k)
 {
-	return k == 0 || k == 2 || k == 7 || k == 9 || (full && (k == 5 || k == 13 || k == 15 || k == 17));
+	return k == 0 || k == 2 || k == 7 || k == 9 || k == 24 || k == 26 ||
+	       (full && (k == 5 || k == 13 || k == 15 || k == 17 || k == 25));
 }
 
 static void sweep_field(const struct craft_field *fd, const uint32_t *ppas, int n, uint32_t index)
@@ -738,6 +744,133 @@ static void t_sb_seq(void)
 	       "close\n");
 }
 
+/* ---- sequence numbers near their limit ------------------------------------ */
+
+static void expect_state(struct ftl *f, enum ftl_state want, const char *what)
+{
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	if (info.state != want) {
+		fprintf(stderr, "seq_limit: %s: state %d, not %d\n", what, info.state, want);
+		exit(1);
+	}
+}
+
+/* A write to unit u must be refused with -EROFS. */
+static void expect_erofs(struct ftl *f, uint64_t u, const char *what)
+{
+	uint8_t b[4096];
+	fill(b, u, 5);
+	int rc = ftl_write_sync(f, b, u * 4096, 4096, 0);
+	if (rc != -EROFS) {
+		fprintf(stderr, "seq_limit: %s: a write returned %d, not -EROFS (%d)\n", what, rc,
+			-EROFS);
+		exit(1);
+	}
+}
+
+/*
+ * Every number the FTL writes must be taken at the next open (media.h,
+ * FTL_SEQ_HEADROOM): an image numbered near FTL_SEQ_LIMIT opens read-only
+ * (a session writing on would number pages 2^62 and up, refused at the next
+ * open: flushed writes lost, the superblock's updates ignored); one just
+ * below the headroom writes, closes clean and reopens; a session reaching
+ * the headroom refuses host writes, and what it wrote reads back; a format
+ * over a superblock numbered 2^62 - 1 leaves a superblock the next open
+ * takes.
+ */
+static void t_seq_limit(void)
+{
+	const uint64_t lim62 = FTL_SEQ_LIMIT, near = FTL_SEQ_LIMIT - FTL_SEQ_HEADROOM;
+	struct nand_dev *d;
+	struct ftl *f;
+	struct ftl_info info;
+	char err[256];
+
+	/* a data page numbered 2^62 - 1, and the superblock: read-only */
+	const struct {
+		const char *name;
+		const uint32_t *pages;
+		int n;
+	} at[] = { { "ftl_spare.seq", &data_new, 1 }, { "ftl_sb.sb_seq", sb_pages, (int)nsb } };
+	for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
+		patch(field(at[i].name), at[i].pages, at[i].n, 0, lim62 - 1);
+		d = dev_open(false, false);
+		f = open_ok(d, NULL);
+		expect_state(f, FTL_STATE_READONLY, at[i].name);
+		expect_erofs(f, 1, at[i].name);
+		check_reads(f, at[i].name, 1);
+		CHECK_RC(ftl_close(f));
+		nand_close(d);
+		restore(at[i].pages, at[i].n);
+	}
+
+	/* the superblock just below the headroom: writes, a clean close, and
+	 * the next open finds it clean (its updates were numbered near - 1
+	 * and up, all taken) and read-only */
+	patch(field("ftl_sb.sb_seq"), sb_pages, (int)nsb, 0, near - 2);
+	d = dev_open(false, false);
+	f = open_ok(d, NULL);
+	expect_state(f, FTL_STATE_ONLINE, "superblock 2^62 - 2^40 - 2");
+	for (uint64_t u = 0; u < 3; u++)
+		write_v(f, u, 4);
+	CHECK_RC(ftl_close(f));
+	f = open_ok(d, NULL);
+	ftl_get_info(f, &info);
+	if (!info.was_clean || info.checkpoint_damaged) {
+		fprintf(stderr, "seq_limit: after a clean close the open finds it %s%s\n",
+			info.was_clean ? "clean" : "not clean",
+			info.checkpoint_damaged ? ", its checkpoint damaged" : "");
+		exit(1);
+	}
+	expect_state(f, FTL_STATE_READONLY, "superblock past 2^62 - 2^40 after a session");
+	check_reads(f, "seq_limit", 1);
+	CHECK_RC(ftl_close(f));
+	nand_close(d);
+	restore(sb_pages, (int)nsb);
+	for (uint64_t u = 0; u < 3; u++)
+		hist[u] &= (uint16_t)~(1u << 4);
+
+	/* a session that reaches the headroom: the write that took the number
+	 * is kept, the next ones are refused; the next open reads it */
+	d = dev_open(false, false);
+	f = open_ok(d, NULL);
+	f->next_seq = FTL_SEQ_LIMIT - FTL_SEQ_HEADROOM / 2;
+	write_v(f, 7, 4);
+	CHECK_RC(ftl_flush_sync(f));
+	expect_erofs(f, 8, "session at the headroom");
+	expect_state(f, FTL_STATE_READONLY, "session at the headroom");
+	ftl_abandon(f);
+	f = open_ok(d, NULL);
+	expect_state(f, FTL_STATE_READONLY, "after a session at the headroom");
+	check_reads(f, "seq_limit session", 1);
+	CHECK_RC(ftl_close(f));
+	nand_close(d);
+	restore(sb_pages, (int)nsb);
+	hist[7] &= (uint16_t)~(1u << 4);
+
+	/* a format over a superblock numbered 2^62 - 1, then an open */
+	patch(field("ftl_sb.sb_seq"), sb_pages, (int)nsb, 0, lim62 - 1);
+	d = dev_open(false, false);
+	struct ftl_format_params fp = { .sector_size = 4096, .parity_width = 1,
+					.capacity_bytes = 24u << 20 };
+	CHECK_RC(ftl_format(d, &fp, err, sizeof err));
+	f = open_ok(d, NULL);
+	expect_state(f, FTL_STATE_ONLINE, "format over a superblock numbered 2^62 - 1");
+	write_v(f, 0, 5);
+	CHECK_RC(ftl_close(f));
+	f = open_ok(d, NULL);
+	ftl_get_info(f, &info);
+	CHECK(info.was_clean);
+	ftl_close(f);
+	nand_close(d);
+	restore(sb_pages, (int)nsb);
+	hist[0] &= (uint16_t)~(1u << 5);
+	printf("ok: seq_limit: numbered 2^62 - 1 (a data page, the superblock): read-only; "
+	       "2^62 - 2^40 - 2: a clean session, then read-only; a session at the headroom "
+	       "refuses writes and keeps what it wrote; a format over 2^62 - 1 opens\n");
+}
+
 /* ---- a page rolled back to an older copy ---------------------------------- */
 
 static void copy_slot(int fd, uint64_t from, uint64_t to)
@@ -896,6 +1029,7 @@ int main(void)
 	t_cp_list_sb();
 	t_seq_wrap();
 	t_sb_seq();
+	t_seq_limit();
 	t_rollback(0);
 	t_rollback(1);
 	t_sweep();
