@@ -1422,6 +1422,36 @@ static int cp_keep_prev(struct ftl *f, const struct ftl_sb *sb)
 	return 0;
 }
 
+/*
+ * At open, once blk_limits knows the reserves: a previous checkpoint that
+ * cp_keep_prev kept on a device whose spare blocks no longer hold one
+ * (bad blocks found since the last commit, doomed blocks retired at open)
+ * goes to the eraser, as that commit would have decided (cp_prev_room):
+ * otherwise the first checkpoint of the session holds a third checkpoint's
+ * blocks, cp_reserve below the floor blk_limits counts on.  The superblock
+ * still names it until the next commit; an open after a crash before then
+ * finds its blocks reused and does not keep it (cp_keep_prev).  O(its
+ * blocks).
+ */
+void cp_open_room(struct ftl *f)
+{
+	struct cp_state *c = &f->cp;
+	if (f->readonly || c->prev_hdr_block == FTL_NO_BLOCK || cp_prev_room(f))
+		return;
+	ftl_log("the previous checkpoint (block %u) is not kept: the spare blocks (%u usable, "
+		"%u needed) no longer hold a second checkpoint; a damaged current one would "
+		"mean a replay of the whole log", c->prev_hdr_block, f->nusable - f->ndoomed,
+		f->min_usable + f->cp_reserve);
+	blk_set_dirty(f, c->prev_hdr_block);
+	for (uint32_t i = 0; i < c->prev_nblocks; i++)
+		blk_set_dirty(f, c->prev_blocks[i]);
+	c->prev_hdr_block = FTL_NO_BLOCK;
+	c->prev_mirror = FTL_NO_BLOCK;
+	c->prev_nblocks = 0;
+	c->prev_seq = 0;
+	c->keep_seq = c->cur_seq;
+}
+
 static void l2p_clear(struct ftl *f)
 {
 	for (uint64_t u = 0; u < f->units; u++)

@@ -820,6 +820,7 @@ static int step_limits(struct open_ctx *c)
 {
 	struct ftl *f = c->f;
 	blk_limits(f);
+	cp_open_room(f);
 	if (c->p->checkpoint_interval) {
 		f->cp_interval = c->p->checkpoint_interval;
 	} else {

@@ -1143,6 +1143,7 @@ void cp_request(struct ftl *f, bool clean);
  * the previous loaded instead: 1; neither loadable: -EILSEQ (the map is
  * empty: replay the whole log); err says why.  Other -errno: failed. */
 int cp_load(struct ftl *f, const struct ftl_sb *sb, char *err, size_t errlen);
+void cp_open_room(struct ftl *f);
 /* Check the checkpoint whose header is in block without loading it (sets
  * f->units and f->format_id from its header): 0 and *h, or -EILSEQ and
  * *why. */

@@ -25,6 +25,9 @@
  *               at 2^62 - 1): read-only; just below the headroom: a
  *               session, then read-only; a session reaching the headroom
  *               refuses writes and keeps what it wrote; a format over it
+ *   cp_prev_room  free blocks gone bad while off leave no room for two
+ *               checkpoints: the open drops the previous one, writes and
+ *               checkpoints go on
  *   rollback    a data page replaced by an older copy of the same unit
  *               (CRC and unit right) in a block written since the open:
  *               EIO while serving and after a crash, not the old data
@@ -82,6 +85,8 @@ static void cleanup(void)
 		unlink(path);
 	if (dir[0]) {
 		snprintf(p2, sizeof p2, "%s/rollback", dir); /* t_rollback's, if it failed */
+		unlink(p2);
+		snprintf(p2, sizeof p2, "%s/room", dir); /* t_cp_prev_room's */
 		unlink(p2);
 		rmdir(dir);
 	}
@@ -871,6 +876,103 @@ static void t_seq_limit(void)
 	       "refuses writes and keeps what it wrote; a format over 2^62 - 1 opens\n");
 }
 
+/* ---- a previous checkpoint the spare blocks no longer hold ---------------- */
+
+static void checkpoint_now(struct ftl *f)
+{
+	uint64_t t = ftl_checkpoint_request(f);
+	int r;
+	while (!(r = ftl_checkpoint_poll(f, t)))
+		ftl_poll(f);
+	CHECK_EQ(r, 1);
+}
+
+/*
+ * A device that keeps two checkpoints (test-64m).  Free blocks marked bad
+ * before the next open (factory marks found, as a card whose blocks went
+ * bad while it was off shows them) leave the spare blocks one short of a
+ * second checkpoint: the open must not keep the previous one
+ * (cp_open_room), or the session's first checkpoint holds a third
+ * checkpoint's blocks below the floor the reserves count on.  The device
+ * then writes, checkpoints and reopens with its data.
+ */
+static void t_cp_prev_room(void)
+{
+	char p2[112], err[256];
+	snprintf(p2, sizeof p2, "%s/room", dir);
+	struct nand_sim_config cfg = { .preset = "test-64m", .path = p2, .create = true, .seed = 1 };
+	struct nand_dev *d;
+	CHECK_RC(nand_sim_open(&cfg, &d, err, sizeof err));
+	struct ftl_format_params fp = { .sector_size = 4096 };
+	CHECK_RC(ftl_format(d, &fp, err, sizeof err));
+	struct ftl *f = open_ok(d, NULL);
+	uint8_t b[4096], e[4096];
+	for (uint64_t u = 0; u < 64; u++) {
+		fill(b, u, 1);
+		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
+	}
+	checkpoint_now(f);
+	checkpoint_now(f);
+	CHECK_RC(ftl_close(f));
+	f = open_ok(d, NULL);
+	if (f->cp.prev_hdr_block == FTL_NO_BLOCK) {
+		fprintf(stderr, "cp_prev_room: test-64m keeps no previous checkpoint\n");
+		exit(1);
+	}
+	uint32_t usable = f->nusable - f->ndoomed, room = f->min_usable + f->cp_reserve;
+	CHECK(usable >= room && f->cp_reserve >= 2);
+	uint32_t k = usable - room + 1, nmarked = 0;
+	uint32_t *blocks = calloc(k, sizeof *blocks);
+	CHECK(blocks);
+	for (uint32_t blk = 0; blk < f->nblocks && nmarked < k; blk++)
+		if (f->blk[blk].state == BLK_FREE && !blk_is_sb(f, blk))
+			blocks[nmarked++] = blk;
+	CHECK_EQ(nmarked, k);
+	ftl_abandon(f);
+	nand_close(d);
+	int fd = open(p2, O_RDWR);
+	CHECK(fd >= 0);
+	uint64_t toff;
+	CHECK(pread(fd, &toff, 8, 96) == 8);
+	for (uint32_t i = 0; i < k; i++) {
+		uint8_t t[16];
+		CHECK(pread(fd, t, 16, (off_t)(toff + (uint64_t)blocks[i] * 16)) == 16);
+		t[4] |= 1; /* SB_FACTORY_BAD (hw/nand_sim.c) */
+		craft_fix_table(t);
+		CHECK(pwrite(fd, t, 16, (off_t)(toff + (uint64_t)blocks[i] * 16)) == 16);
+	}
+	close(fd);
+	free(blocks);
+	cfg.create = false;
+	cfg.preset = NULL;
+	CHECK_RC(nand_sim_open(&cfg, &d, err, sizeof err));
+	f = open_ok(d, NULL);
+	if (f->cp.prev_hdr_block != FTL_NO_BLOCK) {
+		fprintf(stderr, "cp_prev_room: %u usable blocks, %u needed for a second checkpoint: "
+			"the previous one (block %u) still kept\n", f->nusable - f->ndoomed,
+			f->min_usable + f->cp_reserve, f->cp.prev_hdr_block);
+		exit(1);
+	}
+	for (uint64_t u = 0; u < 32; u++) {
+		fill(b, u, 2);
+		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
+	}
+	checkpoint_now(f);
+	checkpoint_now(f);
+	CHECK_RC(ftl_close(f));
+	f = open_ok(d, NULL);
+	for (uint64_t u = 0; u < 64; u++) {
+		fill(e, u, u < 32 ? 2 : 1);
+		CHECK_RC(ftl_read_sync(f, b, u * 4096, 4096));
+		CHECK(!memcmp(b, e, sizeof b));
+	}
+	CHECK_RC(ftl_close(f));
+	nand_close(d);
+	unlink(p2);
+	printf("ok: cp_prev_room: %u free blocks gone bad while off: the previous checkpoint "
+	       "not kept; writes, two checkpoints, data back after a reopen\n", k);
+}
+
 /* ---- a page rolled back to an older copy ---------------------------------- */
 
 static void copy_slot(int fd, uint64_t from, uint64_t to)
@@ -1030,6 +1132,7 @@ int main(void)
 	t_seq_wrap();
 	t_sb_seq();
 	t_seq_limit();
+	t_cp_prev_room();
 	t_rollback(0);
 	t_rollback(1);
 	t_sweep();
