@@ -7,6 +7,8 @@
 #   stop_flashd            SIGTERM, wait for a clean exit (fails otherwise)
 #   kill_flashd            SIGKILL (a crash), wait
 #   restart_flashd         start again with the same state and arguments
+#   skip WHY               this test cannot run here: "SKIP: WHY", exit 77
+#   requires CMD...        skip (or, under make check, fail) without CMD
 #
 # Everything lives in a fresh temporary directory ($T) that is removed at
 # exit; every process a helper starts is killed by pid at exit.  Servers
@@ -28,7 +30,7 @@ _cleanup() {
 	for p in "${_pids[@]}"; do
 		wait "$p" 2>/dev/null || true
 	done
-	if [ $rc -ne 0 ] && [ -f "$T/flashd.log" ]; then
+	if [ $rc -ne 0 ] && [ $rc -ne 77 ] && [ -f "$T/flashd.log" ]; then
 		echo "--- last lines of the flashd log:"
 		tail -n 30 "$T/flashd.log" || true
 	fi
@@ -44,6 +46,29 @@ fail() {
 
 ok() {
 	echo "ok: $*"
+}
+
+# skip WHY: the whole test cannot run on this machine (not root, no network
+# namespaces, ...).  Exit status 77: tests/run.sh counts a skip, never a pass,
+# and lists WHY in its summary.
+skip() {
+	echo "SKIP: $*"
+	exit 77
+}
+
+# requires CMD...: every CMD is installed, or the test skips.  make check
+# runs scripts/deps.sh check first and sets FLASHD_DEPS_INSTALLED=1: then a
+# missing CMD fails the test instead (deps.sh should have installed it, or
+# should list its package).
+requires() {
+	local c missing=()
+	for c in "$@"; do
+		command -v "$c" >/dev/null 2>&1 || missing+=("$c")
+	done
+	[ ${#missing[@]} -eq 0 ] && return 0
+	[ "${FLASHD_DEPS_INSTALLED:-}" = 1 ] &&
+		fail "not installed: ${missing[*]} (after scripts/deps.sh; is its package in deps.sh's lists?)"
+	skip "not installed: ${missing[*]} (scripts/deps.sh installs it)"
 }
 
 free_port() {
@@ -247,3 +272,4 @@ run_check() {
 checks_passed() {
 	[ ${#_summary[@]} -eq 0 ]
 }
+

@@ -1,5 +1,5 @@
 #!/bin/bash
-# run.sh - run flashd's tests and print "N passed, N failed".
+# run.sh - run flashd's tests and print "N passed, N failed, N skipped".
 #
 #   tests/run.sh              every test: unit programs (build/tests/t_*),
 #                             then shell tests (tests/test-*.sh), then the
@@ -11,6 +11,10 @@
 #
 # Each test runs alone with its output in build/test-logs/<name>.log; a
 # failing test's last lines are printed.  A test passes only by exiting 0.
+# Exit status 77 is a skip: the test cannot run here (not root, no network
+# namespaces...; tests/functions.sh, skip); its "SKIP: why" line is listed
+# in the summary, and it never counts as a pass.  FLASHD_NO_SKIP=1 counts
+# every skip as a failure.
 # The per-test time limit is 1200 s, or "# timeout: N" in a shell test.
 set -u
 cd "$(dirname "$0")/.."
@@ -34,7 +38,9 @@ done
 
 pass=0
 fail=0
+skip=0
 failed=()
+skipped=()
 start_all=$(date +%s)
 for t in "${tests[@]}"; do
 	name=$(basename "$t" .sh)
@@ -47,7 +53,12 @@ for t in "${tests[@]}"; do
 	timeout -k 10 "$limit" "$t" >"$logs/$name.log" 2>&1 </dev/null
 	rc=$?
 	secs=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
-	if [ $rc -eq 0 ]; then
+	if [ $rc -eq 77 ] && [ "${FLASHD_NO_SKIP:-}" != 1 ]; then
+		why=$(grep -a '^SKIP: ' "$logs/$name.log" | tail -n1 | sed 's/^SKIP: //')
+		skip=$((skip + 1))
+		skipped+=("$name (${why:-no reason given})")
+		printf 'SKIP %-28s %6ss  (%s)\n' "$name" "$secs" "${why:-no reason given}"
+	elif [ $rc -eq 0 ]; then
 		pass=$((pass + 1))
 		printf 'PASS %-28s %6ss\n' "$name" "$secs"
 	else
@@ -55,11 +66,13 @@ for t in "${tests[@]}"; do
 		failed+=("$name")
 		why="exit $rc"
 		[ $rc -eq 124 ] && why="timed out after ${limit}s"
+		[ $rc -eq 77 ] && why="skipped, and FLASHD_NO_SKIP=1"
 		printf 'FAIL %-28s %6ss  (%s; log: %s)\n' "$name" "$secs" "$why" "build/test-logs/$name.log"
 		tail -n 25 "$logs/$name.log" | sed 's/^/    | /'
 	fi
 done
 echo "total time $(($(date +%s) - start_all))s"
+[ $skip -gt 0 ] && printf 'skipped: %s\n' "${skipped[@]}"
 [ $fail -gt 0 ] && echo "failed: ${failed[*]}"
-echo "$pass passed, $fail failed"
+echo "$pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ] && [ $pass -gt 0 ]

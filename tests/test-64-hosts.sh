@@ -25,7 +25,7 @@
 # asserted: each client's throughput, Jain's fairness index and the
 # min/max ratio over the 64, flashd's peak RSS (VmHWM) and its RSS after.
 #
-# Skips (exit 0, with the reason) only when network namespaces cannot be
+# Skips (exit 77, with the reason) only when network namespaces cannot be
 # made (not root, or no CONFIG_NET_NS).
 # timeout: 400
 source "$(dirname "$0")/functions.sh"
@@ -75,14 +75,10 @@ for ns in $(ip netns list 2>/dev/null | awk '{ print $1 }' | grep -E '^fl64-[0-9
 	fi
 done
 
-if [ "$(id -u)" != 0 ]; then
-	echo "skip: network namespaces need root (uid $(id -u))"
-	exit 0
-fi
-if ! ip netns add "$pfx-probe" 2>"$T/netns.err"; then
-	echo "skip: cannot create a network namespace here: $(cat "$T/netns.err")"
-	exit 0
-fi
+[ "$(id -u)" = 0 ] || skip "network namespaces need root (uid $(id -u))"
+requires ip
+ip netns add "$pfx-probe" 2>"$T/netns.err" ||
+	skip "cannot create a network namespace here: $(cat "$T/netns.err")"
 ip netns delete "$pfx-probe"
 
 t0=$EPOCHREALTIME

@@ -10,14 +10,13 @@
 #      as make fuzz splits its time): no crash, leak, timeout or
 #      out-of-memory (tests/fuzz/run.sh; known findings are suppressed
 #      there, and fail in step 2 until they are fixed)
-# Skips (exit 0, with the reason) only when clang cannot be had.
+# Without clang (scripts/deps.sh fuzz installs it, here if need be) it
+# skips, or fails under make check.
 # timeout: 400
-set -u
-cd "$(dirname "$0")/.."
-if ! command -v clang >/dev/null 2>&1 && ! scripts/deps.sh fuzz; then
-	echo "skip: clang is not installed and could not be installed (scripts/deps.sh fuzz)"
-	exit 0
-fi
+source "$(dirname "$0")/functions.sh"
+cd "$top"
+command -v clang >/dev/null 2>&1 || scripts/deps.sh fuzz || true
+requires clang
 t0=$(date +%s)
 make -s -j"$(nproc)" fuzz-build || { echo "FAIL: make fuzz-build"; exit 1; }
 echo "built in $(($(date +%s) - t0)) s"

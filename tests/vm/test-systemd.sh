@@ -21,7 +21,8 @@
 # Needs no TCP port on the host (the VM's flashd listens on the guest's own
 # 127.0.0.1:10809).
 #
-# SKIP (exit 0, "SKIP: ..." on the last line): not root, qemu cannot run TCG,
+# SKIP (exit 77, "SKIP: ..." on the last line, as tests/functions.sh's skip
+# does; tests/run.sh counts it as skipped): not root, qemu cannot run TCG,
 # or the rootfs-systemd cache is missing and cannot be built because the
 # Debian mirror is unreachable.  Anything else that goes wrong is a FAIL.
 # Logs: build/test-logs/vm-systemd/ (prepare, console, journal, checks).
@@ -36,7 +37,7 @@ T_ALL=$(date +%s)
 
 skip() {
 	echo "SKIP: $*"
-	exit 0
+	exit 77
 }
 WORK=''
 cleanup() {
