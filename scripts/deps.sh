@@ -9,7 +9,8 @@
 #   scripts/deps.sh fuzz    build + clang and its libFuzzer runtime (`make fuzz`)
 #
 # check includes chromium: tests/test-dashboard.sh loads the dashboard in it
-# (headless).
+# (headless); and systemd: tests/test-install.sh runs systemd-analyze verify
+# on the unit (nothing is started).
 # check also puts promtool (Prometheus' checker, for /metrics) in
 # build/tools: taken out of Debian's prometheus package, not installed,
 # because installing the package starts a Prometheus server on :9090.
@@ -20,7 +21,7 @@
 set -eu
 
 build_pkgs="gcc make pkg-config libevent-dev libssl-dev libnbd-dev nbdkit-plugin-dev libsystemd-dev libinih-dev"
-check_pkgs="nbdkit libnbd-bin python3-libnbd qemu-utils fio iproute2 python3 curl gnutls-bin openssl man-db groff-base chromium"
+check_pkgs="nbdkit libnbd-bin python3-libnbd qemu-utils fio iproute2 python3 curl gnutls-bin openssl man-db groff-base chromium systemd"
 bench_pkgs="nbdkit qemu-utils fio procps gnuplot-nox"
 vm_pkgs="qemu-system-x86 busybox-static cpio debootstrap kmod gzip e2fsprogs"
 fuzz_pkgs="clang libclang-rt-14-dev"
@@ -28,7 +29,8 @@ fuzz_pkgs="clang libclang-rt-14-dev"
 top=$(cd "$(dirname "$0")/.." && pwd)
 
 # promtool from the prometheus .deb (apt-get download: no root, nothing
-# installed or started); a warning, not a failure, if it cannot be had
+# installed or started); a warning here if it cannot be had (make run does
+# not need it), a failure of tests/test-manage-metrics.sh under make check
 fetch_promtool() {
 	dest=$top/build/tools
 	[ -x "$dest/promtool" ] && return 0
@@ -38,7 +40,7 @@ fetch_promtool() {
 		mkdir -p "$dest"
 		cp "$tmp/x/usr/bin/promtool" "$dest/promtool"
 	else
-		echo "deps.sh: could not fetch promtool (Debian package prometheus); /metrics is checked by tests/nbd/promcheck.py only" >&2
+		echo "deps.sh: could not fetch promtool (Debian package prometheus); tests/test-manage-metrics.sh fails under make check without it" >&2
 	fi
 	rm -rf "$tmp"
 }

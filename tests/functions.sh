@@ -9,6 +9,9 @@
 #   restart_flashd         start again with the same state and arguments
 #   skip WHY               this test cannot run here: "SKIP: WHY", exit 77
 #   requires CMD...        skip (or, under make check, fail) without CMD
+#   skip_part WHY          one part cannot run here: the rest runs, and a
+#                          test that would pass then ends as a skip
+#   part_requires PART CMD...  true with CMD; else skip_part (make check: fail)
 #
 # Everything lives in a fresh temporary directory ($T) that is removed at
 # exit; every process a helper starts is killed by pid at exit.  Servers
@@ -21,9 +24,16 @@ FLASHCTL=$top/build/flashctl
 PYTHON=/usr/bin/python3 # Debian's python3-libnbd lives here
 T=$(mktemp -d /tmp/flashd-test.XXXXXX)
 _pids=()
+_parts_not_run=()
 
 _cleanup() {
 	local rc=$?
+	if [ $rc -eq 0 ] && [ ${#_parts_not_run[@]} -gt 0 ]; then
+		local why=${_parts_not_run[0]} part
+		for part in "${_parts_not_run[@]:1}"; do why+="; $part"; done
+		echo "SKIP: not run: $why"
+		rc=77
+	fi
 	for p in "${_pids[@]}"; do
 		kill -KILL "$p" 2>/dev/null || true
 	done
@@ -69,6 +79,31 @@ requires() {
 	[ "${FLASHD_DEPS_INSTALLED:-}" = 1 ] &&
 		fail "not installed: ${missing[*]} (after scripts/deps.sh; is its package in deps.sh's lists?)"
 	skip "not installed: ${missing[*]} (scripts/deps.sh installs it)"
+}
+
+# skip_part WHY: one part of the test cannot run on this machine; the test
+# goes on with the rest, and where it would pass it ends as a skip instead
+# (exit 77, "SKIP: not run: WHY; ..."): a test that did not run all its
+# parts is never counted as passed.  A failure still fails.
+skip_part() {
+	echo "not run: $*"
+	_parts_not_run+=("$*")
+}
+
+# part_requires PART CMD...: true when every CMD is installed; else false,
+# after skip_part PART (or, under make check, failing the test as requires
+# does).  PART names what is not run ("the unit's systemd-analyze verify").
+part_requires() {
+	local part=$1 c missing=()
+	shift
+	for c in "$@"; do
+		command -v "$c" >/dev/null 2>&1 || missing+=("$c")
+	done
+	[ ${#missing[@]} -eq 0 ] && return 0
+	[ "${FLASHD_DEPS_INSTALLED:-}" = 1 ] &&
+		fail "not installed: ${missing[*]} (after scripts/deps.sh; is its package in deps.sh's lists?)"
+	skip_part "$part (not installed: ${missing[*]}; scripts/deps.sh installs it)"
+	return 1
 }
 
 free_port() {
@@ -272,4 +307,3 @@ run_check() {
 checks_passed() {
 	[ ${#_summary[@]} -eq 0 ]
 }
-

@@ -7,7 +7,9 @@
 # pass, anything else fails; the last line is "N passed, N failed, N
 # skipped"; FLASHD_NO_SKIP=1 makes a skip a failure; under
 # FLASHD_DEPS_INSTALLED=1 (make check) a missing program fails; nothing
-# but skips is not a success.
+# but skips is not a success; a test that left a part out (skip_part,
+# part_requires) and would pass is a skip listing the parts, and fails
+# when something else failed.
 source "$(dirname "$0")/functions.sh"
 
 W=$T/tree
@@ -26,6 +28,12 @@ fake_test "$W/tests/test-pass.sh" 'echo all good'
 fake_test "$W/tests/test-fail.sh" 'echo boom; exit 1'
 fake_test "$W/tests/test-skip.sh" 'source "$(dirname "$0")/functions.sh"' 'skip "no widget here"' 'exit 0'
 fake_test "$W/tests/test-needs.sh" 'source "$(dirname "$0")/functions.sh"' 'requires sh no-such-program-xyz' 'exit 0'
+fake_test "$W/tests/test-halfway.sh" 'source "$(dirname "$0")/functions.sh"' \
+	'skip_part "3. the widget part (no widget here)"' 'ok "1, 2"' 'skip_part "4. the other part (no gizmo)"' 'exit 0'
+fake_test "$W/tests/test-halfbroken.sh" 'source "$(dirname "$0")/functions.sh"' \
+	'skip_part "3. the widget part (no widget here)"' 'fail "2 broke"'
+fake_test "$W/tests/test-gadget.sh" 'source "$(dirname "$0")/functions.sh"' \
+	'if part_requires "the gadget check" sh no-such-program-xyz; then echo "the gadget check ran"; fi' 'ok "the rest"'
 
 # run [ENV=V...] -- ARGS...: tests/run.sh in the tree, in an environment
 # without make check's settings; sets $out and $rc
@@ -67,3 +75,16 @@ run -- test-pass test-fail
 [ $rc -ne 0 ] || fail "a run with a failure exits 0"
 want_line '^    \| boom$' "the failing test's last lines"
 ok "a failure fails the run; skips alone do not pass it"
+
+run -- test-halfway test-gadget test-pass
+[ "$(tail -n1 <<<"$out")" = "1 passed, 0 failed, 2 skipped" ] || fail "parts not run: $(tail -n1 <<<"$out")"
+want_line '^skipped: test-halfway \(not run: 3\. the widget part \(no widget here\); 4\. the other part \(no gizmo\)\)$' \
+	"the summary's list of the parts not run"
+want_line '^skipped: test-gadget \(not run: the gadget check \(not installed: no-such-program-xyz; ' \
+	"part_requires names the part and the program"
+! grep -q "the gadget check ran" "$W/build/test-logs/test-gadget.log" || fail "part_requires was true without the program"
+run FLASHD_DEPS_INSTALLED=1 -- test-gadget
+[ "$(tail -n1 <<<"$out")" = "0 passed, 1 failed, 0 skipped" ] || fail "part_requires under make check: $(tail -n1 <<<"$out")"
+run -- test-halfbroken test-pass
+[ "$(tail -n1 <<<"$out")" = "1 passed, 1 failed, 0 skipped" ] || fail "a part not run, then a failure: $(tail -n1 <<<"$out")"
+ok "a test that left parts out is a skip naming them, never a pass; a failure still fails"
