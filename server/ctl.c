@@ -1662,7 +1662,9 @@ static bool loopback_host(const char *h)
  * preflight, and OPTIONS is not served, so the preflight fails); an Origin
  * other than "http://" + Host (a page flashd did not serve); a
  * Sec-Fetch-Site other than same-origin or none.  Requests without Host
- * and Origin (HTTP/1.0, flashctl before it sent them) are not a browser's.
+ * and Origin (HTTP/1.0) are not a browser's.  flashctl sends Host:
+ * localhost; a flashctl of an older release sent Host: flashd and is
+ * refused, so flashctl must be of flashd's release (README, Security).
  */
 static bool cross_site(struct evhttp_request *req, bool post, char *why, size_t len)
 {

@@ -414,6 +414,9 @@ grep -qF 'control socket: /v1/dimms/dimm0/detach\x1b[2J\x0d refused: an action n
 # DNS rebinding: a page whose name now resolves to the forwarder sends that name as Host
 refused "GET /v1/status for Host evil.example" -H "Host: evil.example:$FWD_PORT" "$FWD/v1/status"
 refused "GET /v1/status for Host x on the socket" --unix-socket "$FLASHD_CTL" http://x/v1/status
+# what a flashctl of an older release sends (README: flashctl must be of flashd's release)
+refused "an older flashctl's request (HTTP/1.0, Host: flashd)" --http1.0 -H "Host: flashd" \
+	--unix-socket "$FLASHD_CTL" http://localhost/v1/status
 refused "an absolute request target of another host" --unix-socket "$FLASHD_CTL" \
 	--request-target http://evil.example/v1/status http://localhost/
 refused "a rebound page posting detach" "${ACT[@]}" -H "Host: evil.example:$FWD_PORT" \
