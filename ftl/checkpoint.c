@@ -1426,12 +1426,12 @@ static int cp_keep_prev(struct ftl *f, const struct ftl_sb *sb)
  * At open, once blk_limits knows the reserves: a previous checkpoint that
  * cp_keep_prev kept on a device whose spare blocks no longer hold one
  * (bad blocks found since the last commit, doomed blocks retired at open)
- * goes to the eraser, as that commit would have decided (cp_prev_room):
+ * is given up, as that commit would have decided (cp_prev_room):
  * otherwise the first checkpoint of the session holds a third checkpoint's
- * blocks, cp_reserve below the floor blk_limits counts on.  The superblock
- * still names it until the next commit; an open after a crash before then
- * finds its blocks reused and does not keep it (cp_keep_prev).  O(its
- * blocks).
+ * blocks, cp_reserve below the floor blk_limits counts on.  Its blocks go
+ * the way a commit's releases go: the open's superblock update (step
+ * "mark open") no longer names it, and once that is durable cp_release
+ * sends them to the eraser (cp_open_release).  O(its blocks).
  */
 void cp_open_room(struct ftl *f)
 {
@@ -1442,14 +1442,25 @@ void cp_open_room(struct ftl *f)
 		"%u needed) no longer hold a second checkpoint; a damaged current one would "
 		"mean a replay of the whole log", c->prev_hdr_block, f->nusable - f->ndoomed,
 		f->min_usable + f->cp_reserve);
-	blk_set_dirty(f, c->prev_hdr_block);
-	for (uint32_t i = 0; i < c->prev_nblocks; i++)
-		blk_set_dirty(f, c->prev_blocks[i]);
+	c->rel_nblocks = 0;
+	cp_rel_add(c, c->prev_hdr_block, c->prev_blocks, c->prev_nblocks);
 	c->prev_hdr_block = FTL_NO_BLOCK;
 	c->prev_mirror = FTL_NO_BLOCK;
 	c->prev_nblocks = 0;
 	c->prev_seq = 0;
-	c->keep_seq = c->cur_seq;
+}
+
+/* After the open's superblock update: what cp_open_room gave up is
+ * released once that update is durable (CP_RELEASE). */
+int cp_open_release(struct ftl *f)
+{
+	struct cp_state *c = &f->cp;
+	if (!c->rel_nblocks)
+		return 0;
+	if (nand_sync_start(f->dev, &c->sync_ticket) < 0)
+		return -EIO;
+	c->phase = CP_RELEASE;
+	return 0;
 }
 
 static void l2p_clear(struct ftl *f)

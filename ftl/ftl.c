@@ -447,9 +447,9 @@ int ftl_format(struct nand_dev *dev, const struct ftl_format_params *p, char *er
 
 	/* a re-format is safe against a cut at any point: the new superblock
 	 * goes above the newest one there (it loads as soon as one copy is
-	 * written), and sb_write_initial keeps one whole copy of the old or
-	 * the new on the media throughout: the device holds the old format
-	 * or the new, never no superblock */
+	 * written; numbered from 1 instead, below), and sb_write_initial keeps
+	 * one whole copy of the old or the new on the media throughout: the
+	 * device holds the old format or the new, never no superblock */
 	sb_locate(f);
 	struct ftl_sb old;
 	f->sb_seq = sb_load(f, &old, err, errlen) == 0 ? old.sb_seq + 1 : 1;
@@ -804,7 +804,8 @@ static void seq_limit_check(struct ftl *f)
 		"served read-only; copy the data off and re-format the ioDimm",
 		(unsigned long long)f->next_seq, (unsigned long long)f->sb_seq,
 		(unsigned long long)FTL_SEQ_LIMIT);
-	snprintf(f->info.notes, sizeof f->info.notes,
+	size_t n = strlen(f->info.notes);
+	snprintf(f->info.notes + n, sizeof f->info.notes - n, "%s%s", n ? "; " : "",
 		 "sequence numbers near their limit: read-only; copy the data off and re-format");
 }
 
@@ -841,6 +842,8 @@ static int step_mark_open(struct open_ctx *c)
 	if (f->readonly)
 		return 0;
 	int rc = sb_write_sync(f, false);
+	if (!rc)
+		rc = cp_open_release(f);
 	if (rc)
 		snprintf(c->err, c->errlen, "recording the open in the superblock failed");
 	return rc;
@@ -1355,7 +1358,11 @@ void ftl_get_info(struct ftl *f, struct ftl_info *info)
 		info->state = FTL_STATE_WRITE_REDUCED;
 	else
 		info->state = FTL_STATE_ONLINE;
-	snprintf(info->health, sizeof info->health, "%s", f->health_msg);
+	if (f->seq_ro) /* the state it gives: read-only, whatever the reserves say */
+		snprintf(info->health, sizeof info->health, "sequence numbers near their "
+			 "limit: read-only; copy the data off and re-format");
+	else
+		snprintf(info->health, sizeof info->health, "%s", f->health_msg);
 	info->temp_mc = f->thermal_sensor || f->temp_mc != FTL_TEMP_NONE ? f->temp_mc : FTL_TEMP_NONE;
 	info->temp_max_mc = f->temp_max_mc;
 	info->thermal = (enum ftl_thermal)f->thermal;

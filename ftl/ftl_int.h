@@ -1056,8 +1056,9 @@ static inline uint32_t ring_free(const struct ring *r)
  * FTL writes is taken at the next open: from FTL_SEQ_LIMIT -
  * FTL_SEQ_HEADROOM / 2 on, host writes are refused (seq_ro, -EROFS), and
  * taking the last number the media accept, FTL_SEQ_LIMIT - 1, fails the
- * FTL (it is handed out again to what is still submitted, never flushed).
- * O(1).
+ * FTL; that number is then handed out to every page still taking one
+ * (pads, partial parity already on their way), none of which a flush
+ * acknowledged.  O(1).
  */
 uint64_t seq_take_slow(struct ftl *f);
 static inline uint64_t seq_take(struct ftl *f)
@@ -1144,6 +1145,7 @@ void cp_request(struct ftl *f, bool clean);
  * empty: replay the whole log); err says why.  Other -errno: failed. */
 int cp_load(struct ftl *f, const struct ftl_sb *sb, char *err, size_t errlen);
 void cp_open_room(struct ftl *f);
+int cp_open_release(struct ftl *f);
 /* Check the checkpoint whose header is in block without loading it (sets
  * f->units and f->format_id from its header): 0 and *h, or -EILSEQ and
  * *why. */

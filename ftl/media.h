@@ -93,7 +93,7 @@
  * FTL_SEQ_LIMIT - FTL_SEQ_HEADROOM or above (only a crafted or damaged
  * image has one) serves read-only; a session refuses host writes from
  * FTL_SEQ_LIMIT - FTL_SEQ_HEADROOM / 2 on (2^39 numbers left for what is
- * buffered, GC and checkpoints), and fails rather than hand out
+ * buffered, GC, pads and trim records), and fails rather than hand out
  * FTL_SEQ_LIMIT (ftl_int.h, seq_take); a format over a superblock
  * numbered past FTL_SEQ_LIMIT / 2 numbers its superblock from 1 again. */
 #define FTL_SEQ_HEADROOM (1ull << 40)

@@ -306,7 +306,9 @@ int sb_write_initial(struct ftl *f, bool clean, char *err, size_t errlen)
 	spare_build(f, spare, FTL_PG_SB, 0, f->sb_seq, page, true);
 	/* one block after the other: while block 0 is erased and programmed,
 	 * block 1 still holds what was there (a re-format: the previous
-	 * superblock), and once block 0 holds the new one, it is what loads */
+	 * superblock), and once block 0 holds the new one, it is what loads
+	 * (unless the format numbered it from 1: then the old one does until
+	 * block 1 is erased, ftl_format) */
 	int rc = 0;
 	for (int i = 0; i < 2 && !rc; i++) {
 		struct nand_op erase = { .type = NAND_OP_ERASE, .block = f->sb_block[i] };

@@ -557,9 +557,6 @@ uint64_t seq_take_slow(struct ftl *f)
 		ftl_log("sequence numbers near their limit (%llu of %llu): writes are refused "
 			"(read-only); copy the data off and re-format the ioDimm",
 			(unsigned long long)f->next_seq, (unsigned long long)FTL_SEQ_LIMIT);
-		snprintf(f->health_msg, sizeof f->health_msg,
-			 "sequence numbers near their limit: read-only; copy the data off and "
-			 "re-format");
 	}
 	if (f->next_seq >= FTL_SEQ_LIMIT - 1) {
 		ftl_fail(f, -EROFS, "sequence numbers exhausted");

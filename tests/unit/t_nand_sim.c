@@ -393,14 +393,6 @@ static void backend_errors(void)
 }
 
 /*
- * Creating an image never leaves a half-made one at its path.  A creation
- * cut short (here the file size limit makes sizing the image fail, as a
- * full disk does; a signal or a crash stops it the same way between two
- * steps) leaves no file there, so the next creation is not refused as "not
- * a flashd NAND image"; a PATH.creating left by a killed creation is made
- * anew; an image in use is not replaced; a symbolic link is followed.
- */
-/*
  * flock is wrapped (Makefile: --wrap=flock): replace_on_lock set, the next
  * lock first creates a new image at replace_path (image_publish renames it
  * over the name), the race of a process that opened the old image just
@@ -455,6 +447,14 @@ static void replaced_while_opening(const char *dir)
 	printf("ok: an image replaced between open and lock: the new one is opened\n");
 }
 
+/*
+ * Creating an image never leaves a half-made one at its path.  A creation
+ * cut short (here the file size limit makes sizing the image fail, as a
+ * full disk does; a signal or a crash stops it the same way between two
+ * steps) leaves no file there, so the next creation is not refused as "not
+ * a flashd NAND image"; a PATH.creating left by a killed creation is made
+ * anew; an image in use is not replaced; a symbolic link is followed.
+ */
 static void creation(void)
 {
 	char dir[] = "/tmp/t_nand_sim-dir-XXXXXX";
