@@ -212,11 +212,20 @@ uint64_t parse_bytes(const char *s, bool *ok);
  * holds a slot of the handshake budget (max_handshakes, and over TCP its
  * address's max_handshakes_per_address), given back at the hand-off
  * (server_conn_admitted) or with the connection: clients that never
- * negotiate cannot take the slots negotiated clients need.
+ * negotiate cannot take the slots negotiated clients need.  The unix
+ * socket has a budget of its own (max_handshakes again), so TCP clients
+ * cannot fill it.  A full budget closes no newcomer: a connection of that
+ * budget (of that address, when the address's is full) in handshake for
+ * HS_GRACE_S is evicted, the oldest that has sent no option first
+ * (handshake_evict; a client that negotiates takes milliseconds); if there
+ * is none yet, the newcomer waits unanswered, with its connection slot, in
+ * that budget's waiting room until a handshake slot frees or one passes
+ * its grace (main.c, "waiting room").
  */
 struct conn_slot {
 	uint8_t addr[16];
-	bool per_addr;        /* counted per address (TCP); unix clients are not */
+	bool per_addr;        /* counted per address (TCP); unix clients are not,
+			       * and have a handshake budget of their own */
 	bool handshaking;     /* holds a handshake slot */
 };
 
@@ -442,7 +451,8 @@ struct server {
 	time_t started;
 	pthread_mutex_t lock;
 	int nconns;                 /* all connections, handshaking or not */
-	int nhandshakes;            /* those that have not chosen an export */
+	int nhandshakes;            /* TCP ones that have not chosen an export */
+	int nhandshakes_unix;       /* unix socket ones (a budget of their own) */
 	struct addr_count **addr_tab; /* per-address connection counts (main.c) */
 	/* bytes of every request buffer that exists, in flight or kept for
 	 * reuse (conn.c, "Memory in total"), all ioDimm threads together
@@ -538,6 +548,16 @@ void tls_exit(void);
 void handshake_start(struct server *srv, int fd, const char *peer, int tls_mode,
 		     const struct conn_slot *slot);
 void handshake_shutdown_all(struct server *srv);
+/* A handshake budget is full ("connection slots"): close a connection in
+ * handshake of that budget (the unix socket's if unix_sock; of addr only,
+ * if addr) that has been in it for HS_GRACE_S: the oldest that has sent no
+ * option, else the oldest; its peer into peer.  true if one was closed;
+ * false if none may go yet, with *wait_ns the time until the first may
+ * (0: there is none). */
+#define HS_GRACE_S 2
+#define HS_GRACE_TEXT "2 s"
+bool handshake_evict(struct server *srv, bool unix_sock, const uint8_t *addr, uint64_t *wait_ns,
+		     char *peer, size_t peerlen);
 /* Start-up: warn about exports without access rules that a non-loopback
  * TCP listener serves without TLS required (every host may use them). */
 void handshake_acl_warnings(const struct server_cfg *cfg);

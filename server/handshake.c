@@ -29,6 +29,9 @@
  *     once they are sent).  So a connection in handshake holds at most
  *     HS_IN_MAX + HS_OUT_MAX + one option's replies;
  *   - the whole handshake must finish within handshake_timeout seconds;
+ *     while its budget is full, one that has lasted HS_GRACE_S may be
+ *     closed to make room for a newcomer (handshake_evict: one that has
+ *     sent no option first);
  *   - nothing is allocated from what the client sends beyond the bounded
  *     buffers (SET_META_CONTEXT remembers the export, not the name), and
  *     no FTL is touched before the socket is handed to its ioDimm.
@@ -65,12 +68,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -110,6 +115,7 @@ struct hs {
 	bool structured;
 	uint32_t opt, optlen;
 	uint32_t nopts;           /* options received (MAX_OPTIONS) */
+	uint64_t start_ns;        /* accepted (CLOCK_MONOTONIC; handshake_evict) */
 	bool out_paused;          /* reading stopped until the replies are sent */
 	struct conn_slot slot;
 	uint64_t discard_left;
@@ -988,6 +994,51 @@ static void start_transmission(struct hs *h)
 		write_cb(h->bev, h);
 }
 
+static uint64_t hs_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Has h sent nothing that counts: no option, not even part of one (bytes
+ * read or waiting in the socket's receive buffer count as sent)?  The
+ * client flags alone do not count. */
+static bool hs_silent(struct hs *h)
+{
+	int pending = 0;
+	return h->nopts == 0 && (h->state == HS_CLIENT_FLAGS || h->state == HS_OPT_HEADER) &&
+	       !evbuffer_get_length(bufferevent_get_input(h->bev)) &&
+	       ioctl(h->fd, FIONREAD, &pending) == 0 && pending == 0;
+}
+
+bool handshake_evict(struct server *srv, bool unix_sock, const uint8_t *addr, uint64_t *wait_ns,
+		     char *peer, size_t peerlen)
+{
+	struct hs *oldest = NULL, *oldest_silent = NULL, *h;
+	uint64_t now = hs_now_ns(), grace = (uint64_t)HS_GRACE_S * 1000000000u;
+	*wait_ns = 0;
+	/* newest first: the last one that fits is the oldest */
+	LIST_FOREACH(h, &srv->handshakes, link) {
+		if (h->slot.per_addr == unix_sock || !h->slot.handshaking || !h->bev ||
+		    (addr && memcmp(h->slot.addr, addr, 16)))
+			continue;
+		if (now - h->start_ns < grace) {
+			*wait_ns = grace - (now - h->start_ns);  /* the first to pass its grace */
+			continue;
+		}
+		oldest = h;
+		if (hs_silent(h))
+			oldest_silent = h;
+	}
+	if (!oldest)
+		return false;
+	h = oldest_silent ? oldest_silent : oldest;
+	snprintf(peer, peerlen, "%s", h->peer);
+	hs_free(h, true);
+	return true;
+}
+
 void handshake_start(struct server *srv, int fd, const char *peer, int tls_mode,
 		     const struct conn_slot *slot)
 {
@@ -999,6 +1050,7 @@ void handshake_start(struct server *srv, int fd, const char *peer, int tls_mode,
 	}
 	h->slot = *slot;
 	h->srv = srv;
+	h->start_ns = hs_now_ns();
 	h->fd = fd;
 	h->tls_mode = tls_mode;
 	snprintf(h->peer, sizeof h->peer, "%s", peer);

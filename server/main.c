@@ -31,6 +31,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <libgen.h>
@@ -179,6 +180,7 @@ struct addr_count {
 	uint8_t addr[16];
 	int n;                      /* connections */
 	int hs;                     /* of them, those still in handshake */
+	int waiting;                /* of them, those in the waiting room */
 	struct addr_count *next;
 };
 
@@ -246,23 +248,32 @@ static void addr_tab_free(struct server *s)
 	s->addr_tab = NULL;
 }
 
+static void waiting_wake(bool unix_sock);
+
 /* s->lock held: slot's handshake slot back, if it holds one. */
 static void handshake_slot_put(struct server *s, const struct conn_slot *slot)
 {
 	if (!slot->handshaking)
 		return;
+	if (!slot->per_addr) {
+		s->nhandshakes_unix--;
+		return;
+	}
 	s->nhandshakes--;
-	struct addr_count *a = slot->per_addr ? addr_find(s, slot->addr, false) : NULL;
+	struct addr_count *a = addr_find(s, slot->addr, false);
 	if (a)
 		a->hs--;
 }
 
+/* Handshake slots are taken and given back on the main thread only (the
+ * handshake runs there), so a freed one can wake the waiting room. */
 void server_conn_admitted(struct server *s, struct conn_slot *slot)
 {
 	pthread_mutex_lock(&s->lock);
 	handshake_slot_put(s, slot);
-	slot->handshaking = false;
 	pthread_mutex_unlock(&s->lock);
+	slot->handshaking = false;
+	waiting_wake(!slot->per_addr);
 }
 
 void server_conn_closed(struct server *s, const struct conn_slot *slot)
@@ -275,6 +286,8 @@ void server_conn_closed(struct server *s, const struct conn_slot *slot)
 			addr_put(s, slot->addr);
 	}
 	pthread_mutex_unlock(&s->lock);
+	if (slot && slot->handshaking)
+		waiting_wake(!slot->per_addr);
 }
 
 static char *default_state_dir(void)
@@ -467,6 +480,245 @@ static void refusal_log(const char *peer, const char *why)
 	refusal_held = 0;
 }
 
+/*
+ * The waiting room (flashd.h, "connection slots"): a newcomer whose
+ * handshake budget is full, while no handshake in it may be evicted yet,
+ * waits here unanswered: it holds its connection slot, but no handshake
+ * slot and no buffer (it gets no greeting yet).  One room per budget (TCP,
+ * unix) of max_handshakes places.  A handshake slot that frees goes to the
+ * one waiting whose address holds the fewest handshakes (then to the one
+ * waiting longest), so a burst or a flood from one host delays the others
+ * little; a full room turns the newcomer away if its address has the most
+ * waiting, else closes the longest waiting one of the address that has.
+ * wait_ev retries when a handshake slot is given back (waiting_wake) or
+ * the first handshake passes its grace.
+ */
+enum { POOL_TCP, POOL_UNIX, NPOOLS };
+struct waiting {
+	int fd, tls_mode;
+	char peer[96];
+	struct conn_slot slot;
+	struct waiting *next;
+};
+static struct waiting *waiting[NPOOLS];   /* in order of arrival */
+static int nwaiting[NPOOLS];
+static struct event *wait_ev[NPOOLS];
+
+static int pool_of(const struct conn_slot *slot)
+{
+	return slot->per_addr ? POOL_TCP : POOL_UNIX;
+}
+
+/* A connection slot for slot (max_connections, its address's), or why not. */
+static const char *conn_take(const struct conn_slot *slot)
+{
+	const char *why = NULL;
+	pthread_mutex_lock(&srv.lock);
+	int per_addr = srv.cfg.max_conn_per_addr;
+	struct addr_count *a = NULL;
+	if (srv.shutting_down)
+		why = "shutting down";
+	else if (srv.nconns >= srv.cfg.max_connections)
+		why = "connection limit reached (max_connections)";
+	else if (slot->per_addr && !(a = addr_find(&srv, slot->addr, true)))
+		why = "out of memory";
+	else if (a && per_addr > 0 && a->n >= per_addr)
+		why = "connection limit of this address reached (max_connections_per_address)";
+	if (!why) {
+		srv.nconns++;
+		if (a)
+			a->n++;
+	} else if (a && !a->n) {
+		addr_put(&srv, slot->addr);  /* made just now: drop it again */
+	}
+	pthread_mutex_unlock(&srv.lock);
+	return why;
+}
+
+enum hs_take { HS_TAKEN, HS_FULL, HS_FULL_ADDR };
+
+/* A handshake slot for slot, which holds a connection slot. */
+static enum hs_take hs_take(struct conn_slot *slot)
+{
+	enum hs_take r = HS_TAKEN;
+	pthread_mutex_lock(&srv.lock);
+	int *nhs = slot->per_addr ? &srv.nhandshakes : &srv.nhandshakes_unix;
+	struct addr_count *a = slot->per_addr ? addr_find(&srv, slot->addr, false) : NULL;
+	if (*nhs >= srv.cfg.max_handshakes)
+		r = HS_FULL;
+	else if (a && srv.cfg.max_hs_per_addr > 0 && a->hs >= srv.cfg.max_hs_per_addr)
+		r = HS_FULL_ADDR;
+	if (r == HS_TAKEN) {
+		(*nhs)++;
+		if (a)
+			a->hs++;
+		slot->handshaking = true;
+	}
+	pthread_mutex_unlock(&srv.lock);
+	return r;
+}
+
+/* Start slot's handshake, evicting an old one if its budget is full;
+ * false if none may go yet (*wait_ns: until one may; 0: until a handshake
+ * ends).  Evicts at most one per handshake started. */
+static bool hs_admit(int fd, const char *peer, int tls_mode, struct conn_slot *slot, uint64_t *wait_ns)
+{
+	for (;;) {
+		enum hs_take r = hs_take(slot);
+		if (r == HS_TAKEN) {
+			handshake_start(&srv, fd, peer, tls_mode, slot);
+			return true;
+		}
+		char victim[96];
+		if (!handshake_evict(&srv, !slot->per_addr, r == HS_FULL_ADDR ? slot->addr : NULL, wait_ns,
+				     victim, sizeof victim))
+			return false;
+		refusal_log(victim, r == HS_FULL ?
+			    "closed to make room: in handshake for over " HS_GRACE_TEXT " while the "
+			    "handshake budget was full (max_handshakes)" :
+			    "closed to make room: in handshake for over " HS_GRACE_TEXT " while its "
+			    "address's handshake budget was full (max_handshakes_per_address)");
+	}
+}
+
+/* srv.lock held: handshakes and waiting ones of slot's address (unix: 0). */
+static struct addr_count *slot_addr(const struct conn_slot *slot)
+{
+	return slot->per_addr ? addr_find(&srv, slot->addr, false) : NULL;
+}
+
+/* Take *pp out of its room and close it (why: logged, unless NULL). */
+static void waiting_close(int pool, struct waiting **pp, const char *why)
+{
+	struct waiting *w = *pp;
+	*pp = w->next;
+	nwaiting[pool]--;
+	pthread_mutex_lock(&srv.lock);
+	struct addr_count *a = slot_addr(&w->slot);
+	if (a)
+		a->waiting--;
+	pthread_mutex_unlock(&srv.lock);
+	if (why)
+		refusal_log(w->peer, why);
+	close(w->fd);
+	server_conn_closed(&srv, &w->slot);
+	free(w);
+}
+
+/* Give freed handshake slots to the waiting ones, fairest first. */
+static void waiting_run(int pool)
+{
+	while (waiting[pool]) {
+		struct waiting **best = NULL;
+		int fewest = INT_MAX;
+		pthread_mutex_lock(&srv.lock);
+		for (struct waiting **pp = &waiting[pool]; *pp && fewest; pp = &(*pp)->next) {
+			struct addr_count *a = slot_addr(&(*pp)->slot);
+			int hs = a ? a->hs : 0;
+			if (hs < fewest) {
+				fewest = hs;
+				best = pp;
+			}
+		}
+		struct waiting *w = *best;
+		struct addr_count *a = slot_addr(&w->slot);
+		if (a)
+			a->waiting--;   /* the node lives on: w holds a connection */
+		pthread_mutex_unlock(&srv.lock);
+		uint64_t wait_ns;
+		/* (evicting touches no waiting one: best stays valid) */
+		if (!hs_admit(w->fd, w->peer, w->tls_mode, &w->slot, &wait_ns)) {
+			pthread_mutex_lock(&srv.lock);
+			if (a)
+				a->waiting++;
+			pthread_mutex_unlock(&srv.lock);
+			if (wait_ns) {
+				struct timeval tv = { (time_t)(wait_ns / 1000000000u),
+						      (suseconds_t)(wait_ns % 1000000000u / 1000 + 1) };
+				evtimer_add(wait_ev[pool], &tv);
+			}
+			return;
+		}
+		*best = w->next;
+		nwaiting[pool]--;
+		free(w);
+	}
+}
+
+static void wait_cb(evutil_socket_t unused, short what, void *arg)
+{
+	waiting_run((int)(intptr_t)arg);
+}
+
+static void waiting_wake(bool unix_sock)
+{
+	int pool = unix_sock ? POOL_UNIX : POOL_TCP;
+	if (waiting[pool])
+		event_active(wait_ev[pool], EV_TIMEOUT, 0);
+}
+
+/* A newcomer with its connection slot: into its room, then its turn. */
+static void waiting_add(int fd, const char *peer, int tls_mode, const struct conn_slot *slot)
+{
+	int pool = pool_of(slot);
+	const char *why = NULL;
+	if (!wait_ev[pool] && !(wait_ev[pool] = evtimer_new(srv.base, wait_cb, (void *)(intptr_t)pool)))
+		why = "out of memory";
+	if (!why && nwaiting[pool] >= srv.cfg.max_handshakes) {
+		/* full: the longest waiting one of the address with the most
+		 * waiting goes, unless that is the newcomer's */
+		struct waiting **victim = NULL;
+		pthread_mutex_lock(&srv.lock);
+		struct addr_count *mine = slot_addr(slot);
+		int most = (mine ? mine->waiting : nwaiting[pool]) + 1;
+		for (struct waiting **pp = &waiting[pool]; *pp; pp = &(*pp)->next) {
+			struct addr_count *a = slot_addr(&(*pp)->slot);
+			if (a && a->waiting > most) {
+				most = a->waiting;
+				victim = pp;
+			}
+		}
+		pthread_mutex_unlock(&srv.lock);
+		if (victim)
+			waiting_close(pool, victim, "closed to make room: its address had the most clients "
+				      "waiting for a handshake slot");
+		else
+			why = "too many clients waiting for a handshake slot, this address's the most";
+	}
+	struct waiting *w = why ? NULL : calloc(1, sizeof *w);
+	if (!w) {
+		refusal_log(peer, why ? why : "out of memory");
+		close(fd);
+		server_conn_closed(&srv, slot);
+		return;
+	}
+	*w = (struct waiting){ .fd = fd, .tls_mode = tls_mode, .slot = *slot };
+	snprintf(w->peer, sizeof w->peer, "%s", peer);
+	struct waiting **pp = &waiting[pool];
+	while (*pp)
+		pp = &(*pp)->next;
+	*pp = w;
+	nwaiting[pool]++;
+	pthread_mutex_lock(&srv.lock);
+	struct addr_count *a = slot_addr(slot);
+	if (a)
+		a->waiting++;
+	pthread_mutex_unlock(&srv.lock);
+	waiting_run(pool);
+}
+
+/* Shutdown: the waiting ones are closed. */
+static void waiting_drop_all(void)
+{
+	for (int pool = 0; pool < NPOOLS; pool++) {
+		while (waiting[pool])
+			waiting_close(pool, &waiting[pool], NULL);
+		if (wait_ev[pool])
+			event_free(wait_ev[pool]);
+		wait_ev[pool] = NULL;
+	}
+}
+
 static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct sockaddr *sa, int salen,
 		      void *arg)
 {
@@ -503,43 +755,15 @@ static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct soc
 			memset(slot.addr + 8, 0, 8);
 		slot.per_addr = true;
 	}
-	/* a slot is taken only for a connection that goes on to the handshake,
-	 * and a handshake slot with it (flashd.h, "connection slots") */
-	const char *why = NULL;
-	pthread_mutex_lock(&srv.lock);
-	int per_addr = srv.cfg.max_conn_per_addr, hs_per_addr = srv.cfg.max_hs_per_addr;
-	struct addr_count *a = NULL;
-	if (srv.shutting_down)
-		why = "shutting down";
-	else if (srv.nconns >= srv.cfg.max_connections)
-		why = "connection limit reached (max_connections)";
-	else if (srv.nhandshakes >= srv.cfg.max_handshakes)
-		why = "too many connections that have not chosen an export (max_handshakes)";
-	else if (slot.per_addr && !(a = addr_find(&srv, slot.addr, true)))
-		why = "out of memory";
-	else if (a && per_addr > 0 && a->n >= per_addr)
-		why = "connection limit of this address reached (max_connections_per_address)";
-	else if (a && hs_per_addr > 0 && a->hs >= hs_per_addr)
-		why = "too many connections of this address that have not chosen an export "
-		      "(max_handshakes_per_address)";
-	if (!why) {
-		srv.nconns++;
-		srv.nhandshakes++;
-		slot.handshaking = true;
-		if (a) {
-			a->n++;
-			a->hs++;
-		}
-	} else if (a && !a->n) {
-		addr_put(&srv, slot.addr);  /* made just now: drop it again */
-	}
-	pthread_mutex_unlock(&srv.lock);
+	/* a connection slot first, then a handshake slot, at once or in the
+	 * waiting room (flashd.h, "connection slots") */
+	const char *why = conn_take(&slot);
 	if (why) {
 		refusal_log(peer, why);
 		close(fd);
 		return;
 	}
-	handshake_start(&srv, fd, peer, (int)(intptr_t)arg, &slot);
+	waiting_add(fd, peer, (int)(intptr_t)arg, &slot);
 }
 
 struct listener *listener_watch(struct server *s, struct evconnlistener *evl, const char *name,
@@ -835,6 +1059,7 @@ static void shutdown_server(void)
 	}
 	if (srv.cfg.unix_path)
 		unlink(srv.cfg.unix_path);
+	waiting_drop_all();
 	handshake_shutdown_all(&srv);
 	for (int i = 0; i < srv.ndimms; i++)
 		dimm_stop(&srv.dimms[i]);

@@ -4,10 +4,11 @@
 # over TCP and the unix socket: truncated handshakes at every stage, clients
 # leaving in the middle of a WRITE payload, huge option lengths, bad magics,
 # unknown client flags, oversize requests, 60 resets with reads queued, 200
-# clients that never negotiate, 5 x 256 raw connections from 127.0.0.2-6
-# (the default limits: a libnbd client from 127.0.0.1 must still get in,
-# ten times out of ten), long-lived connections with mixed request
-# sizes.  After each: a normal client is served correctly and the
+# clients that never negotiate, 16 raw connections from each of
+# 127.0.0.2-33 reopened as they are closed (the default limits: a libnbd
+# client from 127.0.0.1 and one over the unix socket must still get in,
+# ten times out of ten), a burst of 64 libnbd clients at once (all
+# served), long-lived connections with mixed request sizes.  After each: a normal client is served correctly and the
 # connection count returns to where it was.  Then: an idle client is
 # dropped after handshake_timeout, flashd is still running, its log shows
 # no crash or error, and it stops cleanly on SIGTERM.
@@ -26,7 +27,8 @@ start_flashd --config "$T/flashd.conf" --timing off
 
 run_check "abusive clients" \
 	timeout 240 "$PYTHON" "$NBD_CHECKS/raw_abuse.py" --uri "$FLASHD_URI0" --unix-uri "$FLASHD_UNIX_URI0" \
-	--flashctl "$FLASHCTL" --control "$FLASHD_CTL" --idle-clients 200 --resets 60 --spread-clients 256
+	--flashctl "$FLASHCTL" --control "$FLASHD_CTL" --idle-clients 200 --resets 60 --spread-clients 16 \
+	--spread-addrs 32 --burst 64
 flashd_running
 echo "connections now: $(flashd_connections)"
 

@@ -5,15 +5,17 @@ Truncated handshakes (close or reset at every stage), huge option lengths,
 bad magics, unknown client flags, oversize requests, clients that go away
 in the middle of a WRITE payload, clients that reset the connection with
 many reads queued (repeated), hundreds of clients that connect and never
-negotiate (also 5 x 256 from five other addresses: a normal client must
-still get in), and long-lived connections with mixed request sizes.  After
+negotiate (also 16 from each of 32 other addresses, reopened as they are
+closed: a normal client must still get in over TCP and the unix socket), a
+burst of 64 clients connecting at once (all served), and long-lived
+connections with mixed request sizes.  After
 every abuse the server must still serve a normal client correctly, and
 (with --flashctl/--control) the connection count must drop back to zero
 once the abusive clients are gone.
 
   raw_abuse.py --uri nbd://127.0.0.1:PORT/dimm0 [--unix-uri nbd+unix:///dimm0?socket=S]
       [--flashctl build/flashctl --control STATE/flashd.ctl] [--idle-clients 200]
-      [--spread-clients 256]
+      [--spread-clients 16 --spread-addrs 32] [--burst 64]
 """
 import argparse
 import json
@@ -38,8 +40,10 @@ ap.add_argument("--unix-uri", help="the same export over the unix socket")
 ap.add_argument("--flashctl", help="flashctl binary, to read the connection count")
 ap.add_argument("--control", help="flashd control socket")
 ap.add_argument("--idle-clients", type=int, default=200)
-ap.add_argument("--spread-clients", type=int, default=256,
-                help="raw connections from each of 127.0.0.2-6 (max_connections_per_address)")
+ap.add_argument("--spread-clients", type=int, default=16,
+                help="raw connections from each of --spread-addrs addresses (max_handshakes_per_address)")
+ap.add_argument("--spread-addrs", type=int, default=32, help="addresses 127.0.0.2 and on")
+ap.add_argument("--burst", type=int, default=64, help="libnbd clients connecting at once")
 ap.add_argument("--resets", type=int, default=60)
 ap.add_argument("--close-timeout", type=float, default=3.0)
 args = ap.parse_args()
@@ -266,8 +270,9 @@ def idle_socket(fam, addr, src=None):
 
 
 with section("%d clients that connect and never negotiate" % args.idle_clients, timeout=120):
-    # the TCP ones from 127.0.0.2: an address over its handshake budget
-    # (max_handshakes_per_address) is refused, the normal client below
+    # the TCP ones from 127.0.0.2-9, within each address's handshake
+    # budget (max_handshakes_per_address: over it, an address gets a slot
+    # only as its own handshakes end or grow old); the normal client below
     # comes from 127.0.0.1
     idle = []
     refused = 0
@@ -275,7 +280,7 @@ with section("%d clients that connect and never negotiate" % args.idle_clients, 
     t0 = time.monotonic()
     for i in range(args.idle_clients):
         fam, addr, _ = parse_uri(URIS[i % len(URIS)])
-        s = idle_socket(fam, addr, "127.0.0.2" if fam == socket.AF_INET else None)
+        s = idle_socket(fam, addr, "127.0.0.%d" % (2 + i // 2 % 8) if fam == socket.AF_INET else None)
         if s is None:
             refused += 1
             continue
@@ -313,52 +318,117 @@ with section("%d clients that connect and never negotiate" % args.idle_clients, 
         s.close()
     settled("%d idle clients" % len(idle), timeout=10)
 
-with section("%d raw connections from each of 127.0.0.2-6 never negotiate; a normal client gets in" %
-             args.spread_clients, timeout=120):
-    # the finding: 5 x 256 such connections (max_connections_per_address)
-    # took every slot of max_connections (1024), so a libnbd client from
-    # 127.0.0.1 was refused; now they hold at most the handshake budget
-    # (max_handshakes, max_handshakes_per_address) and the rest is left to
-    # clients that negotiate
+LEGIT = r"""
+import os, sys
+sys.path.insert(0, sys.argv[1])
+from testlib import connect
+for uri in sys.argv[2:]:
+    served, err = 0, ""
+    for i in range(10):
+        try:
+            h = connect(uri, name="normal client %%d" %% i)
+            d = os.urandom(4096)
+            h.pwrite(d, %d + i * 4096)
+            served += h.pread(4096, %d + i * 4096) == d
+            h.shutdown()
+        except Exception as e:
+            err = err or str(e)
+    print("%%s %%d %%s" %% (uri.split(":")[0], served, err), flush=True)
+""" % (BASE + 16 * MiB, BASE + 16 * MiB)
+
+with section("%d raw connections from each of 127.0.0.2-%d, reopened as they are closed; normal "
+             "clients get in" % (args.spread_clients, args.spread_addrs + 1), timeout=120):
+    # the findings: 5 x 256 such connections took every slot of
+    # max_connections; then, with a handshake budget that refused
+    # newcomers, 16 from each of eight addresses took the whole budget
+    # (TCP and unix alike).  Now the oldest silent ones make room for
+    # newcomers and the unix socket has a budget of its own.
+    import selectors
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    need = 5 * args.spread_clients + 256
+    need = args.spread_addrs * args.spread_clients + 256
     if soft < need:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, need), hard))
     fam, addr, _ = parse_uri(URI)
-    held = []
-    t0 = time.monotonic()
-    for k in range(2, 7):
+    sel = selectors.DefaultSelector()
+    stats = {"opened": 0, "closed by the server": 0}
+
+    def raw_open(src):
+        s = socket.socket(fam, socket.SOCK_STREAM)
+        s.bind((src, 0))
+        s.setblocking(False)
+        s.connect_ex(addr)
+        sel.register(s, selectors.EVENT_READ, src)
+        stats["opened"] += 1
+
+    for k in range(2, args.spread_addrs + 2):
         for _ in range(args.spread_clients):
-            s = idle_socket(fam, addr, "127.0.0.%d" % k)
-            if s:
-                held.append(s)
-    time.sleep(0.5)   # the server has accepted (or refused) them all
-    kept = 0
-    for s in held:
-        s.settimeout(0.2)
-        try:
-            kept += len(s.recv(18)) == 18   # a greeting: the server kept it
-        except OSError:
-            pass
-    log("     %d raw connections in %.1f s, %d of them kept by the server" % (
-        len(held), time.monotonic() - t0, kept))
-    served = 0
-    errors = []
-    for i in range(10):
-        try:
-            h = connect(URI, name="normal client %d" % i)
-            d = os.urandom(4096)
-            h.pwrite(d, BASE + 16 * MiB + i * 4096)
-            served += h.pread(4096, BASE + 16 * MiB + i * 4096) == d
-            h.shutdown()
-        except Exception as e:  # noqa: BLE001
-            errors.append(str(e))
-    for s in held:
-        s.close()
-    log("     a normal client from 127.0.0.1: %d of 10 connections served" % served)
-    check(served == 10, "with %d raw connections held from 127.0.0.2-6 only %d of 10 connections of a "
-          "normal client from 127.0.0.1 were served: %s" % (kept, served, errors[:2]))
-    settled("raw connections from five addresses", timeout=15)
+            raw_open("127.0.0.%d" % k)
+    legit = subprocess.Popen([sys.executable, "-c", LEGIT, os.path.dirname(os.path.abspath(__file__))] + URIS,
+                             stdout=subprocess.PIPE, text=True)
+    t0 = time.monotonic()
+    while legit.poll() is None and time.monotonic() - t0 < 90:
+        for key, _ in sel.select(0.1):
+            s = key.fileobj
+            try:
+                gone = not s.recv(64)   # the greeting; nothing: closed
+            except BlockingIOError:
+                gone = False
+            except OSError:
+                gone = True
+            if gone:
+                sel.unregister(s)
+                s.close()
+                stats["closed by the server"] += 1
+                raw_open(key.data)
+    if legit.poll() is None:
+        legit.kill()
+    out = legit.communicate()[0]
+    for key in list(sel.get_map().values()):
+        key.fileobj.close()
+    sel.close()
+    log("     %d raw connections opened, %d of them closed by the server, in %.1f s" % (
+        stats["opened"], stats["closed by the server"], time.monotonic() - t0))
+    got = dict((ln.split(" ", 2)[0], ln.split(" ", 2)[1:]) for ln in out.splitlines())
+    for u in URIS:
+        kind = u.split(":")[0]
+        served, err = got.get(kind, ["0", "no answer from the client process"])
+        log("     a normal client over %s: %s of 10 connections served" % (kind, served))
+        check(served == "10", "with %d x %d raw connections held from 127.0.0.2-%d, only %s of 10 "
+              "connections of a normal client over %s were served: %s" % (
+                  args.spread_addrs, args.spread_clients, args.spread_addrs + 1, served, kind, err))
+    settled("raw connections from %d addresses" % args.spread_addrs, timeout=15)
+
+with section("a burst: %d libnbd clients connect at once, every one served" % args.burst, timeout=60):
+    # the finding: the per-address handshake budget (16) closed the clients
+    # of a burst from one host beyond it (64 at once: 20 served); now they
+    # wait for their turn in the order they came
+    import threading
+    for u in URIS:
+        results = []
+        barrier = threading.Barrier(args.burst)
+
+        def one(i, u=u, results=results, barrier=barrier):
+            h = nbd.NBD()
+            try:
+                barrier.wait(10)
+                h.connect_uri(u)
+                results.append(len(h.pread(4096, BASE + (i % 8) * MiB)) == 4096)
+                h.shutdown()
+            except Exception as e:  # noqa: BLE001
+                results.append(str(e))
+        ths = [threading.Thread(target=one, args=(i,)) for i in range(args.burst)]
+        t0 = time.monotonic()
+        for t in ths:
+            t.start()
+        for t in ths:
+            t.join(30)
+        errs = [r for r in results if r is not True]
+        served = len(results) - len(errs)
+        log("     over %s: %d of %d served in %.1f s" % (u.split(":")[0], served, args.burst,
+                                                        time.monotonic() - t0))
+        check(served == args.burst, "a burst of %d clients over %s: only %d served (%d: %s)" % (
+            args.burst, u.split(":")[0], served, len(errs), errs[:1]))
+    settled("a burst of %d clients" % args.burst)
 
 # ---- long-lived connections ------------------------------------------------------------------------
 with section("one connection, 3000 requests alternating 4 KiB and 1 MiB reads", timeout=180):
