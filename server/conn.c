@@ -60,9 +60,11 @@
  * + connections * BUF_KEEP (check and add are not one atomic step: threads
  * racing may each overshoot by one buffer).
  * Idle timeout ([server] idle_timeout, 0: off; idle_timeout_busy, the same
- * only while over 3/4 of max_connections are open, default 600 s: an idle
- * client, a mounted disk say, is not cut off while its slot is not
- * wanted): a connection that has
+ * only while over 3/4 of max_connections are open, default 600 s, and only
+ * for connections of an address that holds more than half as many as the
+ * address holding the most, server_conns_of: an idle client, a mounted
+ * disk say, is not cut off while its slot is not wanted, nor because
+ * another host holds the slots and keeps its own busy): a connection that has
  * received no byte, sent no byte and had no reply finish for that long,
  * with nothing inside the FTL, no checkpoint holding it and not waiting
  * for buffer_limit (the server's own limit), is closed (its
@@ -1753,18 +1755,15 @@ static void conn_tick(evutil_socket_t fd, short what, void *arg)
 	uint64_t now = nand_now_ns();
 	int idle_s = __atomic_load_n(&d->srv->cfg.idle_timeout, __ATOMIC_RELAXED);
 	int busy_s = __atomic_load_n(&d->srv->cfg.idle_timeout_busy, __ATOMIC_RELAXED);
-	const char *idle_why = "idle for idle_timeout seconds";
+	int top = 0;   /* busy: connections of the address that holds the most */
 	if (busy_s > 0 && (idle_s <= 0 || busy_s < idle_s)) {
 		/* the slots are wanted: over 3/4 of max_connections are open */
 		struct server *srv = d->srv;
 		pthread_mutex_lock(&srv->lock);
 		bool busy = (int64_t)srv->nconns * 4 > (int64_t)srv->cfg.max_connections * 3;
 		pthread_mutex_unlock(&srv->lock);
-		if (busy) {
-			idle_s = busy_s;
-			idle_why = "idle for idle_timeout_busy seconds while over 3/4 of max_connections "
-				   "are open";
-		}
+		if (busy)
+			top = server_conns_top(srv);
 	}
 	bool closed = false;
 	struct conn *c;
@@ -1794,8 +1793,14 @@ static void conn_tick(evutil_socket_t fd, short what, void *arg)
 		uint64_t quiet = now > last ? now - last : 0;
 		/* not while it waits for the server's own buffer_limit, nor
 		 * with requests in the FTL */
-		if (idle_s > 0 && quiet >= (uint64_t)idle_s * 1000000000u && !c->in_ftl &&
-		    !c->budget_wait && !c->budget_queued) {
+		const char *idle_why = NULL;
+		if (idle_s > 0 && quiet >= (uint64_t)idle_s * 1000000000u)
+			idle_why = "idle for idle_timeout seconds";
+		else if (top && quiet >= (uint64_t)busy_s * 1000000000u &&
+			 server_conns_of(d->srv, &c->slot) * 2 > top)
+			idle_why = "idle for idle_timeout_busy seconds while over 3/4 of max_connections "
+				   "are open, its address among those holding the most";
+		if (idle_why && !c->in_ftl && !c->budget_wait && !c->budget_queued) {
 			/* replies it did not take are dropped: reset, not FIN */
 			c->reset = c->inflight || c->sendq || tx_busy(c) || c->cur || c->discard_left ||
 				   c->tout_pos < c->tout_len;

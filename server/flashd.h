@@ -229,6 +229,12 @@ struct conn_slot {
 	bool handshaking;     /* holds a handshake slot */
 };
 
+/* main.c: connections held by slot's address (unix socket clients: all of
+ * them, as one address), and by the address that holds the most. */
+struct server;
+int server_conns_of(struct server *s, const struct conn_slot *slot);
+int server_conns_top(struct server *s);
+
 /* ---- ioDimms ------------------------------------------------------------ */
 
 struct conn;
@@ -453,6 +459,7 @@ struct server {
 	int nconns;                 /* all connections, handshaking or not */
 	int nhandshakes;            /* TCP ones that have not chosen an export */
 	int nhandshakes_unix;       /* unix socket ones (a budget of their own) */
+	int nconns_unix;            /* unix socket connections */
 	struct addr_count **addr_tab; /* per-address connection counts (main.c) */
 	/* bytes of every request buffer that exists, in flight or kept for
 	 * reuse (conn.c, "Memory in total"), all ioDimm threads together

@@ -276,6 +276,28 @@ void server_conn_admitted(struct server *s, struct conn_slot *slot)
 	waiting_wake(!slot->per_addr);
 }
 
+int server_conns_of(struct server *s, const struct conn_slot *slot)
+{
+	pthread_mutex_lock(&s->lock);
+	struct addr_count *a = slot->per_addr ? addr_find(s, slot->addr, false) : NULL;
+	int n = slot->per_addr ? (a ? a->n : 0) : s->nconns_unix;
+	pthread_mutex_unlock(&s->lock);
+	return n;
+}
+
+/* A walk of the address table (ADDR_BUCKETS chains; once a second per
+ * ioDimm, and only while over 3/4 of max_connections are open). */
+int server_conns_top(struct server *s)
+{
+	pthread_mutex_lock(&s->lock);
+	int top = s->nconns_unix;
+	for (int i = 0; s->addr_tab && i < ADDR_BUCKETS; i++)
+		for (struct addr_count *a = s->addr_tab[i]; a; a = a->next)
+			top = a->n > top ? a->n : top;
+	pthread_mutex_unlock(&s->lock);
+	return top;
+}
+
 void server_conn_closed(struct server *s, const struct conn_slot *slot)
 {
 	pthread_mutex_lock(&s->lock);
@@ -284,6 +306,8 @@ void server_conn_closed(struct server *s, const struct conn_slot *slot)
 		handshake_slot_put(s, slot);
 		if (slot->per_addr)
 			addr_put(s, slot->addr);
+		else
+			s->nconns_unix--;
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (slot && slot->handshaking)
@@ -528,6 +552,8 @@ static const char *conn_take(const struct conn_slot *slot)
 		srv.nconns++;
 		if (a)
 			a->n++;
+		else
+			srv.nconns_unix++;
 	} else if (a && !a->n) {
 		addr_put(&srv, slot->addr);  /* made just now: drop it again */
 	}

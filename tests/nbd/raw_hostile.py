@@ -45,7 +45,8 @@ use.
                       go on meanwhile
   idle_timeout_busy   (reloaded to 2 s) 40 idle clients keep their
                       connections; once over 48 of the 64 slots are open
-                      they are dropped
+                      they are dropped; a lone idle client outlasts 56
+                      connections of 7 other addresses, busy or idle
   idle lock-out       64 idle clients after the handshake lock out a new
                       client; with idle_timeout set (reload) they are
                       dropped and the new client gets in
@@ -754,6 +755,52 @@ with section("idle_timeout_busy: idle clients are dropped only while over 3/4 of
     for c in idle:
         c.close()
     wait_no_connections("the idle clients")
+    reload_with(conf, "idle_timeout_busy 0")
+
+with section("idle_timeout_busy: a lone idle client outlasts the addresses that hold the most slots",
+             timeout=90):
+    # the finding: 7 addresses holding 56 of the 64 slots, each connection
+    # kept busy, made idle_timeout_busy fire at the only idle client, a
+    # mounted disk say (the kernel client does not reconnect); now it closes
+    # idle connections only of addresses holding more than half as many as
+    # the one that holds the most
+    wait_no_connections("the section before")
+    with open(args.config) as f:
+        conf = f.read()
+    reload_with(conf.replace("idle_timeout_busy = 0", "idle_timeout_busy = 2"), "idle_timeout_busy 2")
+    lone = SrcConn("127.0.0.1", timeout=20)
+    lone.handshake()
+    lone.go()
+    flood = []
+    for i in range(7 * PER_ADDR):
+        c = SrcConn("127.0.0.%d" % (2 + i // PER_ADDR), timeout=20)
+        c.handshake()
+        c.go()
+        flood.append(c)
+    end = time.monotonic() + 5
+    while time.monotonic() < end:   # the flood keeps busy: a read on each every 0.5 s
+        for c in flood:
+            c.cmd(CMD_READ, offset=0, length=512)
+        time.sleep(0.5)
+    dropped = lone.wait_closed(0.01)
+    log("     %d busy connections from 127.0.0.2-8 for 5 s: the lone idle client %s" % (
+        len(flood), "was dropped" if dropped else "kept its connection"))
+    check(not dropped, "idle_timeout_busy dropped the lone idle client from 127.0.0.1 while 7 other "
+          "addresses held %d busy slots" % len(flood))
+    # once the flood idles too, its connections go, the lone one stays
+    end = time.monotonic() + 5
+    gone = sum(1 for c in flood if c.wait_closed(max(0.01, end - time.monotonic())))
+    dropped = lone.wait_closed(0.01)
+    log("     the flood idle: %d of its %d connections dropped within 5 s; the lone client %s" % (
+        gone, len(flood), "was dropped" if dropped else "kept its connection"))
+    check(gone >= len(flood) + 1 - MAX_CONN * 3 // 4, "only %d of %d idle connections of the flooding "
+          "addresses dropped (idle_timeout_busy = 2)" % (gone, len(flood)))
+    check(not dropped, "the lone idle client from 127.0.0.1 was dropped once the flood idled")
+    if not dropped:
+        check(lone.cmd(CMD_READ, offset=0, length=4096).error == 0, "the lone client's read failed")
+    for c in flood + [lone]:
+        c.close()
+    wait_no_connections("the flood")
     reload_with(conf, "idle_timeout_busy 0")
 
 with section("idle clients after the handshake; idle_timeout drops them", timeout=120):
