@@ -66,7 +66,7 @@
 #define BUFFER_LIMIT_MIN (64ull << 20)  /* one largest request must fit (conn.c) */
 #define DEFAULT_BUFFER_LIMIT (1ull << 30)
 #define DEFAULT_CONN_PER_ADDR 256
-#define DEFAULT_HANDSHAKES 128          /* at most max_connections / 2 */
+#define DEFAULT_HANDSHAKES 128          /* at most max_connections / 8 */
 #define DEFAULT_HANDSHAKES_PER_ADDR 16
 #define DEFAULT_IDLE_TIMEOUT_BUSY 600   /* seconds */
 /* Smallest capacity ftl_format accepts (ftl/ftl.c). */
@@ -1017,10 +1017,13 @@ int config_finish(struct server_cfg *cfg, char *err, size_t errlen)
 		cfg->handshake_timeout = 10;
 	if (cfg->max_conn_per_addr < 0)
 		cfg->max_conn_per_addr = DEFAULT_CONN_PER_ADDR;
-	/* well below max_connections: negotiated clients always find a slot */
+	/* well below max_connections: TCP and unix socket each hold that many
+	 * in handshake and as many waiting (main.c, "waiting room"), so by
+	 * default at least half is left to clients that negotiate; a value
+	 * set is taken as it is */
 	if (!cfg->max_handshakes)
-		cfg->max_handshakes = cfg->max_connections / 2 < DEFAULT_HANDSHAKES ?
-					      (cfg->max_connections > 1 ? cfg->max_connections / 2 : 1) :
+		cfg->max_handshakes = cfg->max_connections / 8 < DEFAULT_HANDSHAKES ?
+					      (cfg->max_connections >= 8 ? cfg->max_connections / 8 : 1) :
 					      DEFAULT_HANDSHAKES;
 	if (cfg->max_hs_per_addr < 0)
 		cfg->max_hs_per_addr = DEFAULT_HANDSHAKES_PER_ADDR;

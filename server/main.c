@@ -1349,7 +1349,7 @@ void server_reload(struct server *s, const char *why, struct reload_result *r)
 	}
 	if (o->max_handshakes != n.max_handshakes) {
 		reload_item(r, true, "[server] max_handshakes", "%d -> %d (connections in handshake "
-			    "stay; new ones are refused while that many are)", o->max_handshakes,
+			    "stay; newcomers wait or make room while that many are)", o->max_handshakes,
 			    n.max_handshakes);
 		pthread_mutex_lock(&s->lock);
 		o->max_handshakes = n.max_handshakes;

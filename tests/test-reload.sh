@@ -94,7 +94,7 @@ got = wait_log(n, r"reload of .* done")
 for key in [r"\[dimm dimm0\] description: 'first description' -> 'second description'",
             r"\[server\] verbose: no -> yes", r"\[server\] poll_us: 50 us -> 20 us",
             r"\[server\] max_connections: 1024 -> 100",
-            r"\[server\] max_handshakes: 128 -> 50"]:   # unset: half of max_connections
+            r"\[server\] max_handshakes: 128 -> 12"]:   # unset: max_connections / 8
     if not re.search(r"flashd\[info\]: reload: " + key, got):
         fail("no info line for %s:\n%s" % (key, got))
 if "flashd[warning]" in got or "flashd[error]" in got:
