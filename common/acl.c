@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
@@ -321,4 +322,40 @@ bool acl_equal(const struct acl *a, const struct acl *b)
 			return false;
 	}
 	return true;
+}
+
+bool acl_loopback_host(const char *h)
+{
+	char name[64];
+	const char *port;
+	size_t n;
+	bool v6 = h[0] == '[';
+	if (v6) {
+		const char *close = strchr(h, ']');
+		if (!close)
+			return false;
+		n = (size_t)(close - h - 1);
+		port = close + 1;
+		h++;
+	} else {
+		const char *colon = strrchr(h, ':');
+		n = colon ? (size_t)(colon - h) : strlen(h);
+		port = h + n;
+	}
+	if (!n || n >= sizeof name)
+		return false;
+	memcpy(name, h, n);
+	name[n] = 0;
+	size_t digits = *port == ':' ? strspn(port + 1, "0123456789") : 0;
+	if (*port && (*port != ':' || !digits || digits > 5 || port[1 + digits]))
+		return false;
+	uint8_t a[16];
+	if (!v6 && inet_pton(AF_INET, name, a) == 1)
+		return a[0] == 127;
+	if (inet_pton(AF_INET6, name, a) == 1) {
+		static const uint8_t one[16] = { [15] = 1 };
+		static const uint8_t mapped[12] = { [10] = 0xff, [11] = 0xff };
+		return !memcmp(a, one, 16) || (!memcmp(a, mapped, 12) && a[12] == 127);
+	}
+	return !v6 && !strcasecmp(name, "localhost");
 }

@@ -93,4 +93,13 @@ void acl_peer_from_sockaddr(struct acl_peer *p, const struct sockaddr *sa);
 /* The entry as text (for logs and tests). */
 void acl_entry_format(const struct acl_entry *e, char *buf, size_t len);
 
+/*
+ * Is host, with an optional port, the loopback: localhost (any case),
+ * 127.0.0.0/8, ::1 or ::ffff:127.x.y.z?  host is "NAME", "NAME:PORT",
+ * "[V6]" or "[V6]:PORT" (a Host header, an Origin after "http://", the
+ * address of a listen spec); without brackets the port follows the last
+ * ':'.  A port must be 1 to 5 digits; anything else is not the loopback.
+ */
+bool acl_loopback_host(const char *host);
+
 #endif

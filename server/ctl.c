@@ -1614,42 +1614,6 @@ static bool peer_may_act(struct server *srv, struct evhttp_request *req, char *w
 	return false;
 }
 
-/* Is h (a Host header, or an Origin after its "http://") the loopback, with
- * an optional port: localhost, 127.0.0.0/8, [::1] or [::ffff:127.x.y.z]? */
-static bool loopback_host(const char *h)
-{
-	char name[64];
-	const char *port;
-	size_t n;
-	bool v6 = h[0] == '[';
-	if (v6) {
-		const char *close = strchr(h, ']');
-		if (!close)
-			return false;
-		n = (size_t)(close - h - 1);
-		port = close + 1;
-		h++;
-	} else {
-		n = strcspn(h, ":");
-		port = h + n;
-	}
-	if (!n || n >= sizeof name)
-		return false;
-	memcpy(name, h, n);
-	name[n] = 0;
-	size_t digits = *port == ':' ? strspn(port + 1, "0123456789") : 0;
-	if (*port && (*port != ':' || !digits || digits > 5 || port[1 + digits]))
-		return false;
-	struct in_addr a4;
-	struct in6_addr a6;
-	if (v6)
-		return inet_pton(AF_INET6, name, &a6) == 1 &&
-		       (IN6_IS_ADDR_LOOPBACK(&a6) || (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127));
-	if (inet_pton(AF_INET, name, &a4) == 1)
-		return ntohl(a4.s_addr) >> 24 == 127;
-	return !strcasecmp(name, "localhost");
-}
-
 /*
  * Did a web page send this request?  The control socket is a unix socket,
  * but a browser reaches it through a forwarder (README, "Dashboard"), and
@@ -1672,8 +1636,8 @@ static bool cross_site(struct evhttp_request *req, bool post, char *why, size_t 
 	const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(req);
 	const char *host = evhttp_find_header(in, "Host");
 	const char *target = u ? evhttp_uri_get_host(u) : NULL;
-	const char *bad = host && !loopback_host(host) ? host :
-			  target && !loopback_host(target) ? target : NULL;
+	const char *bad = host && !acl_loopback_host(host) ? host :
+			  target && !acl_loopback_host(target) ? target : NULL;
 	if (bad) {
 		snprintf(why, len, "Host '%.100s' is not localhost, 127.x.y.z or [::1]: the control "
 			 "socket serves only requests for the loopback (curl --unix-socket SOCKET "

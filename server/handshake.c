@@ -1090,28 +1090,6 @@ void handshake_shutdown_all(struct server *srv)
 		hs_close(LIST_FIRST(&srv->handshakes), "server shutting down");
 }
 
-/* Is the host part of a listen address loopback only? */
-static bool loopback_host(const char *spec)
-{
-	char host[300];
-	if (spec[0] == '[') {
-		const char *e = strchr(spec, ']');
-		snprintf(host, sizeof host, "%.*s", e ? (int)(e - spec - 1) : 0, spec + 1);
-	} else {
-		const char *c = strrchr(spec, ':');
-		snprintf(host, sizeof host, "%.*s", c ? (int)(c - spec) : 0, spec);
-	}
-	uint8_t a[16];
-	if (inet_pton(AF_INET, host, a) == 1)
-		return a[0] == 127;
-	if (inet_pton(AF_INET6, host, a) == 1) {
-		static const uint8_t one[16] = { [15] = 1 };
-		static const uint8_t mapped[12] = { [10] = 0xff, [11] = 0xff };
-		return !memcmp(a, one, 16) || (!memcmp(a, mapped, 12) && a[12] == 127);
-	}
-	return !strcmp(host, "localhost");
-}
-
 void handshake_acl_warnings(const struct server_cfg *cfg)
 {
 	for (int i = 0; i < cfg->nlisten; i++) {
@@ -1121,7 +1099,7 @@ void handshake_acl_warnings(const struct server_cfg *cfg)
 			continue;
 		if (mode < 0)
 			mode = cfg->tls;
-		if (mode == TLS_REQUIRED || loopback_host(addr))
+		if (mode == TLS_REQUIRED || acl_loopback_host(addr))
 			continue;
 		for (int k = 0; k < cfg->ndimms; k++) {
 			const struct dimm_cfg *d = &cfg->dimms[k];

@@ -138,6 +138,18 @@ int main(void)
 	CHECK(!strcmp(buf, "192.0.2.0/24"));
 	acl_free(&k);
 
+	/* the loopback, with a port or not (Host headers, listen specs) */
+	const char *loop[] = { "localhost", "LocalHost:8080", "127.0.0.1", "127.1.2.3:10809", "[::1]",
+			       "[::1]:80", "[::ffff:127.0.0.2]:1", "::1:10809" };
+	const char *not_loop[] = { "", ":10809", "evil.example", "localhost.evil.example", "128.0.0.1",
+				   "10.0.0.1:80", "[::2]", "[::ffff:10.0.0.1]", "[::1", "[::1]x",
+				   "127.0.0.1:", "127.0.0.1:123456", "127.0.0.1:80x", "[localhost]",
+				   "::", "0.0.0.0:10809" };
+	for (size_t i = 0; i < sizeof loop / sizeof *loop; i++)
+		CHECK(acl_loopback_host(loop[i]));
+	for (size_t i = 0; i < sizeof not_loop / sizeof *not_loop; i++)
+		CHECK(!acl_loopback_host(not_loop[i]));
+
 	/* errors */
 	bad("", "no entries");
 	bad("   ", "no entries");
