@@ -1629,8 +1629,10 @@ static bool peer_may_act(struct server *srv, struct evhttp_request *req, char *w
  * and Origin (HTTP/1.0) are not a browser's.  flashctl sends Host:
  * localhost; a flashctl of an older release sent Host: flashd and is
  * refused, so flashctl must be of flashd's release (README, Security).
+ * The router checks the host of every request (cross_site_host), may_act
+ * the rest for an action (cross_site_action).
  */
-static bool cross_site(struct evhttp_request *req, bool post, char *why, size_t len)
+static bool cross_site_host(struct evhttp_request *req, char *why, size_t len)
 {
 	struct evkeyvalq *in = evhttp_request_get_input_headers(req);
 	const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(req);
@@ -1638,14 +1640,17 @@ static bool cross_site(struct evhttp_request *req, bool post, char *why, size_t 
 	const char *target = u ? evhttp_uri_get_host(u) : NULL;
 	const char *bad = host && !acl_loopback_host(host) ? host :
 			  target && !acl_loopback_host(target) ? target : NULL;
-	if (bad) {
+	if (bad)
 		snprintf(why, len, "Host '%.100s' is not localhost, 127.x.y.z or [::1]: the control "
 			 "socket serves only requests for the loopback (curl --unix-socket SOCKET "
 			 "http://localhost/...; a forwarder on 127.0.0.1)", bad);
-		return true;
-	}
-	if (!post)
-		return false;
+	return bad;
+}
+
+static bool cross_site_action(struct evhttp_request *req, char *why, size_t len)
+{
+	struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+	const char *host = evhttp_find_header(in, "Host");
 	const char *action = evhttp_find_header(in, "X-Flashd-Action");
 	const char *type = evhttp_find_header(in, "Content-Type");
 	size_t jl = strlen("application/json");
@@ -1672,37 +1677,24 @@ static bool cross_site(struct evhttp_request *req, bool post, char *why, size_t 
 	return false;
 }
 
-/* Answer a web page's request (cross_site) 403 with why, and log it: at
- * most one line per 10 s (a page can send them in a loop), those not logged
- * counted in the next.  Main thread only. */
-static void refuse_web(struct evhttp_request *req, const char *path, const char *why)
+/* Answer a web page's request (cross_site_*) 403 with why, and log it
+ * through srv->ctl_refusals (a page can send them in a loop).  Main thread. */
+static void refuse_web(struct server *srv, struct evhttp_request *req, const char *path, const char *why)
 {
-	static uint64_t last_ns;
-	static unsigned long held;
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-	if (last_ns && now - last_ns < 10 * 1000000000ull) {
-		held++;
-	} else {
-		char more[96] = "";
-		if (held)
-			snprintf(more, sizeof more, " (and %lu more refused in the last %.0f s, not logged)",
-				 held, (double)(now - last_ns) / 1e9);
-		log_warn("control socket: %s refused: %s%s", path, why, more);
-		last_ns = now;
-		held = 0;
-	}
+	char who[128];
+	snprintf(who, sizeof who, "control socket: %.100s", path);
+	refusal_log(srv, &srv->ctl_refusals, who, why);
 	send_error(req, 403, "Forbidden", why);
 }
 
-/* May this POST act: not sent by a web page (cross_site), by a peer with
+/* May this POST act: not sent by a web page (cross_site_action; the
+ * router checked the host), by a peer with
  * the right (peer_may_act)?  Else it is refused (403) and logged. */
 static bool may_act(struct server *srv, struct evhttp_request *req, const char *path)
 {
 	char why[400];
-	if (cross_site(req, true, why, sizeof why)) {
-		refuse_web(req, path, why);
+	if (cross_site_action(req, why, sizeof why)) {
+		refuse_web(srv, req, path, why);
 		return false;
 	}
 	if (!peer_may_act(srv, req, why, sizeof why)) {
@@ -1735,8 +1727,8 @@ static void router(struct evhttp_request *req, void *arg)
 		goto out;
 	}
 	char why[400];
-	if (cross_site(req, false, why, sizeof why)) {
-		refuse_web(req, path, why);
+	if (cross_site_host(req, why, sizeof why)) {
+		refuse_web(srv, req, path, why);
 		goto out;
 	}
 	if (!strcmp(path, "/metrics") || !strcmp(path, "/v1/metrics")) {

@@ -440,6 +440,19 @@ int lat_bucket(uint64_t ns);
 
 /* ---- server ------------------------------------------------------------- */
 
+/* Refusals logged at most once per 10 s, the others counted and summed up
+ * in one line when the 10 s are over (main.c refusal_log; main thread). */
+struct refusal_log {
+	const char *what;           /* what is counted: "connection(s)" */
+	const char *refused;        /* between who and why: ": refused: " */
+	uint64_t last_ns;           /* the last line logged */
+	unsigned long held;         /* refusals since, not logged */
+	char who[128], why[400];    /* the last of them */
+	struct event *ev;           /* logs the count when the period ends */
+};
+struct server;
+void refusal_log(struct server *srv, struct refusal_log *r, const char *who, const char *why);
+
 struct server {
 	struct server_cfg cfg;
 	struct event_base *base;
@@ -460,6 +473,7 @@ struct server {
 	int nhandshakes;            /* TCP ones that have not chosen an export */
 	int nhandshakes_unix;       /* unix socket ones (a budget of their own) */
 	int nconns_unix;            /* unix socket connections */
+	struct refusal_log nbd_refusals, ctl_refusals;
 	struct addr_count **addr_tab; /* per-address connection counts (main.c) */
 	/* bytes of every request buffer that exists, in flight or kept for
 	 * reuse (conn.c, "Memory in total"), all ioDimm threads together

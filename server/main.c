@@ -455,53 +455,55 @@ static void accept_error_cb(struct evconnlistener *evl, void *arg)
 }
 
 /*
- * Refused connections are logged at most once per REFUSAL_LOG_S: the first
- * in a period in full, the others counted and summed up in one line when
- * the period ends (refusal_ev; a client that reconnects in a loop must not
- * fill the log or the disk, and the count is not held back until the next
- * refusal).
+ * Refusals (struct refusal_log) are logged at most once per REFUSAL_LOG_S:
+ * the first in a period in full, the others counted and summed up in one
+ * line when the period ends (r->ev; a client that retries in a loop must
+ * not fill the log or the disk, and the count is not held back until the
+ * next refusal).
  */
 #define REFUSAL_LOG_S 10
-static uint64_t refusal_last_ns;
-static unsigned long refusal_held;
-static char refusal_peer[96], refusal_why[128];
-static struct event *refusal_ev;
 
 static void refusal_flush_cb(evutil_socket_t fd, short what, void *arg)
 {
-	if (!refusal_held)
+	struct refusal_log *r = arg;
+	if (!r->held)
 		return;
 	uint64_t now = mono_ns();
-	log_warn("%lu more connection(s) refused in the last %.0f s, not logged one by one (the last: "
-		 "%s: %s)", refusal_held, (double)(now - refusal_last_ns) / 1e9, refusal_peer, refusal_why);
-	refusal_last_ns = now;
-	refusal_held = 0;
+	log_warn("%lu more %s refused in the last %.0f s, not logged one by one (the last: %s%s%s)",
+		 r->held, r->what, (double)(now - r->last_ns) / 1e9, r->who, r->refused, r->why);
+	r->last_ns = now;
+	r->held = 0;
 }
 
-static void refusal_log(const char *peer, const char *why)
+void refusal_log(struct server *s, struct refusal_log *r, const char *who, const char *why)
 {
 	uint64_t now = mono_ns();
-	uint64_t last_ns = refusal_last_ns;
+	uint64_t last_ns = r->last_ns;
 	if (last_ns && now - last_ns < (uint64_t)REFUSAL_LOG_S * 1000000000u) {
-		snprintf(refusal_peer, sizeof refusal_peer, "%s", peer);
-		snprintf(refusal_why, sizeof refusal_why, "%s", why);
-		if (!refusal_held++) {
-			if (!refusal_ev)
-				refusal_ev = evtimer_new(srv.base, refusal_flush_cb, NULL);
+		snprintf(r->who, sizeof r->who, "%s", who);
+		snprintf(r->why, sizeof r->why, "%s", why);
+		if (!r->held++) {
+			if (!r->ev)
+				r->ev = evtimer_new(s->base, refusal_flush_cb, r);
 			uint64_t left = (uint64_t)REFUSAL_LOG_S * 1000000000u - (now - last_ns);
 			struct timeval tv = { (time_t)(left / 1000000000u), (suseconds_t)(left % 1000000000u / 1000) };
-			if (refusal_ev)
-				evtimer_add(refusal_ev, &tv);
+			if (r->ev)
+				evtimer_add(r->ev, &tv);
 		}
 		return;
 	}
-	if (refusal_held) /* the timer had no event (out of memory) */
-		log_warn("%s: refused: %s (and %lu more connection(s) refused in the last %.0f s, "
-			 "not logged one by one)", peer, why, refusal_held, (double)(now - last_ns) / 1e9);
+	if (r->held) /* the timer had no event (out of memory) */
+		log_warn("%s%s%s (and %lu more %s refused in the last %.0f s, not logged one by one)",
+			 who, r->refused, why, r->held, r->what, (double)(now - last_ns) / 1e9);
 	else
-		log_warn("%s: refused: %s", peer, why);
-	refusal_last_ns = now;
-	refusal_held = 0;
+		log_warn("%s%s%s", who, r->refused, why);
+	r->last_ns = now;
+	r->held = 0;
+}
+
+static void nbd_refused(const char *peer, const char *why)
+{
+	refusal_log(&srv, &srv.nbd_refusals, peer, why);
 }
 
 /*
@@ -599,7 +601,7 @@ static bool hs_admit(int fd, const char *peer, int tls_mode, struct conn_slot *s
 		if (!handshake_evict(&srv, !slot->per_addr, r == HS_FULL_ADDR ? slot->addr : NULL, wait_ns,
 				     victim, sizeof victim))
 			return false;
-		refusal_log(victim, r == HS_FULL ?
+		nbd_refused(victim, r == HS_FULL ?
 			    "closed to make room: in handshake for over " HS_GRACE_TEXT " while the "
 			    "handshake budget was full (max_handshakes)" :
 			    "closed to make room: in handshake for over " HS_GRACE_TEXT " while its "
@@ -625,7 +627,7 @@ static void waiting_close(int pool, struct waiting **pp, const char *why)
 		a->waiting--;
 	pthread_mutex_unlock(&srv.lock);
 	if (why)
-		refusal_log(w->peer, why);
+		nbd_refused(w->peer, why);
 	close(w->fd);
 	server_conn_closed(&srv, &w->slot);
 	free(w);
@@ -713,7 +715,7 @@ static void waiting_add(int fd, const char *peer, int tls_mode, const struct con
 	}
 	struct waiting *w = why ? NULL : calloc(1, sizeof *w);
 	if (!w) {
-		refusal_log(peer, why ? why : "out of memory");
+		nbd_refused(peer, why ? why : "out of memory");
 		close(fd);
 		server_conn_closed(&srv, slot);
 		return;
@@ -785,7 +787,7 @@ static void accept_cb(struct evconnlistener *evl, evutil_socket_t fd, struct soc
 	 * waiting room (flashd.h, "connection slots") */
 	const char *why = conn_take(&slot);
 	if (why) {
-		refusal_log(peer, why);
+		nbd_refused(peer, why);
 		close(fd);
 		return;
 	}
@@ -1728,6 +1730,8 @@ int main(int argc, char **argv)
 	pthread_mutex_init(&srv.budget_lock, NULL);
 	TAILQ_INIT(&srv.budget_q);
 	srv.base = event_base_new();
+	srv.nbd_refusals = (struct refusal_log){ .what = "connection(s)", .refused = ": refused: " };
+	srv.ctl_refusals = (struct refusal_log){ .what = "control request(s)", .refused = " refused: " };
 	srv.started = time(NULL);
 	if (srv.base) {
 		srv.cmd_ev = event_new(srv.base, -1, EV_READ, ctl_cmd_done, &srv);
@@ -1875,8 +1879,10 @@ int main(int argc, char **argv)
 	event_free(srv.sig_hup);
 	event_free(srv.cmd_ev);
 	event_free(srv.start_ev);
-	if (refusal_ev)
-		event_free(refusal_ev);
+	if (srv.nbd_refusals.ev)
+		event_free(srv.nbd_refusals.ev);
+	if (srv.ctl_refusals.ev)
+		event_free(srv.ctl_refusals.ev);
 	event_base_free(srv.base);
 	free(srv.dimms);
 	addr_tab_free(&srv);

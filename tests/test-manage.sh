@@ -33,7 +33,8 @@
 #      loopback (DNS rebinding) is refused even for GET; a POST without
 #      X-Flashd-Action or a JSON Content-Type, with an Origin other than the
 #      page's own or a Sec-Fetch-Site of another site is refused (403) and
-#      changes nothing; the page's own origin may act; a format needs
+#      changes nothing (the refusals not logged one by one are counted in
+#      the log when the 10 s are over); the page's own origin may act; a format needs
 #      confirm=yes (400 without, dimm1's data unchanged).
 #   7. offline `flashctl format IMG` never erases what an image holds
 #      unasked: a new image is formatted at once; a formatted one, or one
@@ -453,6 +454,14 @@ refused "format from another site" "${ACT[@]}" -H "Origin: http://evil.example" 
 nbd_region_is "$FLASHD_URI1" 0 $((32 * MiB)) "$T/dd" || fail "dimm1's data after the refused formats"
 kill "$FWD_PID"
 wait "$FWD_PID" 2>/dev/null || true
+# those refused within 10 s of a logged one are counted in one line once
+# the 10 s are over, not held back until the next refusal
+for i in $(seq 1 120); do
+	grep -q "more control request(s) refused in the last" "$T/flashd.log" && break
+	sleep 0.1
+done
+grep -q "more control request(s) refused in the last" "$T/flashd.log" ||
+	fail "the refusals not logged one by one are never counted in the log"
 ok "requests a web page could send are refused; the page's own may act; format needs confirm=yes"
 
 check_flashd_log
