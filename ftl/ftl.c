@@ -1169,9 +1169,12 @@ int ftl_run_until(struct ftl *f, bool (*pred)(struct ftl *, void *), void *arg)
 		if (f->need_poll && !f->error)
 			continue;
 		uint64_t due = next_due(f);
-		if (due == UINT64_MAX && f->error)
+		/* a backend that signals completions (an event fd) knows no due
+		 * time for what it runs: wait for its signal */
+		bool signalled = f->dev->inflight && nand_event_fd(f->dev) >= 0;
+		if (due == UINT64_MAX && f->error && !signalled)
 			return f->error;
-		if (due == UINT64_MAX) {
+		if (due == UINT64_MAX && !signalled) {
 			ftl_log("stuck: nothing in flight and the awaited condition does not hold");
 			ftl_debug_dump(f);
 			return -EDEADLK;
@@ -1188,8 +1191,8 @@ static void drain_device(struct ftl *f)
 	f->in_progress = false;
 	while (f->dev->inflight) {
 		uint64_t due = nand_next_due(f->dev);
-		if (due == UINT64_MAX)
-			break;
+		if (due == UINT64_MAX && nand_event_fd(f->dev) < 0)
+			break; /* nothing will come */
 		nand_wait_until(f->dev, due);
 		uint64_t now = nand_now(f->dev);
 		f->in_progress = true; /* completions only; start nothing new */

@@ -149,7 +149,7 @@ int ftl_close(struct ftl *f);
 int ftl_give_up_held(struct ftl *f, int status);
 
 /* Free the memory only: for power-cut tests, after the medium lost power
- * (its queued operations are dropped by nand_sim_power_on()). */
+ * (a simulated power cut drops its queued operations). */
 void ftl_abandon(struct ftl *f);
 
 /* ---- I/O --------------------------------------------------------------- */

@@ -47,9 +47,9 @@ enum nand_status nand_op_sync(struct nand_dev *dev, struct nand_op *op)
 	}
 	for (int tries = 1;; tries++) {
 		while (!done) {
-			uint64_t due = nand_next_due(dev);
-			if (due != UINT64_MAX)
-				nand_wait_until(dev, due);
+			/* UINT64_MAX: until the backend signals (at once if it
+			 * cannot) */
+			nand_wait_until(dev, nand_next_due(dev));
 			nand_poll(dev, nand_now(dev));
 		}
 		/* a read's bit errors differ from try to try: read again before
@@ -129,9 +129,7 @@ int read_batch(struct ftl *f, uint64_t count, uint32_t window,
 				break;
 			}
 		}
-		uint64_t due = nand_next_due(f->dev);
-		if (due != UINT64_MAX)
-			nand_wait_until(f->dev, due);
+		nand_wait_until(f->dev, nand_next_due(f->dev));
 		nand_poll(f->dev, nand_now(f->dev));
 		while (inflight && s[head].done) {
 			struct nand_op *op = &s[head].op;

@@ -71,7 +71,8 @@
 #include <unistd.h>
 
 #include "common/crc32c.h"
-#include "hw/nand.h"
+#include "hw/nand_backend.h"
+#include "hw/nand_sim.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -246,14 +247,6 @@ struct sim {
 	nand_log_fn log;
 	void *log_arg;
 };
-
-
-uint64_t nand_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static uint32_t crc32_plain(const void *buf, size_t len)
 {
@@ -1079,7 +1072,6 @@ static int sim_submit(struct nand_dev *d, struct nand_op *op)
 	sim_execute(s, op);
 	op->next = NULL;
 	op->ticket = s->ticket++;
-	d->inflight++;
 	if (s->timing && op->status != NAND_INVALID && op->status != NAND_POWER_LOSS) {
 		uint64_t now = sim_now(d);
 		advance(s, now);
@@ -1105,9 +1097,8 @@ static int sim_poll(struct nand_dev *d, uint64_t now_ns)
 	s->fifo_head = s->fifo_tail = NULL;
 	while (op) {
 		struct nand_op *next = op->next;
-		d->inflight--;
 		n++;
-		op->done(op);
+		nand_deliver(d, op);
 		op = next;
 	}
 	advance(s, now_ns);
@@ -1118,9 +1109,8 @@ static int sim_poll(struct nand_dev *d, uint64_t now_ns)
 	s->done_head = s->done_tail = NULL;
 	while (op) {
 		struct nand_op *next = op->next;
-		d->inflight--;
 		n++;
-		op->done(op);
+		nand_deliver(d, op);
 		op = next;
 	}
 	return n;
@@ -1313,8 +1303,6 @@ static enum nand_status sim_read_now(struct nand_dev *d, uint32_t block, uint32_
 }
 
 #define SIM_OPS_COMMON                                   \
-	.struct_size = sizeof(struct nand_ops),          \
-	.version = NAND_OPS_VERSION,                     \
 	.name = "sim",                                   \
 	.submit = sim_submit,                            \
 	.poll = sim_poll,                                \
@@ -1335,12 +1323,6 @@ static const struct nand_ops sim_ops = { SIM_OPS_COMMON };
 /* timing model off: reads may also run at once */
 static const struct nand_ops sim_ops_untimed = { SIM_OPS_COMMON, .read_now = sim_read_now,
 						 .read_soon = sim_read_soon };
-
-void nand_close(struct nand_dev *d)
-{
-	if (d)
-		d->ops->close(d);
-}
 
 bool nand_is_sim(const struct nand_dev *d)
 {
@@ -1856,6 +1838,9 @@ int nand_sim_open(const struct nand_sim_config *cfg, struct nand_dev **out, char
 
 opened:
 	s->dev.ops = s->timing ? &sim_ops : &sim_ops_untimed;
+	s->dev.caps = NAND_CAP_SIM | NAND_CAP_TEMPERATURE | NAND_CAP_ERASE_COUNTS |
+		      (s->timing ? 0 : NAND_CAP_READ_NOW);
+	s->dev.event_fd = -1; /* completions are due at known times */
 	s->dev.priv = s;
 	snprintf(s->dev.preset, sizeof s->dev.preset, "%s", s->hdr->preset);
 	s->dev.rated_pe_cycles = s->hdr->rated_pe_cycles;
@@ -1973,7 +1958,7 @@ void nand_sim_power_on(struct nand_dev *d)
 	struct sim *s = to_sim(d);
 	/* the queued completions belong to the world before the cut */
 	s->fifo_head = s->fifo_tail = NULL;
-	d->inflight = 0;
+	nand_abandon_all(d);
 	s->dead = false;
 	s->cut_at = 0;
 	timing_reset(s);
@@ -2137,4 +2122,16 @@ void nand_sim_set_temperature_mc(struct nand_dev *d, int32_t mc)
 	struct sim *s = to_sim(d);
 	th_step(s, sim_now(d));
 	s->th_temp = mc;
+}
+
+/* The backend table's entry (hw/nand.c): the simulator with the spec's
+ * settings, the rest at their defaults. */
+int nand_sim_open_spec(const struct nand_spec *spec, struct nand_dev **out, char *err,
+		       size_t errlen)
+{
+	struct nand_sim_config cfg = { .preset = spec->preset, .path = spec->path,
+				       .create = spec->create, .readonly = spec->readonly,
+				       .timing = spec->timing, .sync_on_flush = spec->sync_on_flush,
+				       .seed = spec->seed, .log = spec->log, .log_arg = spec->log_arg };
+	return nand_sim_open(&cfg, out, err, errlen);
 }

@@ -74,7 +74,7 @@
  */
 #include <string.h>
 
-#include "hw/nand.h"
+#include "hw/nand_sim.h"
 
 #define MLC_2009_RELIABILITY                                                    \
 	{ .rber_fresh = 1e-8, .rber_rated = 1e-4, .wear_exp = 2,                \
@@ -200,20 +200,4 @@ const struct nand_preset *nand_preset_find(const char *name)
 const struct nand_preset *nand_preset_at(size_t i)
 {
 	return i < sizeof presets / sizeof presets[0] ? &presets[i] : NULL;
-}
-
-const char *nand_status_name(enum nand_status st)
-{
-	switch (st) {
-	case NAND_OK: return "ok";
-	case NAND_CORRECTED: return "corrected";
-	case NAND_UNCORRECTABLE: return "uncorrectable";
-	case NAND_PROGRAM_FAILED: return "program-failed";
-	case NAND_ERASE_FAILED: return "erase-failed";
-	case NAND_BLOCK_BAD: return "block-bad";
-	case NAND_POWER_LOSS: return "power-loss";
-	case NAND_INVALID: return "invalid";
-	case NAND_IO_ERROR: return "image-io-error";
-	}
-	return "?";
 }

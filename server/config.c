@@ -56,6 +56,7 @@
 #include <arpa/inet.h>
 
 #include "common/parse.h"
+#include "hw/nand_sim.h" /* presets */
 #include "server/flashd.h"
 
 /* Limits of the [server] numbers. */

@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hw/nand_sim.h" /* fault injection (NAND_CAP_SIM) */
 #include "server/flashd.h"
 #include "server/nbd_proto.h"
 
@@ -234,9 +235,26 @@ static int dimm_close_ftl(struct dimm *d)
 	return rc;
 }
 
+/* Close the NAND device (after the FTL), and stop watching it. */
+static void dimm_close_dev(struct dimm *d)
+{
+	if (d->nand_ev) {
+		event_free(d->nand_ev);
+		d->nand_ev = NULL;
+	}
+	nand_close(d->dev);
+	d->dev = NULL;
+}
+
+/* The backend has completions ready (its event fd): the FTL collects them. */
+static void nand_event_cb(evutil_socket_t fd, short what, void *arg)
+{
+	dimm_kick(arg);
+}
+
 /* ---- opening ------------------------------------------------------------ */
 
-/* What the simulator noticed and repaired while opening the image. */
+/* What the backend noticed and repaired while opening the medium. */
 static void sim_notice(void *arg, const char *msg)
 {
 	struct dimm *d = arg;
@@ -352,10 +370,11 @@ static int dimm_open_media(struct dimm *d, bool strict, char *err, size_t errlen
 		return -ECANCELED;
 	}
 	bool exists = stat(c->image, &st) == 0;
-	struct nand_sim_config nc = { .preset = c->preset, .path = c->image, .create = !exists,
-				      .readonly = c->readonly && exists, .timing = c->timing,
-				      .sync_on_flush = c->sync, .log = sim_notice, .log_arg = d };
-	int rc = nand_sim_open(&nc, &d->dev, err, errlen);
+	struct nand_spec ns = { .path = c->image, .preset = c->preset,
+				.create = !exists, .readonly = c->readonly && exists,
+				.timing = c->timing, .sync_on_flush = c->sync, .log = sim_notice,
+				.log_arg = d };
+	int rc = nand_open(&ns, &d->dev, err, errlen);
 	if (rc) {
 		d->dev = NULL;
 		return rc;
@@ -416,6 +435,17 @@ static int dimm_open_media(struct dimm *d, bool strict, char *err, size_t errlen
 	rc = ftl_open(d->dev, &op, &d->ftl, err, errlen);
 	if (rc)
 		goto fail;
+	if (nand_event_fd(d->dev) >= 0) {
+		/* a backend that completes on its own threads wakes this loop */
+		d->nand_ev = event_new(d->base, nand_event_fd(d->dev), EV_READ | EV_PERSIST,
+				       nand_event_cb, d);
+		if (!d->nand_ev || event_add(d->nand_ev, NULL) < 0) {
+			snprintf(err, errlen, "cannot watch the NAND backend's completions");
+			dimm_close_ftl(d);
+			rc = -ENOMEM;
+			goto fail;
+		}
+	}
 	ftl_get_info(d->ftl, &d->info);
 	d->size = d->info.capacity;
 	char desc[256];
@@ -435,8 +465,7 @@ static int dimm_open_media(struct dimm *d, bool strict, char *err, size_t errlen
 	return 0;
 fail:
 	d->ftl = NULL;
-	nand_close(d->dev);
-	d->dev = NULL;
+	dimm_close_dev(d);
 	return rc ? rc : -EIO;
 }
 
@@ -478,12 +507,12 @@ static void cmd_format(struct dimm *d, struct dimm_cmd *cmd)
 	}
 	struct stat st;
 	bool exists = stat(c->image, &st) == 0;
-	struct nand_sim_config nc = { .preset = c->preset, .path = c->image, .create = !exists,
-				      .timing = c->timing, .sync_on_flush = true, .log = sim_notice,
-				      .log_arg = d };
+	struct nand_spec ns = { .path = c->image, .preset = c->preset,
+				.create = !exists, .timing = c->timing, .sync_on_flush = true,
+				.log = sim_notice, .log_arg = d };
 	struct nand_dev *dev;
 	char err[512] = "";
-	int rc = nand_sim_open(&nc, &dev, err, sizeof err);
+	int rc = nand_open(&ns, &dev, err, sizeof err);
 	if (rc) {
 		cmd_msg(cmd, rc, "%s: %s", c->name, err[0] ? err : strerror(-rc));
 		return;
@@ -563,8 +592,7 @@ static void op_progress(struct dimm *d)
 		d->op = NULL;
 		evtimer_del(d->op_ev);
 		int rc = dimm_close_ftl(d);
-		nand_close(d->dev);
-		d->dev = NULL;
+		dimm_close_dev(d);
 		if (rc) {
 			log_err("%s: detached; closing the FTL failed: %s", d->cfg->name, strerror(-rc));
 			cmd_msg(cmd, 0, "%s detached; closing the FTL failed: %s (the next attach "
@@ -631,7 +659,7 @@ static void cmd_inject(struct dimm *d, struct dimm_cmd *cmd)
 		cmd_msg(cmd, -ENODEV, "%s is detached: nothing to inject into", name);
 		return;
 	}
-	if (!nand_is_sim(d->dev)) {
+	if (!(d->dev->caps & NAND_CAP_SIM)) {
 		cmd_msg(cmd, -EOPNOTSUPP, "%s is not a simulated ioDimm: faults are injected into the "
 			"simulator only", name);
 		return;
@@ -939,10 +967,7 @@ static void *dimm_main(void *arg)
 		else
 			log_info("%s: closed cleanly (checkpoint written)", d->cfg->name);
 	}
-	if (d->dev) {
-		nand_close(d->dev);
-		d->dev = NULL;
-	}
+	dimm_close_dev(d);
 	/* commands posted before the stop but not run: every one comes back */
 	pthread_mutex_lock(&d->lock);
 	struct dimm_cmd *cmds = d->cmds;

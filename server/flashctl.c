@@ -46,6 +46,7 @@
 
 #include "common/parse.h"
 #include "ftl/ftl.h"
+#include "hw/nand_sim.h" /* presets */
 #include "server/version.h"
 
 static const char *prog = "flashctl";
@@ -187,11 +188,12 @@ static void sim_notice(void *arg, const char *msg)
 
 static struct nand_dev *open_image(const char *path, const char *preset, bool create, bool ro)
 {
-	struct nand_sim_config cfg = { .preset = preset, .path = path, .create = create,
-				       .readonly = ro, .sync_on_flush = true, .log = sim_notice };
+	struct nand_spec spec = { .path = path, .preset = preset,
+				  .create = create, .readonly = ro, .sync_on_flush = true,
+				  .log = sim_notice };
 	struct nand_dev *d;
 	char err[512];
-	int rc = nand_sim_open(&cfg, &d, err, sizeof err);
+	int rc = nand_open(&spec, &d, err, sizeof err);
 	if (rc == -EBUSY)
 		die("%s (a running flashd owns it: use 'flashctl status', or stop it first)", err);
 	if (rc)
@@ -794,11 +796,11 @@ static int cmd_simulate(int argc, char **argv)
 			path = tmp;
 		}
 	}
-	struct nand_sim_config cfg = { .preset = preset, .path = path, .create = true,
-				       .timing = timing, .seed = seed };
+	struct nand_spec spec = { .backend = "sim", .preset = preset, .path = path, .create = true,
+				  .timing = timing, .seed = seed };
 	struct nand_dev *d;
 	char err[512];
-	if (nand_sim_open(&cfg, &d, err, sizeof err))
+	if (nand_open(&spec, &d, err, sizeof err))
 		die("%s", err);
 	if (path && !image)
 		unlink(path);

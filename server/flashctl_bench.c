@@ -39,6 +39,7 @@
 
 #include "common/parse.h"
 #include "ftl/ftl.h"
+#include "hw/nand_sim.h" /* the simulator only: virtual clock, metadata-only media */
 
 int cmd_bench(int argc, char **argv);
 

@@ -386,6 +386,7 @@ struct dimm {
 	struct event *timer_ev;     /* next FTL deadline (timed media) */
 	struct event *deadline_ev;  /* shutdown: force-close what is still open */
 	struct event *op_ev;        /* detach / checkpoint: deadline of the drain */
+	struct event *nand_ev;      /* the NAND backend's completions (its event fd) */
 	bool stopping;              /* stop seen by the thread, deadline armed */
 	LIST_HEAD(conn_list, conn) conns; /* connections in transmission */
 	struct conn *dirty;         /* connections with replies to send */

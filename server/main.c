@@ -57,6 +57,7 @@
 #include <event2/thread.h>
 
 #include "common/parse.h"
+#include "hw/nand_sim.h" /* presets */
 #include "server/flashd.h"
 
 #define DEFAULT_CONFIG "/etc/flashd/flashd.conf"

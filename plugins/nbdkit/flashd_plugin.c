@@ -31,6 +31,7 @@
 
 #include "common/parse.h"
 #include "ftl/ftl.h"
+#include "hw/nand_sim.h" /* presets */
 
 #define MAX_REQUEST (32u << 20)
 
@@ -289,10 +290,12 @@ static int flashd_get_ready(void)
 		return -1;
 	}
 	ftl_set_logger(ftl_log_to_nbdkit, NULL);
-	struct nand_sim_config nc = { .preset = preset, .path = image, .create = !exists,
-				      .timing = timing, .sync_on_flush = sync_on_flush,
-				      .log = sim_log_to_nbdkit };
-	int rc = nand_sim_open(&nc, &dev, err, sizeof err);
+	/* the simulator only: a backend with threads of its own (mtd) would
+	 * lose them when nbdkit forks after this */
+	struct nand_spec ns = { .backend = "sim", .path = image, .preset = preset,
+				.create = !exists, .timing = timing, .sync_on_flush = sync_on_flush,
+				.log = sim_log_to_nbdkit };
+	int rc = nand_open(&ns, &dev, err, sizeof err);
 	if (rc) {
 		nbdkit_error("flashd: %s", err);
 		return -1;

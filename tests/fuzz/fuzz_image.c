@@ -62,6 +62,7 @@
 
 #include "common/crc32c.h"
 #include "ftl/ftl.h"
+#include "hw/nand_sim.h"
 #include "ftl/ftl_int.h"
 #include "ftl/media.h"
 #include "hw/nand.h"

@@ -24,6 +24,7 @@
 #include <stdarg.h>
 
 #include "ftl/ftl.h"
+#include "hw/nand_sim.h"
 #include "tests/unit/t.h"
 
 #ifdef T_MODEL_DEFAULT_OPS /* set for the sanitizer build: fewer batches */

@@ -4,6 +4,7 @@
  * format or the new; each check names what it proves.
  */
 #include "ftl/ftl.h"
+#include "hw/nand_sim.h"
 #include "tests/unit/t.h"
 
 static void fill(uint8_t *buf, size_t len, uint64_t tag)

@@ -6,6 +6,7 @@
  * EROFS), never wrong data.
  */
 #include "ftl/ftl.h"
+#include "hw/nand_sim.h"
 #include "tests/unit/t.h"
 
 static void fill(uint8_t *b, uint64_t unit, uint32_t ver)

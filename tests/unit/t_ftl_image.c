@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #include "ftl/ftl_int.h"
+#include "hw/nand_sim.h"
 #include "tests/fuzz/image_craft.h"
 #include "tests/unit/t.h"
 

@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "ftl/ftl_int.h"
+#include "hw/nand_sim.h"
 #include "tests/unit/t.h"
 
 static void fill(uint8_t *b, uint64_t unit, uint32_t ver)

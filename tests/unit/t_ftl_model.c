@@ -43,6 +43,7 @@
 #include <stddef.h>
 
 #include "ftl/ftl_int.h" /* damage_checkpoint: the checkpoints kept */
+#include "hw/nand_sim.h"
 #include "tests/unit/t.h"
 
 #define SUB 512 /* model granularity: 512-byte sub-sectors */

@@ -53,7 +53,8 @@
  *                (real clock and virtual clock)
  * Errors must be errors (EIO), never wrong data.
  */
-#include "ftl/ftl_int.h" /* gc_hole: GC's open stripes */
+#include "ftl/ftl_int.h"
+#include "hw/nand_sim.h" /* gc_hole: GC's open stripes */
 #include "tests/unit/t.h"
 
 static void fill(uint8_t *b, uint64_t unit, uint32_t ver)

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "ftl/ftl_int.h"
+#include "hw/nand_sim.h"
 #include "tests/unit/t.h"
 
 /* ---- allocation failure injection (linked with --wrap) ------------------ */

@@ -18,6 +18,7 @@
  *                  close while stopped does not wait for the cooling
  */
 #include "ftl/ftl.h"
+#include "hw/nand_sim.h"
 #include "tests/unit/t.h"
 
 #define NS_PER_YEAR (365ull * 24 * 3600 * 1000000000ull)

@@ -1,0 +1,50 @@
+/*
+ * hw/nand_backend.h - what a NAND backend implements, and the generic
+ * layer's helpers for it (internal to hw/; the FTL and the server see
+ * hw/nand.h only).
+ *
+ * Adding a backend NAME:
+ *   1. hw/nand_NAME.c: a struct nand_ops (every operation without "Optional"
+ *      or a capability in hw/nand.h), and nand_NAME_open() below, which
+ *      fills the struct nand_dev it returns: ops, geo, preset (what the
+ *      device is), caps, event_fd (-1, or an eventfd it writes when a
+ *      completion is ready), ecc_bits / ecc_codeword_bytes if known,
+ *      rated_pe_cycles if known.
+ *   2. One line in the table in hw/nand.c (the name `backend =` takes).
+ *   3. poll hands each completion over with nand_deliver() (it keeps the
+ *      in-flight count); completions made on other threads wait in the
+ *      backend until poll, so op->done always runs on the owner's thread.
+ *   4. Keep the NAND rules of hw/nand.h whatever the medium lets through;
+ *      tests/unit/t_nand_conformance.c checks them (FLASHD_TEST_NAND names a
+ *      device of the new backend to check).
+ */
+#ifndef FLASHD_HW_NAND_BACKEND_H
+#define FLASHD_HW_NAND_BACKEND_H
+
+#include "hw/nand.h"
+
+/* One entry of the backend table. */
+struct nand_backend {
+	const char *name;
+	int (*open)(const struct nand_spec *spec, struct nand_dev **out, char *err, size_t errlen);
+};
+
+int nand_sim_open_spec(const struct nand_spec *spec, struct nand_dev **out, char *err,
+		       size_t errlen);
+
+/* Hand a completed operation to its owner (from the backend's poll, on the
+ * owner's thread). */
+static inline void nand_deliver(struct nand_dev *d, struct nand_op *op)
+{
+	d->inflight--;
+	op->done(op);
+}
+
+/* Every queued operation was dropped without a completion (the simulator's
+ * power cut: they belong to the world before it). */
+static inline void nand_abandon_all(struct nand_dev *d)
+{
+	d->inflight = 0;
+}
+
+#endif

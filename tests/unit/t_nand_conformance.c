@@ -1,0 +1,505 @@
+/*
+ * t_nand_conformance - the NAND rules of hw/nand.h, checked the same way on
+ * every backend through nand_open() alone: erased pages read 0xFF (data and
+ * spare), programs in order, each page once, a refused program writes
+ * nothing, per-die completion order, the status codes of invalid addresses
+ * and bad blocks, the in-flight count and the event fd.
+ *
+ * Always: the simulator (RAM, untimed and with its timing model), and
+ * "async", a backend of this test that runs the simulator on a worker
+ * thread and signals completions on an event fd, as the mtd backend does;
+ * the FTL then formats, writes, closes (every operation delivered before
+ * close returns) and reopens on it.
+ */
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ftl/ftl.h"
+#include "hw/nand_backend.h"
+#include "tests/unit/t.h"
+
+struct done_log {
+	struct nand_op *order[64];
+	int n;
+};
+
+static void on_done(struct nand_op *op)
+{
+	struct done_log *l = op->priv;
+	if (l->n < 64)
+		l->order[l->n] = op;
+	l->n++;
+}
+
+/* Submit ops[0..n) at once; deliver all (in the log, in completion order). */
+static void run(struct nand_dev *d, struct nand_op *ops, int n, struct done_log *l)
+{
+	l->n = 0;
+	uint64_t before = d->inflight;
+	for (int i = 0; i < n; i++) {
+		ops[i].done = on_done;
+		ops[i].priv = l;
+		CHECK_RC(nand_submit(d, &ops[i]));
+	}
+	CHECK_EQ(d->inflight, before + (uint64_t)n);
+	while (l->n < n) {
+		nand_wait_until(d, nand_next_due(d));
+		nand_poll(d, nand_now(d));
+	}
+	CHECK_EQ(l->n, n);
+	CHECK_EQ(d->inflight, before);
+}
+
+static enum nand_status op1(struct nand_dev *d, enum nand_op_type type, uint32_t block,
+			    uint32_t page, void *data, void *spare)
+{
+	struct nand_op op = { .type = type, .block = block, .page = page, .data = data,
+			      .spare = spare };
+	struct done_log l;
+	run(d, &op, 1, &l);
+	return op.status;
+}
+
+static bool good_read(enum nand_status st)
+{
+	return st == NAND_OK || st == NAND_CORRECTED;
+}
+
+static bool all_ff(const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != 0xFF)
+			return false;
+	return true;
+}
+
+static void fill(uint8_t *p, size_t n, uint64_t seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)t_rand(&seed);
+	if (!seed)
+		p[0] = 0;
+}
+
+/* The first good block of die (at or after its block skip). */
+static uint32_t good_block(struct nand_dev *d, uint32_t die, uint32_t skip)
+{
+	const struct nand_geometry *g = &d->geo;
+	for (uint32_t i = skip; i < g->blocks_per_die; i++) {
+		uint32_t b = die * g->blocks_per_die + i;
+		if (!nand_factory_bad(d, b))
+			return b;
+	}
+	fprintf(stderr, "no good block on die %u\n", die);
+	exit(1);
+}
+
+static void check_device(struct nand_dev *d, const char *what, bool must_have_bad)
+{
+	const struct nand_geometry *g = &d->geo;
+	uint32_t ps = g->page_size, ss = g->spare_size, ppb = g->pages_per_block;
+	printf("%s: backend %s (%s): %u dies, %u blocks/die, %u pages/block, %u+%u bytes, caps %#x\n",
+	       what, nand_backend_name(d), d->preset, nand_dies(g), g->blocks_per_die, ppb, ps, ss,
+	       d->caps);
+	CHECK(ps >= 512 && ps % 512 == 0 && ss > 0 && ppb >= 8 && nand_dies(g) >= 1);
+	uint8_t *data = malloc(ps), *spare = malloc(ss), *rd = malloc(ps), *rs = malloc(ss);
+	uint8_t *d2 = malloc(ps), *s2 = malloc(ss);
+	CHECK(data && spare && rd && rs && d2 && s2);
+	uint32_t b = good_block(d, 0, 1);
+
+	/* erased: all 0xFF, data and spare */
+	CHECK_EQ(op1(d, NAND_OP_ERASE, b, 0, NULL, NULL), NAND_OK);
+	for (uint32_t p = 0; p < ppb; p += ppb / 4) {
+		memset(rd, 0, ps);
+		memset(rs, 0, ss);
+		CHECK(good_read(op1(d, NAND_OP_READ, b, p, rd, rs)));
+		CHECK(all_ff(rd, ps) && all_ff(rs, ss));
+	}
+
+	/* programs in order; read back whole; spare alone */
+	for (uint32_t p = 0; p < 3; p++) {
+		fill(data, ps, 100 + p);
+		fill(spare, ss, 200 + p);
+		CHECK_EQ(op1(d, NAND_OP_PROGRAM, b, p, data, spare), NAND_OK);
+	}
+	for (uint32_t p = 0; p < 3; p++) {
+		fill(data, ps, 100 + p);
+		fill(spare, ss, 200 + p);
+		CHECK(good_read(op1(d, NAND_OP_READ, b, p, rd, rs)));
+		CHECK(!memcmp(rd, data, ps) && !memcmp(rs, spare, ss));
+		memset(rs, 0, ss);
+		CHECK(good_read(op1(d, NAND_OP_READ, b, p, NULL, rs)));
+		CHECK(!memcmp(rs, spare, ss));
+	}
+
+	/* program-once: page 1 again fails and leaves it as it was */
+	fill(d2, ps, 7);
+	fill(s2, ss, 8);
+	CHECK_EQ(op1(d, NAND_OP_PROGRAM, b, 1, d2, s2), NAND_PROGRAM_FAILED);
+	fill(data, ps, 101);
+	fill(spare, ss, 201);
+	CHECK(good_read(op1(d, NAND_OP_READ, b, 1, rd, rs)));
+	CHECK(!memcmp(rd, data, ps) && !memcmp(rs, spare, ss));
+
+	/* out of order: page 5 before 3 fails and writes nothing; 3 then goes */
+	CHECK_EQ(op1(d, NAND_OP_PROGRAM, b, 5, d2, s2), NAND_PROGRAM_FAILED);
+	CHECK(good_read(op1(d, NAND_OP_READ, b, 5, rd, rs)));
+	CHECK(all_ff(rd, ps) && all_ff(rs, ss));
+	/* no spare: it reads erased */
+	fill(data, ps, 103);
+	CHECK_EQ(op1(d, NAND_OP_PROGRAM, b, 3, data, NULL), NAND_OK);
+	CHECK(good_read(op1(d, NAND_OP_READ, b, 3, rd, rs)));
+	CHECK(!memcmp(rd, data, ps) && all_ff(rs, ss));
+	/* no data: refused, the page stays erased */
+	CHECK_EQ(op1(d, NAND_OP_PROGRAM, b, 4, NULL, s2), NAND_PROGRAM_FAILED);
+	CHECK(good_read(op1(d, NAND_OP_READ, b, 4, rd, rs)));
+	CHECK(all_ff(rd, ps) && all_ff(rs, ss));
+
+	/* one die, submitted together: completions in submission order, each
+	 * seeing the ones before (old data, erased, new data) */
+	struct nand_op ops[6] = {
+		{ .type = NAND_OP_READ, .block = b, .page = 0, .data = rd, .spare = rs },
+		{ .type = NAND_OP_ERASE, .block = b },
+		{ .type = NAND_OP_READ, .block = b, .page = 0, .data = d2, .spare = s2 },
+		{ .type = NAND_OP_PROGRAM, .block = b, .page = 0, .data = data, .spare = spare },
+		{ .type = NAND_OP_PROGRAM, .block = b, .page = 1, .data = data, .spare = spare },
+	};
+	uint8_t *d3 = malloc(ps), *s3 = malloc(ss);
+	CHECK(d3 && s3);
+	ops[5] = (struct nand_op){ .type = NAND_OP_READ, .block = b, .page = 1, .data = d3, .spare = s3 };
+	uint8_t *old = malloc(ps);
+	CHECK(old);
+	fill(old, ps, 100);
+	fill(data, ps, 300);
+	fill(spare, ss, 301);
+	struct done_log l;
+	run(d, ops, 6, &l);
+	for (int i = 0; i < 6; i++)
+		CHECK(l.order[i] == &ops[i]);
+	CHECK(good_read(ops[0].status) && !memcmp(rd, old, ps));
+	CHECK_EQ(ops[1].status, NAND_OK);
+	CHECK(good_read(ops[2].status) && all_ff(d2, ps) && all_ff(s2, ss));
+	CHECK_EQ(ops[3].status, NAND_OK);
+	CHECK_EQ(ops[4].status, NAND_OK);
+	CHECK(good_read(ops[5].status) && !memcmp(d3, data, ps) && !memcmp(s3, spare, ss));
+
+	/* several dies at once: every completion comes, each die in its order */
+	if (nand_dies(g) > 1) {
+		struct nand_op mops[8];
+		uint32_t nd = nand_dies(g) < 4 ? nand_dies(g) : 4, n = 0;
+		for (uint32_t die = 0; die < nd; die++) {
+			uint32_t bb = good_block(d, die, g->blocks_per_die / 2);
+			mops[n++] = (struct nand_op){ .type = NAND_OP_ERASE, .block = bb };
+			mops[n++] = (struct nand_op){ .type = NAND_OP_PROGRAM, .block = bb, .page = 0,
+						      .data = data, .spare = spare };
+		}
+		run(d, mops, (int)n, &l);
+		for (uint32_t die = 0; die < nd; die++) {
+			int at_erase = -1, at_program = -1;
+			for (int i = 0; i < l.n; i++) {
+				if (l.order[i] == &mops[2 * die])
+					at_erase = i;
+				if (l.order[i] == &mops[2 * die + 1])
+					at_program = i;
+			}
+			CHECK(at_erase >= 0 && at_program > at_erase);
+			CHECK_EQ(mops[2 * die].status, NAND_OK);
+			CHECK_EQ(mops[2 * die + 1].status, NAND_OK);
+		}
+	}
+
+	/* status codes: addresses out of range are NAND_INVALID */
+	CHECK_EQ(op1(d, NAND_OP_READ, nand_blocks(g), 0, rd, rs), NAND_INVALID);
+	CHECK_EQ(op1(d, NAND_OP_READ, b, ppb, rd, rs), NAND_INVALID);
+	CHECK_EQ(op1(d, NAND_OP_PROGRAM, nand_blocks(g), 0, data, spare), NAND_INVALID);
+	CHECK_EQ(op1(d, NAND_OP_ERASE, nand_blocks(g), 0, NULL, NULL), NAND_INVALID);
+
+	/* a block marked bad takes no program or erase */
+	uint32_t bad = UINT32_MAX;
+	for (uint32_t i = 0; i < nand_blocks(g) && bad == UINT32_MAX; i++)
+		if (nand_factory_bad(d, i))
+			bad = i;
+	if (must_have_bad)
+		CHECK(bad != UINT32_MAX);
+	if (bad != UINT32_MAX) {
+		CHECK_EQ(op1(d, NAND_OP_ERASE, bad, 0, NULL, NULL), NAND_BLOCK_BAD);
+		CHECK_EQ(op1(d, NAND_OP_PROGRAM, bad, 0, data, spare), NAND_BLOCK_BAD);
+		printf("%s: block %u is marked bad: program and erase refused\n", what, bad);
+	}
+
+	/* the event fd (backends that complete on their own threads): readable
+	 * while a completion waits, drained by nand_poll */
+	int efd = nand_event_fd(d);
+	if (efd >= 0) {
+		struct nand_op op = { .type = NAND_OP_READ, .block = b, .page = 0, .data = rd,
+				      .spare = rs, .done = on_done, .priv = &l };
+		l.n = 0;
+		CHECK_RC(nand_submit(d, &op));
+		struct pollfd pfd = { .fd = efd, .events = POLLIN };
+		CHECK_EQ(poll(&pfd, 1, 10000), 1);
+		CHECK_EQ(nand_next_due(d), 0);
+		CHECK_EQ(nand_poll(d, nand_now(d)), 1);
+		CHECK_EQ(l.n, 1);
+		CHECK_EQ(poll(&pfd, 1, 0), 0);
+		CHECK_EQ(nand_next_due(d), UINT64_MAX);
+		CHECK_EQ(d->inflight, 0);
+	} else {
+		CHECK(nand_next_due(d) == UINT64_MAX);
+	}
+	/* what the test wrote is erased again */
+	CHECK_EQ(op1(d, NAND_OP_ERASE, b, 0, NULL, NULL), NAND_OK);
+	free(data);
+	free(spare);
+	free(rd);
+	free(rs);
+	free(d2);
+	free(s2);
+	free(d3);
+	free(s3);
+	free(old);
+	printf("%s: ok\n", what);
+}
+
+/* ---- "async": the simulator behind a worker thread and an event fd ---- */
+
+struct async_dev {
+	struct nand_dev dev;
+	struct nand_dev *inner;      /* touched by the worker only, once open */
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool stop;
+	struct nand_op *qhead, *qtail; /* submitted */
+	struct nand_op *dhead, *dtail; /* done, not delivered */
+};
+
+static void inner_done(struct nand_op *op)
+{
+	*(bool *)op->priv = true;
+}
+
+static void *async_main(void *arg)
+{
+	struct async_dev *a = arg;
+	pthread_mutex_lock(&a->mu);
+	for (;;) {
+		while (!a->qhead && !a->stop)
+			pthread_cond_wait(&a->cv, &a->mu);
+		if (a->stop)
+			break;
+		struct nand_op *op = a->qhead;
+		a->qhead = op->next;
+		if (!a->qhead)
+			a->qtail = NULL;
+		pthread_mutex_unlock(&a->mu);
+		/* a while on the "chip": the owner gets to wait */
+		struct timespec ts = { 0, 20000 };
+		nanosleep(&ts, NULL);
+		bool done = false;
+		struct nand_op in = { .type = op->type, .block = op->block, .page = op->page,
+				      .data = op->data, .spare = op->spare, .flags = op->flags,
+				      .done = inner_done, .priv = &done };
+		CHECK_RC(nand_submit(a->inner, &in));
+		while (!done)
+			nand_poll(a->inner, nand_now(a->inner));
+		op->status = in.status;
+		op->err = in.err;
+		op->corrected_bits = in.corrected_bits;
+		op->corrected_max = in.corrected_max;
+		op->next = NULL;
+		pthread_mutex_lock(&a->mu);
+		if (a->dtail) {
+			a->dtail->next = op;
+		} else {
+			a->dhead = op;
+			uint64_t one = 1;
+			CHECK(write(a->dev.event_fd, &one, sizeof one) == sizeof one);
+		}
+		a->dtail = op;
+	}
+	pthread_mutex_unlock(&a->mu);
+	return NULL;
+}
+
+static int async_submit(struct nand_dev *d, struct nand_op *op)
+{
+	struct async_dev *a = (struct async_dev *)d;
+	op->next = NULL;
+	pthread_mutex_lock(&a->mu);
+	if (a->qtail)
+		a->qtail->next = op;
+	else
+		a->qhead = op;
+	a->qtail = op;
+	pthread_cond_signal(&a->cv);
+	pthread_mutex_unlock(&a->mu);
+	return 0;
+}
+
+static int async_poll(struct nand_dev *d, uint64_t now)
+{
+	struct async_dev *a = (struct async_dev *)d;
+	pthread_mutex_lock(&a->mu);
+	struct nand_op *op = a->dhead;
+	a->dhead = a->dtail = NULL;
+	uint64_t v;
+	if (op)
+		CHECK(read(d->event_fd, &v, sizeof v) == sizeof v);
+	pthread_mutex_unlock(&a->mu);
+	int n = 0;
+	while (op) {
+		struct nand_op *next = op->next;
+		nand_deliver(d, op);
+		n++;
+		op = next;
+	}
+	return n;
+}
+
+static uint64_t async_next_due(struct nand_dev *d)
+{
+	struct async_dev *a = (struct async_dev *)d;
+	pthread_mutex_lock(&a->mu);
+	bool ready = a->dhead != NULL;
+	pthread_mutex_unlock(&a->mu);
+	return ready ? 0 : UINT64_MAX;
+}
+
+static int async_sync(struct nand_dev *d)
+{
+	return 0;
+}
+
+static uint32_t async_erase_count(struct nand_dev *d, uint32_t block)
+{
+	return 0;
+}
+
+static bool async_factory_bad(struct nand_dev *d, uint32_t block)
+{
+	return block >= nand_blocks(&d->geo);
+}
+
+static uint64_t async_now(struct nand_dev *d)
+{
+	return nand_now_ns();
+}
+
+static void async_wait_until(struct nand_dev *d, uint64_t t)
+{
+	if (async_next_due(d) == 0)
+		return;
+	uint64_t now = nand_now_ns();
+	int ms = t == UINT64_MAX ? -1 : t <= now ? 0 : (int)((t - now + 999999) / 1000000);
+	struct pollfd pfd = { .fd = d->event_fd, .events = POLLIN };
+	poll(&pfd, 1, ms);
+}
+
+static void async_close(struct nand_dev *d)
+{
+	struct async_dev *a = (struct async_dev *)d;
+	pthread_mutex_lock(&a->mu);
+	a->stop = true;
+	pthread_cond_signal(&a->cv);
+	pthread_mutex_unlock(&a->mu);
+	pthread_join(a->thread, NULL);
+	nand_close(a->inner);
+	close(d->event_fd);
+	free(a);
+}
+
+static const struct nand_ops async_ops = {
+	.name = "async",
+	.submit = async_submit,
+	.poll = async_poll,
+	.next_due = async_next_due,
+	.sync = async_sync,
+	.erase_count = async_erase_count,
+	.factory_bad = async_factory_bad,
+	.now = async_now,
+	.wait_until = async_wait_until,
+	.close = async_close,
+};
+
+static struct nand_dev *async_open(const char *preset)
+{
+	struct async_dev *a = calloc(1, sizeof *a);
+	CHECK(a);
+	char err[256];
+	struct nand_spec spec = { .preset = preset };
+	CHECK_RC(nand_open(&spec, &a->inner, err, sizeof err));
+	a->dev.ops = &async_ops;
+	a->dev.geo = a->inner->geo;
+	snprintf(a->dev.preset, sizeof a->dev.preset, "async:%s", preset);
+	a->dev.event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	CHECK(a->dev.event_fd >= 0);
+	pthread_mutex_init(&a->mu, NULL);
+	pthread_cond_init(&a->cv, NULL);
+	CHECK(pthread_create(&a->thread, NULL, async_main, a) == 0);
+	return &a->dev;
+}
+
+/* The FTL on a backend whose completions come from another thread: format,
+ * write, close (nothing may be left in flight: the backend still owns what
+ * is), reopen, read back. */
+static void ftl_on_async(void)
+{
+	struct nand_dev *d = async_open("test-16m");
+	char err[512];
+	struct ftl_format_params fp = { .sector_size = 4096, .op_percent = 25 };
+	CHECK_RC(ftl_format(d, &fp, err, sizeof err));
+	CHECK_EQ(d->inflight, 0);
+	struct ftl *f;
+	if (ftl_open(d, NULL, &f, err, sizeof err)) {
+		fprintf(stderr, "ftl_open: %s\n", err);
+		exit(1);
+	}
+	uint8_t *buf = malloc(1 << 20), *back = malloc(1 << 20);
+	CHECK(buf && back);
+	fill(buf, 1 << 20, 42);
+	CHECK_RC(ftl_write_sync(f, buf, 0, 1 << 20, 0));
+	CHECK_RC(ftl_write_sync(f, buf, 8 << 20, 256 << 10, 0));
+	CHECK_RC(ftl_close(f));
+	CHECK_EQ(d->inflight, 0);
+	CHECK_RC(ftl_open(d, NULL, &f, err, sizeof err));
+	CHECK_RC(ftl_read_sync(f, back, 0, 1 << 20));
+	CHECK(!memcmp(buf, back, 1 << 20));
+	CHECK_RC(ftl_read_sync(f, back, 8 << 20, 256 << 10));
+	CHECK(!memcmp(buf, back, 256 << 10));
+	CHECK_RC(ftl_close(f));
+	CHECK_EQ(d->inflight, 0);
+	nand_close(d);
+	free(buf);
+	free(back);
+	printf("ftl on async: ok\n");
+}
+
+int main(void)
+{
+	char err[512];
+	struct nand_dev *d;
+	struct nand_spec untimed = { .backend = "sim", .preset = "test-64m-bad", .seed = 7 };
+	CHECK_RC(nand_open(&untimed, &d, err, sizeof err));
+	check_device(d, "sim (untimed)", true);
+	nand_close(d);
+	struct nand_spec timed = { .preset = "test-64m-bad", .seed = 7, .timing = true };
+	CHECK_RC(nand_open(&timed, &d, err, sizeof err));
+	check_device(d, "sim (timing model)", true);
+	nand_close(d);
+
+	d = async_open("test-64m");
+	check_device(d, "async", false);
+	nand_close(d);
+	ftl_on_async();
+
+	struct nand_spec unknown = { .backend = "fpga" };
+	CHECK_EQ(nand_open(&unknown, &d, err, sizeof err), -ENOENT);
+	CHECK(strstr(err, "unknown NAND backend 'fpga'") != NULL);
+
+	printf("ok\n");
+	return 0;
+}
