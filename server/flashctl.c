@@ -17,6 +17,7 @@
  *                         [--capacity BYTES|PCT%] [--op PCT] [--parity-width 0|1] [--yes]
  *   flashctl info IMAGE [--json]
  *   flashctl recover IMAGE [--rebuild-superblock [--sector-size N] [--capacity BYTES]]
+ *   flashctl locate IMAGE OFFSET...
  * The FTL alone:
  *   flashctl simulate --preset P [--op PCT] [--sector-size N]
  *                     [--workload uniform|hotcold:H/C] [--passes K]
@@ -101,6 +102,9 @@ static void usage(FILE *out)
 		"  %s recover IMAGE --rebuild-superblock [--sector-size 512|4096] [--capacity BYTES]\n"
 		"      write a new superblock for the log and newest intact checkpoint found;\n"
 		"      sector size and capacity are needed only if no checkpoint records them\n"
+		"  %s locate IMAGE OFFSET...\n"
+		"      where the FTL keeps the 4 KiB unit of each byte offset: die, block, page and\n"
+		"      the page's NAND address\n"
 		"  %s simulate --preset P [--op PCT] [--sector-size N] [--workload uniform|hotcold:80/20]\n"
 		"           [--passes K] [--reads N] [--ram] [--timing] [--seed S] [--json]\n"
 		"           [--parity-width 0|1] [--flush-every N] [--no-flush-parity]\n"
@@ -112,7 +116,7 @@ static void usage(FILE *out)
 		"      fit: only page metadata is kept); prints IOPS, latency, WA and the physical bound\n"
 		"  %s presets\n",
 		prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog,
-		prog);
+		prog, prog);
 }
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -563,6 +567,46 @@ static int cmd_info(int argc, char **argv)
 		ftl_close(f);
 	nand_close(d);
 	return rc ? 1 : 0;
+}
+
+/* ---- locate ------------------------------------------------------------- */
+
+/* Where the FTL keeps the 4 KiB unit of each byte offset: its die, block,
+ * page and the page's linear NAND address ((block * pages per block + page)
+ * * page size: the MTD address on raw NAND, for nanddump -s). */
+static int cmd_locate(int argc, char **argv)
+{
+	if (argc < 3)
+		die("locate needs an IMAGE and at least one OFFSET");
+	const char *path = argv[1];
+	struct nand_dev *d = open_image(path, NULL, false, true);
+	struct ftl_open_params op = { .readonly = true };
+	struct ftl *f;
+	char err[512];
+	if (ftl_open(d, &op, &f, err, sizeof err)) {
+		nand_close(d);
+		die("%s: %s", path, err);
+	}
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	int rc = 0;
+	for (int i = 2; i < argc; i++) {
+		uint64_t off = opt_uint("OFFSET", argv[i], 0, info.capacity ? info.capacity - 1 : 0);
+		uint64_t unit = off / FTL_UNIT_SIZE;
+		uint32_t die_, block, page;
+		if (ftl_unit_location(f, unit, &die_, &block, &page)) {
+			printf("%" PRIu64 ": unit %" PRIu64 " is not mapped (never written, trimmed or lost)\n",
+			       off, unit);
+			rc = 1;
+			continue;
+		}
+		uint64_t addr = ((uint64_t)block * d->geo.pages_per_block + page) * d->geo.page_size;
+		printf("%" PRIu64 ": unit %" PRIu64 ", die %u, block %u, page %u, NAND address %" PRIu64 "\n",
+		       off, unit, die_, block, page, addr);
+	}
+	ftl_close(f);
+	nand_close(d);
+	return rc;
 }
 
 /* ---- recover ------------------------------------------------------------ */
@@ -1807,6 +1851,8 @@ int main(int argc, char **argv)
 		return cmd_info(argc, argv);
 	if (strcmp(cmd, "recover") == 0)
 		return cmd_recover(argc, argv);
+	if (strcmp(cmd, "locate") == 0)
+		return cmd_locate(argc, argv);
 	if (strcmp(cmd, "bench") == 0)
 		return cmd_bench(argc, argv);
 	if (strcmp(cmd, "simulate") == 0)

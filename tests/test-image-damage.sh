@@ -12,9 +12,9 @@
 #   1b. two bytes of the block table changed (the write pointer of the
 #      superblock's block): detected, rebuilt from the pages, reported, data
 #      intact, no format
-#   2. bytes flipped in three data pages: reads of those units fail with
-#      EIO, every other unit reads right, crc_errors counts them, the log
-#      says so
+#   2. bytes flipped in three data pages (where `flashctl locate` says the
+#      FTL has them): reads of those units fail with EIO, every other unit
+#      reads right, crc_errors counts them, the log says so
 #   8. a checkpoint map page damaged: rebuilt from the checkpoint's parity
 #      (logged), the checkpoint loads; then page 0 of every map and parity
 #      block damaged: flashd warns, status shows it, every write is there
@@ -110,8 +110,21 @@ stop_flashd
 ok "block table damage detected, rebuilt from the pages, reported; data intact"
 
 # ---- 2: flipped data bits ------------------------------------------------------------
-# units 10, 500 and 3000 (4 KiB each) of dimm0
-$TOOL "$IMG" flip-units 10 500 3000 || fail "flipping data pages"
+# units 10, 500 and 3000 (4 KiB each) of dimm0: flashctl locate says where
+# the FTL has them, the tool finds the same pages by their spares
+"$FLASHCTL" locate "$IMG" $((10 * 4096)) $((500 * 4096)) $((3000 * 4096)) >"$T/locate.txt" ||
+	fail "flashctl locate: $(cat "$T/locate.txt")"
+$TOOL "$IMG" flip-units 10 500 3000 >"$T/flip.txt" || fail "flipping data pages"
+cat "$T/locate.txt" "$T/flip.txt"
+for u in 10 500 3000; do
+	a=$(sed -n "s/^$((u * 4096)): unit $u, die [0-9]*, block [0-9]*, page [0-9]*, NAND address \([0-9]*\)$/\1/p" "$T/locate.txt")
+	[ -n "$a" ] && grep -qx "unit $u: page $((a / 4096)) flipped" "$T/flip.txt" ||
+		fail "unit $u: flashctl locate and the image's spares disagree"
+done
+rc=0
+"$FLASHCTL" locate "$IMG" $((30 << 20)) >"$T/locate.txt" || rc=$?
+[ $rc = 1 ] && grep -q "unit 7680 is not mapped" "$T/locate.txt" ||
+	fail "flashctl locate of an unwritten unit: exit $rc, $(cat "$T/locate.txt")"
 start_flashd --config "$T/flashd.conf" --timing off
 "$PYTHON" - "$FLASHD_URI0" "$DATA" <<'PY' || fail "reads of flipped units"
 import sys, nbd
