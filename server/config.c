@@ -9,13 +9,16 @@
  *              buffer_limit, shutdown_timeout, poll_us, timing,
  *              fault_injection, log, verbose, allow_degraded, tls, unix_tls,
  *              tls_certificates, tls_psk, tls_verify_peer, unix_mode,
- *              unix_group, control_mode, control_group, umask
+ *              unix_group, control_mode, control_group, umask,
+ *              reserves_warn, endurance_warn, temperature_warn (health
+ *              thresholds)
  *              (listen = ADDR tls=MODE: that listener's TLS mode)
  *   [card NAME]  model, timing (default for its ioDimms)
  *   [dimm NAME]  card, preset, image, export, description, readonly,
  *              sector_size, capacity (BYTES or PCT% of stock), op, parity_width,
  *              timing, sync,
- *              tls, allow and allow_ro (repeatable; common/acl.h), list_denied
+ *              tls, allow and allow_ro (repeatable; common/acl.h), list_denied,
+ *              reserves_warn, endurance_warn, temperature_warn (else [server]'s)
  * See conf/flashd.conf for the documented example.
  *
  * Strictness (every error names the file, line, section, key and value):
@@ -480,6 +483,43 @@ static char *path_from_file(const char *cfg_path, const char *value)
 	return p;
 }
 
+/*
+ * A health threshold key (reserves_warn, endurance_warn, temperature_warn)
+ * of [server] or a [dimm] into lim: 1 if key is one, 0 if not, -1 with why
+ * if its value is bad.  Percentages may carry a %.
+ */
+static int health_key(struct health_limits *lim, const char *key, const char *value, char *why,
+		      size_t len)
+{
+	double f;
+	size_t n = strlen(value);
+	bool pct = n && value[n - 1] == '%';
+	if (!strcmp(key, "reserves_warn") || !strcmp(key, "endurance_warn")) {
+		bool res = key[0] == 'r';
+		double max = res ? 100 : 1000;
+		if (pct ? parse_percent(value, 0, max, &f) : parse_double(value, 0, max, &f)) {
+			snprintf(why, len, "%s, from 0 to %.0f (a warning %s)",
+				 res ? "percent of the reserves left" : "percent of the rated P/E cycles used",
+				 max, res ? "below it" : "from it on");
+			return -1;
+		}
+		*(res ? &lim->reserves_warn : &lim->endurance_warn) = f;
+		lim->set |= res ? HL_RESERVES : HL_ENDURANCE;
+		return 1;
+	}
+	if (!strcmp(key, "temperature_warn")) {
+		if (parse_double(value, -40, 150, &f)) {
+			snprintf(why, len, "degrees C, from -40 to 150 (a warning from it on; writes are "
+				 "throttled at 78)");
+			return -1;
+		}
+		lim->temperature_warn = f;
+		lim->set |= HL_TEMPERATURE;
+		return 1;
+	}
+	return 0;
+}
+
 static int handler(void *user, const char *section, const char *key, const char *value)
 {
 	struct parse_ctx *x = user;
@@ -513,6 +553,11 @@ static int handler(void *user, const char *section, const char *key, const char 
 	}
 
 	if (!strcmp(section, "server")) {
+		int hk = health_key(&cfg->health, key, value, why, sizeof why);
+		if (hk < 0)
+			BAD("%s", why);
+		if (hk > 0)
+			return 1;
 		if (!strcmp(key, "listen")) {
 			if (check_listen_spec(value, why, sizeof why))
 				BAD("%s", why);
@@ -659,6 +704,11 @@ static int handler(void *user, const char *section, const char *key, const char 
 	const char *dimm_name = section_kind(section, "dimm");
 	if (dimm_name) {
 		struct dimm_cfg *d = dimm_add(cfg, dimm_name);
+		int hk = health_key(&d->health, key, value, why, sizeof why);
+		if (hk < 0)
+			BAD("%s", why);
+		if (hk > 0)
+			return 1;
 		if (!strcmp(key, "card")) {
 			free(d->card);
 			d->card = xstrdup(value);

@@ -98,8 +98,10 @@ struct ctl_req {
 	struct evhttp_request *req;  /* NULL once answered */
 	enum ctl_kind kind;
 	bool text, all;              /* status: ?format=text, &all=1 */
+	bool color;                  /* status text: &color=1, ANSI colours for a terminal */
 	int only;                    /* one ioDimm's status (its index), or -1 */
 	struct dimm_status *st;      /* per ioDimm */
+	struct health *h;            /* per ioDimm, from st (health_eval at the answer) */
 	bool timed_out;
 	int pending;                 /* commands posted, not yet back */
 	struct event *timeout;
@@ -257,7 +259,7 @@ static const char *snapshot_note(const struct ctl_req *cr, const struct dimm_sta
 	if (st->answered)
 		return NULL;
 	if (!strcmp(st->state, "attached") || !strcmp(st->state, "detached") ||
-	    !strcmp(st->state, "failed")) {
+	    !strcmp(st->state, "failed") || !strcmp(st->state, "checkpointing")) {
 		if (!cr->timed_out)
 			return NULL;
 		snprintf(buf, len, "the ioDimm thread did not answer within %d s (busy): no figures",
@@ -266,6 +268,59 @@ static const char *snapshot_note(const struct ctl_req *cr, const struct dimm_sta
 	}
 	snprintf(buf, len, "%s: figures are shown once that is done", st->state);
 	return buf;
+}
+
+/* "health": {"state", "reasons": [{"reason", "level", "message", "action"}...]} */
+static void json_health(struct evbuffer *b, const struct health *h)
+{
+	evbuffer_add_printf(b, "{\"state\": \"%s\", \"reasons\": [", health_state_name(h->state));
+	for (int i = 0; i < h->n; i++) {
+		const struct health_item *it = &h->item[i];
+		evbuffer_add_printf(b, "%s{\"reason\": \"%s\", \"level\": \"%s\", \"message\": ",
+				    i ? ", " : "", health_reason_name(it->reason),
+				    health_state_name(it->level));
+		json_str(b, it->msg);
+		evbuffer_add_printf(b, ", \"action\": ");
+		json_str(b, it->action);
+		evbuffer_add_printf(b, "}");
+	}
+	evbuffer_add_printf(b, "]}");
+}
+
+/* Each ioDimm's health from its snapshot (the one model: health.c). */
+static void eval_health(struct ctl_req *cr)
+{
+	struct server *srv = cr->srv;
+	for (int i = 0; i < srv->ndimms; i++) {
+		if (cr->only >= 0 && i != cr->only)
+			continue;
+		struct health_limits lim;
+		health_limits_of(&srv->cfg, srv->dimms[i].cfg, &lim);
+		health_eval(&cr->st[i], &lim, &cr->h[i]);
+	}
+}
+
+/* The server's health: the worst of its ioDimms' (or the one asked for). */
+static enum health_state req_health(const struct ctl_req *cr)
+{
+	if (cr->only >= 0)
+		return cr->h[cr->only].state;
+	return health_worst(cr->h, cr->srv->ndimms);
+}
+
+/* "dimm0 degraded: <first reason>; dimm1 warning: ..." for the ioDimms
+ * that are not ok ("" if all are). */
+static void health_summary(const struct ctl_req *cr, char *buf, size_t len)
+{
+	size_t n = 0;
+	buf[0] = 0;
+	for (int i = 0; i < cr->srv->ndimms && n < len; i++) {
+		const struct health *h = &cr->h[i];
+		if (h->state == HEALTH_OK)
+			continue;
+		n += (size_t)snprintf(buf + n, len - n, "%s%s %s: %s", n ? "; " : "", cr->st[i].name,
+				      health_state_name(h->state), h->item[0].msg);
+	}
 }
 
 static void json_dimm(struct ctl_req *cr, struct evbuffer *b, const struct dimm_status *st)
@@ -292,6 +347,8 @@ static void json_dimm(struct ctl_req *cr, struct evbuffer *b, const struct dimm_
 		evbuffer_add_printf(b, ", \"note\": ");
 		json_str(b, n);
 	}
+	evbuffer_add_printf(b, ", \"health\": ");
+	json_health(b, &cr->h[st - cr->st]);
 	evbuffer_add_printf(b, ", \"beacon\": %s", st->beacon ? "true" : "false");
 	if (st->answered && st->attached && st->info.temp_mc != FTL_TEMP_NONE)
 		evbuffer_add_printf(b, ", \"temperature_celsius\": %.1f, \"temperature_max_celsius\": %.1f, "
@@ -321,8 +378,6 @@ static void json_dimm(struct ctl_req *cr, struct evbuffer *b, const struct dimm_
 		evbuffer_add_printf(b, ", \"checkpoint_damaged\": %s, \"notes\": ",
 				    fi->checkpoint_damaged ? "true" : "false");
 		json_str(b, fi->notes);
-		evbuffer_add_printf(b, ", \"health\": ");
-		json_str(b, fi->health);
 		evbuffer_add_printf(b, ", \"lifetime\": {\"host_read_bytes\": %llu, \"host_write_bytes\": %llu, "
 				       "\"nand_read_bytes\": %llu, \"nand_write_bytes\": %llu, "
 				       "\"nand_page_size\": %u}",
@@ -395,9 +450,15 @@ static void status_json(struct ctl_req *cr, struct evbuffer *b)
 	}
 	evbuffer_add_printf(b, "], \"unix\": ");
 	json_str(b, srv->cfg.unix_path ? srv->cfg.unix_path : "");
+	enum health_state worst = req_health(cr);
+	char summary[2048];
+	health_summary(cr, summary, sizeof summary);
 	evbuffer_add_printf(b, ", \"connections\": %d, \"served\": %d, \"failed\": %d, "
-			       "\"degraded\": %s, ",
-			    server_connections(srv), up, failed_dimms(cr), failed_dimms(cr) ? "true" : "false");
+			       "\"degraded\": %s, \"health\": {\"state\": \"%s\", \"summary\": ",
+			    server_connections(srv), up, failed_dimms(cr),
+			    worst >= HEALTH_DEGRADED ? "true" : "false", health_state_name(worst));
+	json_str(b, summary);
+	evbuffer_add_printf(b, "}, ");
 	evbuffer_add_printf(b, "\"buffers\": {\"bytes\": %llu, \"limit\": %llu, \"waiting\": %d}, "
 			       "\"dimms\": [",
 			    (unsigned long long)__atomic_load_n(&srv->buf_bytes, __ATOMIC_RELAXED),
@@ -424,7 +485,7 @@ static void human(char *buf, size_t n, double bytes)
 
 /* Latency at quantile q (0..1) of one class, interpolated in its bucket
  * (geometrically: the buckets are log-spaced); 0 if nothing was counted. */
-static double lat_quantile(const uint64_t *cnt, double q)
+double lat_quantile(const uint64_t *cnt, double q)
 {
 	uint64_t n = 0;
 	for (int i = 0; i <= LAT_NBOUNDS; i++)
@@ -479,12 +540,44 @@ static void text_io(struct evbuffer *b, const struct dimm_status *st)
 			    (unsigned long long)st->gc_blocks_collected);
 }
 
+/* A health state for the text views: upper case unless ok, in its colour
+ * (green, yellow, red, bold red) when the client asked for colours. */
+static void text_state(struct evbuffer *b, const struct ctl_req *cr, enum health_state s)
+{
+	static const char *const colour[HEALTH_NSTATES] = { "32", "33", "31", "1;31" };
+	char up[16];
+	const char *name = health_state_name(s);
+	size_t i = 0;
+	for (; name[i] && i + 1 < sizeof up; i++)
+		up[i] = (char)(s == HEALTH_OK ? name[i] : name[i] - 'a' + 'A');
+	up[i] = 0;
+	if (cr->color)
+		evbuffer_add_printf(b, "\033[%sm%s\033[0m", colour[s], up);
+	else
+		evbuffer_add_printf(b, "%s", up);
+}
+
+/* "    Health: STATE" and each reason with its action. */
+static void text_health(struct evbuffer *b, const struct ctl_req *cr, const struct health *h)
+{
+	evbuffer_add_printf(b, "    Health: ");
+	text_state(b, cr, h->state);
+	evbuffer_add_printf(b, "\n");
+	for (int i = 0; i < h->n; i++) {
+		const struct health_item *it = &h->item[i];
+		evbuffer_add_printf(b, "      %s\n", it->msg);
+		if (it->action[0])
+			evbuffer_add_printf(b, "        action: %s\n", it->action);
+	}
+}
+
 /* One ioDimm in the manner of the vendor's fio-status (-a: all). */
 static void text_dimm(struct ctl_req *cr, struct evbuffer *b, const struct dimm_status *st, bool all)
 {
 	char note[160];
 	evbuffer_add_printf(b, "  %s: simulated ioDimm, preset %s, export '%s'\n", st->name, st->preset,
 			    st->export_name);
+	text_health(b, cr, &cr->h[st - cr->st]);
 	if (all)
 		evbuffer_add_printf(b, "    Image: %s\n", st->image);
 	if (st->beacon)
@@ -510,8 +603,6 @@ static void text_dimm(struct ctl_req *cr, struct evbuffer *b, const struct dimm_
 			    st->timing ? ", NAND timing model on" : "", st->connections);
 	if (fi->notes[0])
 		evbuffer_add_printf(b, "    Warning: %s\n", fi->notes);
-	if (fi->health[0])
-		evbuffer_add_printf(b, "    Health: %s\n", fi->health);
 	evbuffer_add_printf(b, "    Format: %llu sectors of %u bytes (%s), %.1f%% over-provisioning, %s\n",
 			    (unsigned long long)(fi->capacity / fi->sector_size), fi->sector_size, cap,
 			    fi->op_percent, fi->parity_width ? "Flashback parity (1 die per stripe)" :
@@ -588,13 +679,22 @@ static void status_text(struct ctl_req *cr, struct evbuffer *b)
 		return;
 	}
 	int up = served(srv);
-	int failed = failed_dimms(cr);
-	evbuffer_add_printf(b, "flashd %s, pid %d, up %lld s; %d connection(s); serving %d of %d ioDimm(s)",
+	enum health_state worst = req_health(cr);
+	evbuffer_add_printf(b, "flashd %s, pid %d, up %lld s; %d connection(s); serving %d of %d "
+			       "ioDimm(s); health: ",
 			    FLASHD_VERSION, (int)getpid(), (long long)(time(NULL) - srv->started),
 			    server_connections(srv), up, srv->ndimms);
-	if (failed)
-		evbuffer_add_printf(b, "; DEGRADED: %d failed", failed);
-	evbuffer_add_printf(b, "\n");
+	text_state(b, cr, worst);
+	/* which ioDimms, worst first */
+	const char *sep = " (";
+	for (int lvl = HEALTH_FAILED; lvl > HEALTH_OK; lvl--)
+		for (int i = 0; i < srv->ndimms; i++)
+			if ((int)cr->h[i].state == lvl) {
+				evbuffer_add_printf(b, "%s%s %s", sep, cr->st[i].name,
+						    health_state_name(cr->h[i].state));
+				sep = ", ";
+			}
+	evbuffer_add_printf(b, "%s\n", *sep == ',' ? ")" : "");
 	if (cr->all)
 		evbuffer_add_printf(b, "Configuration: %s; state directory %s\n",
 				    srv->cfg.config_file ? srv->cfg.config_file : "embedded default",
@@ -697,6 +797,12 @@ static void metrics_text(struct ctl_req *cr, struct evbuffer *b)
 	evbuffer_add_printf(b, "flashd_dimms_served %d\n", served(srv));
 	prom_family(b, "flashd_dimms_configured", "gauge", "ioDimms in the configuration");
 	evbuffer_add_printf(b, "flashd_dimms_configured %d\n", n);
+	prom_family(b, "flashd_health", "gauge",
+		    "1 for the server's health (the worst of its ioDimms'), 0 for the other states");
+	enum health_state worst = health_worst(cr->h, n);
+	for (int k = 0; k < HEALTH_NSTATES; k++)
+		evbuffer_add_printf(b, "flashd_health{state=\"%s\"} %d\n", health_state_name(k),
+				    k == (int)worst);
 
 	prom_family(b, "flashd_dimm_state", "gauge", "1 for the state the ioDimm is in, 0 for the others");
 	for (int i = 0; i < n; i++) {
@@ -709,6 +815,23 @@ static void metrics_text(struct ctl_req *cr, struct evbuffer *b)
 			prom_sample(b, "flashd_dimm_state", &S[i], lab, "%d", !strcmp(cur, metric_states[k]));
 		}
 	}
+	prom_family(b, "flashd_dimm_health", "gauge",
+		    "1 for the ioDimm's health (ok, warning, degraded, failed), 0 for the others");
+	for (int i = 0; i < n; i++)
+		for (int k = 0; k < HEALTH_NSTATES; k++) {
+			snprintf(lab, sizeof lab, "state=\"%s\"", health_state_name(k));
+			prom_sample(b, "flashd_dimm_health", &S[i], lab, "%d", k == (int)cr->h[i].state);
+		}
+	prom_family(b, "flashd_dimm_health_reason", "gauge",
+		    "1 for each reason of the ioDimm's health now (level: the state it makes it; "
+		    "flashctl status says the action)");
+	for (int i = 0; i < n; i++)
+		for (int k = 0; k < cr->h[i].n; k++) {
+			snprintf(lab, sizeof lab, "reason=\"%s\",level=\"%s\"",
+				 health_reason_name(cr->h[i].item[k].reason),
+				 health_state_name(cr->h[i].item[k].level));
+			prom_sample(b, "flashd_dimm_health_reason", &S[i], lab, "1");
+		}
 	prom_family(b, "flashd_dimm_attached", "gauge", "1 if the ioDimm's FTL is open and exported");
 	for (int i = 0; i < n; i++)
 		prom_sample(b, "flashd_dimm_attached", &S[i], NULL, "%d", srv->dimms[i].exported);
@@ -977,15 +1100,23 @@ static void ctl_req_free(struct ctl_req *cr)
 	if (cr->timeout)
 		event_free(cr->timeout);
 	free(cr->st);
+	free(cr->h);
 	free(cr);
 }
 
 static struct ctl_req *ctl_req_new(struct server *srv, struct evhttp_request *req, enum ctl_kind kind)
 {
 	struct ctl_req *cr = calloc(1, sizeof *cr);
-	if (cr)
-		cr->st = calloc((size_t)(srv->ndimms ? srv->ndimms : 1), sizeof *cr->st);
-	if (!cr || !cr->st) {
+	size_t n = (size_t)(srv->ndimms ? srv->ndimms : 1);
+	if (cr) {
+		cr->st = calloc(n, sizeof *cr->st);
+		cr->h = calloc(n, sizeof *cr->h);
+	}
+	if (!cr || !cr->st || !cr->h) {
+		if (cr) {
+			free(cr->st);
+			free(cr->h);
+		}
 		free(cr);
 		evhttp_send_error(req, 500, "out of memory");
 		return NULL;
@@ -1028,6 +1159,8 @@ static void ctl_answer(struct ctl_req *cr)
 		return;
 	}
 	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+	if (cr->kind != CK_ACTION)
+		eval_health(cr);
 	switch (cr->kind) {
 	case CK_STATUS:
 		if (cr->text)
@@ -1036,6 +1169,8 @@ static void ctl_answer(struct ctl_req *cr)
 			status_json(cr, b);
 		evhttp_add_header(h, "Content-Type",
 				  cr->text ? "text/plain; charset=utf-8" : "application/json");
+		/* the state the answer shows, for flashctl status's exit status */
+		evhttp_add_header(h, "X-Flashd-Health", health_state_name(req_health(cr)));
 		ctl_reply(req, 200, "OK", b);
 		break;
 	case CK_METRICS:
@@ -1082,8 +1217,10 @@ static void start_snapshots(struct ctl_req *cr)
 		struct dimm *d = &srv->dimms[i];
 		dimm_status_main(d, &cr->st[i]);
 		/* in the middle of an operation the thread may be busy with it for
-		 * long (opening, formatting): say so instead of asking */
-		if (d->mstate != DM_ATTACHED && d->mstate != DM_DETACHED && d->mstate != DM_FAILED)
+		 * long (opening, formatting): say so instead of asking; a
+		 * checkpoint is written beside the requests, its thread answers */
+		if (d->mstate != DM_ATTACHED && d->mstate != DM_DETACHED && d->mstate != DM_FAILED &&
+		    d->mstate != DM_CHECKPOINTING)
 			continue;
 		struct dimm_cmd *cmd = calloc(1, sizeof *cmd);
 		if (!cmd)
@@ -1152,6 +1289,12 @@ void ctl_cmd_done(evutil_socket_t fd, short what, void *arg)
 	while (cmd) {
 		struct dimm_cmd *next = cmd->next;
 		struct ctl_req *cr = cmd->owner;
+		if (cmd->sample) {
+			/* the monitor's: it owns the command */
+			monitor_sample_done(cmd);
+			cmd = next;
+			continue;
+		}
 		if (cmd->type != DCMD_STATUS && cmd->type != DCMD_STALL && cmd->type != DCMD_INJECT)
 			action_done(cmd->d, cmd, cr ? cr->before : DM_DETACHED);
 		if (cr) {
@@ -1190,6 +1333,7 @@ static void do_status(struct server *srv, struct evhttp_request *req, struct evk
 		return;
 	cr->text = query_flag(q, "format", "text");
 	cr->all = query_flag(q, "all", "1") || query_flag(q, "all", "yes") || query_flag(q, "all", "true");
+	cr->color = query_flag(q, "color", "1");
 	cr->only = only;
 	start_snapshots(cr);
 }
@@ -1210,6 +1354,26 @@ static void do_version(struct server *srv, struct evhttp_request *req)
 	}
 	evbuffer_add_printf(b, "{\"version\": \"%s\", \"pid\": %d, \"uptime_seconds\": %lld}\n",
 			    FLASHD_VERSION, (int)getpid(), (long long)(time(NULL) - srv->started));
+	send_json(req, 200, "OK", b);
+	evbuffer_free(b);
+}
+
+/* GET /v1/history[?since=MS]: monitor.c's samples taken after since. */
+static void do_history(struct server *srv, struct evhttp_request *req, struct evkeyvalq *q)
+{
+	const char *v = evhttp_find_header(q, "since");
+	uint64_t since = 0;
+	if (v && parse_uint(v, 0, INT64_MAX, &since)) {
+		send_error(req, 400, "Bad Request", "since: unix milliseconds");
+		return;
+	}
+	struct evbuffer *b = evbuffer_new();
+	if (!b) {
+		evhttp_send_error(req, 500, "out of memory");
+		return;
+	}
+	monitor_history_json(srv, b, (int64_t)since);
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Cache-Control", "no-store");
 	send_json(req, 200, "OK", b);
 	evbuffer_free(b);
 }
@@ -1743,6 +1907,10 @@ static void router(struct evhttp_request *req, void *arg)
 		if (!get)
 			goto only_get;
 		do_version(srv, req);
+	} else if (!strcmp(path, "/v1/history")) {
+		if (!get)
+			goto only_get;
+		do_history(srv, req, &q);
 	} else if (!strcmp(path, "/v1/reload")) {
 		if (!post) {
 			evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "POST");
@@ -1776,8 +1944,9 @@ static void router(struct evhttp_request *req, void *arg)
 			do_action(srv, req, &q, d, slash + 1);
 		}
 	} else {
-		send_error(req, 404, "Not Found", "unknown path (GET /v1/status, /v1/version, /metrics, "
-			   "/v1/dimms/NAME, / (dashboard); POST /v1/reload, /v1/dimms/NAME/{attach,detach,format,checkpoint,beacon})");
+		send_error(req, 404, "Not Found", "unknown path (GET /v1/status, /v1/version, /v1/history, "
+			   "/metrics, /v1/dimms/NAME, / (dashboard); POST /v1/reload, "
+			   "/v1/dimms/NAME/{attach,detach,format,checkpoint,beacon})");
 	}
 	goto out;
 only_get:

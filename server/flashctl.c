@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -64,7 +65,8 @@ static void usage(FILE *out)
 		"checkout, /run/flashd/flashd.ctl or /var/lib/flashd/flashd.ctl, or $FLASHD_CONTROL;\n"
 		"--control and --json may also come before the command):\n"
 		"  %s status [-a|--all] [--json] [DIMM]\n"
-		"      state, format, health, lifetime traffic of every ioDimm (-a: everything)\n"
+		"      health, state, format, lifetime traffic of every ioDimm (-a: everything);\n"
+		"      exit status 0: health ok, 1: warning, 2: degraded or failed, 3: no answer\n"
 		"  %s attach DIMM | detach DIMM\n"
 		"      open the ioDimm's image and export it again | drain and close its connections,\n"
 		"      close its FTL (checkpoint) and image; new clients are refused meanwhile\n"
@@ -1018,6 +1020,7 @@ static const char *default_control(void)
 struct http_resp {
 	int code;
 	char *body;     /* NUL-terminated */
+	char health[16]; /* X-Flashd-Health of a status answer, "" if none */
 };
 
 /* path with every byte outside [A-Za-z0-9._~-] as %XX */
@@ -1096,6 +1099,16 @@ static int ctl_call(const char *control, const char *method, const char *path, s
 	if (strncmp(buf, "HTTP/1.", 7) != 0 || !body || len < 12)
 		die("unexpected answer from %s%s", control, len ? "" : " (connection closed without one)");
 	r->code = atoi(buf + 9);
+	r->health[0] = 0;
+	*body = 0;  /* the headers end here */
+	for (const char *h = strstr(buf, "\r\n"); h && *h; h = strstr(h + 2, "\r\n")) {
+		static const char name[] = "\r\nX-Flashd-Health: ";
+		if (!strncasecmp(h, name, sizeof name - 1)) {
+			snprintf(r->health, sizeof r->health, "%.*s", (int)strcspn(h + sizeof name - 1, "\r"),
+				 h + sizeof name - 1);
+			break;
+		}
+	}
 	body += 4;
 	r->body = strdup(body);
 	free(buf);
@@ -1162,7 +1175,15 @@ static bool confirm(const char *question)
 
 /*
  * flashctl status [-a] [--json] [--control SOCKET] [DIMM]
+ *
+ * Exit status, for monitoring scripts (as Nagios plugins count): 0 the
+ * health shown is ok, 1 warning, 2 degraded or failed, 3 flashd could not
+ * be asked (not running, no such ioDimm, a bad answer).  The text is
+ * coloured (green, yellow, red) when stdout is a terminal, unless NO_COLOR
+ * is set or TERM is dumb.
  */
+#define STATUS_UNKNOWN 3
+
 static int cmd_status(int argc, char **argv)
 {
 	const char *control = NULL;
@@ -1193,20 +1214,27 @@ static int cmd_status(int argc, char **argv)
 	} else {
 		snprintf(path, sizeof path, "/v1/status");
 	}
+	const char *term = getenv("TERM");
+	bool color = !json && isatty(STDOUT_FILENO) && !getenv("NO_COLOR") && !(term && !strcmp(term, "dumb"));
 	if (!json)
 		strcat(path, all ? "?format=text&all=1" : "?format=text");
+	if (color)
+		strcat(path, "&color=1");
 	struct http_resp r;
-	ctl_call_or_die(opt_control(control), "GET", path, &r);
+	char err[600];
+	if (ctl_call(opt_control(control), "GET", path, &r, err, sizeof err)) {
+		fprintf(stderr, "%s: %s\n", prog, err);
+		return STATUS_UNKNOWN;
+	}
 	char msg[1024];
 	if (r.code != 200 && json_string(r.body, "error", msg, sizeof msg)) {
 		fprintf(stderr, "%s: %s\n", prog, msg);
 		free(r.body);
-		return 1;
+		return STATUS_UNKNOWN;
 	}
 	/* on a DRBD storage node: which ioDimms are lower devices, and the
 	 * role (flashctl_drbd.c; needs flashd's status JSON) */
 	struct http_resp st = { 0 };
-	char err[600];
 	if (r.code == 200 && !access("/proc/drbd", R_OK) && !access("/etc/nbdtab", R_OK)) {
 		if (json && optind == argc)
 			st.body = strdup(r.body);
@@ -1220,7 +1248,16 @@ static int cmd_status(int argc, char **argv)
 	free(with_drbd);
 	free(st.body);
 	free(r.body);
-	return r.code == 200 ? 0 : 1;
+	if (r.code != 200)
+		return STATUS_UNKNOWN;
+	if (!strcmp(r.health, "ok"))
+		return 0;
+	if (!strcmp(r.health, "warning"))
+		return 1;
+	if (!strcmp(r.health, "degraded") || !strcmp(r.health, "failed"))
+		return 2;
+	fprintf(stderr, "%s: flashd did not say the health (X-Flashd-Health: '%s')\n", prog, r.health);
+	return STATUS_UNKNOWN;
 }
 
 /* POST /v1/dimms/DIMM/VERB[?query]: print the message; 0 if it went well. */

@@ -102,6 +102,25 @@ extern int log_verbose;
 
 /* ---- configuration ------------------------------------------------------ */
 
+/*
+ * Health thresholds (server/health.c): [server] keys, which a [dimm]
+ * section may override for its ioDimm.  Applied by a reload.
+ */
+struct health_limits {
+	double reserves_warn;     /* percent: a warning below it (default 10) */
+	double endurance_warn;    /* percent of the rated P/E cycles used: a warning
+				   * from it on (default 80) */
+	double temperature_warn;  /* degrees C: a warning from it on, below the 78 C
+				   * throttle (default 75) */
+	unsigned set;             /* HL_* bits: the keys given in that section */
+};
+#define HL_RESERVES 1u
+#define HL_ENDURANCE 2u
+#define HL_TEMPERATURE 4u
+#define HEALTH_RESERVES_WARN_DEFAULT 10.0
+#define HEALTH_ENDURANCE_WARN_DEFAULT 80.0
+#define HEALTH_TEMPERATURE_WARN_DEFAULT 75.0
+
 struct dimm_cfg {
 	char *name;           /* section name: [dimm NAME] */
 	char *card;           /* [card ...] it belongs to */
@@ -129,6 +148,7 @@ struct dimm_cfg {
 	struct acl acl;
 	bool list_denied;     /* list this export to clients the rules refuse */
 	int acl_cert_line, acl_psk_line, acl_tls_line;
+	struct health_limits health; /* keys given here (health_limits_of: the rest) */
 };
 
 /* TLS mode of a listener (doc/proto.md, "TLS support"): TLS_OFF is NOTLS,
@@ -184,6 +204,7 @@ struct server_cfg {
 	/* sockets and files: -1 unset (modes 0660, umask 077, group: flashd's) */
 	int unix_mode, control_mode, umask;
 	long unix_gid, control_gid;
+	struct health_limits health;  /* keys given (health_limits_of: defaults) */
 	struct dimm_cfg *dimms;
 	int ndimms;
 	char *config_file;
@@ -317,6 +338,75 @@ struct dimm_status {
 	bool timing;
 };
 
+/*
+ * ---- health (server/health.c) ---------------------------------------------
+ *
+ * One model, computed in one place and shown the same way by every view
+ * (flashctl status and its exit code, --json, /metrics, systemd's
+ * STATUS=, the log): health_eval() turns a snapshot of an
+ * ioDimm and its thresholds into a state and the reasons for it, each with
+ * the action an admin should take.  The server's state is the worst of its
+ * ioDimms'.  States, from best to worst:
+ *   ok        serving as it should (notes, level ok, may say why it is not
+ *             serving on purpose: detached, formatting)
+ *   warning   serving, but something needs attention: reserves or
+ *             endurance past their threshold, temperature high or writes
+ *             throttled, a rebuild from parity running, a dead die
+ *             rebuilt, units lost, a damaged checkpoint
+ *   degraded  serving less than it should: write-reduced, worn out
+ *             (read-only), no space, parity lost on some stripes, thermal
+ *             stop, dies failed beyond what parity covers
+ *   failed    not serving: it did not open, or its FTL stopped on an error
+ */
+enum health_state { HEALTH_OK, HEALTH_WARNING, HEALTH_DEGRADED, HEALTH_FAILED };
+#define HEALTH_NSTATES 4
+
+enum health_reason {
+	HR_OPEN_FAILED,        /* failed: the image or FTL did not open */
+	HR_FTL_FAILED,         /* failed: the FTL stopped on an error */
+	HR_READ_ONLY,          /* degraded: no spare block left (worn out) */
+	HR_NO_SPACE,           /* degraded: no room for writes */
+	HR_WRITE_REDUCED,      /* degraded: reserves at 5 %: writes throttled */
+	HR_THERMAL_STOP,       /* degraded: 85 C: host I/O held */
+	HR_DIES_LOST,          /* degraded: dead dies beyond what parity covers */
+	HR_PARITY_LOST,        /* degraded: stripes without parity until GC rewrites them */
+	HR_RESERVES_LOW,       /* warning: reserves below reserves_warn */
+	HR_ENDURANCE_HIGH,     /* warning: endurance used at endurance_warn */
+	HR_THERMAL_THROTTLED,  /* warning: 78 C: writes throttled */
+	HR_TEMPERATURE_HIGH,   /* warning: at temperature_warn */
+	HR_REBUILDING,         /* warning: a dead die's data being rebuilt from parity */
+	HR_DIE_REBUILT,        /* warning: a dead die, its data rebuilt */
+	HR_LOST_UNITS,         /* warning: units unreadable (media errors) */
+	HR_CHECKPOINT_DAMAGED, /* warning: the map was rebuilt from the whole log */
+	HR_NO_ANSWER,          /* warning: the ioDimm thread did not answer */
+	HR_DETACHED,           /* ok (note): detached on purpose */
+	HR_BUSY,               /* ok (note): attaching, detaching, formatting */
+};
+#define HEALTH_NREASONS 19
+
+struct health_item {
+	enum health_reason reason;
+	enum health_state level;   /* what it makes the ioDimm */
+	char msg[320];             /* what is wrong, with the figures */
+	char action[320];          /* what to do about it ("" for some notes) */
+};
+
+struct health {
+	enum health_state state;   /* the worst level of the items; ok without any */
+	int n;
+	struct health_item item[HEALTH_NREASONS]; /* worst level first */
+};
+
+const char *health_state_name(enum health_state s);   /* "ok", "warning", ... */
+const char *health_reason_name(enum health_reason r); /* "reserves_low", ... */
+/* The thresholds of ioDimm d under the server's configuration. */
+void health_limits_of(const struct server_cfg *cfg, const struct dimm_cfg *d,
+		      struct health_limits *lim);
+/* The health of the ioDimm a snapshot shows (pure: no locks, no I/O). */
+void health_eval(const struct dimm_status *st, const struct health_limits *lim, struct health *h);
+/* The worst of n states (ok for none). */
+enum health_state health_worst(const struct health *h, int n);
+
 enum dimm_cmd_type {
 	DCMD_STATUS,      /* snapshot: st */
 	DCMD_ATTACH,      /* open the image and the FTL */
@@ -366,6 +456,8 @@ struct dimm_cmd {
 	int rc;                 /* 0 or negative errno */
 	char msg[1536];         /* what happened, for the client */
 	struct dimm_status st;  /* DCMD_STATUS; the others fill it too */
+	bool sample;            /* the monitor's once-a-second snapshot (monitor.c):
+				 * owned by it, routed back to it, never freed */
 	struct dimm_cmd *next;
 };
 
@@ -405,6 +497,7 @@ struct dimm {
 	enum dimm_mstate mstate;
 	bool exported;              /* offered to handshakes */
 	bool beacon;                /* locate LED lit (flashctl beacon; simulated) */
+	struct dimm_monitor *mon;   /* health and history (monitor.c) */
 
 	pthread_mutex_t lock;       /* protects the fields below */
 	struct handoff *incoming;
@@ -492,6 +585,7 @@ struct server {
 	unsigned long budget_log_held;
 	LIST_HEAD(hs_list, hs) handshakes; /* connections in handshake */
 	struct ctl_req *ctl_reqs;   /* control requests not yet finished */
+	struct monitor *monitor;    /* health and history sampler (monitor.c) */
 	struct evhttp_bound_socket *ctl_bound;
 	int ctl_sending;            /* replies handed to evhttp, not yet written */
 	bool ctl_closing;           /* ctl_shutdown ran: exit once they are */
@@ -522,6 +616,9 @@ struct reload_result {
 };
 void server_reload(struct server *srv, const char *why, struct reload_result *r);
 void reload_result_free(struct reload_result *r);
+/* Add an item to r (and log it: info if applied, else warning). */
+void reload_item(struct reload_result *r, bool applied, const char *key, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
 
 /* The ioDimm an NBD export name picks, served or not: the empty name picks
  * [server] default_export; NULL if none (unset, or no such export).  The
@@ -603,6 +700,31 @@ void ctl_stop(struct server *srv);
 void ctl_cmd_done(evutil_socket_t fd, short what, void *arg);
 /* ioDimm thread: post cmd back to the main thread. */
 void dimm_cmd_reply(struct dimm_cmd *cmd);
+/* Latency at quantile q (0..1) of one class's bucket counts (lat_bounds_ns),
+ * interpolated in its bucket; 0 if nothing was counted. */
+double lat_quantile(const uint64_t *cnt, double q);
+
+/*
+ * monitor.c (main thread): once a second every ioDimm's snapshot goes
+ * through health_eval; a change of its health is logged (warning when
+ * worse, notice when better) and told to systemd (server_update_status),
+ * and the figures go into a ring of HISTORY_SAMPLES per ioDimm, served as
+ * /v1/history: what happened before a client asked.  Memory: fixed at
+ * start, nothing allocated per sample.
+ */
+#define HISTORY_SAMPLES 300        /* 5 minutes at one a second */
+#define HISTORY_PERIOD_MS 1000
+int monitor_start(struct server *srv);
+void monitor_stop(struct server *srv);
+/* ctl_cmd_done: a sample command (cmd->sample) is back */
+void monitor_sample_done(struct dimm_cmd *cmd);
+/* The health of d at the last sample (of its main state before the first). */
+const struct health *monitor_health(const struct dimm *d);
+/* GET /v1/history[?since=MS]: the samples taken after since (unix ms). */
+struct evbuffer;
+void monitor_history_json(struct server *srv, struct evbuffer *b, int64_t since_ms);
+/* Reload: apply changed health thresholds (taken from n). */
+void monitor_reload(struct server *srv, struct server_cfg *n, struct reload_result *r);
 
 /* byte order helpers */
 static inline void put16(uint8_t *p, uint16_t v)

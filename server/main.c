@@ -135,41 +135,6 @@ struct dimm *server_find_export(struct server *s, const char *name, size_t len)
 }
 
 /*
- * STATUS= for systemd: what is served, and what is not (with why, for an
- * ioDimm that failed to open).  "degraded: " leads when any ioDimm failed
- * (one detached on purpose is not a fault).  Main thread.
- */
-void server_update_status(struct server *s)
-{
-	char buf[2048], *p = buf, *end = buf + sizeof buf;
-	int up = 0, failed = 0;
-	for (int i = 0; i < s->ndimms; i++) {
-		up += s->dimms[i].exported;
-		failed += s->dimms[i].mstate == DM_FAILED;
-	}
-	p += snprintf(p, (size_t)(end - p), "STATUS=%sserving %d of %d ioDimm(s)",
-		      failed ? "degraded: " : "", up, s->ndimms);
-	for (int i = 0; i < s->ndimms && p < end - 1; i++) {
-		struct dimm *d = &s->dimms[i];
-		if (d->exported)
-			continue;
-		if (d->mstate == DM_FAILED) {
-			pthread_mutex_lock(&d->lock);
-			p += snprintf(p, (size_t)(end - p), "; %s failed: %s", d->cfg->name, d->open_errmsg);
-			pthread_mutex_unlock(&d->lock);
-		} else {
-			p += snprintf(p, (size_t)(end - p), "; %s %s", d->cfg->name,
-				      dimm_mstate_name(d->mstate));
-		}
-	}
-	/* one line: an error message could hold a newline */
-	for (char *q = buf; *q; q++)
-		if (*q == '\n')
-			*q = ' ';
-	sd_notify(0, buf);
-}
-
-/*
  * Per-address connection counts (flashd.h, "connection slots"): a chained
  * hash of the addresses with at least one connection, under s->lock.  A
  * node is made at an address's first connection and freed at its last, so
@@ -1121,8 +1086,7 @@ static void retire(char *p)
 	retired[nretired++] = p;
 }
 
-static void __attribute__((format(printf, 4, 5)))
-reload_item(struct reload_result *r, bool applied, const char *key, const char *fmt, ...)
+void reload_item(struct reload_result *r, bool applied, const char *key, const char *fmt, ...)
 {
 	struct reload_item **list = applied ? &r->applied : &r->not_applied;
 	int *n = applied ? &r->napplied : &r->nnot_applied;
@@ -1405,6 +1369,7 @@ void server_reload(struct server *s, const char *why, struct reload_result *r)
 		reload_item(r, true, "[server] poll_us", "%d us -> %d us", o->poll_us, n.poll_us);
 		__atomic_store_n(&o->poll_us, n.poll_us, __ATOMIC_RELAXED);
 	}
+	monitor_reload(s, &n, r);
 	log_info("reload of %s done: %d change(s) applied, %d not applied%s", o->config_file,
 		 r->napplied, r->nnot_applied, r->nnot_applied ? " (they need a restart)" : "");
 	config_free(&n);
@@ -1846,6 +1811,10 @@ int main(int argc, char **argv)
 		log_err("%s", err);
 		goto fail;
 	}
+	if (monitor_start(&srv)) {
+		log_err("cannot start the health monitor: out of memory");
+		goto fail;
+	}
 
 	if (pidfile_fd >= 0) {
 		char buf[32];
@@ -1873,6 +1842,7 @@ int main(int argc, char **argv)
 	if (!srv.shutting_down)
 		shutdown_server();
 	ctl_stop(&srv);
+	monitor_stop(&srv);
 	if (srv.cfg.pidfile)
 		unlink(srv.cfg.pidfile);
 	event_free(srv.sig_term);
@@ -1907,6 +1877,7 @@ fail:
 		dimm_join(&srv.dimms[i]);
 fail_early:
 	ctl_stop(&srv);
+	monitor_stop(&srv);
 	if (srv.cfg.pidfile)
 		unlink(srv.cfg.pidfile);
 	if (!exit_status)

@@ -156,7 +156,7 @@ done
 total=$(st dimm0 rebuild_bands_total)
 rebuilt=$(st dimm0 parity_rebuilds)
 [ "$(st dimm0 lost_units)" = 0 ] || fail "units lost to one dead die: $(st dimm0 lost_units)"
-"$FLASHCTL" status --control "$FLASHD_CTL" --all >"$T/status.txt"
+flashd_status_text --all >"$T/status.txt"
 grep -q "Flashback: 1 die(s) failed; rebuild complete" "$T/status.txt" || { cat "$T/status.txt"; fail "flashctl status does not show the rebuild"; }
 (cd "$T" && fio "$T/reverify.fio") >"$T/reverify.out" 2>&1 || { cat "$T/reverify.out"; fail "the data fio wrote does not verify after the rebuild"; }
 ok "die 5 failed under fio (4 jobs, verify=crc32c): no verify error; rebuild of $total bands complete, $rebuilt pages rebuilt from parity, nothing lost; fio's data verifies again"
@@ -205,7 +205,7 @@ cmp -s "$T/eio1" "$T/eio2" || fail "the units that read EIO changed between the 
 [ "$lost" = "$n2" ] || fail "status counts $lost units lost, $n2 read EIO"
 [ "$first" = "$(head -1 "$T/eio2")" ] && [ "$last" = "$(tail -1 "$T/eio2")" ] ||
 	fail "status names units $first-$last as lost, the EIOs are $(head -1 "$T/eio2")-$(tail -1 "$T/eio2")"
-"$FLASHCTL" status --control "$FLASHD_CTL" --all >"$T/status1.txt"
+flashd_status_text --all >"$T/status1.txt"
 grep -q "Lost data: $lost units" "$T/status1.txt" || { cat "$T/status1.txt"; fail "flashctl status does not name the lost data"; }
 ok "two dies of a row: $n1 of $((mib * 256)) units read EIO, none wrong; after GC status counts $lost lost, units $first-$last, exactly the EIOs"
 
@@ -220,7 +220,7 @@ gc_through dimm2 "$URI2" 1 yes
 n2=$("$PYTHON" "$T/units.py" "$URI2" "$T/data2" "$T/eio2") || fail "reading dimm2 after GC: $n2"
 cmp -s "$T/eio1" "$T/eio2" || fail "the units that read EIO changed between the reads ($n1 then $n2)"
 [ "$(st dimm2 lost_units)" = "$n2" ] || fail "status counts $(st dimm2 lost_units) units lost, $n2 read EIO"
-"$FLASHCTL" status --control "$FLASHD_CTL" dimm2 >"$T/status2.txt"
+flashd_status_text dimm2 >"$T/status2.txt"
 grep -q "Dies failed: 1; no parity" "$T/status2.txt" || { cat "$T/status2.txt"; fail "flashctl status does not show the failed die"; }
 qemu-io -f raw -c "write -P 7 0 1m" -c "read -P 7 0 1m" "$URI2" >/dev/null || fail "write and read back on dimm2 after GC"
 ok "no parity, die 3 failed: $n1 of $((mib * 256)) units read EIO, none wrong; writes go on; status counts exactly those as lost"
@@ -239,7 +239,7 @@ track_pid $W
 sleep 2
 kill -0 $W 2>/dev/null || fail "a write at 90 C completed at once (not held)"
 [ "$(st dimm0 thermal)" = stopped ] || fail "at 90 C the thermal state is $(st dimm0 thermal)"
-"$FLASHCTL" status --control "$FLASHD_CTL" | grep -q "STOPPED: too hot" || fail "flashctl status does not say it is stopped"
+flashd_status_text | grep -q "STOPPED: too hot" || fail "flashctl status does not say it is stopped"
 timeout 120 tail --pid=$W -f /dev/null || fail "the held write did not complete within 120 s"
 wait $W || { cat "$T/hot.out"; fail "the held write failed"; }
 held=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')

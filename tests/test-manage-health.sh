@@ -6,9 +6,10 @@
 #      error naming `flashctl format`, leaves the image as it was; with
 #      JOURNAL_STREAM naming its stderr every line carries its priority
 #      (<3> for the error, <6> for info) and no timestamp of its own;
-#   2. --allow-degraded: READY=1 and "STATUS=degraded: ..." reach systemd's
-#      notify socket (a Python listener here), a warning-level line says
-#      what is not served, status says degraded with the reason, a client
+#   2. --allow-degraded: READY=1 and "STATUS=failed: ..." (the server's
+#      health is its worst ioDimm's) reach systemd's notify socket (a Python
+#      listener here), a warning-level line says what is not served, status
+#      says so with the reason (health FAILED, exit status 2), a client
 #      of that export is refused with a message, the other export serves
 #      its data; `flashctl attach` opens it anyway (a warning: the admin
 #      asked), a format through flashd makes it match, and a plain restart
@@ -111,8 +112,8 @@ start_flashd --config "$T/4k.conf" --timing off --allow-degraded
 for _ in $(seq 50); do grep -q READY=1 "$T/notify.txt" 2>/dev/null && break; sleep 0.1; done
 cat "$T/notify.txt"
 grep -q "READY=1" "$T/notify.txt" || fail "no READY=1 on the notify socket"
-grep -q "^STATUS=degraded: serving 1 of 2 ioDimm(s); dimm0 failed: image .*flashctl format" "$T/notify.txt" ||
-	fail "no STATUS=degraded naming dimm0 and the way out"
+grep -q "^STATUS=failed: serving 1 of 2 ioDimm(s); dimm0 failed: image .*flashctl format" "$T/notify.txt" ||
+	fail "no STATUS=failed naming dimm0 and the way out"
 grep -q "flashd\[warning\]: dimm0: image .* it is not exported (degraded start allowed" "$T/flashd.log" ||
 	fail "no warning-level line for the ioDimm that did not open"
 grep -q "flashd\[warning\]: flashd .* ready, degraded: serving 1 of 2" "$T/flashd.log" || fail "no warning that the start is degraded"
@@ -122,11 +123,18 @@ import json, sys
 st = json.load(open(sys.argv[1]))
 d = {x["name"]: x for x in st["dimms"]}
 assert st["degraded"] is True and st["failed"] == 1 and st["served"] == 1, st
+assert st["health"]["state"] == "failed" and st["health"]["summary"].startswith("dimm0 failed: did not open"), st["health"]
+assert d["dimm0"]["health"]["reasons"][0]["reason"] == "open_failed", d["dimm0"]["health"]
+assert "flashctl attach dimm0" in d["dimm0"]["health"]["reasons"][0]["action"], d["dimm0"]["health"]
+assert d["dimm1"]["health"] == {"state": "ok", "reasons": []}, d["dimm1"]["health"]
 assert d["dimm0"]["state"] == "failed" and "flashctl format" in d["dimm0"]["error"], d["dimm0"]
 assert d["dimm1"]["state"] == "online", d["dimm1"]
 print("status: degraded, dimm0 failed: %s" % d["dimm0"]["error"][:100])
 PY
-"$FLASHCTL" status --control "$FLASHD_CTL" | grep -q "serving 1 of 2 ioDimm(s); DEGRADED: 1 failed" || fail "status text does not say degraded"
+rc=0
+"$FLASHCTL" status --control "$FLASHD_CTL" >"$T/deg.txt" || rc=$?
+grep -q "serving 1 of 2 ioDimm(s); health: FAILED (dimm0 failed)" "$T/deg.txt" || fail "status text does not say failed"
+[ $rc = 2 ] || fail "flashctl status exits $rc with an ioDimm failed, want 2"
 nbd_region_is "$FLASHD_URI1" 0 $((8 * MiB)) "$DATA" || fail "dimm1 is not served in the degraded start"
 "$PYTHON" - "$FLASHD_URI0" <<PY || fail "a client of the failed export"
 import sys
@@ -165,7 +173,7 @@ d = [x for x in st["dimms"] if x["name"] == "dimm0"][0]
 assert d["format"]["sector_size"] == 4096, d["format"]' || fail "dimm0 after the fix"
 stop_flashd
 unset NOTIFY_SOCKET
-ok "--allow-degraded: READY with STATUS=degraded, warning, refused export explained; fixed online"
+ok "--allow-degraded: READY with STATUS=failed, warning, refused export explained; fixed online"
 
 # ---- 3. allow_degraded in the file ---------------------------------------------------------
 { printf '[server]\nallow_degraded = yes\n'; sed '/^\[dimm dimm1\]/a capacity = 50%' "$T/4k.conf"; } >"$T/deg.conf"

@@ -8,8 +8,9 @@
 #      Content-Type; its figures equal the JSON status
 #      taken with it (lifetime host bytes, request counters, capacity), the
 #      state gauges have exactly one 1 per ioDimm, the latency histogram
-#      counts every request; after a detach it is still valid, says
-#      state="detached" and drops that ioDimm's FTL figures.
+#      counts every request; health (server and ioDimm) and each reason are
+#      one series per value, 1 for the status's; after a detach it is still
+#      valid, says state="detached" and drops that ioDimm's FTL figures.
 #   2. flashctl stats --live --json: 16 MiB written in 8 requests during the
 #      samples add up to exactly that; the text form prints a header and a
 #      row per ioDimm; flashctl stats (since start) matches the JSON.
@@ -111,6 +112,14 @@ for d in st["dimms"]:
         print("  %s: %s, no FTL figures" % (name, ones[0]))
     conn = series("flashd_dimm_connections")[name][0][2]
     assert conn == d["connections"], conn
+    # health: one series per state, 1 for the status's; a reason series per reason
+    hs = {l["state"]: v for _, l, v in series("flashd_dimm_health")[name]}
+    assert sorted(hs) == ["degraded", "failed", "ok", "warning"] and sum(hs.values()) == 1, hs
+    assert hs[d["health"]["state"]] == 1, (hs, d["health"])
+    reasons = sorted(l["reason"] for _, l, v in series("flashd_dimm_health_reason").get(name, []) if v == 1)
+    assert reasons == sorted(r["reason"] for r in d["health"]["reasons"]), (reasons, d["health"])
+server = {l["state"]: v for _, l, v in fams["flashd_health"]["samples"]}
+assert server[st["health"]["state"]] == 1 and sum(server.values()) == 1, (server, st["health"])
 d0 = ctlclient.dimm(st, "dimm0")
 if what == "attached":
     assert d0["io"]["ops"]["write"] == 6 and d0["io"]["bytes"]["write"] == 6 << 20, d0["io"]

@@ -264,7 +264,7 @@ assert i["format"]["last_close_clean"], "not closed cleanly"
 assert w == w1 + (ok << 20), "the drained writes are not in the checkpointed lifetime counters"
 PY
 "$FLASHCTL" detach dimm1 --control "$FLASHD_CTL" | grep -q "not attached" || fail "a second detach is not a no-op"
-"$FLASHCTL" status --control "$FLASHD_CTL" | grep -A1 "dimm1:" | grep -q "State: detached" || fail "status text of a detached ioDimm"
+"$FLASHCTL" status --control "$FLASHD_CTL" | grep -A5 "dimm1:" | grep -q "State: detached" || fail "status text of a detached ioDimm"
 [ "$(dimm_json dimm1 state)" = '"detached"' ] || fail "state of dimm1"
 "$FLASHCTL" attach dimm1 --control "$FLASHD_CTL" | tee "$T/attach.out"
 grep -q "dimm1 attached: 1677720 sectors of 512 bytes" "$T/attach.out" || fail "flashctl attach dimm1"

@@ -1,0 +1,288 @@
+/*
+ * t_health - the health model (server/health.c): every reason from the
+ * snapshot that causes it, at its level, with its figures and its action;
+ * worst level first; thresholds from [server], overridden per [dimm]; the
+ * server's state is the worst of its ioDimms'; a healthy snapshot is ok
+ * with no reason at all.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "server/flashd.h"
+#include "tests/unit/t.h"
+
+/* A healthy, attached ioDimm as a snapshot shows it. */
+static void healthy(struct dimm_status *st)
+{
+	memset(st, 0, sizeof *st);
+	snprintf(st->name, sizeof st->name, "dimm0");
+	snprintf(st->image, sizeof st->image, "/var/lib/flashd/dimm0.img");
+	snprintf(st->state, sizeof st->state, "online");
+	st->answered = st->attached = true;
+	st->info.state = FTL_STATE_ONLINE;
+	st->info.thermal = FTL_THERMAL_OK;
+	st->info.temp_mc = 40000;
+	st->info.temp_max_mc = 45000;
+	st->stats.reserve_percent = 100;
+	st->stats.rated_pe_cycles = 5000;
+	st->stats.erase_avg = 10;
+	st->stats.endurance_used_percent = 0.2;
+	st->stats.lost_first = 1;
+	st->stats.lost_last = 0;
+}
+
+static const struct health_limits defaults = { HEALTH_RESERVES_WARN_DEFAULT,
+					       HEALTH_ENDURANCE_WARN_DEFAULT,
+					       HEALTH_TEMPERATURE_WARN_DEFAULT, 7 };
+
+/* the item of reason r, or NULL */
+static const struct health_item *find(const struct health *h, enum health_reason r)
+{
+	for (int i = 0; i < h->n; i++)
+		if (h->item[i].reason == r)
+			return &h->item[i];
+	return NULL;
+}
+
+/* h has reason r at level, its message holds text, it has an action
+ * holding act (NULL: any non-empty one) */
+static void expect(const struct health *h, enum health_state state, enum health_reason r,
+		   enum health_state level, const char *text, const char *act)
+{
+	const struct health_item *it = find(h, r);
+	if (!it || it->level != level || h->state != state || !strstr(it->msg, text) ||
+	    !it->action[0] || (act && !strstr(it->action, act))) {
+		fprintf(stderr, "want %s with %s (%s) containing '%s', action '%s'; got %s:\n",
+			health_state_name(state), health_reason_name(r), health_state_name(level), text,
+			act ? act : "(any)", health_state_name(h->state));
+		for (int i = 0; i < h->n; i++)
+			fprintf(stderr, "  %s (%s): %s -> %s\n", health_reason_name(h->item[i].reason),
+				health_state_name(h->item[i].level), h->item[i].msg, h->item[i].action);
+		exit(1);
+	}
+}
+
+int main(void)
+{
+	struct dimm_status st;
+	struct health h;
+
+	/* healthy: ok, nothing to say */
+	healthy(&st);
+	health_eval(&st, &defaults, &h);
+	CHECK_EQ(h.state, HEALTH_OK);
+	CHECK_EQ(h.n, 0);
+
+	/* the names every view prints */
+	CHECK(!strcmp(health_state_name(HEALTH_DEGRADED), "degraded"));
+	for (int r = 0; r < HEALTH_NREASONS; r++) {
+		CHECK(strcmp(health_reason_name(r), "?") != 0);
+		for (int q = 0; q < r; q++)
+			CHECK(strcmp(health_reason_name(r), health_reason_name(q)) != 0);
+	}
+
+	/* ---- warnings ---- */
+	healthy(&st);
+	st.stats.reserve_percent = 9.5;
+	st.stats.blocks_bad_grown = 12;
+	health_eval(&st, &defaults, &h);
+	expect(&h, HEALTH_WARNING, HR_RESERVES_LOW, HEALTH_WARNING, "reserves 9.5 %", "replace the card");
+	CHECK(strstr(h.item[0].msg, "12 grown bad blocks"));
+	st.stats.reserve_percent = 10;  /* at the threshold: not below it */
+	health_eval(&st, &defaults, &h);
+	CHECK_EQ(h.state, HEALTH_OK);
+
+	healthy(&st);
+	st.stats.endurance_used_percent = 80;
+	st.stats.erase_avg = 4000;
+	health_eval(&st, &defaults, &h);
+	expect(&h, HEALTH_WARNING, HR_ENDURANCE_HIGH, HEALTH_WARNING, "endurance 80.0 % used", "replace");
+	st.stats.endurance_used_percent = 79.9;
+	health_eval(&st, &defaults, &h);
+	CHECK_EQ(h.state, HEALTH_OK);
+
+	healthy(&st);
+	st.info.thermal = FTL_THERMAL_THROTTLED;
+	st.info.temp_mc = 80000;
+	health_eval(&st, &defaults, &h);
+	expect(&h, HEALTH_WARNING, HR_THERMAL_THROTTLED, HEALTH_WARNING, "80.0 C", "cooling");
+	CHECK(!find(&h, HR_TEMPERATURE_HIGH)); /* one reason for one cause */
+
+	healthy(&st);
+	st.info.temp_mc = 76000;
+	health_eval(&st, &defaults, &h);
+	expect(&h, HEALTH_WARNING, HR_TEMPERATURE_HIGH, HEALTH_WARNING, "76.0 C", "cooling");
+	st.info.temp_mc = FTL_TEMP_NONE;  /* no sensor: nothing to say */
+	health_eval(&st, &defaults, &h);
+	CHECK_EQ(h.state, HEALTH_OK);
+
+	healthy(&st);
+	st.info.parity_width = 1;
+	st.stats.dies_failed = 1;
+	st.stats.rebuild_bands_left = 7;
+	st.stats.rebuild_bands_total = 20;
+	health_eval(&st, &defaults, &h);
+	expect(&h, HEALTH_WARNING, HR_REBUILDING, HEALTH_WARNING, "7 of 20 bands left", "replace");
+	st.stats.rebuild_bands_left = 0;
+	health_eval(&st, &defaults, &h);
+	expect(&h, HEALTH_WARNING, HR_DIE_REBUILT, HEALTH_WARNING, "rebuilt from parity", "replace");
+	CHECK(!find(&h, HR_REBUILDING) && !find(&h, HR_DIES_LOST));
+
+	healthy(&st);
+	st.stats.lost_units = 3;
+	st.stats.lost_first = 10;
+	st.stats.lost_last = 12;
+	health_eval(&st, &defaults, &h);
+	expect(&h, HEALTH_WARNING, HR_LOST_UNITS, HEALTH_WARNING, "within bytes 40960 to 53247", "backup");
+	st.stats.lost_first = 1;  /* a count kept across a reopen, without the range */
+	st.stats.lost_last = 0;
+	health_eval(&st, &defaults, &h);
+	expect(&h, HEALTH_WARNING, HR_LOST_UNITS, HEALTH_WARNING, "3 units", "backup");
+
+	healthy(&st);
+	st.info.checkpoint_damaged = true;
+	health_eval(&st, &defaults, &h);
+	expect(&h, HEALTH_WARNING, HR_CHECKPOINT_DAMAGED, HEALTH_WARNING, "rebuilt from the whole log",
+	       "flashctl checkpoint dimm0");
+
+	/* ---- degraded ---- */
+	healthy(&st);
+	st.info.state = FTL_STATE_WRITE_REDUCED;
+	st.stats.reserve_percent = 4;
+	snprintf(st.info.health, sizeof st.info.health, "reserves 4.0%% (3 spare blocks left)");
+	health_eval(&st, &defaults, &h);
+	expect(&h, HEALTH_DEGRADED, HR_WRITE_REDUCED, HEALTH_DEGRADED, "reserves 4.0%", "replace the card");
+	CHECK(!find(&h, HR_RESERVES_LOW)); /* the state says it */
+
+	healthy(&st);
+	st.info.state = FTL_STATE_READONLY;
+	st.stats.reserve_percent = 0;
+	health_eval(&st, &defaults, &h);
+	expect(&h, HEALTH_DEGRADED, HR_READ_ONLY, HEALTH_DEGRADED, "worn out", "copy the data off");
+	st.readonly = true;  /* configured read-only: as asked, nothing wrong */
+	st.stats.reserve_percent = 100;
+	health_eval(&st, &defaults, &h);
+	CHECK_EQ(h.state, HEALTH_OK);
+
+	healthy(&st);
+	st.info.state = FTL_STATE_NO_SPACE;
+	health_eval(&st, &defaults, &h);
+	expect(&h, HEALTH_DEGRADED, HR_NO_SPACE, HEALTH_DEGRADED, "ENOSPC", "free space");
+
+	healthy(&st);
+	st.info.thermal = FTL_THERMAL_STOPPED;
+	st.info.temp_mc = 86000;
+	health_eval(&st, &defaults, &h);
+	expect(&h, HEALTH_DEGRADED, HR_THERMAL_STOP, HEALTH_DEGRADED, "thermal stop (at 85 C), now 86.0 C",
+	       "cooling");
+	CHECK(!find(&h, HR_TEMPERATURE_HIGH) && !find(&h, HR_THERMAL_THROTTLED));
+
+	healthy(&st);
+	st.stats.dies_failed = 1;   /* no parity */
+	health_eval(&st, &defaults, &h);
+	expect(&h, HEALTH_DEGRADED, HR_DIES_LOST, HEALTH_DEGRADED, "no parity", "replace the card");
+	st.info.parity_width = 1;
+	st.stats.dies_failed = 2;   /* beyond one parity die */
+	health_eval(&st, &defaults, &h);
+	expect(&h, HEALTH_DEGRADED, HR_DIES_LOST, HEALTH_DEGRADED, "2 dies failed, more than", "replace");
+	CHECK(!find(&h, HR_DIE_REBUILT) && !find(&h, HR_REBUILDING));
+
+	healthy(&st);
+	st.info.parity_width = 1;
+	st.stats.parity_stripes_unprotected = 4;
+	st.stats.refresh_marked = 2;
+	st.stats.refresh_collected = 1;
+	health_eval(&st, &defaults, &h);
+	expect(&h, HEALTH_DEGRADED, HR_PARITY_LOST, HEALTH_DEGRADED, "4 stripes without parity", "GC");
+	st.stats.refresh_collected = 2;  /* rewritten */
+	health_eval(&st, &defaults, &h);
+	CHECK_EQ(h.state, HEALTH_OK);
+
+	/* ---- failed ---- */
+	healthy(&st);
+	st.info.state = FTL_STATE_FAILED;
+	st.info.error = -EIO;
+	health_eval(&st, &defaults, &h);
+	expect(&h, HEALTH_FAILED, HR_FTL_FAILED, HEALTH_FAILED, "Input/output error",
+	       "flashctl recover /var/lib/flashd/dimm0.img");
+	st.info.error = -ENOSPC;
+	health_eval(&st, &defaults, &h);
+	expect(&h, HEALTH_FAILED, HR_FTL_FAILED, HEALTH_FAILED, "No space", "free space on the file system");
+
+	memset(&st, 0, sizeof st);
+	snprintf(st.name, sizeof st.name, "dimm1");
+	snprintf(st.image, sizeof st.image, "/x/dimm1.img");
+	snprintf(st.state, sizeof st.state, "failed");
+	snprintf(st.error, sizeof st.error, "dimm1.img: Permission denied");
+	health_eval(&st, &defaults, &h);
+	expect(&h, HEALTH_FAILED, HR_OPEN_FAILED, HEALTH_FAILED, "Permission denied", "flashctl attach dimm1");
+	CHECK(strstr(h.item[0].action, "flashctl recover /x/dimm1.img"));
+
+	/* ---- not attached, no figures ---- */
+	snprintf(st.state, sizeof st.state, "detached");
+	st.error[0] = 0;
+	health_eval(&st, &defaults, &h);
+	expect(&h, HEALTH_OK, HR_DETACHED, HEALTH_OK, "detached", "flashctl attach dimm1");
+	snprintf(st.state, sizeof st.state, "formatting");
+	health_eval(&st, &defaults, &h);
+	CHECK_EQ(h.state, HEALTH_OK);
+	CHECK(find(&h, HR_BUSY) && strstr(h.item[0].msg, "formatting"));
+	snprintf(st.state, sizeof st.state, "attached");  /* the thread did not answer */
+	health_eval(&st, &defaults, &h);
+	CHECK_EQ(h.state, HEALTH_WARNING);
+	CHECK(find(&h, HR_NO_ANSWER));
+
+	/* ---- several at once: worst level first, all of them kept ---- */
+	healthy(&st);
+	st.stats.lost_units = 1;
+	st.stats.lost_first = st.stats.lost_last = 5;
+	st.info.thermal = FTL_THERMAL_STOPPED;
+	st.info.temp_mc = 90000;
+	st.stats.endurance_used_percent = 95;
+	st.info.checkpoint_damaged = true;
+	health_eval(&st, &defaults, &h);
+	CHECK_EQ(h.state, HEALTH_DEGRADED);
+	CHECK_EQ(h.n, 4);
+	CHECK_EQ(h.item[0].reason, HR_THERMAL_STOP);
+	for (int i = 1; i < h.n; i++)
+		CHECK(h.item[i].level <= h.item[i - 1].level);
+
+	/* ---- thresholds: [server] keys, a [dimm] overrides ---- */
+	struct server_cfg cfg;
+	struct dimm_cfg dc;
+	struct health_limits lim;
+	memset(&cfg, 0, sizeof cfg);
+	memset(&dc, 0, sizeof dc);
+	health_limits_of(&cfg, &dc, &lim);
+	CHECK(lim.reserves_warn == 10 && lim.endurance_warn == 80 && lim.temperature_warn == 75);
+	cfg.health.reserves_warn = 30;
+	cfg.health.set = HL_RESERVES;
+	dc.health.endurance_warn = 50;
+	dc.health.temperature_warn = 0;
+	dc.health.set = HL_ENDURANCE | HL_TEMPERATURE;
+	health_limits_of(&cfg, &dc, &lim);
+	CHECK(lim.reserves_warn == 30 && lim.endurance_warn == 50 && lim.temperature_warn == 0);
+	healthy(&st);
+	st.stats.reserve_percent = 25;
+	st.stats.endurance_used_percent = 60;
+	health_eval(&st, &lim, &h);
+	CHECK(find(&h, HR_RESERVES_LOW) && find(&h, HR_ENDURANCE_HIGH) && find(&h, HR_TEMPERATURE_HIGH));
+	dc.health.set = 0;  /* another ioDimm: the server's */
+	health_limits_of(&cfg, &dc, &lim);
+	CHECK(lim.reserves_warn == 30 && lim.endurance_warn == 80);
+
+	/* ---- the server: the worst of its ioDimms ---- */
+	struct health all[3];
+	memset(all, 0, sizeof all);
+	CHECK_EQ(health_worst(all, 3), HEALTH_OK);
+	all[1].state = HEALTH_WARNING;
+	CHECK_EQ(health_worst(all, 3), HEALTH_WARNING);
+	all[2].state = HEALTH_FAILED;
+	all[0].state = HEALTH_DEGRADED;
+	CHECK_EQ(health_worst(all, 3), HEALTH_FAILED);
+	CHECK_EQ(health_worst(all, 0), HEALTH_OK);
+
+	printf("t_health: every reason, levels, order, thresholds and the server's state checked\n");
+	return 0;
+}
