@@ -53,6 +53,7 @@
  * srv->ctl_reqs, so shutdown answers what is left.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -62,6 +63,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/queue.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -722,9 +724,21 @@ static void status_text(struct ctl_req *cr, struct evbuffer *b)
 /*
  * Version 0.0.4 of the text format: for each family a HELP and a TYPE
  * line, then all its samples (every ioDimm), never interleaved with another
- * family.  Labels: dimm, export, plus what the family says.  Counters end
- * in _total; figures come only for ioDimms whose thread answered (and FTL
- * figures only while attached).
+ * family.  Labels: dimm, export, plus what the family says.  Figures come
+ * only for ioDimms whose thread answered (and FTL figures only while
+ * attached).  Counter semantics (what Prometheus' rate() assumes):
+ *   - a counter (_total) only grows while flashd runs and starts again at
+ *     0 when flashd (for the FTL's "since open" counters: the FTL) starts;
+ *     Prometheus takes the drop to 0 as the reset it is;
+ *   - the FTL's lifetime figures (host and NAND bytes, erases) are kept in
+ *     its checkpoints: after a crash they come back as of the last
+ *     checkpoint, lower than the last scrape saw, which a counter may not
+ *     do (rate() would count the whole lifetime again): they are gauges
+ *     (flashd_dimm_lifetime_*), for totals and deriv(); rates come from the
+ *     request counters;
+ *   - states are one series per state, 1 for the current one (no numeric
+ *     codes), and no family has a "total" beside its parts: sum() of a
+ *     family by kind is the whole.
  */
 static const char *const metric_states[] = {
 	"online", "read-only", "write-reduced", "no-space", "failed", "detached",
@@ -769,6 +783,58 @@ static void prom_sample(struct evbuffer *b, const char *name, const struct dimm_
 
 #define FTL_OK(st) ((st)->answered && (st)->attached)
 
+/*
+ * The standard process_* metrics of Prometheus' client libraries, from
+ * /proc/self (stat: CPU times, virtual and resident size, start time) and
+ * the descriptor limit.  A file that cannot be read leaves its metrics out.
+ * Cost: two small reads and a directory listing of /proc/self/fd.
+ */
+static void process_metrics(struct evbuffer *b)
+{
+	long tick = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
+	char buf[1024];
+	FILE *f = fopen("/proc/self/stat", "r");
+	size_t got = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+	if (f)
+		fclose(f);
+	buf[got] = 0;
+	/* the fields after the command name, which may hold spaces */
+	const char *p = strrchr(buf, ')');
+	unsigned long long utime, stime, start, vsize;
+	long long rss;
+	if (p && tick > 0 &&
+	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d %*d "
+		   "%*d %llu %llu %lld", &utime, &stime, &start, &vsize, &rss) == 5) {
+		prom_family(b, "process_cpu_seconds_total", "counter", "user and system CPU time spent");
+		evbuffer_add_printf(b, "process_cpu_seconds_total %.2f\n", (double)(utime + stime) / tick);
+		prom_family(b, "process_virtual_memory_bytes", "gauge", "virtual memory size");
+		evbuffer_add_printf(b, "process_virtual_memory_bytes %llu\n", vsize);
+		prom_family(b, "process_resident_memory_bytes", "gauge", "resident memory size");
+		evbuffer_add_printf(b, "process_resident_memory_bytes %lld\n", rss * page);
+		/* start is in ticks since boot */
+		struct timespec rt, bt;
+		clock_gettime(CLOCK_REALTIME, &rt);
+		clock_gettime(CLOCK_BOOTTIME, &bt);
+		double boot = (double)rt.tv_sec + rt.tv_nsec / 1e9 - ((double)bt.tv_sec + bt.tv_nsec / 1e9);
+		prom_family(b, "process_start_time_seconds", "gauge", "start time (unix seconds)");
+		evbuffer_add_printf(b, "process_start_time_seconds %.2f\n", boot + (double)start / tick);
+	}
+	int fds = 0;
+	DIR *dir = opendir("/proc/self/fd");
+	if (dir) {
+		for (struct dirent *e; (e = readdir(dir));)
+			fds += e->d_name[0] != '.';
+		closedir(dir);
+		prom_family(b, "process_open_fds", "gauge", "open file descriptors");
+		evbuffer_add_printf(b, "process_open_fds %d\n", fds - 1); /* less opendir's own */
+	}
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+		prom_family(b, "process_max_fds", "gauge", "the limit of open file descriptors");
+		evbuffer_add_printf(b, "process_max_fds %llu\n", (unsigned long long)rl.rlim_cur);
+	}
+}
+
 static void metrics_text(struct ctl_req *cr, struct evbuffer *b)
 {
 	struct server *srv = cr->srv;
@@ -803,6 +869,7 @@ static void metrics_text(struct ctl_req *cr, struct evbuffer *b)
 	for (int k = 0; k < HEALTH_NSTATES; k++)
 		evbuffer_add_printf(b, "flashd_health{state=\"%s\"} %d\n", health_state_name(k),
 				    k == (int)worst);
+	process_metrics(b);
 
 	prom_family(b, "flashd_dimm_state", "gauge", "1 for the state the ioDimm is in, 0 for the others");
 	for (int i = 0; i < n; i++) {
@@ -923,24 +990,26 @@ static void metrics_text(struct ctl_req *cr, struct evbuffer *b)
 		if (FTL_OK(&S[i]))
 			prom_sample(b, "flashd_dimm_overprovisioning_ratio", &S[i], NULL, "%.6f",
 				    S[i].info.op_percent / 100);
-	prom_family(b, "flashd_dimm_host_bytes_total", "counter",
-		    "bytes the host read and wrote in the format's lifetime (kept in checkpoints)");
+	prom_family(b, "flashd_dimm_lifetime_host_bytes", "gauge",
+		    "bytes the host read and wrote in the format's lifetime (kept in checkpoints: "
+		    "after a crash as of the last one, so a gauge)");
 	for (int i = 0; i < n; i++) {
 		if (!FTL_OK(&S[i]))
 			continue;
-		prom_sample(b, "flashd_dimm_host_bytes_total", &S[i], "dir=\"read\"", "%llu",
+		prom_sample(b, "flashd_dimm_lifetime_host_bytes", &S[i], "dir=\"read\"", "%llu",
 			    (unsigned long long)S[i].stats.host_read_bytes);
-		prom_sample(b, "flashd_dimm_host_bytes_total", &S[i], "dir=\"write\"", "%llu",
+		prom_sample(b, "flashd_dimm_lifetime_host_bytes", &S[i], "dir=\"write\"", "%llu",
 			    (unsigned long long)S[i].stats.host_write_bytes);
 	}
-	prom_family(b, "flashd_dimm_nand_bytes_total", "counter",
-		    "NAND bytes read and programmed in the format's lifetime (kept in checkpoints)");
+	prom_family(b, "flashd_dimm_lifetime_nand_bytes", "gauge",
+		    "NAND bytes read and programmed in the format's lifetime (kept in checkpoints: "
+		    "after a crash as of the last one, so a gauge)");
 	for (int i = 0; i < n; i++) {
 		if (!FTL_OK(&S[i]))
 			continue;
-		prom_sample(b, "flashd_dimm_nand_bytes_total", &S[i], "dir=\"read\"", "%llu",
+		prom_sample(b, "flashd_dimm_lifetime_nand_bytes", &S[i], "dir=\"read\"", "%llu",
 			    (unsigned long long)(S[i].stats.nand_pages_read * S[i].page_size));
-		prom_sample(b, "flashd_dimm_nand_bytes_total", &S[i], "dir=\"write\"", "%llu",
+		prom_sample(b, "flashd_dimm_lifetime_nand_bytes", &S[i], "dir=\"write\"", "%llu",
 			    (unsigned long long)(S[i].stats.nand_pages_programmed * S[i].page_size));
 	}
 	prom_family(b, "flashd_dimm_write_amplification", "gauge", "NAND pages programmed per host page written");
@@ -948,14 +1017,17 @@ static void metrics_text(struct ctl_req *cr, struct evbuffer *b)
 		if (FTL_OK(&S[i]))
 			prom_sample(b, "flashd_dimm_write_amplification", &S[i], NULL, "%.6f",
 				    S[i].stats.write_amplification);
-	prom_family(b, "flashd_dimm_blocks", "gauge", "erase blocks by kind");
+	prom_family(b, "flashd_dimm_blocks", "gauge",
+		    "erase blocks by kind (free, data, meta, bad_factory, bad_grown: the sum is all)");
 	for (int i = 0; i < n; i++) {
 		if (!FTL_OK(&S[i]))
 			continue;
 		const struct ftl_stats *s = &S[i].stats;
+		/* a partition: their sum is every block */
 		const struct { const char *k; uint64_t v; } kinds[] = {
-			{ "total", s->blocks_total }, { "free", s->blocks_free }, { "data", s->blocks_data },
-			{ "meta", s->blocks_meta }, { "bad", s->blocks_bad }, { "bad_grown", s->blocks_bad_grown },
+			{ "free", s->blocks_free }, { "data", s->blocks_data }, { "meta", s->blocks_meta },
+			{ "bad_factory", s->blocks_bad - s->blocks_bad_grown },
+			{ "bad_grown", s->blocks_bad_grown },
 		};
 		for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
 			snprintf(lab, sizeof lab, "kind=\"%s\"", kinds[k].k);
@@ -970,10 +1042,11 @@ static void metrics_text(struct ctl_req *cr, struct evbuffer *b)
 		prom_sample(b, "flashd_dimm_block_erase_cycles", &S[i], "stat=\"avg\"", "%.4f", S[i].stats.erase_avg);
 		prom_sample(b, "flashd_dimm_block_erase_cycles", &S[i], "stat=\"max\"", "%u", S[i].stats.erase_max);
 	}
-	prom_family(b, "flashd_dimm_blocks_erased_total", "counter", "block erases in the format's lifetime");
+	prom_family(b, "flashd_dimm_lifetime_blocks_erased", "gauge",
+		    "block erases in the format's lifetime (kept in checkpoints, so a gauge)");
 	for (int i = 0; i < n; i++)
 		if (FTL_OK(&S[i]))
-			prom_sample(b, "flashd_dimm_blocks_erased_total", &S[i], NULL, "%llu",
+			prom_sample(b, "flashd_dimm_lifetime_blocks_erased", &S[i], NULL, "%llu",
 				    (unsigned long long)S[i].stats.blocks_erased);
 	prom_family(b, "flashd_dimm_rated_pe_cycles", "gauge", "rated program/erase cycles of a block");
 	for (int i = 0; i < n; i++)
@@ -989,11 +1062,18 @@ static void metrics_text(struct ctl_req *cr, struct evbuffer *b)
 		if (FTL_OK(&S[i]) && S[i].info.temp_mc != FTL_TEMP_NONE)
 			prom_sample(b, "flashd_dimm_temperature_celsius", &S[i], NULL, "%.1f",
 				    S[i].info.temp_mc / 1000.0);
-	prom_family(b, "flashd_dimm_thermal_throttled", "gauge",
-		    "1: writes throttled (78 C), 2: host I/O held (85 C), 0: neither");
-	for (int i = 0; i < n; i++)
-		if (FTL_OK(&S[i]) && S[i].info.temp_mc != FTL_TEMP_NONE)
-			prom_sample(b, "flashd_dimm_thermal_throttled", &S[i], NULL, "%d", (int)S[i].info.thermal);
+	prom_family(b, "flashd_dimm_thermal_state", "gauge",
+		    "1 for the thermal state: ok, throttled (writes paced, 78 C), stopped (host I/O "
+		    "held, 85 C)");
+	for (int i = 0; i < n; i++) {
+		if (!FTL_OK(&S[i]) || S[i].info.temp_mc == FTL_TEMP_NONE)
+			continue;
+		for (int t = FTL_THERMAL_OK; t <= FTL_THERMAL_STOPPED; t++) {
+			snprintf(lab, sizeof lab, "state=\"%s\"", ftl_thermal_name(t));
+			prom_sample(b, "flashd_dimm_thermal_state", &S[i], lab, "%d",
+				    t == (int)S[i].info.thermal);
+		}
+	}
 	prom_family(b, "flashd_dimm_parity_rebuilds_total", "counter",
 		    "pages rebuilt from their stripe's parity since the FTL was opened");
 	for (int i = 0; i < n; i++)
@@ -1014,7 +1094,9 @@ static void metrics_text(struct ctl_req *cr, struct evbuffer *b)
 		if (FTL_OK(&S[i]))
 			prom_sample(b, "flashd_dimm_reserves_ratio", &S[i], NULL, "%.6f",
 				    S[i].stats.reserve_percent / 100);
-	prom_family(b, "flashd_dimm_media_errors_total", "counter", "media errors since the FTL was opened, by kind");
+	prom_family(b, "flashd_dimm_media_errors_total", "counter",
+		    "media errors since the FTL was opened, by kind (read_corrected, "
+		    "read_uncorrectable, program, erase)");
 	for (int i = 0; i < n; i++) {
 		if (!FTL_OK(&S[i]))
 			continue;
@@ -1022,8 +1104,7 @@ static void metrics_text(struct ctl_req *cr, struct evbuffer *b)
 		const struct { const char *k; uint64_t v; } kinds[] = {
 			{ "read_corrected", s->read_errors_corrected },
 			{ "read_uncorrectable", s->read_errors_uncorrectable },
-			{ "crc", s->crc_errors }, { "program", s->program_failures },
-			{ "erase", s->erase_failures },
+			{ "program", s->program_failures }, { "erase", s->erase_failures },
 		};
 		for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
 			snprintf(lab, sizeof lab, "kind=\"%s\"", kinds[k].k);
@@ -1031,6 +1112,20 @@ static void metrics_text(struct ctl_req *cr, struct evbuffer *b)
 				    (unsigned long long)kinds[k].v);
 		}
 	}
+	/* not a kind of media_errors: most of them are also uncorrectable reads */
+	prom_family(b, "flashd_dimm_crc_errors_total", "counter",
+		    "data pages that failed their CRC32C since the FTL was opened (bit rot past ECC; "
+		    "most also count as read_uncorrectable media errors)");
+	for (int i = 0; i < n; i++)
+		if (FTL_OK(&S[i]))
+			prom_sample(b, "flashd_dimm_crc_errors_total", &S[i], NULL, "%llu",
+				    (unsigned long long)S[i].stats.crc_errors);
+	prom_family(b, "flashd_dimm_lost_units", "gauge",
+		    "4 KiB units made unreadable by media errors (reads of them fail with EIO)");
+	for (int i = 0; i < n; i++)
+		if (FTL_OK(&S[i]))
+			prom_sample(b, "flashd_dimm_lost_units", &S[i], NULL, "%llu",
+				    (unsigned long long)S[i].stats.lost_units);
 	prom_family(b, "flashd_dimm_ram_bytes", "gauge", "memory the FTL holds");
 	for (int i = 0; i < n; i++)
 		if (FTL_OK(&S[i]))

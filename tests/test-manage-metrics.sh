@@ -8,8 +8,10 @@
 #      Content-Type; its figures equal the JSON status
 #      taken with it (lifetime host bytes, request counters, capacity), the
 #      state gauges have exactly one 1 per ioDimm, the latency histogram
-#      counts every request; health (server and ioDimm) and each reason are
-#      one series per value, 1 for the status's; after a detach it is still
+#      counts every request; health (server and ioDimm), each reason and the
+#      thermal state are one series per value, 1 for the status's; the
+#      kinds of blocks add up to all of them (no "total" beside its parts);
+#      the standard process_* metrics are there; after a detach it is still
 #      valid, says state="detached" and drops that ioDimm's FTL figures.
 #   2. flashctl stats --live --json: 16 MiB written in 8 requests during the
 #      samples add up to exactly that; the text form prints a header and a
@@ -23,6 +25,11 @@
 #      writes in flight on dimm0) status, metrics and handshakes stay prompt.
 #      SIGTERM while a stall and a status wait: both are answered, then
 #      flashd exits 0.
+#   4. a crash (SIGKILL) after a checkpoint and 8 MiB more: no counter
+#      comes back lower than the last scrape unless it holds only what the
+#      new process counted since (a reset, as Prometheus reads it); the
+#      FTL's lifetime figures, which come back as of the checkpoint, are
+#      gauges.
 source "$(dirname "$0")/functions.sh"
 
 MiB=$((1 << 20))
@@ -92,10 +99,10 @@ for d in st["dimms"]:
                   op="write")[name][0][2]
     assert hist == d["io"]["ops"]["write"], (hist, d["io"]["ops"]["write"])
     if d["attached"]:
-        host = {l["dir"]: v for _, l, v in series("flashd_dimm_host_bytes_total")[name]}
+        host = {l["dir"]: v for _, l, v in series("flashd_dimm_lifetime_host_bytes")[name]}
         assert host["write"] == d["lifetime"]["host_write_bytes"], host
         assert host["read"] == d["lifetime"]["host_read_bytes"], host
-        nand = {l["dir"]: v for _, l, v in series("flashd_dimm_nand_bytes_total")[name]}
+        nand = {l["dir"]: v for _, l, v in series("flashd_dimm_lifetime_nand_bytes")[name]}
         assert nand["write"] == d["lifetime"]["nand_write_bytes"], nand
         cap = series("flashd_dimm_capacity_bytes")[name][0][2]
         assert cap == d["format"]["capacity_bytes"], cap
@@ -105,6 +112,13 @@ for d in st["dimms"]:
         assert free["free"] == d["stats"]["blocks_free"], free
         res = series("flashd_dimm_reserves_ratio")[name][0][2]
         assert abs(res * 100 - d["stats"]["reserve_percent"]) < 1e-3, res
+        # no "total" beside its parts: the kinds of blocks add up to all of them
+        assert "total" not in free and sum(free.values()) == d["stats"]["blocks_total"], free
+        assert free["bad_grown"] + free["bad_factory"] == d["stats"]["blocks_bad"], free
+        # the thermal state as one series per state
+        th = {l["state"]: v for _, l, v in series("flashd_dimm_thermal_state")[name]}
+        assert sorted(th) == ["ok", "stopped", "throttled"] and sum(th.values()) == 1, th
+        assert th[d["thermal"]] == 1, (th, d["thermal"])
         print("  %s: %s, host written %d, read %d, %d write requests, WA %.3f, %d free blocks" % (
             name, ones[0], host["write"], host["read"], req["write"], wa, free["free"]))
     else:
@@ -120,6 +134,14 @@ for d in st["dimms"]:
     assert reasons == sorted(r["reason"] for r in d["health"]["reasons"]), (reasons, d["health"])
 server = {l["state"]: v for _, l, v in fams["flashd_health"]["samples"]}
 assert server[st["health"]["state"]] == 1 and sum(server.values()) == 1, (server, st["health"])
+# the standard process metrics
+proc = {n: v for n, l, v in sum((fams[f]["samples"] for f in fams if f.startswith("process_")), [])}
+for m in ("process_cpu_seconds_total", "process_resident_memory_bytes", "process_virtual_memory_bytes",
+          "process_open_fds", "process_max_fds", "process_start_time_seconds"):
+    assert m in proc, (m, sorted(proc))
+start = fams["flashd_start_time_seconds"]["samples"][0][2]
+assert abs(proc["process_start_time_seconds"] - start) < 2, (proc, start)
+assert 0 < proc["process_open_fds"] < proc["process_max_fds"] and proc["process_resident_memory_bytes"] > 1 << 20, proc
 d0 = ctlclient.dimm(st, "dimm0")
 if what == "attached":
     assert d0["io"]["ops"]["write"] == 6 and d0["io"]["bytes"]["write"] == 6 << 20, d0["io"]
@@ -239,3 +261,70 @@ echo "after SIGTERM: stall HTTP $(cat "$T/stall.code"), status HTTP $(cat "$T/wa
 [ "$(cat "$T/wait.code")" = 200 ] && "$PYTHON" -c "import json; json.load(open('$T/wait.out'))" ||
 	fail "the waiting status got no answer at shutdown"
 ok "monitoring: metrics, live stats, nothing waits on a busy ioDimm; shutdown answers what waits"
+
+# ---- 4. counters across a crash ---------------------------------------------------
+# The FTL's lifetime figures come back after a crash as of its last
+# checkpoint: lower than the last scrape saw.  A counter may not do that
+# (Prometheus takes any drop for a reset to 0 and counts the whole new value
+# as an increase: a spike of the lifetime's bytes), so after a crash every
+# counter that went back must hold no more than the new process did since.
+restart_flashd
+"$FLASHCTL" checkpoint --control "$FLASHD_CTL" dimm0 >/dev/null || fail "checkpoint dimm0"
+"$PYTHON" - "$FLASHD_URI0" <<'PY' || fail "writing 8 MiB to dimm0"
+import os, sys, nbd
+h = nbd.NBD()
+h.connect_uri(sys.argv[1])
+h.pwrite(os.urandom(8 << 20), 16 << 20)
+h.flush()
+h.shutdown()
+PY
+curl -sf --unix-socket "$FLASHD_CTL" http://localhost/metrics >"$T/before-crash.txt" || fail "curl /metrics"
+kill_flashd
+restart_flashd
+"$PYTHON" - "$FLASHD_URI0" <<'PY' || fail "writing 1 MiB to dimm0 after the crash"
+import os, sys, nbd
+h = nbd.NBD()
+h.connect_uri(sys.argv[1])
+h.pwrite(os.urandom(1 << 20), 0)
+h.flush()
+h.shutdown()
+PY
+curl -sf --unix-socket "$FLASHD_CTL" http://localhost/metrics >"$T/after-crash.txt" || fail "curl /metrics"
+"$PYTHON" - "$NBD_CHECKS" "$T/before-crash.txt" "$T/after-crash.txt" <<'PY' || fail "a counter went back after the crash"
+import sys
+sys.path.insert(0, sys.argv[1])
+import promcheck
+a = promcheck.parse(open(sys.argv[2]).read())
+b = promcheck.parse(open(sys.argv[3]).read())
+def counters(fams):
+    out = {}
+    for f in fams.values():
+        if f["type"] != "counter":
+            continue
+        for name, labels, v in f["samples"]:
+            out[(name, tuple(sorted(labels.items())))] = v
+    return out
+ca, cb = counters(a), counters(b)
+checked = resets = 0
+bad = []
+for k, v in cb.items():
+    if k not in ca:
+        continue
+    checked += 1
+    if v >= ca[k]:
+        continue
+    resets += 1
+    # a reset: the new value is what this process counted since it started
+    # (1 MiB written; a few requests, erases and reads of its own)
+    limit = (2 << 20) if k[0].endswith("bytes_total") else 20000
+    if v > limit:
+        bad.append("%s%s: %g before the crash, %g after" % (k[0], dict(k[1]), ca[k], v))
+assert not bad, "counters back to a value they did not count since the restart:\n  " + "\n  ".join(bad)
+life = [f for f in b if f.startswith("flashd_dimm_lifetime_")]
+assert life and all(b[f]["type"] == "gauge" for f in life), [(f, b[f]["type"]) for f in life]
+print("ok: %d counter series compared across the crash, %d reset to what the new process counted; "
+      "lifetime figures are gauges (%s)" % (checked, resets, ", ".join(sorted(life))))
+PY
+ok "counters across a crash: none comes back to a value it did not count since the restart"
+stop_flashd
+check_flashd_log
