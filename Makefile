@@ -267,6 +267,8 @@ endif
 	install -D -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
 	install -D -m 0644 deploy/README.md $(DESTDIR)$(DOCDIR)/README.deploy.md
 	install -D -m 0755 deploy/iscsi-lun.sh $(DESTDIR)$(DOCDIR)/examples/iscsi-lun.sh
+	install -D -m 0644 -t $(DESTDIR)$(DOCDIR)/examples/prometheus deploy/prometheus/prometheus.yml \
+		deploy/prometheus/flashd-alerts.yml deploy/prometheus/flashd-alerts.test.yml
 	@if [ -e $(DESTDIR)$(CONFDIR)/flashd.conf ]; then \
 		echo "$(DESTDIR)$(CONFDIR)/flashd.conf exists: kept (the example is $(DOCDIR)/flashd.conf.example)"; \
 	else \
@@ -283,7 +285,10 @@ uninstall:
 		$(DESTDIR)$(MANDIR)/man5/flashd.conf.5
 	rm -f $(DESTDIR)$(DOCDIR)/flashd.conf.example $(DESTDIR)$(DOCDIR)/README.md \
 		$(DESTDIR)$(DOCDIR)/README.deploy.md $(DESTDIR)$(DOCDIR)/examples/iscsi-lun.sh
-	rmdir $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) 2>/dev/null || true
+	rm -f $(DESTDIR)$(DOCDIR)/examples/prometheus/prometheus.yml \
+		$(DESTDIR)$(DOCDIR)/examples/prometheus/flashd-alerts.yml \
+		$(DESTDIR)$(DOCDIR)/examples/prometheus/flashd-alerts.test.yml
+	rmdir $(DESTDIR)$(DOCDIR)/examples/prometheus $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) 2>/dev/null || true
 	@if [ -e $(DESTDIR)$(CONFDIR)/flashd.conf ]; then \
 		if cmp -s conf/flashd.conf $(DESTDIR)$(CONFDIR)/flashd.conf; then \
 			echo "rm -f $(DESTDIR)$(CONFDIR)/flashd.conf"; \

@@ -11,9 +11,11 @@
 # check includes chromium: tests/test-dashboard.sh loads the dashboard in it
 # (headless); and systemd: tests/test-install.sh runs systemd-analyze verify
 # on the unit (nothing is started).
-# check also puts promtool (Prometheus' checker, for /metrics) in
-# build/tools: taken out of Debian's prometheus package, not installed,
-# because installing the package starts a Prometheus server on :9090.
+# check also puts promtool (Prometheus' checker, for /metrics and the
+# rules of deploy/prometheus) and prometheus itself (tests/test-prometheus.sh
+# runs it on a port of its own) in build/tools: taken out of Debian's
+# prometheus package, not installed, because installing the package starts
+# a Prometheus server on :9090.
 #
 # Runs apt-get only when dpkg reports a package as not installed, so a
 # machine that has everything pays one dpkg-query call.  Needs root (or sudo)
@@ -28,19 +30,21 @@ fuzz_pkgs="clang libclang-rt-14-dev"
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 
-# promtool from the prometheus .deb (apt-get download: no root, nothing
-# installed or started); a warning here if it cannot be had (make run does
-# not need it), a failure of tests/test-manage-metrics.sh under make check
+# promtool and prometheus from the prometheus .deb (apt-get download: no
+# root, nothing installed or started); a warning here if they cannot be had
+# (make run does not need them), a failure of the tests that use them under
+# make check
 fetch_promtool() {
 	dest=$top/build/tools
-	[ -x "$dest/promtool" ] && return 0
+	[ -x "$dest/promtool" ] && [ -x "$dest/prometheus" ] && return 0
 	tmp=$(mktemp -d)
 	if (cd "$tmp" && apt-get download -q prometheus >/dev/null 2>&1) &&
-	   dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/x" && [ -x "$tmp/x/usr/bin/promtool" ]; then
+	   dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/x" && [ -x "$tmp/x/usr/bin/promtool" ] &&
+	   [ -x "$tmp/x/usr/bin/prometheus" ]; then
 		mkdir -p "$dest"
-		cp "$tmp/x/usr/bin/promtool" "$dest/promtool"
+		cp "$tmp/x/usr/bin/promtool" "$tmp/x/usr/bin/prometheus" "$dest/"
 	else
-		echo "deps.sh: could not fetch promtool (Debian package prometheus); tests/test-manage-metrics.sh fails under make check without it" >&2
+		echo "deps.sh: could not fetch promtool and prometheus (Debian package prometheus); tests/test-manage-metrics.sh and tests/test-prometheus.sh fail under make check without them" >&2
 	fi
 	rm -rf "$tmp"
 }

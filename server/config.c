@@ -11,7 +11,8 @@
  *              tls_certificates, tls_psk, tls_verify_peer, unix_mode,
  *              unix_group, control_mode, control_group, umask,
  *              reserves_warn, endurance_warn, temperature_warn (health
- *              thresholds)
+ *              thresholds), metrics_listen, metrics_allow (repeatable),
+ *              metrics_host_names
  *              (listen = ADDR tls=MODE: that listener's TLS mode)
  *   [card NAME]  model, timing (default for its ioDimms)
  *   [dimm NAME]  card, preset, image, export, description, readonly,
@@ -543,7 +544,8 @@ static int handler(void *user, const char *section, const char *key, const char 
 		set_err(x, "%s:%d: key '%s' before any [section]", x->path, x->lineno, key);
 		return 0;
 	}
-	if (strcmp(key, "listen") != 0 && strcmp(key, "allow") != 0 && strcmp(key, "allow_ro") != 0) {
+	if (strcmp(key, "listen") != 0 && strcmp(key, "allow") != 0 && strcmp(key, "allow_ro") != 0 &&
+	    strcmp(key, "metrics_allow") != 0) {
 		for (int i = 0; i < x->nkeys; i++)
 			if (!strcmp(x->keys[i].name, key))
 				BAD("%s is given a second time in [%s] (first on line %d)", key, section,
@@ -682,6 +684,38 @@ static int handler(void *user, const char *section, const char *key, const char 
 			if (parse_group(value, &gid, why, sizeof why))
 				BAD("%s", why);
 			*(key[0] == 'u' ? &cfg->unix_gid : &cfg->control_gid) = gid;
+		} else if (!strcmp(key, "metrics_listen")) {
+			/* an explicit host: [::]:PORT for every address */
+			if (!value[0] || value[0] == ':' || strchr(value, ' '))
+				BAD("HOST:PORT (IPv6: [ADDR]:PORT; [::]:PORT for every address)");
+			if (check_listen(value, why, sizeof why))
+				BAD("%s", why);
+			free(cfg->metrics_listen);
+			cfg->metrics_listen = xstrdup(value);
+		} else if (!strcmp(key, "metrics_allow")) {
+			struct acl add = { 0 };
+			if (acl_parse(&add, value, false, why, sizeof why)) {
+				acl_free(&add);
+				BAD("%s", why);
+			}
+			for (int i = 0; i < add.n; i++) {
+				if (add.e[i].kind != ACL_ALL && add.e[i].kind != ACL_NET4 &&
+				    add.e[i].kind != ACL_NET6) {
+					acl_entry_format(&add.e[i], why, sizeof why);
+					acl_free(&add);
+					BAD("'%s': the metrics listener takes addresses, networks and all "
+					    "(it has no TLS and no unix socket)", why);
+				}
+			}
+			acl_free(&add);
+			if (acl_parse(&cfg->metrics_allow, value, false, why, sizeof why))
+				BAD("%s", why);
+		} else if (!strcmp(key, "metrics_host_names")) {
+			for (const char *p = value; *p; p++)
+				if (!isalnum((unsigned char)*p) && !strchr(".- ", *p))
+					BAD("host names (letters, digits, '.' and '-'), separated by spaces");
+			free(cfg->metrics_host_names);
+			cfg->metrics_host_names = xstrdup(value);
 		} else {
 			BAD("unknown key in [server]");
 		}
@@ -1206,6 +1240,9 @@ void config_free(struct server_cfg *cfg)
 	free(cfg->tls_certificates_where);
 	free(cfg->tls_psk);
 	free(cfg->tls_psk_where);
+	free(cfg->metrics_listen);
+	acl_free(&cfg->metrics_allow);
+	free(cfg->metrics_host_names);
 	memset(cfg, 0, sizeof *cfg);
 }
 
@@ -1234,6 +1271,10 @@ static void cli_copy(struct server_cfg *out, const struct server_cfg *cli)
 	out->tls_certificates_where = dup_or_null(cli->tls_certificates_where);
 	out->tls_psk = dup_or_null(cli->tls_psk);
 	out->tls_psk_where = dup_or_null(cli->tls_psk_where);
+	/* no command-line options: the file's alone */
+	out->metrics_listen = NULL;
+	out->metrics_allow = (struct acl){ 0 };
+	out->metrics_host_names = NULL;
 	out->dimms = NULL;
 	out->ndimms = 0;
 }

@@ -2052,6 +2052,24 @@ out:
 	free(path);
 }
 
+void ctl_serve_readonly(struct server *srv, struct evhttp_request *req, const char *path,
+			struct evkeyvalq *q)
+{
+	if (srv->shutting_down)
+		send_error(req, 503, "Service Unavailable", "flashd is shutting down");
+	else if (!strcmp(path, "/metrics"))
+		do_metrics(srv, req);
+	else if (!strcmp(path, "/v1/status"))
+		do_status(srv, req, q, -1);
+	else if (!strcmp(path, "/v1/history"))
+		do_history(srv, req, q);
+	else if (!strcmp(path, "/") || !strcmp(path, "/dashboard") || !strncmp(path, "/dashboard/", 11))
+		do_dashboard(req, path);
+	else
+		send_error(req, 404, "Not Found", "the metrics listener serves GET /metrics, /v1/status, "
+			   "/v1/history and the dashboard (/) only; actions are on the control socket");
+}
+
 int ctl_start(struct server *srv, char *err, size_t errlen)
 {
 	const char *path = srv->cfg.control_path;

@@ -205,6 +205,13 @@ struct server_cfg {
 	int unix_mode, control_mode, umask;
 	long unix_gid, control_gid;
 	struct health_limits health;  /* keys given (health_limits_of: defaults) */
+	/* the read-only HTTP listener (metrics_http.c): "HOST:PORT" or NULL
+	 * (off); who may use it (metrics_allow: addresses and networks, no
+	 * rules: everyone who reaches it); Host names it answers besides IP
+	 * literals, localhost and this host's name (space-separated) */
+	char *metrics_listen;
+	struct acl metrics_allow;
+	char *metrics_host_names;
 	struct dimm_cfg *dimms;
 	int ndimms;
 	char *config_file;
@@ -586,6 +593,7 @@ struct server {
 	LIST_HEAD(hs_list, hs) handshakes; /* connections in handshake */
 	struct ctl_req *ctl_reqs;   /* control requests not yet finished */
 	struct monitor *monitor;    /* health and history sampler (monitor.c) */
+	struct metrics_http *metrics_http; /* the read-only listener (metrics_http.c) */
 	struct evhttp_bound_socket *ctl_bound;
 	int ctl_sending;            /* replies handed to evhttp, not yet written */
 	bool ctl_closing;           /* ctl_shutdown ran: exit once they are */
@@ -700,6 +708,13 @@ void ctl_stop(struct server *srv);
 void ctl_cmd_done(evutil_socket_t fd, short what, void *arg);
 /* ioDimm thread: post cmd back to the main thread. */
 void dimm_cmd_reply(struct dimm_cmd *cmd);
+/* The read-only listener's requests (metrics_http.c has checked the peer,
+ * the method and the Host): GET /metrics, /v1/status, /v1/history, /,
+ * /dashboard[/FILE]; anything else 404. */
+struct evhttp_request;
+struct evkeyvalq;
+void ctl_serve_readonly(struct server *srv, struct evhttp_request *req, const char *path,
+			struct evkeyvalq *q);
 /* Latency at quantile q (0..1) of one class's bucket counts (lat_bounds_ns),
  * interpolated in its bucket; 0 if nothing was counted. */
 double lat_quantile(const uint64_t *cnt, double q);
@@ -723,8 +738,14 @@ const struct health *monitor_health(const struct dimm *d);
 /* GET /v1/history[?since=MS]: the samples taken after since (unix ms). */
 struct evbuffer;
 void monitor_history_json(struct server *srv, struct evbuffer *b, int64_t since_ms);
-/* Reload: apply changed health thresholds (taken from n). */
+/* Reload: apply changed health thresholds, metrics_allow and
+ * metrics_host_names (taken from n); metrics_listen needs a restart. */
 void monitor_reload(struct server *srv, struct server_cfg *n, struct reload_result *r);
+
+/* metrics_http.c (main thread): metrics_listen, bound before any image
+ * opens (an address that cannot be bound stops the start); stop frees it. */
+int metrics_http_start(struct server *srv, char *err, size_t errlen);
+void metrics_http_stop(struct server *srv);
 
 /* byte order helpers */
 static inline void put16(uint8_t *p, uint16_t v)

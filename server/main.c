@@ -1738,6 +1738,10 @@ int main(int argc, char **argv)
 			goto fail_early;
 		}
 	}
+	if (metrics_http_start(&srv, err, sizeof err)) {
+		log_err("%s", err);
+		goto fail_early;
+	}
 	for (struct listener *l = srv.listeners; l; l = l->next)
 		evconnlistener_disable(l->evl);
 	event_base_loop(srv.base, EVLOOP_NONBLOCK); /* a signal that came so far */
@@ -1843,6 +1847,7 @@ int main(int argc, char **argv)
 		shutdown_server();
 	ctl_stop(&srv);
 	monitor_stop(&srv);
+	metrics_http_stop(&srv);
 	if (srv.cfg.pidfile)
 		unlink(srv.cfg.pidfile);
 	event_free(srv.sig_term);
@@ -1878,6 +1883,7 @@ fail:
 fail_early:
 	ctl_stop(&srv);
 	monitor_stop(&srv);
+	metrics_http_stop(&srv);
 	if (srv.cfg.pidfile)
 		unlink(srv.cfg.pidfile);
 	if (!exit_status)

@@ -498,6 +498,26 @@ void monitor_reload(struct server *srv, struct server_cfg *n, struct reload_resu
 				reload_item(r, true, key, "%s -> %s", a, b);
 		}
 	}
+	if (!acl_equal(&o->metrics_allow, &n->metrics_allow)) {
+		/* read by the listener's requests, on this thread */
+		reload_item(r, true, "[server] metrics_allow", "rules changed (new requests)");
+		acl_free(&o->metrics_allow);
+		o->metrics_allow = n->metrics_allow;
+		n->metrics_allow = (struct acl){ 0 };
+	}
+	const char *ol = o->metrics_listen, *nl = n->metrics_listen;
+	if ((ol || nl) && (!ol || !nl || strcmp(ol, nl)))
+		reload_item(r, false, "[server] metrics_listen", "'%s' -> '%s': needs a restart (the "
+			    "running value is kept)", ol ? ol : "(off)", nl ? nl : "(off)");
+	const char *oh = o->metrics_host_names, *nh = n->metrics_host_names;
+	if ((oh || nh) && (!oh || !nh || strcmp(oh, nh))) {
+		/* read by the listener's requests, on this thread */
+		reload_item(r, true, "[server] metrics_host_names", "'%s' -> '%s' (new requests)",
+			    oh ? oh : "(none)", nh ? nh : "(none)");
+		free(o->metrics_host_names);
+		o->metrics_host_names = n->metrics_host_names;
+		n->metrics_host_names = NULL;
+	}
 	if (srv->monitor)
 		event_active(srv->monitor->timer, EV_TIMEOUT, 0);
 }

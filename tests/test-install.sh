@@ -50,6 +50,9 @@ expected="755 /usr/sbin/flashd
 644 /usr/share/doc/flashd/README.md
 644 /usr/share/doc/flashd/README.deploy.md
 755 /usr/share/doc/flashd/examples/iscsi-lun.sh
+644 /usr/share/doc/flashd/examples/prometheus/prometheus.yml
+644 /usr/share/doc/flashd/examples/prometheus/flashd-alerts.yml
+644 /usr/share/doc/flashd/examples/prometheus/flashd-alerts.test.yml
 644 /etc/flashd/flashd.conf"
 
 installed=$(cd "$ROOT" && find . ! -type d -printf '%m /%P\n' | sort)
