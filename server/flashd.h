@@ -349,8 +349,8 @@ struct dimm_status {
  * ---- health (server/health.c) ---------------------------------------------
  *
  * One model, computed in one place and shown the same way by every view
- * (flashctl status and its exit code, --json, /metrics, systemd's
- * STATUS=, the log): health_eval() turns a snapshot of an
+ * (flashctl status and its exit code, --json, /metrics, the dashboard,
+ * systemd's STATUS=, the log): health_eval() turns a snapshot of an
  * ioDimm and its thresholds into a state and the reasons for it, each with
  * the action an admin should take.  The server's state is the worst of its
  * ioDimms'.  States, from best to worst:
