@@ -1,5 +1,5 @@
 #!/bin/bash
-# timeout: 300
+# timeout: 420
 # Health that tells the truth and configuration checked early (issue 13):
 #   1. an image whose format differs from its [dimm] keys (sector_size =
 #      4096 on a 512-byte image): flashd refuses to start (exit 1), logs an
@@ -26,6 +26,17 @@
 #   7. log = syslog (flashd in a mount namespace with a /dev/log of its own,
 #      a Python listener): a refused control request whose path holds ESC
 #      and CR reaches syslog with them escaped, no raw byte.
+#   8. every fault flashctl inject can cause, each on an ioDimm of its own,
+#      moves health to its documented state, with its reason, in flashctl
+#      status (text and exit status: 0 ok, 1 warning, 2 degraded or
+#      failed), --json, /metrics (on metrics_listen), the dashboard
+#      (Chromium) and systemd's STATUS=; the server's is the worst:
+#      temperature 80 C warning (thermal_throttled), 86 C degraded
+#      (thermal_stop), cooled (35 C) ok again; bit errors that lose units
+#      warning (lost_units); a bad block past the ioDimm's reserves_warn
+#      (95 %) warning (reserves_low); a dead die with parity
+#      warning (die_rebuilt), without degraded (dies_lost); an image that is
+#      not one failed (open_failed), ok once attached with it removed.
 # 6 and 7 need mount namespaces (7 also root): without them the test runs
 # the rest and ends as a skip (exit 77) naming what was not run.
 source "$(dirname "$0")/functions.sh"
@@ -312,4 +323,232 @@ SH
 	! LC_ALL=C grep -aq $'[\x1b\r]' "$T/syslog.out" || fail "syslog got a raw ESC or CR"
 	ok "log = syslog: a client's ESC and CR are escaped"
 fi
+# ---- 8. every fault flashctl inject can cause, in every view ------------------------------------
+# Six ioDimms, one per fault; each state is checked in flashctl status (text,
+# exit status), --json, /metrics (on metrics_listen), the dashboard (Chromium)
+# and systemd's STATUS= (a notify socket); the server's state is the worst.
+CHROMIUM=$(command -v chromium || true)
+[ -n "$CHROMIUM" ] || fail "chromium is not installed (scripts/deps.sh check installs it): the dashboard is one of the views"
+MPORT=$(free_port)
+cat >"$T/faults.conf" <<EOF
+[server]
+fault_injection = yes
+allow_degraded = yes
+metrics_listen = 127.0.0.1:$MPORT
+[dimm temp]
+preset = test-64m
+[dimm diepar]
+preset = test-1g
+parity_width = 1
+op = 36
+[dimm die0]
+preset = test-64m
+[dimm bad]
+preset = test-64m
+reserves_warn = 95
+[dimm bits]
+preset = test-64m
+[dimm broken]
+preset = test-64m
+EOF
+SAVED_STATE=$FLASHD_STATE
+FLASHD_STATE=$T/faults
+mkdir -p "$FLASHD_STATE"
+head -c 65536 /dev/urandom >"$FLASHD_STATE/broken.img" # not a NAND image: it does not open
+"$PYTHON" - "$T/notify8.sock" "$T/notify8.txt" <<'PY' &
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+with open(sys.argv[2], "a") as out:
+    while True:
+        for line in s.recv(65536).decode(errors="replace").split("\n"):
+            if line.startswith("STATUS="):
+                out.write(line + "\n")
+                out.flush()
+PY
+track_pid $!
+for _ in $(seq 50); do [ -S "$T/notify8.sock" ] && break; sleep 0.1; done
+NOTIFY_SOCKET=$T/notify8.sock start_flashd --config "$T/faults.conf" --timing off
+C=("$FLASHCTL" --control "$FLASHD_CTL")
+M=http://127.0.0.1:$MPORT
+DASH="$PYTHON $NBD_CHECKS/dashcheck.py"
+# rc_of STATE: flashctl status's exit status for it
+rc_of() { case $1 in ok) echo 0 ;; warning) echo 1 ;; *) echo 2 ;; esac; }
+# json_health DIMM: "STATE reason reason..." from --json (every reason has an action)
+json_health() {
+	flashd_status | "$PYTHON" -c '
+import json, sys
+d = [x for x in json.load(sys.stdin)["dimms"] if x["name"] == sys.argv[1]][0]["health"]
+assert all(r["action"] or r["level"] == "ok" for r in d["reasons"]), d
+print(" ".join([d["state"]] + [r["reason"] for r in d["reasons"]]))' "$1"
+}
+chrome_dump() {
+	local prof
+	prof=$(mktemp -d "$T/chromium.XXXXXX")
+	HOME=$T/home timeout 60 "$CHROMIUM" --headless=new --no-sandbox --disable-gpu --no-first-run \
+		--user-data-dir="$prof" --disable-dev-shm-usage --virtual-time-budget=3000 \
+		--window-size=1200,800 --dump-dom "$M/" >"$1" 2>>"$T/chromium.log" ||
+		fail "chromium --dump-dom: $(tail -n 3 "$T/chromium.log")"
+}
+has_reason() { [ "$2" = - ] || [[ " $1 " == *" $2 "* ]]; }
+# expect DIMM STATE REASON TEXT: within 30 s DIMM's health is STATE with
+# REASON ("-": any) and TEXT in flashctl status; then every view agrees
+expect() {
+	local d=$1 state=$2 reason=$3 text=$4 got="" rc up st=""
+	for _ in $(seq 1 300); do
+		got=$(json_health "$d")
+		[ "${got%% *}" = "$state" ] && has_reason "$got" "$reason" && break
+		sleep 0.1
+	done
+	[ "${got%% *}" = "$state" ] && has_reason "$got" "$reason" || fail "$d: --json says '$got', want $state $reason"
+	rc=0
+	"${C[@]}" status "$d" >"$T/st-$d.txt" || rc=$?
+	[ "$rc" = "$(rc_of "$state")" ] || fail "flashctl status $d exits $rc for $state"
+	up=$(tr a-z A-Z <<<"$state")
+	[ "$state" = ok ] && up=ok
+	grep -q "^    Health: $up\$" "$T/st-$d.txt" || fail "flashctl status $d: no 'Health: $up': $(head -5 "$T/st-$d.txt")"
+	[ -z "$text" ] || grep -qF -- "$text" "$T/st-$d.txt" || fail "flashctl status $d does not say '$text': $(head -6 "$T/st-$d.txt")"
+	[ "$state" = ok ] || grep -q "^        action: ." "$T/st-$d.txt" || fail "flashctl status $d gives no action"
+	curl -sf "$M/metrics" >"$T/m.txt" || fail "GET /metrics on the metrics listener"
+	grep -q "^flashd_dimm_health{dimm=\"$d\",export=\"$d\",state=\"$state\"} 1\$" "$T/m.txt" ||
+		fail "/metrics: $(grep "^flashd_dimm_health{dimm=\"$d\"" "$T/m.txt" | grep ' 1$')"
+	[ "$reason" = - ] || grep -q "^flashd_dimm_health_reason{dimm=\"$d\",export=\"$d\",reason=\"$reason\",level=\"[a-z]*\"} 1\$" "$T/m.txt" ||
+		fail "/metrics lacks the reason $reason of $d: $(grep "^flashd_dimm_health_reason{dimm=\"$d\"" "$T/m.txt")"
+	want="; $d $state: "
+	[ "$state" = failed ] && want="; $d failed: "
+	for _ in $(seq 1 50); do
+		st=$(tail -n1 "$T/notify8.txt")
+		if [ "$state" = ok ]; then [[ "$st" != *"; $d "* ]] && break; else [[ "$st" == *"$want"* ]] && break; fi
+		sleep 0.1
+	done
+	if [ "$state" = ok ]; then
+		[[ "$st" != *"; $d "* ]] || fail "STATUS= still names $d: $st"
+	else
+		[[ "$st" == *"$want"* ]] || fail "STATUS= does not say '$want': $st"
+	fi
+	chrome_dump "$T/dash.html"
+	[ "$($DASH state "$T/dash.html" "h-$d")" = "$state" ] ||
+		fail "the dashboard shows $d $($DASH state "$T/dash.html" "h-$d"), want $state"
+	has_reason "$($DASH reasons "$T/dash.html" "$d")" "$reason" ||
+		fail "the dashboard's reasons for $d: $($DASH reasons "$T/dash.html" "$d")"
+	echo "  $d: $state ($reason) in flashctl status (exit $rc), --json, /metrics, STATUS=, the dashboard"
+}
+# expect_server STATE: the worst, in flashctl status (header, exit status),
+# /metrics, STATUS= and the dashboard's badge (of the last expect's pages)
+expect_server() {
+	local rc=0 st up
+	"${C[@]}" status >"$T/st.txt" || rc=$?
+	[ "$rc" = "$(rc_of "$1")" ] || fail "flashctl status exits $rc, want $(rc_of "$1") for $1"
+	up=$(tr a-z A-Z <<<"$1")
+	[ "$1" = ok ] && up=ok
+	grep -q "health: $up" "$T/st.txt" || fail "the header: $(head -1 "$T/st.txt")"
+	grep -q "^flashd_health{state=\"$1\"} 1\$" "$T/m.txt" || fail "/metrics flashd_health: $(grep '^flashd_health' "$T/m.txt" | grep ' 1$')"
+	st=$(tail -n1 "$T/notify8.txt")
+	if [ "$1" = ok ]; then
+		[ "$st" = "STATUS=serving 6 of 6 ioDimm(s)" ] || fail "STATUS=: $st"
+	else
+		[[ "$st" == "STATUS=$1: serving "* ]] || fail "STATUS=: $st"
+	fi
+	[ "$($DASH state "$T/dash.html" health)" = "$1" ] || fail "the dashboard's badge: $($DASH state "$T/dash.html" health)"
+	echo "  the server: $1 (flashctl status exit $rc and header, flashd_health, STATUS=, the badge)"
+}
+# write_all DIMM [HALF [MIB]]: 1 MiB writes over the whole export, or its
+# first MIB MiB (HALF 0 or 1: every other MiB, so that GC has data to
+# move); prints how many failed (some faults fail writes)
+write_all() {
+	"$PYTHON" - "nbd://127.0.0.1:$FLASHD_PORT/$1" "${2:-}" "${3:-0}" <<'PY'
+import os, sys, nbd
+h = nbd.NBD()
+h.connect_uri(sys.argv[1])
+size, buf, bad = h.get_size(), os.urandom(1 << 20), 0
+if int(sys.argv[3]):
+    size = int(sys.argv[3]) << 20
+for i, off in enumerate(range(0, size - (1 << 20) + 1, 1 << 20)):
+    if sys.argv[2] and i % 2 != int(sys.argv[2]):
+        continue
+    try:
+        h.pwrite(buf, off)
+    except nbd.Error:
+        bad += 1
+try:
+    h.flush()
+except nbd.Error:
+    bad += 1
+print(bad)
+PY
+}
+st_num() {
+	flashd_status | "$PYTHON" -c '
+import json, sys
+print([d for d in json.load(sys.stdin)["dimms"] if d["name"] == sys.argv[1]][0]["stats"][sys.argv[2]])' "$1" "$2"
+}
+
+echo "broken.img is not an image"
+expect broken failed open_failed "did not open"
+expect temp ok - ""
+expect_server failed
+rm "$FLASHD_STATE/broken.img"
+"${C[@]}" attach broken >/dev/null || fail "attach broken with the garbage removed"
+expect broken ok - ""
+expect_server ok
+
+echo "temperature"
+"${C[@]}" inject temp temperature 80 >/dev/null || fail "inject temperature 80"
+expect temp warning thermal_throttled "throttle at 78 C"
+expect_server warning
+"${C[@]}" inject temp temperature 86 >/dev/null || fail "inject temperature 86"
+expect temp degraded thermal_stop "thermal stop (at 85 C)"
+expect_server degraded
+"${C[@]}" inject temp temperature 35 >/dev/null || fail "cooling"
+expect temp ok - ""
+expect_server ok
+
+echo "bit errors that lose units (no parity)"
+[ "$(write_all bits)" = 0 ] || fail "filling bits"
+"${C[@]}" inject bits bit-errors 100000 >/dev/null || fail "inject bit-errors"
+for i in $(seq 1 20); do
+	write_all bits $((i % 2)) >/dev/null
+	[ "$(st_num bits lost_units)" != 0 ] && break
+done
+"${C[@]}" inject bits bit-errors 0 >/dev/null || fail "bit-errors off"
+[ "$(st_num bits lost_units)" != 0 ] || fail "100000 uncorrectable reads per million lost no unit in 20 passes"
+expect bits warning lost_units "lost to media errors, within bytes"
+
+echo "bad blocks past the reserve threshold"
+[ "$(write_all bad)" = 0 ] || fail "filling bad"
+# test-64m keeps 12 spare blocks: one grown bad block leaves 91.7 %, below
+# the 95 % this ioDimm's reserves_warn asks for
+"${C[@]}" inject bad bad-block 200 >/dev/null || fail "inject bad-block 200"
+for i in $(seq 1 10); do
+	write_all bad $((i % 2)) >/dev/null
+	[ "$(st_num bad blocks_bad_grown)" = 1 ] && break
+done
+[ "$(st_num bad blocks_bad_grown)" = 1 ] || fail "block 200 injected, $(st_num bad blocks_bad_grown) grown bad found"
+expect bad warning reserves_low "reserves 91.7 % (warning below 95 %)"
+
+echo "a die fails, with parity"
+# test-1g (8 dies, 36 % over-provisioning) has room for a dead die's
+# blocks; its data and writes while a die is dead: tests/test-flashback.sh
+[ "$(write_all diepar "" 128)" = 0 ] || fail "writing diepar"
+"${C[@]}" inject diepar die-fail 1 >/dev/null || fail "inject die-fail 1 on diepar"
+for i in $(seq 1 60); do
+	[ "$(write_all diepar $((i % 2)) 128)" = 0 ] || fail "a write to diepar failed after one die failed (it has parity)"
+	[ "$(st_num diepar dies_failed)" = 1 ] && [ "$(st_num diepar rebuild_bands_left)" = 0 ] && break
+done
+[ "$(st_num diepar dies_failed)" = 1 ] || fail "diepar's dead die was never found"
+expect diepar warning die_rebuilt "rebuilt from parity"
+
+echo "a die fails, no parity"
+[ "$(write_all die0)" = 0 ] || fail "filling die0"
+"${C[@]}" inject die0 die-fail 1 >/dev/null || fail "inject die-fail 1 on die0"
+for i in $(seq 1 30); do
+	write_all die0 $((i % 2)) >/dev/null
+	[ "$(st_num die0 dies_failed)" = 1 ] && break
+done
+expect die0 degraded dies_lost "the format has no parity"
+expect_server degraded
+stop_flashd
+FLASHD_STATE=$SAVED_STATE
+ok "every fault moves health: 80 C warning, 86 C degraded, cooled ok; lost units warning; reserves below reserves_warn warning; a dead die with parity warning, without degraded; an image that does not open failed; in status, its exit status, JSON, /metrics, STATUS= and the dashboard"
+
 ok "health and configuration checks"
