@@ -36,7 +36,9 @@
 #      warning (lost_units); a bad block past the ioDimm's reserves_warn
 #      (95 %) warning (reserves_low); a dead die with parity
 #      warning (die_rebuilt), without degraded (dies_lost); an image that is
-#      not one failed (open_failed), ok once attached with it removed.
+#      not one failed (open_failed), ok once attached with it removed;
+#      after a restart every ioDimm's health and reasons are what they were
+#      (the FTL keeps dead dies, lost units and grown bad blocks).
 # 6 and 7 need mount namespaces (7 also root): without them the test runs
 # the rest and ends as a skip (exit 77) naming what was not run.
 source "$(dirname "$0")/functions.sh"
@@ -547,8 +549,25 @@ for i in $(seq 1 30); do
 done
 expect die0 degraded dies_lost "the format has no parity"
 expect_server degraded
+
+echo "after a restart (the FTL keeps dead dies, lost units and grown bad blocks)"
+declare -A before
+for d in bits bad diepar die0 temp; do before[$d]=$(json_health "$d"); done
+stop_flashd
+NOTIFY_SOCKET=$T/notify8.sock restart_flashd
+for want in "bits warning lost_units" "bad warning reserves_low" "diepar warning die_rebuilt" \
+	"die0 degraded dies_lost" "temp ok -"; do
+	read -r d state reason <<<"$want"
+	got=$(json_health "$d")
+	[ "${got%% *}" = "$state" ] && has_reason "$got" "$reason" && [ "$got" = "${before[$d]}" ] ||
+		fail "after a restart $d's health is '$got', before it '${before[$d]}', want $state $reason"
+	echo "  $d: $got"
+done
+rc=0
+"${C[@]}" status >/dev/null || rc=$?
+[ "$rc" = 2 ] || fail "after a restart flashctl status exits $rc, want 2 (die0 degraded)"
 stop_flashd
 FLASHD_STATE=$SAVED_STATE
-ok "every fault moves health: 80 C warning, 86 C degraded, cooled ok; lost units warning; reserves below reserves_warn warning; a dead die with parity warning, without degraded; an image that does not open failed; in status, its exit status, JSON, /metrics, STATUS= and the dashboard"
+ok "every fault moves health: 80 C warning, 86 C degraded, cooled ok; lost units warning; reserves below reserves_warn warning; a dead die with parity warning, without degraded; an image that does not open failed; in status, its exit status, JSON, /metrics, STATUS= and the dashboard; the same after a restart"
 
 ok "health and configuration checks"
