@@ -76,8 +76,16 @@
  * Management (server/dimm.c): a checkpoint on request runs beside the
  * requests (the FTL's own, fuzzy).  A detach drains (conn_drain_all,
  * conn_drain_step).  Each answered request is
- * counted in d->io (io_account: its kind, bytes, latency bucket; two clock
- * reads per request, no allocation).
+ * counted in d->io (io_account: its kind, bytes, service latency bucket;
+ * no allocation), and once its reply is handed to the kernel its latency
+ * as the client sees it (io_account_sent), from r->t_in: when the request
+ * was complete in the socket (its header, or a WRITE's payload).  Over
+ * TCP that is the kernel's receive timestamp of the newest bytes a recv
+ * returned (SO_TIMESTAMPNS: the time a request waited in the socket while
+ * this thread was busy counts too); on the unix socket and under TLS,
+ * where no timestamp comes, the time of the read.  Cost: a clock read per
+ * receive, per request dispatched and per send, one more per receive that
+ * carries a timestamp.
  * TLS (c->ssl, negotiated by the handshake): reads go through SSL_read
  * (conn_recv); replies are copied from the send queue into c->tout (up to
  * TOUT_SIZE, allocated on first use) and written with SSL_write, retried
@@ -150,7 +158,9 @@ struct req {
 	struct iovec iov[2 * MAX_CHUNKS + 1];
 	int niov;
 	size_t reply_bytes;
-	uint64_t t0;               /* dispatched (nand_now_ns), for the latency */
+	uint64_t t_in;             /* arrived: header (a WRITE: payload) in the socket */
+	uint64_t t0;               /* dispatched (nand_now_ns), for the service latency */
+	uint64_t t_out;            /* the send thread handed its reply to the kernel */
 	struct req *next;
 };
 
@@ -194,6 +204,8 @@ struct conn {
 	bool readonly;             /* read-only for this client (allow_ro) */
 	struct conn_slot slot;
 	uint64_t last_ns;          /* last byte received or sent, or reply finished */
+	uint64_t in_ns;            /* the newest bytes received arrived (req.t_in) */
+	uint64_t rx_age_ns;        /* conn_recv: their age by the kernel's timestamp */
 	uint32_t in_ftl;           /* requests of this connection inside the FTL */
 	bool budget_wait;          /* a request waits for buffer_limit (not read) */
 	bool budget_queued;        /* in the server's budget queue (server.budget_lock) */
@@ -293,6 +305,7 @@ static struct req *req_get(struct conn *c)
 	r->next = NULL;
 	r->charge = 0;
 	r->error = 0;
+	r->t_out = 0;
 	r->io_pending = false;
 	r->no_reply = false;
 	r->nchunks = 0;
@@ -531,17 +544,28 @@ static void conn_mark_dirty(struct conn *c)
 	c->d->dirty = c;
 }
 
-/* Count r in the export's I/O counters (flashd.h, struct io_counters). */
+static enum lat_class req_lat_class(const struct req *r)
+{
+	switch (r->type) {
+	case NBD_CMD_READ: return LAT_READ;
+	case NBD_CMD_WRITE: return LAT_WRITE;
+	case NBD_CMD_FLUSH: return LAT_FLUSH;
+	default: return LAT_OTHER;
+	}
+}
+
+/* Count r in the export's I/O counters (flashd.h, struct io_counters):
+ * answered, its service latency. */
 static void io_account(struct dimm *d, const struct req *r)
 {
-	int k, l;
+	int k;
 	switch (r->type) {
-	case NBD_CMD_READ: k = IOK_READ; l = LAT_READ; break;
-	case NBD_CMD_WRITE: k = IOK_WRITE; l = LAT_WRITE; break;
-	case NBD_CMD_FLUSH: k = IOK_FLUSH; l = LAT_FLUSH; break;
-	case NBD_CMD_TRIM: k = IOK_TRIM; l = LAT_OTHER; break;
-	case NBD_CMD_WRITE_ZEROES: k = IOK_ZEROES; l = LAT_OTHER; break;
-	default: k = IOK_OTHER; l = LAT_OTHER; break;
+	case NBD_CMD_READ: k = IOK_READ; break;
+	case NBD_CMD_WRITE: k = IOK_WRITE; break;
+	case NBD_CMD_FLUSH: k = IOK_FLUSH; break;
+	case NBD_CMD_TRIM: k = IOK_TRIM; break;
+	case NBD_CMD_WRITE_ZEROES: k = IOK_ZEROES; break;
+	default: k = IOK_OTHER; break;
 	}
 	struct io_counters *io = &d->io;
 	io->ops[k]++;
@@ -549,9 +573,20 @@ static void io_account(struct dimm *d, const struct req *r)
 		io->errors[k]++;
 	else if (k != IOK_FLUSH && k != IOK_OTHER)
 		io->bytes[k] += r->length;
+	int l = req_lat_class(r);
 	uint64_t ns = nand_now_ns() - r->t0;
-	io->lat[l][lat_bucket(ns)]++;
-	io->lat_sum_ns[l] += ns;
+	io->svc[l][lat_bucket(ns)]++;
+	io->svc_sum_ns[l] += ns;
+}
+
+/* r's reply was handed to the kernel at now: its latency as the client
+ * sees it (replies dropped with their connection are not counted). */
+static void io_account_sent(struct dimm *d, const struct req *r, uint64_t now)
+{
+	int l = req_lat_class(r);
+	uint64_t ns = now > r->t_in ? now - r->t_in : 0;
+	d->io.lat[l][lat_bucket(ns)]++;
+	d->io.lat_sum_ns[l] += ns;
 }
 
 /* r is answered: queue its reply (or drop it on a dead socket). */
@@ -737,6 +772,7 @@ static int req_check(struct conn *c, uint16_t type, uint16_t flags, uint64_t off
 static void req_dispatch(struct conn *c, struct req *r, uint8_t *data)
 {
 	c->nrequests++;
+	r->t_in = c->in_ns;
 	r->t0 = nand_now_ns();
 	if (r->error) {
 		req_finish(r);
@@ -1162,12 +1198,43 @@ static void conn_close_now(struct conn *c, const char *why)
 	drop_partial(c);
 }
 
+/* The age of the bytes a recvmsg returned, by the kernel's receive
+ * timestamp of the newest of them (SCM_TIMESTAMPNS, CLOCK_REALTIME: TCP
+ * sends one, unix sockets none); 0 without one, or if the clock was set
+ * meanwhile. */
+static uint64_t rx_age(struct msghdr *mh)
+{
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_TIMESTAMPNS)
+			continue;
+		struct timespec ts, now;
+		memcpy(&ts, CMSG_DATA(cm), sizeof ts);
+		clock_gettime(CLOCK_REALTIME, &now);
+		int64_t age = (int64_t)(now.tv_sec - ts.tv_sec) * 1000000000 + (now.tv_nsec - ts.tv_nsec);
+		return age > 0 && age < 60 * 1000000000ll ? (uint64_t)age : 0;
+	}
+	return 0;
+}
+
 /* recv, or SSL_read under TLS: > 0 bytes, 0 at EOF, -1 with errno (EAGAIN:
- * nothing now; EPROTO: a TLS error, c->tls_why says which). */
+ * nothing now; EPROTO: a TLS error, c->tls_why says which).  Sets
+ * c->rx_age_ns (rx_age; 0 under TLS). */
 static ssize_t conn_recv(struct conn *c, void *buf, size_t len)
 {
-	if (!c->ssl)
-		return recv(c->fd, buf, len, 0);
+	c->rx_age_ns = 0;
+	if (!c->ssl) {
+		union {
+			char b[CMSG_SPACE(sizeof(struct timespec))];
+			struct cmsghdr align;
+		} cbuf;
+		struct iovec iov = { buf, len };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf.b,
+				     .msg_controllen = sizeof cbuf.b };
+		ssize_t n = recvmsg(c->fd, &mh, 0);
+		if (n > 0 && mh.msg_controllen)
+			c->rx_age_ns = rx_age(&mh);
+		return n;
+	}
 	ERR_clear_error();
 	int n = SSL_read(c->ssl, buf, len > INT32_MAX ? INT32_MAX : (int)len);
 	if (n > 0)
@@ -1207,6 +1274,7 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
 			if (n > 0) {
 				d->activity++;
 				c->last_ns = nand_now_ns();
+				c->in_ns = c->last_ns - c->rx_age_ns;
 				c->cur_got += (uint32_t)n;
 				if (c->cur_got == r->length) {
 					c->cur = NULL;
@@ -1231,6 +1299,7 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
 			if (n > 0) {
 				d->activity++;
 				c->last_ns = nand_now_ns();
+				c->in_ns = c->last_ns - c->rx_age_ns;
 				c->in_len += (size_t)n;
 				if (!parse_input(c))
 					break;
@@ -1274,10 +1343,12 @@ static void write_cb(evutil_socket_t fd, short what, void *arg)
 	dimm_kick(c->d);
 }
 
-/* TLS: copy queued replies into c->tout (retiring those copied whole). */
+/* TLS: copy queued replies into c->tout (retiring those copied whole:
+ * SSL_write takes them at once unless the socket is full). */
 static void tout_fill(struct conn *c)
 {
 	size_t room = TOUT_SIZE;
+	uint64_t now = nand_now_ns();
 	c->tout_pos = c->tout_len = 0;
 	while (c->sendq && room) {
 		struct req *r = c->sendq;
@@ -1302,6 +1373,7 @@ static void tout_fill(struct conn *c)
 		c->sendq = r->next;
 		if (!c->sendq)
 			c->sendq_tail = NULL;
+		io_account_sent(c->d, r, now);
 		req_put(c, r);
 	}
 }
@@ -1424,13 +1496,15 @@ static void *tx_main(void *arg)
 				}
 				continue;
 			}
+			uint64_t now = nand_now_ns();
 			if (sent > 0)
-				__atomic_store_n(&t->sent_ns, nand_now_ns(), __ATOMIC_RELAXED);
+				__atomic_store_n(&t->sent_ns, now, __ATOMIC_RELAXED);
 			/* hand back the replies sent whole */
 			size_t left = skip + (size_t)sent;
 			struct req *done = q, *done_tail = NULL;
 			while (q && left >= q->reply_bytes) {
 				left -= q->reply_bytes;
+				q->t_out = now;
 				done_tail = q;
 				q = q->next;
 			}
@@ -1587,6 +1661,8 @@ static void tx_done_cb(evutil_socket_t fd, short what, void *arg)
 	while (q) {
 		struct req *r = q;
 		q = r->next;
+		if (r->t_out) /* sent, not dropped */
+			io_account_sent(c->d, r, r->t_out);
 		req_put(c, r);
 	}
 	if (err && !c->dead)
@@ -1639,6 +1715,7 @@ static void conn_flush(struct conn *c)
 			c->sendq = r->next;
 			if (!c->sendq)
 				c->sendq_tail = NULL;
+			io_account_sent(c->d, r, c->last_ns);
 			req_put(c, r);
 		}
 		c->head_sent = left;
@@ -1874,8 +1951,12 @@ void conn_adopt(struct dimm *d, struct handoff *h)
 	c->strict = h->block_size;
 	c->readonly = h->readonly;
 	c->slot = h->slot;
-	c->last_ns = nand_now_ns();
+	c->last_ns = c->in_ns = nand_now_ns();
 	c->max_payload = c->strict ? MAX_PAYLOAD : MAX_PAYLOAD_ANY;
+	/* receive timestamps (TCP gives them; conn_recv, "latency") */
+	int on = 1;
+	if (!c->ssl)
+		setsockopt(c->fd, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof on);
 	c->tflags = h->tflags;
 	snprintf(c->peer, sizeof c->peer, "%s", h->peer);
 	/* the handshake reads in small steps and stops at GO, so this is far

@@ -219,6 +219,27 @@ static double endurance_used(const struct ftl_stats *s)
 	return s->rated_pe_cycles ? 100.0 * s->erase_avg / s->rated_pe_cycles : 0;
 }
 
+/* A latency histogram of struct io_counters: bounds, then per class. */
+static void json_hist(struct evbuffer *b, const uint64_t (*h)[LAT_NBOUNDS + 1],
+		      const uint64_t *sum_ns)
+{
+	evbuffer_add_printf(b, "{\"bucket_bounds_ns\": [");
+	for (int i = 0; i < LAT_NBOUNDS; i++)
+		evbuffer_add_printf(b, "%s%llu", i ? ", " : "", (unsigned long long)lat_bounds_ns[i]);
+	evbuffer_add_printf(b, "]");
+	for (int l = 0; l < LAT_N; l++) {
+		uint64_t n = 0;
+		for (int i = 0; i <= LAT_NBOUNDS; i++)
+			n += h[l][i];
+		evbuffer_add_printf(b, ", \"%s\": {\"count\": %llu, \"sum_ns\": %llu, \"buckets\": [",
+				    lat_class_names[l], (unsigned long long)n, (unsigned long long)sum_ns[l]);
+		for (int i = 0; i <= LAT_NBOUNDS; i++)
+			evbuffer_add_printf(b, "%s%llu", i ? ", " : "", (unsigned long long)h[l][i]);
+		evbuffer_add_printf(b, "]}");
+	}
+	evbuffer_add_printf(b, "}");
+}
+
 static void json_io(struct evbuffer *b, const struct io_counters *io)
 {
 	const char *sep = "";
@@ -234,22 +255,11 @@ static void json_io(struct evbuffer *b, const struct io_counters *io)
 	sep = "";
 	for (int k = 0; k < IOK_N; k++, sep = ", ")
 		evbuffer_add_printf(b, "%s\"%s\": %llu", sep, io_kind_names[k], (unsigned long long)io->bytes[k]);
-	evbuffer_add_printf(b, "}, \"latency\": {\"bucket_bounds_ns\": [");
-	for (int i = 0; i < LAT_NBOUNDS; i++)
-		evbuffer_add_printf(b, "%s%llu", i ? ", " : "", (unsigned long long)lat_bounds_ns[i]);
-	evbuffer_add_printf(b, "]");
-	for (int l = 0; l < LAT_N; l++) {
-		uint64_t n = 0;
-		for (int i = 0; i <= LAT_NBOUNDS; i++)
-			n += io->lat[l][i];
-		evbuffer_add_printf(b, ", \"%s\": {\"count\": %llu, \"sum_ns\": %llu, \"buckets\": [",
-				    lat_class_names[l], (unsigned long long)n,
-				    (unsigned long long)io->lat_sum_ns[l]);
-		for (int i = 0; i <= LAT_NBOUNDS; i++)
-			evbuffer_add_printf(b, "%s%llu", i ? ", " : "", (unsigned long long)io->lat[l][i]);
-		evbuffer_add_printf(b, "]}");
-	}
-	evbuffer_add_printf(b, "}, \"ftl_turn\": {\"max_ns\": %llu, \"over_10ms\": %llu}}",
+	evbuffer_add_printf(b, "}, \"latency\": ");
+	json_hist(b, io->lat, io->lat_sum_ns);
+	evbuffer_add_printf(b, ", \"service_latency\": ");
+	json_hist(b, io->svc, io->svc_sum_ns);
+	evbuffer_add_printf(b, ", \"ftl_turn\": {\"max_ns\": %llu, \"over_10ms\": %llu}}",
 			    (unsigned long long)io->ftl_turn_max_ns,
 			    (unsigned long long)io->ftl_turns_over_10ms);
 }
@@ -508,6 +518,20 @@ double lat_quantile(const uint64_t *cnt, double q)
 	return (double)lat_bounds_ns[LAT_NBOUNDS - 1];
 }
 
+static void text_lat(struct evbuffer *b, const char *what, const uint64_t (*h)[LAT_NBOUNDS + 1])
+{
+	evbuffer_add_printf(b, "    %s, p50/p99:", what);
+	const char *sep = " ";
+	for (int l = 0; l < LAT_N; l++) {
+		double p50 = lat_quantile(h[l], 0.5), p99 = lat_quantile(h[l], 0.99);
+		if (p50 == 0)
+			continue;
+		evbuffer_add_printf(b, "%s%s %.0f/%.0f us", sep, lat_class_names[l], p50 / 1e3, p99 / 1e3);
+		sep = ", ";
+	}
+	evbuffer_add_printf(b, "%s\n", *sep == ' ' ? " no requests yet" : "");
+}
+
 static void text_io(struct evbuffer *b, const struct dimm_status *st)
 {
 	const struct io_counters *io = &st->io;
@@ -523,16 +547,8 @@ static void text_io(struct evbuffer *b, const struct dimm_status *st)
 			    (unsigned long long)io->ops[IOK_FLUSH], (unsigned long long)io->ops[IOK_TRIM],
 			    (unsigned long long)io->ops[IOK_ZEROES], (unsigned long long)io->ops[IOK_OTHER],
 			    (unsigned long long)errors);
-	evbuffer_add_printf(b, "    Latency in flashd (parsed to answered), p50/p99:");
-	const char *sep = " ";
-	for (int l = 0; l < LAT_N; l++) {
-		double p50 = lat_quantile(io->lat[l], 0.5), p99 = lat_quantile(io->lat[l], 0.99);
-		if (p50 == 0)
-			continue;
-		evbuffer_add_printf(b, "%s%s %.0f/%.0f us", sep, lat_class_names[l], p50 / 1e3, p99 / 1e3);
-		sep = ", ";
-	}
-	evbuffer_add_printf(b, "%s\n", *sep == ' ' ? " no requests yet" : "");
+	text_lat(b, "Latency as clients see it (arrived to reply sent)", io->lat);
+	text_lat(b, "Service latency (parsed to answered)", io->svc);
 	evbuffer_add_printf(b, "    Longest FTL turn (programs, GC, checkpoints; no socket served): "
 			       "%.1f ms, %llu over 10 ms\n",
 			    (double)io->ftl_turn_max_ns / 1e6, (unsigned long long)io->ftl_turns_over_10ms);
@@ -781,6 +797,38 @@ static void prom_sample(struct evbuffer *b, const char *name, const struct dimm_
 	evbuffer_add(b, "\n", 1);
 }
 
+/* One latency histogram family of every answered snapshot: the client's
+ * (io.lat) or the service latency (io.svc). */
+static void prom_hist(struct evbuffer *b, const char *name, const char *help,
+		      const struct dimm_status *S, int n, bool service)
+{
+	char fam[96], lab[96];
+	prom_family(b, name, "histogram", help);
+	for (int i = 0; i < n; i++) {
+		const struct io_counters *io = &S[i].io;
+		for (int l = 0; S[i].answered && l < LAT_N; l++) {
+			const uint64_t *h = service ? io->svc[l] : io->lat[l];
+			uint64_t cum = 0;
+			snprintf(fam, sizeof fam, "%s_bucket", name);
+			for (int j = 0; j <= LAT_NBOUNDS; j++) {
+				cum += h[j];
+				if (j < LAT_NBOUNDS)
+					snprintf(lab, sizeof lab, "op=\"%s\",le=\"%g\"", lat_class_names[l],
+						 (double)lat_bounds_ns[j] / 1e9);
+				else
+					snprintf(lab, sizeof lab, "op=\"%s\",le=\"+Inf\"", lat_class_names[l]);
+				prom_sample(b, fam, &S[i], lab, "%llu", (unsigned long long)cum);
+			}
+			snprintf(lab, sizeof lab, "op=\"%s\"", lat_class_names[l]);
+			snprintf(fam, sizeof fam, "%s_sum", name);
+			prom_sample(b, fam, &S[i], lab, "%.9f",
+				    (double)(service ? io->svc_sum_ns[l] : io->lat_sum_ns[l]) / 1e9);
+			snprintf(fam, sizeof fam, "%s_count", name);
+			prom_sample(b, fam, &S[i], lab, "%llu", (unsigned long long)cum);
+		}
+	}
+}
+
 #define FTL_OK(st) ((st)->answered && (st)->attached)
 
 /*
@@ -940,28 +988,11 @@ static void metrics_text(struct ctl_req *cr, struct evbuffer *b)
 			prom_sample(b, "flashd_dimm_request_bytes_total", &S[i], lab, "%llu",
 				    (unsigned long long)S[i].io.bytes[k]);
 		}
-	prom_family(b, "flashd_dimm_request_duration_seconds", "histogram",
-		    "time in flashd from a request parsed to its reply queued");
-	for (int i = 0; i < n; i++) {
-		for (int l = 0; S[i].answered && l < LAT_N; l++) {
-			uint64_t cum = 0;
-			for (int j = 0; j <= LAT_NBOUNDS; j++) {
-				cum += S[i].io.lat[l][j];
-				if (j < LAT_NBOUNDS)
-					snprintf(lab, sizeof lab, "op=\"%s\",le=\"%g\"", lat_class_names[l],
-						 (double)lat_bounds_ns[j] / 1e9);
-				else
-					snprintf(lab, sizeof lab, "op=\"%s\",le=\"+Inf\"", lat_class_names[l]);
-				prom_sample(b, "flashd_dimm_request_duration_seconds_bucket", &S[i], lab, "%llu",
-					    (unsigned long long)cum);
-			}
-			snprintf(lab, sizeof lab, "op=\"%s\"", lat_class_names[l]);
-			prom_sample(b, "flashd_dimm_request_duration_seconds_sum", &S[i], lab, "%.9f",
-				    (double)S[i].io.lat_sum_ns[l] / 1e9);
-			prom_sample(b, "flashd_dimm_request_duration_seconds_count", &S[i], lab, "%llu",
-				    (unsigned long long)cum);
-		}
-	}
+	prom_hist(b, "flashd_dimm_request_duration_seconds",
+		  "latency as the client sees it: from a request complete in the socket to its reply "
+		  "handed to the kernel", S, n, false);
+	prom_hist(b, "flashd_dimm_request_service_seconds",
+		  "time in flashd from a request parsed to its reply queued", S, n, true);
 	prom_family(b, "flashd_dimm_gc_pages_relocated_total", "counter",
 		    "pages garbage collection moved since flashd started");
 	for (int i = 0; i < n; i++)

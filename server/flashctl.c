@@ -1378,7 +1378,8 @@ struct live_hist {
 struct live_dimm {
 	char name[64], state[32];
 	double conns, ops[LK_N], errors[LK_N], bytes[LK_N];
-	struct live_hist lat[3];      /* read, write, flush */
+	struct live_hist lat[3];      /* read, write, flush: as clients see it */
+	double lat_sum[3], lat_count[3];
 	double gc_pages, gc_blocks, erased, wa, free_blocks;
 	bool ftl;
 };
@@ -1476,6 +1477,10 @@ static void live_fetch(const char *control, struct live_sample *s)
 				h->le[h->n] = strcmp(v, "+Inf") ? strtod(v, NULL) : INFINITY;
 				h->cum[h->n++] = val;
 			}
+		} else if (!strcmp(metric, "request_duration_seconds_sum") && k >= 0 && k <= LK_FLUSH) {
+			d->lat_sum[k] = val;
+		} else if (!strcmp(metric, "request_duration_seconds_count") && k >= 0 && k <= LK_FLUSH) {
+			d->lat_count[k] = val;
 		} else if (!strcmp(metric, "gc_pages_relocated_total"))
 			d->gc_pages = val;
 		else if (!strcmp(metric, "gc_blocks_collected_total"))
@@ -1670,6 +1675,15 @@ static int cmd_stats(int argc, char **argv)
 						else
 							printf(", \"%s\": %.9f", qn[x][y], q[x][y]);
 					}
+				/* the mean latency of the interval, as the client sees it */
+				const char *mn[2] = { "read_mean_s", "write_mean_s" };
+				for (int x = 0; x < 2; x++) {
+					double n = d->lat_count[x] - p->lat_count[x];
+					if (n > 0)
+						printf(", \"%s\": %.9f", mn[x], (d->lat_sum[x] - p->lat_sum[x]) / n);
+					else
+						printf(", \"%s\": null", mn[x]);
+				}
 				printf(", \"gc_pages_per_s\": %.2f, \"erases_per_s\": %.2f, \"connections\": %.0f}\n",
 				       gc, er, d->conns);
 			} else {

@@ -291,9 +291,17 @@ struct handoff {
  * Server-side I/O counters of one export since flashd started (they go on
  * across detach and attach; the FTL's lifetime counters are in ftl_stats).
  * Written by the ioDimm thread only (conn.c, per request: no lock, no
- * allocation), copied into snapshots by the same thread.  Latency: from a
- * request parsed (its payload received) to its reply queued, in buckets
- * whose upper bounds are lat_bounds_ns[] (the last bucket: above them all).
+ * allocation), copied into snapshots by the same thread.  Two latencies,
+ * in buckets whose upper bounds are lat_bounds_ns[] (the last bucket: above
+ * them all):
+ *   lat  as the client sees it: from the request complete in the socket
+ *        (its header, a WRITE's payload; over TCP the kernel's receive
+ *        timestamp) to its reply handed to the kernel, every wait inside
+ *        flashd included (the socket while the thread was busy, limits,
+ *        the FTL's queue, write buffer, throttling and thermal holds, the
+ *        send queue); replies dropped with their connection are not counted
+ *   svc  service: from the request parsed to its reply queued (the FTL's
+ *        share; every answered request)
  */
 enum io_kind { IOK_READ, IOK_WRITE, IOK_FLUSH, IOK_TRIM, IOK_ZEROES, IOK_OTHER, IOK_N };
 enum lat_class { LAT_READ, LAT_WRITE, LAT_FLUSH, LAT_OTHER, LAT_N };
@@ -306,6 +314,8 @@ struct io_counters {
 	uint64_t ops[IOK_N], errors[IOK_N], bytes[IOK_N];
 	uint64_t lat[LAT_N][LAT_NBOUNDS + 1];   /* per bucket, not cumulative */
 	uint64_t lat_sum_ns[LAT_N];
+	uint64_t svc[LAT_N][LAT_NBOUNDS + 1];
+	uint64_t svc_sum_ns[LAT_N];
 	/* ftl_poll() calls (programs, GC, erases, checkpoints): the longest
 	 * one, and how many took over 10 ms; the ioDimm thread serves no
 	 * socket meanwhile, so this bounds what the FTL's background work

@@ -83,6 +83,61 @@ rm -rf "$FLASHD_STATE"
 start_flashd --preset test-1g --timing on
 run_fio "timed-randwrite-qd32" "$FLASHD_URI0" rw=randwrite bs=4k iodepth=32 size=8m
 run_fio "timed-randrw-qd8-unix" "$FLASHD_UNIX_URI1" rw=randrw bsrange=4k-64k iodepth=8 size=8m
+
+# Latency as clients see it: flashd's mean (/metrics, and stats --live for
+# an interval inside the run) against fio's mean completion latency, at QD1
+# and QD32 over TCP with the timing model on.  Same order of magnitude:
+# within 2x either way (flashd counts from the request's arrival in the
+# socket to its reply handed to the kernel; fio adds the network and its
+# own turns, which a loaded machine stretches: a check outside the bound is
+# measured once more before it fails).
+lat_metrics() {
+	curl -s --unix-socket "$FLASHD_CTL" http://localhost/metrics >"$1"
+}
+# lat_measure NAME QD RW: one fio run; exits 1 if a mean is off by over 2x
+lat_measure() {
+	local name=$1 qd=$2 rw=$3 rc=0
+	lat_metrics "$T/$name.m0"
+	(cd "$T" && timeout 60 fio --output-format=json --output="$T/$name.json" --name="$name" \
+		--ioengine=nbd --uri="$FLASHD_URI0" --rw="$rw" --bs=4k --iodepth="$qd" --size=32m \
+		--time_based --runtime=3 --ramp_time=0.5) >"$T/$name.out" 2>&1 &
+	local fio_pid=$!
+	track_pid $fio_pid
+	sleep 1
+	"$FLASHCTL" stats --control "$FLASHD_CTL" --live --interval 1.5 --count 1 --json dimm0 \
+		>"$T/$name.live"
+	wait $fio_pid || rc=$?
+	[ $rc -eq 0 ] || { cat "$T/$name.out"; fail "fio $name failed (exit $rc)"; }
+	lat_metrics "$T/$name.m1"
+	"$PYTHON" - "$T/$name" "${rw#rand}" <<'PY'
+import json, re, sys
+base, op = sys.argv[1], sys.argv[2]
+t = open(base + ".json").read()
+job = json.loads(t[t.index("{"):])["jobs"][0]
+def metric(path, what):
+    pat = re.compile(r'^flashd_dimm_request_duration_seconds_%s\{dimm="dimm0",[^}]*op="%s"\} (\S+)$' % (what, op))
+    for line in open(path):
+        m = pat.match(line.strip())
+        if m:
+            return float(m.group(1))
+    sys.exit("no request_duration_seconds_%s op=%s in %s" % (what, op, path))
+fio_us = job[op]["clat_ns"]["mean"] / 1e3
+n = metric(base + ".m1", "count") - metric(base + ".m0", "count")
+mean_us = (metric(base + ".m1", "sum") - metric(base + ".m0", "sum")) / n * 1e6
+live = json.loads(open(base + ".live").read())
+live_us = (live[op + "_mean_s"] or 0) * 1e6
+print("%s: fio clat mean %.0f us; flashd /metrics mean %.0f us (x%.2f) over %d, stats --live %.0f us (x%.2f)" % (
+    base.rsplit("/", 1)[1], fio_us, mean_us, mean_us / fio_us, n, live_us, live_us / fio_us))
+sys.exit(0 if all(fio_us / 2 <= v <= fio_us * 2 for v in (mean_us, live_us)) else 1)
+PY
+}
+lat_check() {
+	lat_measure "$@" || lat_measure "$1-again" "$2" "$3" ||
+		fail "latency $1: flashd's mean is not within 2x of fio's (twice)"
+}
+lat_check lat-qd1-write 1 randwrite
+lat_check lat-qd32-write 32 randwrite
+lat_check lat-qd32-read 32 randread
 flashd_running
 stop_flashd
 check_flashd_log
