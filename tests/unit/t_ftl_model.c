@@ -15,9 +15,10 @@
  * Reads must always return the current state.  Every sector's content
  * names its sector and version, so a unit's state is decoded from the data.
  *
- * Deterministic for a seed; a failure prints seed, config and operation.
- * The default seed runs in make check; other seeds (-s N or T_SEED=N) find
- * other interleavings and are worth a sweep after FTL changes.
+ * Deterministic for a seed; a failure prints seed, config and operation,
+ * and the command that runs that configuration again.  The default seed
+ * runs in make check; other seeds (-s N, or T_SEED=N without -s) find other
+ * interleavings and are worth a sweep after FTL changes.
  * Power cuts go on after a die failure (since 2026-12-06; before, they
  * stopped there).  A cut while stripes holding flushed data on the failing
  * die are still open in memory was the write hole; flushes now write
@@ -106,7 +107,11 @@ static struct {
 	uint32_t next_ver;
 	uint8_t *buf[8], *rbuf[8];
 	int verbose;
-	/* counters */
+	/* how to run this configuration again: argv[0] -s seed -c config -n ops */
+	const char *prog;
+	uint64_t again_seed, again_ops;
+	int again_config;
+	/* counters (zeroed for each configuration from here on) */
 	uint64_t ops, cuts, reopens, flushes, failed_ios, open_cuts, grown;
 	uint64_t rebuilds, rebuild_failures; /* parity, over every open */
 	uint64_t sticky;                     /* pages made unreadable */
@@ -131,6 +136,8 @@ static void fail(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	fputc('\n', stderr);
 	va_end(ap);
+	fprintf(stderr, "again: %s -s %" PRIu64 " -c %d -n %" PRIu64 "\n", M.prog, M.again_seed,
+		M.again_config, M.again_ops);
 	exit(1);
 }
 
@@ -885,6 +892,9 @@ int main(int argc, char **argv)
 	uint64_t nops = T_MODEL_DEFAULT_OPS, seed = 20261202;
 	int only = -1;
 	int c;
+	const char *env = getenv("T_SEED");
+	if (env)
+		seed = strtoull(env, NULL, 10);
 	while ((c = getopt(argc, argv, "n:s:c:v")) != -1) {
 		switch (c) {
 		case 'n': nops = strtoull(optarg, NULL, 10); break;
@@ -896,9 +906,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	const char *env = getenv("T_SEED");
-	if (env)
-		seed = strtoull(env, NULL, 10);
+	M.prog = argv[0];
 	ftl_set_logger(quiet_log, NULL);
 	for (int i = 0; i < 8; i++) {
 		M.buf[i] = aligned_alloc(4096, 256 * 4096);
@@ -910,6 +918,9 @@ int main(int argc, char **argv)
 		if (only >= 0 && (size_t)only != i)
 			continue;
 		uint64_t per = only >= 0 ? nops : nops / NCONFIGS + 1;
+		M.again_seed = seed;
+		M.again_config = (int)i;
+		M.again_ops = per;
 		run_config(&configs[i], per, seed + i);
 		total += M.ops;
 		cuts += M.cuts;
