@@ -12,6 +12,7 @@
 #   skip_part WHY          one part cannot run here: the rest runs, and a
 #                          test that would pass then ends as a skip
 #   part_requires PART CMD...  true with CMD; else skip_part (make check: fail)
+#   tls_ca, tls_cert, tls_crl, tls_psk_line   keys for the TLS tests
 #
 # Everything lives in a fresh temporary directory ($T) that is removed at
 # exit; every process a helper starts is killed by pid at exit.  Servers
@@ -318,4 +319,58 @@ run_check() {
 }
 checks_passed() {
 	[ ${#_summary[@]} -eq 0 ]
+}
+
+# ---- keys for the TLS tests ---------------------------------------------------
+
+# tls_psk_line NAME: "NAME:HEX", a random 32-byte key in the format of
+# psktool's files (flashd's tls_psk, libnbd's tls-psk-file)
+tls_psk_line() {
+	echo "$1:$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+}
+
+_certtool() {
+	certtool "$@" >/dev/null 2>&1 || fail "certtool $*"
+}
+
+# tls_ca DIR CN: a certificate authority (ECDSA, 30 days) in DIR/ca-key.pem
+# and DIR/ca-cert.pem, allowed to sign certificates and CRLs
+tls_ca() {
+	mkdir -p "$1"
+	_certtool --generate-privkey --key-type=ecdsa --outfile "$1/ca-key.pem"
+	printf 'cn = %s\nca\ncert_signing_key\ncrl_signing_key\nexpiration_days = 30\n' "$2" >"$1/ca.info"
+	_certtool --generate-self-signed --load-privkey "$1/ca-key.pem" --template "$1/ca.info" \
+		--outfile "$1/ca-cert.pem"
+}
+
+# tls_cert CADIR OUTDIR server|client CN: a key and a certificate signed by
+# CADIR's CA in OUTDIR/KIND-key.pem and KIND-cert.pem, with the CA's
+# certificate as OUTDIR/ca-cert.pem: the directory layout of flashd's
+# tls_certificates and of libnbd's and qemu's x509 credentials.  A server's
+# names are localhost and 127.0.0.1.
+tls_cert() {
+	local ca=$1 out=$2 kind=$3 cn=$4
+	mkdir -p "$out"
+	_certtool --generate-privkey --key-type=ecdsa --outfile "$out/$kind-key.pem"
+	{
+		printf 'organization = flashd test\ncn = %s\nexpiration_days = 30\n' "$cn"
+		printf 'encryption_key\nsigning_key\n'
+		if [ "$kind" = server ]; then
+			printf 'dns_name = localhost\nip_address = 127.0.0.1\ntls_www_server\n'
+		else
+			printf 'tls_www_client\n'
+		fi
+	} >"$out/$kind.info"
+	_certtool --generate-certificate --load-ca-certificate "$ca/ca-cert.pem" \
+		--load-ca-privkey "$ca/ca-key.pem" --load-privkey "$out/$kind-key.pem" \
+		--template "$out/$kind.info" --outfile "$out/$kind-cert.pem"
+	cp "$ca/ca-cert.pem" "$out/ca-cert.pem"
+	rm -f "$out/$kind.info"
+}
+
+# tls_crl CADIR CERT OUT: a CRL of CADIR's CA that revokes CERT, in OUT
+tls_crl() {
+	printf 'crl_next_update = 30\ncrl_number = 1\n' >"$1/crl.info"
+	_certtool --generate-crl --load-ca-privkey "$1/ca-key.pem" --load-ca-certificate "$1/ca-cert.pem" \
+		--load-certificate "$2" --template "$1/crl.info" --outfile "$3"
 }

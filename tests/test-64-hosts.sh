@@ -105,7 +105,7 @@ for j in $(seq 1 $NDENIED); do
 done
 ok "$((NCLIENTS + NDENIED + 1)) namespaces and $((NCLIENTS + NDENIED)) veth pairs on a bridge in $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s"
 # ---- flashd in the hub -----------------------------------------------------
-printf 'fl64:%s\n' "$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$T/keys.psk"
+tls_psk_line fl64 >"$T/keys.psk"
 cat >"$T/flashd.conf" <<EOF
 [server]
 tls = allowed

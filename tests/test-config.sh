@@ -251,7 +251,7 @@ expect_bad "default_export empty" "default_export" "the export name is empty" <<
 default_export =
 EOF
 mkdir -p "$T/etc/keys"
-printf 'alice:%s\n' "$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$T/etc/keys/keys.psk"
+tls_psk_line alice >"$T/etc/keys/keys.psk"
 cat >"$T/etc/flashd.conf" <<EOF
 [server]
 tls = allowed

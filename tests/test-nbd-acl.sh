@@ -26,6 +26,7 @@
 #   5. images 0600, a state directory flashd makes 0700
 # timeout: 300
 source "$(dirname "$0")/functions.sh"
+requires psktool
 
 mkdir -p "$T/pub"
 chmod 0711 "$T"

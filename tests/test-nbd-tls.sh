@@ -28,56 +28,27 @@
 #      its PSK; tests/nbd/openssl_starttls.py); no certificate, another
 #      CA's, a wrong key, an unknown identity and plaintext are refused.
 source "$(dirname "$0")/functions.sh"
+requires certtool psktool
 
 PKI=$T/pki
 mkdir -p "$PKI"
 
 # ---- keys -------------------------------------------------------------------
-cert() { certtool "$@" >/dev/null 2>&1 || fail "certtool $*"; }
-mkca() { # mkca DIR CN
-	mkdir -p "$1"
-	cert --generate-privkey --key-type=ecdsa --outfile "$1/ca-key.pem"
-	printf 'cn = %s\nca\ncert_signing_key\ncrl_signing_key\nexpiration_days = 30\n' "$2" >"$1/ca.info"
-	cert --generate-self-signed --load-privkey "$1/ca-key.pem" --template "$1/ca.info" \
-		--outfile "$1/ca-cert.pem"
-}
-mkcert() { # mkcert CADIR OUTDIR NAME(server|client) CN [extra template lines]
-	local ca=$1 out=$2 kind=$3 cn=$4
-	mkdir -p "$out"
-	cert --generate-privkey --key-type=ecdsa --outfile "$out/$kind-key.pem"
-	{
-		printf 'organization = flashd test\ncn = %s\nexpiration_days = 30\n' "$cn"
-		printf 'encryption_key\nsigning_key\n'
-		if [ "$kind" = server ]; then
-			printf 'dns_name = localhost\nip_address = 127.0.0.1\ntls_www_server\n'
-		else
-			printf 'tls_www_client\n'
-		fi
-	} >"$out/$kind.info"
-	cert --generate-certificate --load-ca-certificate "$ca/ca-cert.pem" \
-		--load-ca-privkey "$ca/ca-key.pem" --load-privkey "$out/$kind-key.pem" \
-		--template "$out/$kind.info" --outfile "$out/$kind-cert.pem"
-	cp "$ca/ca-cert.pem" "$out/ca-cert.pem"
-	rm -f "$out/$kind.info"
-}
-mkca "$PKI/ca" "flashd test CA"
-mkca "$PKI/rogue-ca" "some other CA"
-mkcert "$PKI/ca" "$PKI/server" server localhost
-mkcert "$PKI/ca" "$PKI/client" client client1
-mkcert "$PKI/ca" "$PKI/revoked" client revoked1
-mkcert "$PKI/rogue-ca" "$PKI/rogue" client intruder
+tls_ca "$PKI/ca" "flashd test CA"
+tls_ca "$PKI/rogue-ca" "some other CA"
+tls_cert "$PKI/ca" "$PKI/server" server localhost
+tls_cert "$PKI/ca" "$PKI/client" client client1
+tls_cert "$PKI/ca" "$PKI/revoked" client revoked1
+tls_cert "$PKI/rogue-ca" "$PKI/rogue" client intruder
 cp "$PKI/ca/ca-cert.pem" "$PKI/rogue/ca-cert.pem"   # trusts the right server CA
 mkdir -p "$PKI/nocert" && cp "$PKI/ca/ca-cert.pem" "$PKI/nocert/"
 # the server's directory with a CRL revoking revoked1
 cp -r "$PKI/server" "$PKI/server-crl"
-printf 'crl_next_update = 30\ncrl_number = 1\n' >"$PKI/crl.info"
-cert --generate-crl --load-ca-privkey "$PKI/ca/ca-key.pem" --load-ca-certificate "$PKI/ca/ca-cert.pem" \
-	--load-certificate "$PKI/revoked/client-cert.pem" --template "$PKI/crl.info" \
-	--outfile "$PKI/server-crl/ca-crl.pem"
+tls_crl "$PKI/ca" "$PKI/revoked/client-cert.pem" "$PKI/server-crl/ca-crl.pem"
 psktool -u alice -p "$T/keys.psk" >/dev/null
 mkdir -p "$T/wrongkey" "$T/mallory"
-echo "alice:$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$T/wrongkey/keys.psk"
-echo "mallory:$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$T/mallory/keys.psk"
+tls_psk_line alice >"$T/wrongkey/keys.psk"
+tls_psk_line mallory >"$T/mallory/keys.psk"
 mkdir -p "$T/psk" && cp "$T/keys.psk" "$T/psk/keys.psk"   # qemu's dir=
 ok "keys made"
 
@@ -351,8 +322,8 @@ H=$T/hardened
 mkdir -p "$H/pki"
 cp -r "$PKI/server" "$H/pki/server"
 cp "$T/keys.psk" "$H/keys.psk"
-mkcert "$PKI/ca" "$PKI/host1" client host1
-mkcert "$PKI/ca" "$PKI/backup" client backup
+tls_cert "$PKI/ca" "$PKI/host1" client host1
+tls_cert "$PKI/ca" "$PKI/backup" client backup
 awk '/^\*\*A hardened configuration\*\*/ { found = 1; next }
 	found && /^    / { sub(/^    /, ""); print; started = 1; next }
 	found && started && /^$/ { print; next }
