@@ -8,82 +8,11 @@
 #include "ftl/ftl.h"
 #include "hw/nand_sim.h"
 #include "tests/unit/t.h"
-
-static void fill(uint8_t *b, uint64_t unit, uint32_t ver)
-{
-	for (int i = 0; i < 4096; i += 8) {
-		uint64_t v = (unit << 32 | ver) * 0x9E3779B97F4A7C15ull + (uint64_t)i;
-		memcpy(b + i, &v, 8);
-	}
-}
-
-static struct nand_dev *dev_new(const char *preset)
-{
-	struct nand_sim_config cfg = { .preset = preset };
-	struct nand_dev *d;
-	char err[256];
-	CHECK_RC(nand_sim_open(&cfg, &d, err, sizeof err));
-	return d;
-}
-
-static struct ftl *open_ok(struct nand_dev *d)
-{
-	struct ftl *f;
-	char err[256];
-	int rc = ftl_open(d, NULL, &f, err, sizeof err);
-	if (rc) {
-		fprintf(stderr, "ftl_open: %s\n", err);
-		exit(1);
-	}
-	return f;
-}
-
-static void format(struct nand_dev *d, double op)
-{
-	char err[256];
-	struct ftl_format_params fp = { .sector_size = 4096, .op_percent = op };
-	CHECK_RC(ftl_format(d, &fp, err, sizeof err));
-}
-
-/* write every unit once, then overwrite randomly n times; ver[] tracks */
-static void churn(struct ftl *f, uint32_t *ver, uint64_t units, uint64_t n, uint64_t *seed)
-{
-	uint8_t b[4096];
-	for (uint64_t i = 0; i < n; i++) {
-		uint64_t u = i < units ? i : t_rand(seed) % units;
-		ver[u]++;
-		fill(b, u, ver[u]);
-		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
-	}
-}
-
-static uint64_t verify(struct ftl *f, const uint32_t *ver, uint64_t units, bool eio_ok)
-{
-	uint8_t b[4096], e[4096];
-	uint64_t eio = 0;
-	for (uint64_t u = 0; u < units; u++) {
-		int rc = ftl_read_sync(f, b, u * 4096, 4096);
-		if (rc == -EIO && eio_ok) {
-			eio++;
-			continue;
-		}
-		CHECK_RC(rc);
-		if (!ver[u]) {
-			memset(e, 0, sizeof e);
-		} else {
-			fill(e, u, ver[u]);
-		}
-		if (memcmp(b, e, 4096)) {
-			fprintf(stderr, "unit %" PRIu64 " holds wrong data\n", u);
-			exit(1);
-		}
-	}
-	return eio;
-}
+#include "tests/unit/fixture.h"
 
 static void grown_bad_blocks(void)
 {
-	struct nand_dev *d = dev_new("test-64m");
+	struct nand_dev *d = dev_new("test-64m", false);
 	format(d, 20);
 	struct ftl *f = open_ok(d);
 	struct ftl_info info;
@@ -114,7 +43,7 @@ static void grown_bad_blocks(void)
 
 static void bit_errors(void)
 {
-	struct nand_dev *d = dev_new("test-64m");
+	struct nand_dev *d = dev_new("test-64m", false);
 	format(d, 20);
 	struct ftl *f = open_ok(d);
 	struct ftl_info info;
@@ -157,7 +86,7 @@ static void bit_errors(void)
  */
 static void die_failure(const char *preset, double op, uint32_t die, bool writable)
 {
-	struct nand_dev *d = dev_new(preset);
+	struct nand_dev *d = dev_new(preset, false);
 	format(d, op);
 	struct ftl *f = open_ok(d);
 	struct ftl_info info;
@@ -239,7 +168,7 @@ static void die_failure(const char *preset, double op, uint32_t die, bool writab
  */
 static void sb_band_die(const char *preset, uint32_t die)
 {
-	struct nand_dev *d = dev_new(preset);
+	struct nand_dev *d = dev_new(preset, false);
 	format(d, 20);
 	struct ftl *f = open_ok(d);
 	uint64_t t = ftl_checkpoint_request(f);
@@ -310,7 +239,7 @@ static void sb_band_die(const char *preset, uint32_t die)
 
 static void no_space(void)
 {
-	struct nand_dev *d = dev_new("test-64m");
+	struct nand_dev *d = dev_new("test-64m", false);
 	format(d, 20);
 	struct ftl *f = open_ok(d);
 	struct ftl_info info;
@@ -350,7 +279,7 @@ static void t_flag(struct nand_op *op)
 
 static void damaged_checkpoint(void)
 {
-	struct nand_dev *d = dev_new("test-64m");
+	struct nand_dev *d = dev_new("test-64m", false);
 	format(d, 20);
 	struct ftl *f = open_ok(d);
 	struct ftl_info info;
@@ -384,7 +313,7 @@ static void damaged_checkpoint(void)
 
 static void unformatted_and_readonly(void)
 {
-	struct nand_dev *d = dev_new("test-16m");
+	struct nand_dev *d = dev_new("test-16m", false);
 	struct ftl *f;
 	char err[256];
 	CHECK_EQ(ftl_open(d, NULL, &f, err, sizeof err), -ENODATA);

@@ -38,76 +38,14 @@
 #include "ftl/ftl_int.h"
 #include "hw/nand_sim.h"
 #include "tests/unit/t.h"
-
-static void fill(uint8_t *b, uint64_t unit, uint32_t ver)
-{
-	for (int i = 0; i < 4096; i += 8) {
-		uint64_t v = (unit << 32 | ver) * 0x9E3779B97F4A7C15ull + (uint64_t)i;
-		memcpy(b + i, &v, 8);
-	}
-}
-
-static struct nand_dev *dev_new(const char *preset, bool timed)
-{
-	struct nand_sim_config cfg = { .preset = preset, .timing = timed, .virtual_time = timed };
-	struct nand_dev *d;
-	char err[256];
-	CHECK_RC(nand_sim_open(&cfg, &d, err, sizeof err));
-	return d;
-}
-
-static void format(struct nand_dev *d, uint32_t sector)
-{
-	char err[256];
-	struct ftl_format_params fp = { .sector_size = sector };
-	if (ftl_format(d, &fp, err, sizeof err)) {
-		fprintf(stderr, "format: %s\n", err);
-		exit(1);
-	}
-}
-
-static struct ftl *open_ok(struct nand_dev *d)
-{
-	struct ftl *f;
-	char err[256];
-	if (ftl_open(d, NULL, &f, err, sizeof err)) {
-		fprintf(stderr, "ftl_open: %s\n", err);
-		exit(1);
-	}
-	return f;
-}
-
-static void write_unit(struct ftl *f, uint64_t u, uint32_t ver)
-{
-	uint8_t b[4096];
-	fill(b, u, ver);
-	CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
-}
-
-static void check_unit(struct ftl *f, uint64_t u, uint32_t ver)
-{
-	uint8_t b[4096], e[4096];
-	int rc = ftl_read_sync(f, b, u * 4096, 4096);
-	if (rc) {
-		fprintf(stderr, "unit %" PRIu64 ": read failed %d\n", u, rc);
-		exit(1);
-	}
-	if (ver)
-		fill(e, u, ver);
-	else
-		memset(e, 0, sizeof e);
-	if (memcmp(b, e, sizeof b)) {
-		fprintf(stderr, "unit %" PRIu64 ": wrong data (expected version %u)\n", u, ver);
-		exit(1);
-	}
-}
+#include "tests/unit/fixture.h"
 
 /* ---- crc ------------------------------------------------------------------ */
 
 static void t_crc(bool timed)
 {
 	struct nand_dev *d = dev_new("test-64m", timed);
-	format(d, 512);
+	format_with(d, 512, 0, 0);
 	struct ftl *f = open_ok(d);
 	uint64_t units = f->units, seed = 9;
 	uint32_t *ver = calloc(units, sizeof *ver);
@@ -174,7 +112,7 @@ static void t_crc(bool timed)
 static void t_io_error(bool timed)
 {
 	struct nand_dev *d = dev_new("test-64m", timed);
-	format(d, 4096);
+	format_with(d, 4096, 0, 0);
 	struct ftl *f = open_ok(d);
 	uint64_t units = f->units, seed = 3;
 	uint32_t *ver = calloc(units, sizeof *ver), *durable = calloc(units, sizeof *durable);
@@ -258,7 +196,7 @@ static void t_superblock(bool with_checkpoint)
 	struct ftl *f = NULL;
 	CHECK_EQ(ftl_open(d, NULL, &f, err, sizeof err), -ENODATA);
 
-	format(d, 512);
+	format_with(d, 512, 0, 0);
 	f = open_ok(d);
 	uint64_t units = f->units, format_id = f->format_id;
 	for (uint64_t u = 0; u < 300; u++)
@@ -352,7 +290,7 @@ static bool cp_idle(struct ftl *f, void *arg)
 static void t_checkpoint(void)
 {
 	struct nand_dev *d = dev_new("test-64m", false);
-	format(d, 4096);
+	format_with(d, 4096, 0, 0);
 	struct ftl *f = open_ok(d);
 	for (uint64_t u = 0; u < 500; u++)
 		write_unit(f, u, 1);
@@ -436,7 +374,7 @@ static void quiet(void *arg, const char *msg);
 static void t_cp_previous(void)
 {
 	struct nand_dev *d = dev_new("test-64m", false);
-	format(d, 4096);
+	format_with(d, 4096, 0, 0);
 	struct ftl_open_params op = { .checkpoint_interval = 1ull << 40 };
 	struct ftl *f;
 	char err[256];
@@ -554,7 +492,7 @@ static void power_cut(struct ftl *f, struct nand_dev *d)
 static void t_trim_unreadable(bool crash_first, bool timed)
 {
 	struct nand_dev *d = dev_new("test-64m", timed);
-	format(d, 4096);
+	format_with(d, 4096, 0, 0);
 	/* no checkpoint but the ones asked for */
 	struct ftl_open_params op = { .checkpoint_interval = 1ull << 40 };
 	struct ftl *f;
@@ -647,7 +585,7 @@ static void check_all(struct ftl *f, const uint64_t *us, const uint32_t *ver, in
 static void t_sparse(bool timed)
 {
 	struct nand_dev *d = dev_new("test-1g", timed);
-	format(d, 4096);
+	format_with(d, 4096, 0, 0);
 	struct ftl *f = open_ok(d);
 	uint64_t per = f->page_size / sizeof(uint32_t);
 	uint32_t total = cp_l2p_pages(f);
@@ -739,7 +677,7 @@ static bool cp_writing(struct ftl *f, void *arg)
 static void t_cp_request(bool timed)
 {
 	struct nand_dev *d = dev_new("test-64m", timed);
-	format(d, 4096);
+	format_with(d, 4096, 0, 0);
 	struct ftl *f = open_ok(d);
 	for (uint64_t u = 0; u < 2000; u++)
 		write_unit(f, u * 5, 1); /* ~10 l2p pages */
@@ -802,7 +740,7 @@ static void t_async_sync(bool timed)
 	struct nand_dev *d;
 	char err[256];
 	CHECK_RC(nand_sim_open(&cfg, &d, err, sizeof err));
-	format(d, 4096);
+	format_with(d, 4096, 0, 0);
 	struct ftl *f = open_ok(d);
 	for (uint64_t u = 0; u < 300; u++) {
 		write_unit(f, u, 1);
@@ -911,7 +849,7 @@ static void t_commit_order(bool timed)
 	char err[256];
 	CHECK_RC(nand_sim_open(&cfg, &d, err, sizeof err));
 	CHECK(d->ops->sync_start && d->ops->sync_poll);
-	format(d, 4096);
+	format_with(d, 4096, 0, 0);
 	w_real = d->ops;
 	w_ops = *d->ops;
 	w_ops.submit = w_submit;

@@ -56,99 +56,17 @@
 #include "ftl/ftl_int.h"
 #include "hw/nand_sim.h" /* gc_hole: GC's open stripes */
 #include "tests/unit/t.h"
-
-static void fill(uint8_t *b, uint64_t unit, uint32_t ver)
-{
-	for (int i = 0; i < 4096; i += 8) {
-		uint64_t v = (unit << 32 | ver) * 0x9E3779B97F4A7C15ull + (uint64_t)i;
-		memcpy(b + i, &v, 8);
-	}
-}
-
-static struct nand_dev *dev_new(const char *preset, bool timed)
-{
-	struct nand_sim_config cfg = { .preset = preset, .timing = timed, .virtual_time = timed };
-	struct nand_dev *d;
-	char err[256];
-	CHECK_RC(nand_sim_open(&cfg, &d, err, sizeof err));
-	return d;
-}
-
-static struct ftl *open_ok(struct nand_dev *d)
-{
-	struct ftl *f;
-	char err[256];
-	int rc = ftl_open(d, NULL, &f, err, sizeof err);
-	if (rc) {
-		fprintf(stderr, "ftl_open: %s\n", err);
-		exit(1);
-	}
-	return f;
-}
-
-static void format(struct nand_dev *d, double op, uint32_t parity)
-{
-	char err[256];
-	struct ftl_format_params fp = { .sector_size = 4096, .op_percent = op, .parity_width = parity };
-	int rc = ftl_format(d, &fp, err, sizeof err);
-	if (rc) {
-		fprintf(stderr, "ftl_format: %s\n", err);
-		exit(1);
-	}
-}
-
-static void churn(struct ftl *f, uint32_t *ver, uint64_t units, uint64_t n, uint64_t *seed)
-{
-	uint8_t b[4096];
-	for (uint64_t i = 0; i < n; i++) {
-		uint64_t u = i < units ? i : t_rand(seed) % units;
-		ver[u]++;
-		fill(b, u, ver[u]);
-		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
-	}
-}
-
-/* Every unit reads its last version, or EIO where lost[u] (NULL: none may
- * fail).  Returns the number of EIOs. */
-static uint64_t verify(struct ftl *f, const uint32_t *ver, uint64_t units, const uint8_t *lost)
-{
-	uint8_t b[4096], e[4096];
-	uint64_t eio = 0;
-	for (uint64_t u = 0; u < units; u++) {
-		int rc = ftl_read_sync(f, b, u * 4096, 4096);
-		if (lost && lost[u]) {
-			if (rc != -EIO) {
-				fprintf(stderr, "unit %" PRIu64 " should be lost, read gave %d\n", u, rc);
-				exit(1);
-			}
-			eio++;
-			continue;
-		}
-		if (rc) {
-			fprintf(stderr, "unit %" PRIu64 ": read failed (%s)\n", u, strerror(-rc));
-			exit(1);
-		}
-		if (!ver[u])
-			memset(e, 0, sizeof e);
-		else
-			fill(e, u, ver[u]);
-		if (memcmp(b, e, 4096)) {
-			fprintf(stderr, "unit %" PRIu64 " holds wrong data\n", u);
-			exit(1);
-		}
-	}
-	return eio;
-}
+#include "tests/unit/fixture.h"
 
 static void format_figures(void)
 {
 	struct nand_dev *d = dev_new("test-1g", false);
 	struct ftl_info i0, i1;
-	format(d, 20, 0);
+	format_with(d, 4096, 20, 0);
 	struct ftl *f = open_ok(d);
 	ftl_get_info(f, &i0);
 	CHECK_RC(ftl_close(f));
-	format(d, 20, 1);
+	format_with(d, 4096, 20, 1);
 	f = open_ok(d);
 	ftl_get_info(f, &i1);
 	CHECK_EQ(i1.parity_width, 1);
@@ -170,10 +88,10 @@ static void format_figures(void)
 	 * stripes still open */
 	double share = (double)st.parity_pages_programmed / (double)st.nand_pages_programmed;
 	CHECK(share > 0.15 && share < 0.30);
-	verify(f, ver, units, NULL);
+	verify_lost(f, ver, units, NULL);
 	CHECK_RC(ftl_close(f));
 	f = open_ok(d);
-	verify(f, ver, units, NULL);
+	verify_lost(f, ver, units, NULL);
 	CHECK_RC(ftl_close(f));
 	/* widths other than 0 and 1 are refused */
 	char err[256];
@@ -186,7 +104,7 @@ static void format_figures(void)
 static void pages(void)
 {
 	struct nand_dev *d = dev_new("test-1g", false);
-	format(d, 20, 1);
+	format_with(d, 4096, 20, 1);
 	struct ftl *f = open_ok(d);
 	struct ftl_info info;
 	ftl_get_info(f, &info);
@@ -237,10 +155,10 @@ static void pages(void)
 	printf("pages: after more writes: %" PRIu64 " refreshes collected, %" PRIu64 " lost\n",
 	       st.refresh_collected, st.lost_units);
 	CHECK_EQ(st.lost_units, 0);
-	verify(f, ver, units, NULL);
+	verify_lost(f, ver, units, NULL);
 	CHECK_RC(ftl_close(f));
 	f = open_ok(d);
-	verify(f, ver, units, NULL);
+	verify_lost(f, ver, units, NULL);
 	CHECK_RC(ftl_close(f));
 	free(ver);
 	nand_close(d);
@@ -249,7 +167,7 @@ static void pages(void)
 static void die_run(bool timed)
 {
 	struct nand_dev *d = dev_new("test-1g", timed);
-	format(d, 36, 1); /* a die is an eighth of this device */
+	format_with(d, 4096, 36, 1); /* a die is an eighth of this device */
 	struct ftl *f = open_ok(d);
 	struct ftl_info info;
 	struct ftl_stats st0, st;
@@ -262,7 +180,7 @@ static void die_run(bool timed)
 	uint32_t dead = 5;
 	CHECK_RC(nand_sim_fail_die(d, dead));
 	/* everything reads right at once (rebuilt on the fly) */
-	verify(f, ver, units, NULL);
+	verify_lost(f, ver, units, NULL);
 	/* writes go on; the die is declared dead; GC moves its bands */
 	for (int round = 0; round < 40; round++) {
 		churn(f, ver, units, units / 8, &seed);
@@ -284,7 +202,7 @@ static void die_run(bool timed)
 	CHECK(st.reserve_percent < st0.reserve_percent);
 	CHECK_EQ(info.capacity, cap);
 	CHECK(info.state == FTL_STATE_ONLINE || info.state == FTL_STATE_WRITE_REDUCED);
-	verify(f, ver, units, NULL);
+	verify_lost(f, ver, units, NULL);
 	/* nothing lives on the dead die any more */
 	for (uint64_t u = 0; u < units; u++) {
 		uint32_t die, block, page;
@@ -293,9 +211,9 @@ static void die_run(bool timed)
 	}
 	CHECK_RC(ftl_close(f));
 	f = open_ok(d);
-	verify(f, ver, units, NULL);
+	verify_lost(f, ver, units, NULL);
 	churn(f, ver, units, units / 2, &seed);
-	verify(f, ver, units, NULL);
+	verify_lost(f, ver, units, NULL);
 	CHECK_RC(ftl_close(f));
 	free(ver);
 	nand_close(d);
@@ -325,7 +243,7 @@ static bool page_erased(struct nand_dev *d, uint32_t block, uint32_t page)
 static void two_dies(void)
 {
 	struct nand_dev *d = dev_new("test-1g", false);
-	format(d, 50, 1); /* two dies are a quarter of this device */
+	format_with(d, 4096, 50, 1); /* two dies are a quarter of this device */
 	struct ftl *f = open_ok(d);
 	struct ftl_info info;
 	ftl_get_info(f, &info);
@@ -360,7 +278,7 @@ static void two_dies(void)
 	}
 	CHECK_RC(nand_sim_fail_die(d, a));
 	CHECK_RC(nand_sim_fail_die(d, b));
-	uint64_t eio = verify(f, ver, units, lost);
+	uint64_t eio = verify_lost(f, ver, units, lost);
 	struct ftl_stats st;
 	ftl_get_stats(f, &st);
 	printf("two dies: %" PRIu64 " of %" PRIu64 " units were on dies %u and %u in stripes with "
@@ -399,10 +317,10 @@ static void two_dies(void)
 		}
 	CHECK_EQ(st.lost_first, lo);
 	CHECK_EQ(st.lost_last, hi);
-	CHECK_EQ(verify(f, ver, units, lost), nlost);
+	CHECK_EQ(verify_lost(f, ver, units, lost), nlost);
 	CHECK_RC(ftl_close(f));
 	f = open_ok(d);
-	CHECK_EQ(verify(f, ver, units, lost), nlost);
+	CHECK_EQ(verify_lost(f, ver, units, lost), nlost);
 	CHECK_RC(ftl_close(f));
 	free(lost);
 	free(ver);
@@ -414,7 +332,7 @@ static void two_dies(void)
 static void sb_die(void)
 {
 	struct nand_dev *d = dev_new("test-1g", false);
-	format(d, 36, 1);
+	format_with(d, 4096, 36, 1);
 	struct ftl *f = open_ok(d);
 	struct ftl_info info;
 	ftl_get_info(f, &info);
@@ -428,10 +346,10 @@ static void sb_die(void)
 	struct ftl_stats st;
 	ftl_get_stats(f, &st);
 	CHECK_EQ(st.dies_failed, 1);
-	verify(f, ver, units, NULL);
+	verify_lost(f, ver, units, NULL);
 	CHECK_RC(ftl_close(f)); /* the closing superblock update goes to die 1 */
 	f = open_ok(d);
-	verify(f, ver, units, NULL);
+	verify_lost(f, ver, units, NULL);
 	CHECK_RC(ftl_close(f));
 	printf("sb_die: die 0 (the superblock's) failed: served on, closed and opened again, all "
 	       "data right\n");
@@ -444,7 +362,7 @@ static void sb_die(void)
 static void trim_dead(void)
 {
 	struct nand_dev *d = dev_new("test-1g", false);
-	format(d, 36, 1);
+	format_with(d, 4096, 36, 1);
 	struct ftl *f = open_ok(d);
 	struct ftl_info info;
 	ftl_get_info(f, &info);
@@ -501,12 +419,12 @@ static void let_time_pass(struct ftl *f, struct nand_dev *d, uint64_t ns);
 static void verify_write_reopen(struct ftl *f, struct nand_dev *d, uint32_t *ver, uint64_t units,
 				uint64_t *seed)
 {
-	verify(f, ver, units, NULL);
+	verify_lost(f, ver, units, NULL);
 	churn(f, ver, units, units / 4, seed);
 	CHECK_RC(ftl_flush_sync(f));
 	CHECK_RC(ftl_close(f));
 	f = open_ok(d);
-	verify(f, ver, units, NULL);
+	verify_lost(f, ver, units, NULL);
 	CHECK_RC(ftl_close(f));
 }
 
@@ -515,7 +433,7 @@ static void sb_dead_at_open(void)
 	for (uint32_t dead = 0; dead < 2; dead++)
 		for (int crash = 0; crash < 2; crash++) {
 			struct nand_dev *d = dev_new("test-1g", false);
-			format(d, 36, 1);
+			format_with(d, 4096, 36, 1);
 			struct ftl *f = open_ok(d);
 			struct ftl_info info;
 			ftl_get_info(f, &info);
@@ -554,7 +472,7 @@ static void cp_dead_at_open(uint32_t parity)
 	for (uint32_t dead = 0; dead < 8; dead++) {
 		int crash = dead & 1;
 		struct nand_dev *d = dev_new("test-1g", false);
-		format(d, 36, parity);
+		format_with(d, 4096, 36, parity);
 		struct ftl *f = open_ok(d);
 		struct ftl_info info;
 		ftl_get_info(f, &info);
@@ -603,7 +521,7 @@ static void cp_dead_at_open(uint32_t parity)
 			if ((rc == 0 && die == dead) || (rc == -ENOENT && ver[u]))
 				nlost += lost[u] = 1;
 		}
-		CHECK_EQ(verify(f, ver, units, lost), nlost);
+		CHECK_EQ(verify_lost(f, ver, units, lost), nlost);
 		memcpy(ver0, ver, units * sizeof *ver);
 		churn(f, ver, units, units / 4, &seed);
 		for (uint64_t u = 0; u < units; u++)
@@ -611,7 +529,7 @@ static void cp_dead_at_open(uint32_t parity)
 		CHECK_RC(ftl_flush_sync(f));
 		CHECK_RC(ftl_close(f));
 		f = open_ok(d);
-		verify(f, ver, units, lost);
+		verify_lost(f, ver, units, lost);
 		CHECK_RC(ftl_close(f));
 		printf("cp_dead_at_open: parity %u, die %u dead at open after a %s: checkpoint loaded, "
 		       "%" PRIu64 " units on the dead die EIO, every other unit right (trimmed ones "
@@ -663,7 +581,7 @@ static void write_units(struct ftl *f, uint32_t *ver, uint64_t first, uint64_t n
 static void idle_pad(bool timed)
 {
 	struct nand_dev *d = dev_new("test-1g", timed);
-	format(d, 36, 1);
+	format_with(d, 4096, 36, 1);
 	struct ftl *f = open_ok(d);
 	struct ftl_info info;
 	ftl_get_info(f, &info);
@@ -691,7 +609,7 @@ static void idle_pad(bool timed)
 	ftl_abandon(f); /* a power cut with nothing in flight */
 	CHECK_RC(nand_sim_fail_die(d, die));
 	f = open_ok(d);
-	verify(f, ver, units, NULL);
+	verify_lost(f, ver, units, NULL);
 	ftl_get_stats(f, &st);
 	printf("idle_pad (%s clock): %" PRIu64 " units written, then a pause: %" PRIu64
 	       " pad pages; die %u (unit %" PRIu64 ") lost in a power cut: every unit reads right "
@@ -728,7 +646,7 @@ static struct ftl *churned(struct nand_dev **d, bool timed, double op, uint64_t 
 			   uint32_t **ver, uint64_t *units, uint64_t *seed)
 {
 	*d = dev_new("test-1g", timed);
-	format(*d, op, 1);
+	format_with(*d, 4096, op, 1);
 	struct ftl *f = open_ok(*d);
 	struct ftl_info info;
 	ftl_get_info(f, &info);
@@ -779,7 +697,7 @@ static void write_hole(bool timed)
 		power_cut(f, d); /* at once: the stripes are open */
 		CHECK_RC(nand_sim_fail_die(d, die));
 		f = open_ok(d);
-		verify(f, ver, units, NULL);
+		verify_lost(f, ver, units, NULL);
 		trials++;
 		CHECK_RC(ftl_close(f));
 		free(ver);
@@ -852,7 +770,7 @@ static void gc_hole(bool timed)
 		power_cut(f, d);
 		CHECK_RC(nand_sim_fail_die(d, die));
 		f = open_ok(d);
-		verify(f, ver, units, NULL);
+		verify_lost(f, ver, units, NULL);
 		printf("gc_hole (%s clock) trial %u: unit %" PRIu64 " in an open GC stripe on die %u, "
 		       "lost with a power cut: every unit reads its newest version\n",
 		       timed ? "virtual" : "real", trial, unit, die);
@@ -914,7 +832,7 @@ static void parity_block_fails(void)
 	/* full: its context went back to the pool */
 	CHECK_EQ(f->band[bi].par, 0);
 	CHECK_RC(ftl_flush_sync(f));
-	verify(f, ver, units, NULL);
+	verify_lost(f, ver, units, NULL);
 	/* GC moved it (a refresh), and the FTL goes on with new bands */
 	churn(f, ver, units, units / 2, &seed);
 	CHECK_RC(ftl_flush_sync(f));
@@ -924,10 +842,10 @@ static void parity_block_fails(void)
 	       " bands refreshed; every unit reads right\n",
 	       pb, bi, n, st.refresh_collected - st0.refresh_collected);
 	CHECK(st.refresh_collected > st0.refresh_collected);
-	verify(f, ver, units, NULL);
+	verify_lost(f, ver, units, NULL);
 	CHECK_RC(ftl_close(f));
 	f = open_ok(d);
-	verify(f, ver, units, NULL);
+	verify_lost(f, ver, units, NULL);
 	CHECK_RC(ftl_close(f));
 	free(ver);
 	nand_close(d);
@@ -996,7 +914,7 @@ static void ppl_fails(void)
 		power_cut(f, d);
 		CHECK_RC(nand_sim_fail_die(d, die));
 		f = open_ok(d);
-		verify(f, ver, units, NULL);
+		verify_lost(f, ver, units, NULL);
 		printf("ppl_fails trial %u: unit %" PRIu64 " flushed, the PPL page's block %u failed, "
 		       "%" PRIu64 " PPL pages; die %u lost with a power cut: every unit reads its "
 		       "newest version\n", trial, u, target,
@@ -1015,7 +933,7 @@ static void flush_parity_option(void)
 {
 	for (int off = 0; off < 2; off++) {
 		struct nand_dev *d = dev_new("test-1g", false);
-		format(d, 36, 1);
+		format_with(d, 4096, 36, 1);
 		struct ftl_open_params op = { .no_flush_parity = off };
 		struct ftl *f;
 		char err[256];
@@ -1065,7 +983,7 @@ static void refresh_kept(int how)
 					    "power cut after a checkpoint" };
 	bool crash = how != KEPT_CLOSE;
 	struct nand_dev *d = dev_new("test-1g", true);
-	format(d, 36, 1);
+	format_with(d, 4096, 36, 1);
 	struct ftl *f = open_ok(d);
 	struct ftl_info info;
 	ftl_get_info(f, &info);
@@ -1117,7 +1035,7 @@ static void refresh_kept(int how)
 	CHECK_EQ(prot, 0);
 	/* GC moves the band's data: everything reads right */
 	let_time_pass(f, d, 2000000000ull);
-	verify(f, ver, units, NULL);
+	verify_lost(f, ver, units, NULL);
 	CHECK_RC(ftl_close(f));
 	free(u);
 	free(ver);

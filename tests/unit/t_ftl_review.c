@@ -33,6 +33,7 @@
 #include "ftl/ftl_int.h"
 #include "hw/nand_sim.h"
 #include "tests/unit/t.h"
+#include "tests/unit/fixture.h"
 
 /* ---- allocation failure injection (linked with --wrap) ------------------ */
 
@@ -52,58 +53,6 @@ void *__wrap_aligned_alloc(size_t a, size_t n)
 
 /* ---- helpers ------------------------------------------------------------ */
 
-static void fill(uint8_t *b, uint64_t unit, uint32_t ver)
-{
-	for (int i = 0; i < 4096; i += 8) {
-		uint64_t v = (unit << 32 | ver) * 0x9E3779B97F4A7C15ull + (uint64_t)i;
-		memcpy(b + i, &v, 8);
-	}
-}
-
-static struct nand_dev *dev_new(const char *preset, bool timed)
-{
-	struct nand_sim_config cfg = { .preset = preset, .timing = timed, .virtual_time = timed };
-	struct nand_dev *d;
-	char err[256];
-	CHECK_RC(nand_sim_open(&cfg, &d, err, sizeof err));
-	return d;
-}
-
-static void format(struct nand_dev *d, double op)
-{
-	char err[256];
-	struct ftl_format_params fp = { .sector_size = 4096, .op_percent = op };
-	if (ftl_format(d, &fp, err, sizeof err)) {
-		fprintf(stderr, "format: %s\n", err);
-		exit(1);
-	}
-}
-
-static struct ftl *open_ok(struct nand_dev *d, const struct ftl_open_params *p)
-{
-	struct ftl *f;
-	char err[256];
-	if (ftl_open(d, p, &f, err, sizeof err)) {
-		fprintf(stderr, "ftl_open: %s\n", err);
-		exit(1);
-	}
-	return f;
-}
-
-static void check_unit(struct ftl *f, uint64_t u, uint32_t ver)
-{
-	uint8_t b[4096], e[4096];
-	CHECK_RC(ftl_read_sync(f, b, u * 4096, 4096));
-	if (ver)
-		fill(e, u, ver);
-	else
-		memset(e, 0, sizeof e);
-	if (memcmp(b, e, sizeof b)) {
-		fprintf(stderr, "unit %" PRIu64 ": wrong data (expected version %u)\n", u, ver);
-		exit(1);
-	}
-}
-
 static bool cp_done(struct ftl *f, void *arg)
 {
 	return !f->cp.requested && f->cp.phase == CP_IDLE;
@@ -115,7 +64,7 @@ static void t_inflight(void)
 {
 	struct nand_dev *d = dev_new("test-128m-512p", true);
 	format(d, 35);
-	struct ftl *f = open_ok(d, NULL);
+	struct ftl *f = open_ok(d);
 	uint8_t b[4096];
 	/* 600 units buffered at once: the first block gets all its 512 pages
 	 * handed out before any program completes */
@@ -168,7 +117,7 @@ static void t_cp_nomem(void)
 {
 	struct nand_dev *d = dev_new("test-64m", false);
 	format(d, 0);
-	struct ftl *f = open_ok(d, NULL);
+	struct ftl *f = open_ok(d);
 	uint8_t b[4096];
 	/* a few units, so every die has an open user block */
 	for (uint64_t u = 0; u < 8; u++) {
@@ -189,7 +138,7 @@ static void t_cp_nomem(void)
 	}
 	CHECK_RC(ftl_flush_sync(f));
 	ftl_abandon(f); /* power cut: nothing more reaches the media */
-	f = open_ok(d, NULL);
+	f = open_ok(d);
 	for (uint64_t u = 0; u < 8; u++)
 		check_unit(f, u, 2);
 	CHECK_RC(ftl_close(f));
@@ -206,7 +155,7 @@ static void t_refused(void)
 		bool timed = round % 2;
 		struct nand_dev *d = dev_new("test-16m", timed);
 		format(d, 0);
-		struct ftl *f = open_ok(d, NULL);
+		struct ftl *f = open_ok(d);
 		struct ftl_info info;
 		ftl_get_info(f, &info);
 		uint64_t units = info.units;
@@ -253,7 +202,7 @@ static void t_refused(void)
 			ftl_close(f2); /* the refusal may land after open: fine either way */
 		struct nand_sim_faults off = { 0 };
 		nand_sim_set_faults(d, &off);
-		f = open_ok(d, NULL);
+		f = open_ok(d);
 		/* what was flushed is there; the rest is old or new */
 		for (uint64_t u = 0; u < units; u++) {
 			uint8_t e[4096];
@@ -286,7 +235,7 @@ static void t_version(void)
 {
 	struct nand_dev *d = dev_new("test-64m", false);
 	format(d, 0);
-	struct ftl *f = open_ok(d, NULL);
+	struct ftl *f = open_ok(d);
 	uint8_t b[4096];
 	fill(b, 5, 1);
 	CHECK_RC(ftl_write_sync(f, b, 5 * 4096, 4096, 0));
@@ -315,7 +264,7 @@ static void t_version(void)
 			      .spare = spare };
 	CHECK_EQ(nand_op_sync(d, &pg), NAND_OK);
 	/* an unclean open scans the log: the foreign-version page is not data */
-	f = open_ok(d, NULL);
+	f = open_ok(d);
 	check_unit(f, 5, 1);
 	CHECK_RC(ftl_close(f));
 	nand_close(d);
@@ -330,7 +279,7 @@ static void t_trim_crc(void)
 	format(d, 0);
 	/* no checkpoints: GC must re-log every trim record it meets */
 	struct ftl_open_params op = { .checkpoint_interval = UINT64_MAX / 2 };
-	struct ftl *f = open_ok(d, &op);
+	struct ftl *f = open_with(d, &op);
 	uint64_t units = f->units, seed = 5;
 	uint8_t b[4096];
 	for (uint64_t u = 0; u < units; u++) {
@@ -381,7 +330,7 @@ static void t_zero_length(void)
 	char err[256];
 	struct ftl_format_params fp = { .sector_size = 512 };
 	CHECK_RC(ftl_format(d, &fp, err, sizeof err));
-	struct ftl *f = open_ok(d, NULL);
+	struct ftl *f = open_ok(d);
 	uint8_t b[4096];
 	fill(b, 3, 1);
 	CHECK_RC(ftl_write_sync(f, b, 3 * 4096, 4096, 0));
@@ -449,7 +398,7 @@ static void t_cp_scan(void)
 	struct nand_dev *d = dev_new("test-16m", true);
 	format(d, 0);
 	struct ftl_open_params op = { .checkpoint_interval = UINT64_MAX / 2 };
-	struct ftl *f = open_ok(d, &op);
+	struct ftl *f = open_with(d, &op);
 	/* two rows of one die: consecutive user pages alternate dies */
 	CHECK_EQ(f->nrows, 2);
 	CHECK_EQ(f->row_width, 1);
@@ -548,7 +497,7 @@ static void t_cp_scan(void)
 	ftl_abandon(f);
 	nand_sim_power_on(d);
 
-	f = open_ok(d, &op);
+	f = open_with(d, &op);
 	uint8_t e[4096];
 	CHECK_RC(ftl_read_sync(f, b, A * 4096, 4096));
 	fill(e, A, ver[A]);
@@ -591,7 +540,7 @@ static void t_close_trim(void)
 	struct nand_dev *d = dev_new("test-16m", true);
 	format(d, 0);
 	struct ftl_open_params op = { .checkpoint_interval = UINT64_MAX / 2 };
-	struct ftl *f = open_ok(d, &op);
+	struct ftl *f = open_with(d, &op);
 	CHECK_EQ(f->nrows, 2);
 	CHECK_EQ(f->row_width, 1);
 	struct open_set *us = &f->stream[STREAM_USER].set[SET_FIRST];
@@ -647,7 +596,7 @@ static void t_close_trim(void)
 	CHECK_RC(ftl_close(f));
 	CHECK_EQ(cps_reads_out, 0);
 
-	f = open_ok(d, &op);
+	f = open_with(d, &op);
 	/* the construction held: the clean checkpoint is below U's write */
 	CHECK_EQ(f->cp.cur_seq + 1, p_seq);
 	uint8_t z[4096];

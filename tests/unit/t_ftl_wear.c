@@ -20,72 +20,15 @@
 #include "ftl/ftl.h"
 #include "hw/nand_sim.h"
 #include "tests/unit/t.h"
+#include "tests/unit/fixture.h"
 
 #define NS_PER_YEAR (365ull * 24 * 3600 * 1000000000ull)
 
-static void fill(uint8_t *b, uint64_t unit, uint32_t ver)
-{
-	for (int i = 0; i < 4096; i += 8) {
-		uint64_t v = (unit << 32 | ver) * 0x9E3779B97F4A7C15ull + (uint64_t)i;
-		memcpy(b + i, &v, 8);
-	}
-}
-
-static struct nand_dev *dev_new(const char *preset, bool timed, uint64_t seed)
+static struct nand_dev *dev_aging(const char *preset, bool timed, uint64_t seed)
 {
 	struct nand_sim_config cfg = { .preset = preset, .error_model = true, .seed = seed,
 				       .timing = timed, .virtual_time = timed };
-	struct nand_dev *d;
-	char err[256];
-	CHECK_RC(nand_sim_open(&cfg, &d, err, sizeof err));
-	return d;
-}
-
-static struct ftl *open_ok(struct nand_dev *d)
-{
-	struct ftl *f;
-	char err[256];
-	int rc = ftl_open(d, NULL, &f, err, sizeof err);
-	if (rc) {
-		fprintf(stderr, "ftl_open: %s\n", err);
-		exit(1);
-	}
-	return f;
-}
-
-static void format(struct nand_dev *d, double op)
-{
-	char err[256];
-	struct ftl_format_params fp = { .sector_size = 4096, .op_percent = op };
-	CHECK_RC(ftl_format(d, &fp, err, sizeof err));
-}
-
-/* Read every unit; each must hold ver[u] (0: zeros).  Returns EIOs, which
- * are errors unless eio_ok. */
-static uint64_t verify(struct ftl *f, const uint32_t *ver, uint64_t units, bool eio_ok)
-{
-	uint8_t b[4096], e[4096];
-	uint64_t eio = 0;
-	for (uint64_t u = 0; u < units; u++) {
-		int rc = ftl_read_sync(f, b, u * 4096, 4096);
-		if (rc == -EIO && eio_ok) {
-			eio++;
-			continue;
-		}
-		if (rc) {
-			fprintf(stderr, "unit %" PRIu64 ": read failed (%s)\n", u, strerror(-rc));
-			exit(1);
-		}
-		if (!ver[u])
-			memset(e, 0, sizeof e);
-		else
-			fill(e, u, ver[u]);
-		if (memcmp(b, e, 4096)) {
-			fprintf(stderr, "unit %" PRIu64 " holds wrong data\n", u);
-			exit(1);
-		}
-	}
-	return eio;
+	return sim_open_ok(&cfg);
 }
 
 /* Let background work (GC, erases) run until nothing moves. */
@@ -106,7 +49,7 @@ static void settle(struct ftl *f)
 
 static void refresh(void)
 {
-	struct nand_dev *d = dev_new("test-64m", false, 3);
+	struct nand_dev *d = dev_aging("test-64m", false, 3);
 	format(d, 20);
 	struct ftl *f = open_ok(d);
 	struct ftl_info info;
@@ -198,7 +141,7 @@ static void erase_spread(struct nand_dev *d, uint32_t *emin, uint32_t *emax)
 
 static void wear_levelling(void)
 {
-	struct nand_dev *d = dev_new("test-16m", false, 5);
+	struct nand_dev *d = dev_aging("test-16m", false, 5);
 	format(d, 20);
 	struct ftl *f = open_ok(d);
 	struct ftl_info info;
@@ -278,7 +221,7 @@ static void wear_out(void)
 {
 	/* WEAR_SEED: the error model's seed (t_ftl_wear wear_out, by hand) */
 	const char *wseed = getenv("WEAR_SEED");
-	struct nand_dev *d = dev_new("test-64m", true, wseed ? (uint64_t)atoll(wseed) : 11);
+	struct nand_dev *d = dev_aging("test-64m", true, wseed ? (uint64_t)atoll(wseed) : 11);
 	format(d, 30);
 	struct ftl *f = open_ok(d);
 	struct ftl_info info;
@@ -430,7 +373,7 @@ static void run_until_flag(struct nand_dev *d, struct ftl *f, const int *flag, u
 
 static void thermal(void)
 {
-	struct nand_dev *d = dev_new("test-64m", true, 21);
+	struct nand_dev *d = dev_aging("test-64m", true, 21);
 	format(d, 30);
 	struct ftl *f = open_ok(d);
 	struct ftl_info info;

@@ -1,0 +1,164 @@
+/*
+ * tests/unit/fixture.h - what the FTL unit tests share: a simulated device
+ * in RAM, a format, an open that must succeed, and 4 KiB units whose data
+ * names the unit and its version, written and checked against a version
+ * array (ver[u] == 0: never written, reads zeros).  Each helper exits with
+ * a message when something it needs fails, as a CHECK does.
+ */
+#ifndef FLASHD_TEST_FIXTURE_H
+#define FLASHD_TEST_FIXTURE_H
+
+#include <stdbool.h>
+
+#include "ftl/ftl.h"
+#include "hw/nand_sim.h"
+#include "tests/unit/t.h"
+
+/* the 4 KiB of unit UNIT at version VER */
+static inline void fill(uint8_t *b, uint64_t unit, uint32_t ver)
+{
+	for (int i = 0; i < 4096; i += 8) {
+		uint64_t v = (unit << 32 | ver) * 0x9E3779B97F4A7C15ull + (uint64_t)i;
+		memcpy(b + i, &v, 8);
+	}
+}
+
+/* a simulated device in RAM as CFG says */
+static inline struct nand_dev *sim_open_ok(const struct nand_sim_config *cfg)
+{
+	struct nand_dev *d;
+	char err[256];
+	CHECK_RC(nand_sim_open(cfg, &d, err, sizeof err));
+	return d;
+}
+
+/* preset PRESET in RAM; TIMED: the timing model on the virtual clock */
+static inline struct nand_dev *dev_new(const char *preset, bool timed)
+{
+	struct nand_sim_config cfg = { .preset = preset, .timing = timed, .virtual_time = timed };
+	return sim_open_ok(&cfg);
+}
+
+static inline void format_with(struct nand_dev *d, uint32_t sector, double op, uint32_t parity)
+{
+	char err[256];
+	struct ftl_format_params fp = { .sector_size = sector, .op_percent = op,
+					.parity_width = parity };
+	int rc = ftl_format(d, &fp, err, sizeof err);
+	if (rc) {
+		fprintf(stderr, "ftl_format: %s (%d)\n", err, rc);
+		exit(1);
+	}
+}
+
+/* 4096-byte sectors, OP % over-provisioning (0: the preset's), no parity */
+static inline void format(struct nand_dev *d, double op)
+{
+	format_with(d, 4096, op, 0);
+}
+
+static inline struct ftl *open_with(struct nand_dev *d, const struct ftl_open_params *p)
+{
+	struct ftl *f;
+	char err[256];
+	int rc = ftl_open(d, p, &f, err, sizeof err);
+	if (rc) {
+		fprintf(stderr, "ftl_open: %s (%d)\n", err, rc);
+		exit(1);
+	}
+	return f;
+}
+
+static inline struct ftl *open_ok(struct nand_dev *d)
+{
+	return open_with(d, NULL);
+}
+
+static inline void write_unit(struct ftl *f, uint64_t u, uint32_t ver)
+{
+	uint8_t b[4096];
+	fill(b, u, ver);
+	CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
+}
+
+/* unit U reads its data at version VER (0: zeros) */
+static inline void check_unit(struct ftl *f, uint64_t u, uint32_t ver)
+{
+	uint8_t b[4096], e[4096];
+	int rc = ftl_read_sync(f, b, u * 4096, 4096);
+	if (rc) {
+		fprintf(stderr, "unit %" PRIu64 ": read failed (%s)\n", u, strerror(-rc));
+		exit(1);
+	}
+	if (ver)
+		fill(e, u, ver);
+	else
+		memset(e, 0, sizeof e);
+	if (memcmp(b, e, sizeof b)) {
+		fprintf(stderr, "unit %" PRIu64 ": wrong data (expected version %u)\n", u, ver);
+		exit(1);
+	}
+}
+
+/* N writes: units 0.. in order while i < UNITS, then random ones (SEED);
+ * ver[] counts the versions */
+static inline void churn(struct ftl *f, uint32_t *ver, uint64_t units, uint64_t n, uint64_t *seed)
+{
+	uint8_t b[4096];
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t u = i < units ? i : t_rand(seed) % units;
+		ver[u]++;
+		fill(b, u, ver[u]);
+		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
+	}
+}
+
+/* every unit reads its version's data; a unit with LOST[u] set must fail
+ * with EIO, any other may when EIO_OK.  Returns the number of EIOs. */
+static inline uint64_t verify_units(struct ftl *f, const uint32_t *ver, uint64_t units,
+				    const uint8_t *lost, bool eio_ok)
+{
+	uint8_t b[4096], e[4096];
+	uint64_t eio = 0;
+	for (uint64_t u = 0; u < units; u++) {
+		int rc = ftl_read_sync(f, b, u * 4096, 4096);
+		if (lost && lost[u]) {
+			if (rc != -EIO) {
+				fprintf(stderr, "unit %" PRIu64 " should be lost, read gave %d\n", u, rc);
+				exit(1);
+			}
+			eio++;
+			continue;
+		}
+		if (rc == -EIO && eio_ok) {
+			eio++;
+			continue;
+		}
+		if (rc) {
+			fprintf(stderr, "unit %" PRIu64 ": read failed (%s)\n", u, strerror(-rc));
+			exit(1);
+		}
+		if (!ver[u])
+			memset(e, 0, sizeof e);
+		else
+			fill(e, u, ver[u]);
+		if (memcmp(b, e, 4096)) {
+			fprintf(stderr, "unit %" PRIu64 " holds wrong data\n", u);
+			exit(1);
+		}
+	}
+	return eio;
+}
+
+static inline uint64_t verify(struct ftl *f, const uint32_t *ver, uint64_t units, bool eio_ok)
+{
+	return verify_units(f, ver, units, NULL, eio_ok);
+}
+
+static inline uint64_t verify_lost(struct ftl *f, const uint32_t *ver, uint64_t units,
+				   const uint8_t *lost)
+{
+	return verify_units(f, ver, units, lost, false);
+}
+
+#endif
