@@ -28,7 +28,11 @@ static inline struct nand_dev *sim_open_ok(const struct nand_sim_config *cfg)
 {
 	struct nand_dev *d;
 	char err[256];
-	CHECK_RC(nand_sim_open(cfg, &d, err, sizeof err));
+	int rc = nand_sim_open(cfg, &d, err, sizeof err);
+	if (rc) {
+		fprintf(stderr, "nand_sim_open: %s (%d)\n", err, rc);
+		exit(1);
+	}
 	return d;
 }
 

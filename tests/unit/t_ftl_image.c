@@ -54,6 +54,7 @@
 #include "hw/nand_sim.h"
 #include "tests/fuzz/image_craft.h"
 #include "tests/unit/t.h"
+#include "tests/unit/fixture.h"
 
 /* test-1g scaled down to 16 blocks per die: 64 MiB, rows of 4 dies (3 data
  * columns and parity: partial-parity pages at flushes) */
@@ -70,14 +71,6 @@ static uint64_t units;
 static uint16_t *hist;        /* [units]: bit v: the unit had version v (0: zeros) */
 static struct craft_limits lim;
 static unsigned ncases, nrefused, nserved;
-
-static void fill(uint8_t *b, uint64_t unit, uint32_t ver)
-{
-	for (int i = 0; i < 4096; i += 8) {
-		uint64_t v = (unit << 32 | ver) * 0x9E3779B97F4A7C15ull + (uint64_t)i;
-		memcpy(b + i, &v, 8);
-	}
-}
 
 static void cleanup(void)
 {
@@ -98,24 +91,7 @@ static struct nand_dev *dev_open(bool create, bool readonly)
 	struct nand_sim_config cfg = { .preset = create ? PRESET : NULL, .path = path,
 				       .create = create, .readonly = readonly, .seed = 1,
 				       .blocks_per_die = create ? BLOCKS_PER_DIE : 0 };
-	struct nand_dev *d;
-	char err[256];
-	if (nand_sim_open(&cfg, &d, err, sizeof err)) {
-		fprintf(stderr, "nand_sim_open: %s\n", err);
-		exit(1);
-	}
-	return d;
-}
-
-static struct ftl *open_ok(struct nand_dev *d, const struct ftl_open_params *p)
-{
-	struct ftl *f;
-	char err[256];
-	if (ftl_open(d, p, &f, err, sizeof err)) {
-		fprintf(stderr, "ftl_open: %s\n", err);
-		exit(1);
-	}
-	return f;
+	return sim_open_ok(&cfg);
 }
 
 static void write_v(struct ftl *f, uint64_t u, uint32_t ver)
@@ -151,7 +127,7 @@ static void golden_make(void)
 		fprintf(stderr, "ftl_format: %s\n", err);
 		exit(1);
 	}
-	struct ftl *f = open_ok(d, NULL);
+	struct ftl *f = open_ok(d);
 	units = f->units;
 	hist = calloc(units, sizeof *hist);
 	CHECK(hist);
@@ -162,7 +138,7 @@ static void golden_make(void)
 	trim_v(f, 40, 30);
 	CHECK_RC(ftl_close(f));
 	struct ftl_open_params op = { .checkpoint_interval = 200 };
-	f = open_ok(d, &op);
+	f = open_with(d, &op);
 	for (uint64_t i = 0; i < 1200; i++) {
 		write_v(f, (i * 7919) % units, 2);
 		if (i % 100 == 50) {
@@ -171,7 +147,7 @@ static void golden_make(void)
 		}
 	}
 	CHECK_RC(ftl_close(f));
-	f = open_ok(d, NULL);
+	f = open_ok(d);
 	for (uint64_t i = 0; i < 2500; i++) {
 		write_v(f, (i * 104729) % units, 3);
 		if (i % 200 == 7)
@@ -727,12 +703,12 @@ static void t_sb_seq(void)
 {
 	patch(field("ftl_sb.sb_seq"), sb_pages, (int)nsb, 0, UINT64_MAX);
 	struct nand_dev *d = dev_open(false, false);
-	struct ftl *f = open_ok(d, NULL);
+	struct ftl *f = open_ok(d);
 	struct ftl_info info;
 	for (uint64_t u = 0; u < 3; u++)
 		write_v(f, u, 4);
 	CHECK_RC(ftl_close(f));
-	f = open_ok(d, NULL);
+	f = open_ok(d);
 	ftl_get_info(f, &info);
 	if (!info.was_clean || info.checkpoint_damaged) {
 		fprintf(stderr, "sb_seq: after a clean close the open finds it %s%s\n",
@@ -802,7 +778,7 @@ static void t_seq_limit(void)
 	for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
 		patch(field(at[i].name), at[i].pages, at[i].n, 0, lim62 - 1);
 		d = dev_open(false, false);
-		f = open_ok(d, NULL);
+		f = open_ok(d);
 		expect_state(f, FTL_STATE_READONLY, at[i].name);
 		expect_erofs(f, 1, at[i].name);
 		check_reads(f, at[i].name, 1);
@@ -816,12 +792,12 @@ static void t_seq_limit(void)
 	 * and up, all taken) and read-only */
 	patch(field("ftl_sb.sb_seq"), sb_pages, (int)nsb, 0, near - 2);
 	d = dev_open(false, false);
-	f = open_ok(d, NULL);
+	f = open_ok(d);
 	expect_state(f, FTL_STATE_ONLINE, "superblock 2^62 - 2^40 - 2");
 	for (uint64_t u = 0; u < 3; u++)
 		write_v(f, u, 4);
 	CHECK_RC(ftl_close(f));
-	f = open_ok(d, NULL);
+	f = open_ok(d);
 	ftl_get_info(f, &info);
 	if (!info.was_clean || info.checkpoint_damaged) {
 		fprintf(stderr, "seq_limit: after a clean close the open finds it %s%s\n",
@@ -840,14 +816,14 @@ static void t_seq_limit(void)
 	/* a session that reaches the headroom: the write that took the number
 	 * is kept, the next ones are refused; the next open reads it */
 	d = dev_open(false, false);
-	f = open_ok(d, NULL);
+	f = open_ok(d);
 	f->next_seq = FTL_SEQ_LIMIT - FTL_SEQ_HEADROOM / 2;
 	write_v(f, 7, 4);
 	CHECK_RC(ftl_flush_sync(f));
 	expect_erofs(f, 8, "session at the headroom");
 	expect_state(f, FTL_STATE_READONLY, "session at the headroom");
 	ftl_abandon(f);
-	f = open_ok(d, NULL);
+	f = open_ok(d);
 	expect_state(f, FTL_STATE_READONLY, "after a session at the headroom");
 	check_reads(f, "seq_limit session", 1);
 	CHECK_RC(ftl_close(f));
@@ -861,11 +837,11 @@ static void t_seq_limit(void)
 	struct ftl_format_params fp = { .sector_size = 4096, .parity_width = 1,
 					.capacity_bytes = 24u << 20 };
 	CHECK_RC(ftl_format(d, &fp, err, sizeof err));
-	f = open_ok(d, NULL);
+	f = open_ok(d);
 	expect_state(f, FTL_STATE_ONLINE, "format over a superblock numbered 2^62 - 1");
 	write_v(f, 0, 5);
 	CHECK_RC(ftl_close(f));
-	f = open_ok(d, NULL);
+	f = open_ok(d);
 	ftl_get_info(f, &info);
 	CHECK(info.was_clean);
 	ftl_close(f);
@@ -899,14 +875,12 @@ static void checkpoint_now(struct ftl *f)
  */
 static void t_cp_prev_room(void)
 {
-	char p2[112], err[256];
+	char p2[112];
 	snprintf(p2, sizeof p2, "%s/room", dir);
 	struct nand_sim_config cfg = { .preset = "test-64m", .path = p2, .create = true, .seed = 1 };
-	struct nand_dev *d;
-	CHECK_RC(nand_sim_open(&cfg, &d, err, sizeof err));
-	struct ftl_format_params fp = { .sector_size = 4096 };
-	CHECK_RC(ftl_format(d, &fp, err, sizeof err));
-	struct ftl *f = open_ok(d, NULL);
+	struct nand_dev *d = sim_open_ok(&cfg);
+	format(d, 0);
+	struct ftl *f = open_ok(d);
 	uint8_t b[4096], e[4096];
 	for (uint64_t u = 0; u < 64; u++) {
 		fill(b, u, 1);
@@ -915,7 +889,7 @@ static void t_cp_prev_room(void)
 	checkpoint_now(f);
 	checkpoint_now(f);
 	CHECK_RC(ftl_close(f));
-	f = open_ok(d, NULL);
+	f = open_ok(d);
 	if (f->cp.prev_hdr_block == FTL_NO_BLOCK) {
 		fprintf(stderr, "cp_prev_room: test-64m keeps no previous checkpoint\n");
 		exit(1);
@@ -946,8 +920,8 @@ static void t_cp_prev_room(void)
 	free(blocks);
 	cfg.create = false;
 	cfg.preset = NULL;
-	CHECK_RC(nand_sim_open(&cfg, &d, err, sizeof err));
-	f = open_ok(d, NULL);
+	d = sim_open_ok(&cfg);
+	f = open_ok(d);
 	if (f->cp.prev_hdr_block != FTL_NO_BLOCK) {
 		fprintf(stderr, "cp_prev_room: %u usable blocks, %u needed for a second checkpoint: "
 			"the previous one (block %u) still kept\n", f->nusable - f->ndoomed,
@@ -956,7 +930,7 @@ static void t_cp_prev_room(void)
 	}
 	/* a crash at once: the superblock of that open names no previous one */
 	ftl_abandon(f);
-	f = open_ok(d, NULL);
+	f = open_ok(d);
 	CHECK(f->cp.prev_hdr_block == FTL_NO_BLOCK);
 	for (uint64_t u = 0; u < 32; u++) {
 		fill(b, u, 2);
@@ -965,7 +939,7 @@ static void t_cp_prev_room(void)
 	checkpoint_now(f);
 	checkpoint_now(f);
 	CHECK_RC(ftl_close(f));
-	f = open_ok(d, NULL);
+	f = open_ok(d);
 	for (uint64_t u = 0; u < 64; u++) {
 		fill(e, u, u < 32 ? 2 : 1);
 		CHECK_RC(ftl_read_sync(f, b, u * 4096, 4096));
@@ -1009,16 +983,14 @@ static uint64_t unit_ppa(struct ftl *f, uint64_t u)
  */
 static void t_rollback(uint32_t parity)
 {
-	char p2[112], err[256];
+	char p2[112];
 	snprintf(p2, sizeof p2, "%s/rollback", dir);
 	struct nand_sim_config cfg = { .preset = "test-64m", .path = p2, .create = true, .seed = 1 };
-	struct nand_dev *d;
-	CHECK_RC(nand_sim_open(&cfg, &d, err, sizeof err));
-	struct ftl_format_params fp = { .sector_size = 4096, .parity_width = parity };
-	CHECK_RC(ftl_format(d, &fp, err, sizeof err));
+	struct nand_dev *d = sim_open_ok(&cfg);
+	format_with(d, 4096, 0, parity);
 	/* no checkpoint: the blocks stay newer than the last one */
 	struct ftl_open_params op = { .checkpoint_interval = 1u << 30 };
-	struct ftl *f = open_ok(d, &op);
+	struct ftl *f = open_with(d, &op);
 	int fd = open(p2, O_RDWR);
 	CHECK(fd >= 0);
 	uint64_t doff, dslot;
@@ -1068,7 +1040,7 @@ static void t_rollback(uint32_t parity)
 			break;
 		/* after a crash: recovery reads the block's footer */
 		ftl_abandon(f);
-		f = open_ok(d, &op);
+		f = open_with(d, &op);
 	}
 	fill(e, 100, 1);
 	CHECK_RC(ftl_read_sync(f, b, 100 * 4096, 4096));
