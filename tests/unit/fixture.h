@@ -8,11 +8,39 @@
 #ifndef FLASHD_TEST_FIXTURE_H
 #define FLASHD_TEST_FIXTURE_H
 
+#include <signal.h>
 #include <stdbool.h>
+#include <unistd.h>
 
 #include "ftl/ftl.h"
 #include "hw/nand_sim.h"
 #include "tests/unit/t.h"
+
+/* the FTL's log lines, shown only with T_VERBOSE set:
+ * ftl_set_logger(quiet_log, NULL) */
+static inline void quiet_log(void *arg, const char *msg)
+{
+	if (getenv("T_VERBOSE"))
+		fprintf(stderr, "ftl: %s\n", msg);
+}
+
+static inline void on_alarm(int sig)
+{
+	static const char msg[] = ": timed out (a hang)\n";
+	ssize_t n = write(2, program_invocation_short_name,
+			  strlen(program_invocation_short_name));
+	n = write(2, msg, sizeof msg - 1);
+	(void)n;
+	_exit(1);
+}
+
+/* a hang ends the program, exit 1 with "PROG: timed out (a hang)", after
+ * SECONDS rather than at the test runner's limit */
+static inline void watchdog(unsigned seconds)
+{
+	signal(SIGALRM, on_alarm);
+	alarm(seconds);
+}
 
 /* the 4 KiB of unit UNIT at version VER */
 static inline void fill(uint8_t *b, uint64_t unit, uint32_t ver)

@@ -1076,25 +1076,10 @@ static void t_sb_units(void)
 	printf("ok: sb_units: a superblock with 2^62 + 1 units (x 4096 wraps) refused: %s\n", err);
 }
 
-static void on_alarm(int sig)
-{
-	static const char msg[] = "t_ftl_image: timed out (a hang)\n";
-	ssize_t n = write(2, msg, sizeof msg - 1);
-	(void)n;
-	_exit(1);
-}
-
-static void quiet(void *arg, const char *msg)
-{
-	if (getenv("T_VERBOSE"))
-		fprintf(stderr, "ftl: %s\n", msg);
-}
-
 int main(void)
 {
-	signal(SIGALRM, on_alarm);
-	alarm(600);
-	ftl_set_logger(quiet, NULL);
+	watchdog(600);
+	ftl_set_logger(quiet_log, NULL);
 	snprintf(dir, sizeof dir, "%s/t_ftl_image.XXXXXX",
 		 access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
 	CHECK(mkdtemp(dir));

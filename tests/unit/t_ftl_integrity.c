@@ -358,7 +358,6 @@ static void log_previous(void *arg, const char *msg)
 }
 
 static bool cp_idle(struct ftl *f, void *arg);
-static void quiet(void *arg, const char *msg);
 
 /*
  * A checkpoint P, units trimmed, a checkpoint C; then the band of the
@@ -449,7 +448,7 @@ static void t_cp_previous(void)
 	CHECK(info.checkpoint_damaged);
 	CHECK(strstr(info.notes, "previous"));
 	CHECK(strstr(prev_logged, "loaded the previous one"));
-	ftl_set_logger(quiet, NULL);
+	ftl_set_logger(quiet_log, NULL);
 	/* a new checkpoint follows: the next open is clean of it */
 	CHECK_RC(ftl_close(f));
 	f = open_ok(d);
@@ -885,25 +884,10 @@ static void t_commit_order(bool timed)
 	       "superblock releasing it was synced\n", timed ? "timed" : "untimed", w_cp_erases);
 }
 
-static void on_alarm(int sig)
-{
-	static const char msg[] = "t_ftl_integrity: timed out (a hang)\n";
-	ssize_t n = write(2, msg, sizeof msg - 1);
-	(void)n;
-	_exit(1);
-}
-
-static void quiet(void *arg, const char *msg)
-{
-	if (getenv("T_VERBOSE"))
-		fprintf(stderr, "ftl: %s\n", msg);
-}
-
 int main(void)
 {
-	signal(SIGALRM, on_alarm);
-	alarm(300);
-	ftl_set_logger(quiet, NULL);
+	watchdog(300);
+	ftl_set_logger(quiet_log, NULL);
 	t_crc(false);
 	t_crc(true);
 	t_io_error(false);

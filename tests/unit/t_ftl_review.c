@@ -617,25 +617,10 @@ static void t_close_trim(void)
 	printf("ok: close_trim: a trim pending at a clean close survives the restart\n");
 }
 
-static void on_alarm(int sig)
-{
-	static const char msg[] = "t_ftl_review: timed out (a hang)\n";
-	ssize_t n = write(2, msg, sizeof msg - 1);
-	(void)n;
-	_exit(1);
-}
-
-static void quiet(void *arg, const char *msg)
-{
-	if (getenv("T_VERBOSE"))
-		fprintf(stderr, "ftl: %s\n", msg);
-}
-
 int main(void)
 {
-	signal(SIGALRM, on_alarm);
-	alarm(300);
-	ftl_set_logger(quiet, NULL);
+	watchdog(300);
+	ftl_set_logger(quiet_log, NULL);
 	t_inflight();
 	t_cp_nomem();
 	t_refused();
