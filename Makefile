@@ -241,6 +241,9 @@ TCMU_HANDLERDIR ?= /usr/lib/$(MULTIARCH)/tcmu-runner
 NBDKIT_PLUGINDIR ?= $(or $(shell nbdkit --dump-config 2>/dev/null | sed -n 's/^plugindir=//p'),/usr/lib/$(MULTIARCH)/nbdkit/plugins)
 
 MAN_PAGES := flashd.8 flashctl.8 flashd.conf.5
+ifneq ($(filter %/nbdkit-flashd-plugin.so,$(PROGS)),)
+MAN_PAGES += nbdkit-flashd-plugin.1
+endif
 FLASHD_VERSION_STR = $(shell sed -n 's/^\#define FLASHD_VERSION "\(.*\)"/\1/p' server/version.h)
 
 # man/*.in with the version filled in
@@ -256,6 +259,7 @@ ifneq ($(filter %/handler_flashd.so,$(PROGS)),)
 endif
 ifneq ($(filter %/nbdkit-flashd-plugin.so,$(PROGS)),)
 	install -D -m 0644 $(BUILD)/nbdkit-flashd-plugin.so $(DESTDIR)$(NBDKIT_PLUGINDIR)/nbdkit-flashd-plugin.so
+	install -D -m 0644 $(BUILD)/man/nbdkit-flashd-plugin.1 $(DESTDIR)$(MANDIR)/man1/nbdkit-flashd-plugin.1
 endif
 	@# the unit with ExecStart's path for this PREFIX (made here: it depends on SBINDIR)
 	sed 's|/usr/sbin/flashd|$(SBINDIR)/flashd|g' deploy/flashd.service >$(BUILD)/flashd.service
@@ -280,6 +284,7 @@ uninstall:
 	rm -f $(DESTDIR)$(SBINDIR)/flashd $(DESTDIR)$(BINDIR)/flashctl
 	rm -f $(DESTDIR)$(TCMU_HANDLERDIR)/handler_flashd.so
 	rm -f $(DESTDIR)$(NBDKIT_PLUGINDIR)/nbdkit-flashd-plugin.so
+	rm -f $(DESTDIR)$(MANDIR)/man1/nbdkit-flashd-plugin.1
 	rm -f $(DESTDIR)$(SYSTEMDUNITDIR)/flashd.service
 	rm -f $(DESTDIR)$(MANDIR)/man8/flashd.8 $(DESTDIR)$(MANDIR)/man8/flashctl.8 \
 		$(DESTDIR)$(MANDIR)/man5/flashd.conf.5

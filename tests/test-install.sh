@@ -7,9 +7,9 @@
 #      nothing else;
 #   2. each man page renders with `man -l` without a warning (and groff -ww
 #      is silent), and names every option of the installed flashd --help,
-#      every verb and option of flashctl --help and bench --help, and every
-#      key of conf/flashd.conf (so a new option without its documentation
-#      fails here);
+#      every verb and option of flashctl --help and bench --help, every
+#      key of conf/flashd.conf and every parameter of the nbdkit plugin's
+#      --help (so a new option without its documentation fails here);
 #   3. the installed flashd and flashctl run (--version), the installed
 #      example configuration checks, nbdkit loads the installed plugin;
 #   4. the installed unit: Documentation= names installed man pages only,
@@ -46,6 +46,7 @@ expected="755 /usr/sbin/flashd
 644 /usr/share/man/man8/flashd.8
 644 /usr/share/man/man8/flashctl.8
 644 /usr/share/man/man5/flashd.conf.5
+644 /usr/share/man/man1/nbdkit-flashd-plugin.1
 644 /usr/share/doc/flashd/flashd.conf.example
 644 /usr/share/doc/flashd/README.md
 644 /usr/share/doc/flashd/README.deploy.md
@@ -67,7 +68,7 @@ ok "$(wc -l <<<"$installed") files, each with its mode, nothing else"
 
 # ---- 2. man pages -----------------------------------------------------------
 MAN=$ROOT/usr/share/man
-for page in man8/flashd.8 man8/flashctl.8 man5/flashd.conf.5; do
+for page in man8/flashd.8 man8/flashctl.8 man5/flashd.conf.5 man1/nbdkit-flashd-plugin.1; do
 	f=$MAN/$page
 	MANWIDTH=80 man --warnings -l "$f" >"$T/page.txt" 2>"$T/page.err" || fail "man -l $page failed"
 	[ ! -s "$T/page.err" ] || { cat "$T/page.err"; fail "man --warnings -l $page warns"; }
@@ -80,7 +81,7 @@ for page in man8/flashd.8 man8/flashctl.8 man5/flashd.conf.5; do
 	# rendered text, hyphenation at line ends undone, for the word checks
 	MANWIDTH=1000 man -l "$f" 2>/dev/null | sed 's/\xe2\x80\x90/-/g' >"$T/${page##*/}.txt"
 done
-ok "man -l renders flashd(8), flashctl(8), flashd.conf(5) without warnings"
+ok "man -l renders flashd(8), flashctl(8), flashd.conf(5), nbdkit-flashd-plugin(1) without warnings"
 
 # every long option of --help appears in the page (as --name)
 check_words() { # page what words...
@@ -112,7 +113,17 @@ for k in "${keys[@]}"; do
 	grep -qE "^ +$k( |$)" "$T/flashd.conf.5.txt" || fail "flashd.conf.5 has no entry for the key $k"
 done
 check_words flashd.conf.5 "sections" "[server]" "[card NAME]" "[dimm NAME]"
-ok "the pages name ${#fopts[@]} flashd options, ${#verbs[@]} flashctl verbs and ${#copts[@]} options, ${#keys[@]} configuration keys"
+# the plugin's page: nbdkit's layout, an entry for each parameter of its --help
+for sec in PARAMETERS EXAMPLES; do
+	grep -q "^$sec" "$T/nbdkit-flashd-plugin.1.txt" || fail "nbdkit-flashd-plugin.1 has no $sec section"
+done
+check_words nbdkit-flashd-plugin.1 "synopsis" "nbdkit flashd [image=]PATH"
+mapfile -t params < <(nbdkit "$ROOT$nbdkit_dir/nbdkit-flashd-plugin.so" --help | sed -n 's/^\([a-z][a-z-]*\)=.*/\1/p')
+[ ${#params[@]} -ge 7 ] || fail "the nbdkit plugin's --help lists only ${#params[@]} parameters?"
+for k in "${params[@]}"; do
+	grep -qE "^ +\[?$k\]?=" "$T/nbdkit-flashd-plugin.1.txt" || fail "nbdkit-flashd-plugin.1 has no entry for the parameter $k"
+done
+ok "the pages name ${#fopts[@]} flashd options, ${#verbs[@]} flashctl verbs and ${#copts[@]} options, ${#keys[@]} configuration keys, ${#params[@]} plugin parameters"
 
 # ---- 3. the installed programs run ------------------------------------------
 [ "$("$F" --version)" = "flashd $(sed -n 's/^#define FLASHD_VERSION "\(.*\)"/\1/p' server/version.h)" ] ||
@@ -184,7 +195,8 @@ ROOT3=$T/root3
 	{ cat "$T/install3.log"; fail "make install with the default PREFIX failed"; }
 for f in /usr/local/sbin/flashd /usr/local/bin/flashctl /usr/local/lib/systemd/system/flashd.service \
 	/usr/local/share/man/man8/flashd.8 /usr/local/share/man/man8/flashctl.8 \
-	/usr/local/share/man/man5/flashd.conf.5 /usr/local/share/doc/flashd/flashd.conf.example \
+	/usr/local/share/man/man5/flashd.conf.5 /usr/local/share/man/man1/nbdkit-flashd-plugin.1 \
+	/usr/local/share/doc/flashd/flashd.conf.example \
 	/etc/flashd/flashd.conf "$tcmu_dir/handler_flashd.so" "$nbdkit_dir/nbdkit-flashd-plugin.so"; do
 	[ -f "$ROOT3$f" ] || fail "PREFIX=/usr/local: $f not installed"
 done
