@@ -1,7 +1,9 @@
 # flashd - userspace FTL and network export for host-based flash cards.
 #
 #   make            build everything into build/
-#   make run        build, then serve the embedded default (simulated ioDrive Duo)
+#   make run        build flashd (and flashctl), then serve the embedded default
+#                   (simulated ioDrive Duo); LISTEN=HOST:PORT... instead of
+#                   127.0.0.1:10809
 #   make check      build and run every test; ends with
 #                   "N passed, N failed, N skipped"
 #   make check-drbd the DRBD pair test in two VMs (11-14 min; .ci/run runs it too)
@@ -128,9 +130,11 @@ $(BUILD)/tests/%-san: $(BUILD)/san/obj/tests/unit/%.o $(SAN_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS_ALL) $(SAN_FLAGS) -o $@ $^ $(LDLIBS_ALL) $(LDLIBS_TEST)
 
-run: all
+# only what it runs and flashctl to manage it: the tests (and their
+# sanitizer builds) are for make check.  LISTEN: one --listen per word.
+run: $(BUILD)/flashd $(BUILD)/flashctl
 	scripts/deps.sh check
-	$(BUILD)/flashd --foreground
+	$(strip $(BUILD)/flashd --foreground $(patsubst %,--listen %,$(LISTEN)))
 
 # FLASHD_DEPS_INSTALLED=1: a test missing a program deps.sh installs fails
 # instead of skipping (tests/functions.sh, requires)

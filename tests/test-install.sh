@@ -19,7 +19,10 @@
 #   5. make uninstall leaves no file behind; with an /etc/flashd/flashd.conf
 #      that existed before, install and uninstall both leave it as it was;
 #   6. the default PREFIX (/usr/local) puts programs, unit and man pages
-#      under /usr/local and the unit's ExecStart says so.
+#      under /usr/local and the unit's ExecStart says so;
+#   7. make run (make -n on an empty build directory) builds flashd and
+#      flashctl and nothing else (no test, no sanitizer build, no plugin),
+#      then runs flashd --foreground, with one --listen per word of LISTEN.
 # timeout: 300
 source "$(dirname "$0")/functions.sh"
 
@@ -206,5 +209,22 @@ grep -q '^ExecStart=/usr/local/sbin/flashd ' "$ROOT3/usr/local/lib/systemd/syste
 left=$(cd "$ROOT3" && find . ! -type d)
 [ -z "$left" ] || { echo "$left"; fail "make uninstall (default PREFIX) left files behind"; }
 ok "default PREFIX=/usr/local: programs, unit (ExecStart /usr/local/sbin/flashd), man pages; uninstall clean"
+
+# ---- 7. make run ------------------------------------------------------------
+# what it would do on a clean build tree (make -n runs nothing, creates nothing)
+CLEAN=$T/clean-build
+"${MAKE[@]}" -n run BUILD="$CLEAN" >"$T/run-n.out" 2>&1 || { cat "$T/run-n.out"; fail "make -n run failed"; }
+built=$(sed -n "s|.* -o $CLEAN/\([^ ]*\) .*|\1|p" "$T/run-n.out" | grep -v '^obj/' | sort | paste -sd' ')
+[ "$built" = "flashctl flashd" ] || fail "make run links '$built', want 'flashctl flashd' only"
+! grep -qE 'tests/|-fsanitize|nbdkit-flashd-plugin|handler_flashd' "$T/run-n.out" ||
+	fail "make run builds more than it runs: $(grep -m1 -E 'tests/|-fsanitize|nbdkit-flashd-plugin|handler_flashd' "$T/run-n.out")"
+[ "$(tail -n1 "$T/run-n.out")" = "$CLEAN/flashd --foreground" ] ||
+	fail "make run's last command: '$(tail -n1 "$T/run-n.out")', want '$CLEAN/flashd --foreground'"
+"${MAKE[@]}" -n run BUILD="$CLEAN" LISTEN="0.0.0.0:10809 [::1]:10810" >"$T/run-n2.out" 2>&1 ||
+	{ cat "$T/run-n2.out"; fail "make -n run LISTEN=... failed"; }
+want="$CLEAN/flashd --foreground --listen 0.0.0.0:10809 --listen [::1]:10810"
+[ "$(tail -n1 "$T/run-n2.out")" = "$want" ] || fail "make run LISTEN=...: '$(tail -n1 "$T/run-n2.out")', want '$want'"
+[ ! -e "$CLEAN" ] || fail "make -n run created $CLEAN"
+ok "make run builds flashd and flashctl only, runs flashd --foreground; LISTEN gives one --listen per address"
 
 echo "PASS"
