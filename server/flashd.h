@@ -585,6 +585,7 @@ struct server {
 	int nhandshakes_unix;       /* unix socket ones (a budget of their own) */
 	int nconns_unix;            /* unix socket connections */
 	struct refusal_log nbd_refusals, ctl_refusals;
+	struct refusal_log name_refusals; /* names of no export (handshake.c) */
 	struct addr_count **addr_tab; /* per-address connection counts (main.c) */
 	/* bytes of every request buffer that exists, in flight or kept for
 	 * reuse (conn.c, "Memory in total"), all ioDimm threads together

@@ -322,6 +322,20 @@ static void describe_client(struct hs *h, char *buf, size_t len)
 		snprintf(buf + used, len - used, " without an identity");
 }
 
+/* A name that is no export (nl bytes; the empty one without a default
+ * export): logged with the client through srv->name_refusals, at most one
+ * line per 10 s (a client may try names in a loop; main.c refusal_log). */
+static void log_unknown(struct hs *h, const char *name, uint32_t nl, const char *opt)
+{
+	char why[400];
+	if (nl)
+		snprintf(why, sizeof why, "%s refused: no such export '%.*s'", opt, (int)(nl < 256 ? nl : 256),
+			 name);
+	else
+		snprintf(why, sizeof why, "%s refused: the empty name, and no default_export", opt);
+	refusal_log(h->srv, &h->srv->name_refusals, h->peer, why);
+}
+
 static void log_denied(struct hs *h, struct dimm *d, const char *opt)
 {
 	char who[600];
@@ -354,8 +368,9 @@ static bool export_listed(struct hs *h, struct dimm *d)
  * The export an option names (nl bytes at name; the empty name: [server]
  * default_export), as far as this client may use it.  0 with *out set, or
  * the option reply error with msg saying why, checked in this order: no
- * such export, or no default export (NBD_REP_ERR_UNKNOWN); its TLS mode
- * (export_tls_check); its access rules (NBD_REP_ERR_POLICY; logged as a
+ * such export, or no default export (NBD_REP_ERR_UNKNOWN; logged,
+ * log_unknown); its TLS mode (export_tls_check); its access rules
+ * (NBD_REP_ERR_POLICY; logged as a
  * refusal of opt); not served: detached, failed (NBD_REP_ERR_UNKNOWN).  So
  * a client the rules refuse learns the same of an export served or not,
  * and a message names an export only if the client named it or may use
@@ -382,9 +397,11 @@ static uint32_t client_export(struct hs *h, const char *name, uint32_t nl, const
 		}
 		if (used < len)
 			snprintf(msg + used, len - used, "%s", shown ? ")" : " (NBD_OPT_LIST)");
+		log_unknown(h, name, nl, opt);
 		return NBD_REP_ERR_UNKNOWN;
 	}
 	if (!d) {
+		log_unknown(h, name, nl, opt);
 		snprintf(msg, len, "no such export (try NBD_OPT_LIST)");
 		return NBD_REP_ERR_UNKNOWN;
 	}

@@ -118,6 +118,27 @@ nbdinfo --list "$V6" >"$T/l6" 2>&1 || true
 ! grep -q 'dimm[01]' "$T/l6" || { cat "$T/l6"; fail "::1 sees exports it may not use"; }
 ok "nbdinfo --list: both exports over 127.0.0.1, none over ::1"
 
+# a name that is no export is logged with the client, escaped, one line per
+# 10 s (the others summed up when the 10 s are over: checked in 4)
+"$PYTHON" - "$NBD_CHECKS" "$P" <<'PY' || fail "unknown export names"
+import socket, sys
+sys.dont_write_bytecode = True
+sys.path.insert(0, sys.argv[1])
+from nbdraw import *
+for i in range(3):
+    c = Conn(socket.AF_INET, ("127.0.0.1", int(sys.argv[2])))
+    c.handshake()
+    final, _, _ = c.info(OPT_GO, b"nosuch\x1b[2J\r")
+    if final != REP_ERR_UNKNOWN:
+        sys.exit("FAIL: GO of an unknown name: %s" % repname(final))
+    c.close()
+PY
+n=$(grep -cF "NBD_OPT_GO refused: no such export 'nosuch\x1b[2J\x0d'" "$T/flashd.log") || true
+[ "$n" = 1 ] || { grep nosuch "$T/flashd.log" || true; fail "unknown export name logged $n times, want once"; }
+grep -qE "flashd\[warning\]: 127\.0\.0\.1:[0-9]+: NBD_OPT_GO refused: no such export 'nosuch" "$T/flashd.log" ||
+	{ grep nosuch "$T/flashd.log" || true; fail "the unknown export's line does not name the client at warning"; }
+ok "unknown export names: logged with the client's address, escaped, once for 3 tries"
+
 goinfo() { # goinfo URI [PSKFILE]: prints ok / ro / the error
 	"$PYTHON" - "$@" <<'PY'
 import nbd, sys
@@ -302,6 +323,12 @@ code=$("${NOBODY[@]}" curl -s -o /dev/null -w '%{http_code}' -X POST -H "X-Flash
 grep -qF 'control socket: /v1/dimms/dimm0/detach\x1b[2J\x0d refused: uid 65534' "$T/flashd.log" ||
 	fail "the refused path is not logged with ESC and CR escaped"
 ! LC_ALL=C grep -q $'[\x1b\r]' "$T/flashd.log" || fail "the log holds a raw ESC or CR"
+# the unknown export names of 1 not logged one by one, summed up
+for i in $(seq 1 120); do
+	grep -qE "[0-9]+ more request\(s\) for an unknown export refused in the last" "$T/flashd.log" && break
+	[ "$i" = 120 ] && fail "the unknown export names held back were never summed up in the log"
+	sleep 0.1
+done
 "$FLASHCTL" checkpoint dimm0 --control "$CTL" >/dev/null || fail "root: checkpoint"
 ok "control socket: nobody gets 200 for status and 403 for detach and reload; root may act; the log escapes ESC and CR"
 
