@@ -462,6 +462,7 @@ static void status_json(struct ctl_req *cr, struct evbuffer *b)
 	}
 	evbuffer_add_printf(b, "], \"unix\": ");
 	json_str(b, srv->cfg.unix_path ? srv->cfg.unix_path : "");
+	evbuffer_add_printf(b, ", \"fault_injection\": %s", srv->cfg.fault_injection == 1 ? "true" : "false");
 	enum health_state worst = req_health(cr);
 	char summary[2048];
 	health_summary(cr, summary, sizeof summary);
@@ -713,6 +714,9 @@ static void status_text(struct ctl_req *cr, struct evbuffer *b)
 				sep = ", ";
 			}
 	evbuffer_add_printf(b, "%s\n", *sep == ',' ? ")" : "");
+	if (srv->cfg.fault_injection == 1)
+		evbuffer_add_printf(b, "Fault injection: on ([server] fault_injection = yes): whoever may use "
+				       "the control socket can break the ioDimms (flashctl inject)\n");
 	if (cr->all)
 		evbuffer_add_printf(b, "Configuration: %s; state directory %s\n",
 				    srv->cfg.config_file ? srv->cfg.config_file : "embedded default",

@@ -1828,6 +1828,10 @@ int main(int argc, char **argv)
 			log_warn("cannot write pidfile %s", srv.cfg.pidfile);
 	}
 	check_fd_limit();
+	if (srv.cfg.fault_injection == 1)
+		log_warn("[server] fault_injection = yes: whoever may use the control socket %s can break "
+			 "the ioDimms (flashctl inject: dead dies, bad blocks, lost data); set it to no unless "
+			 "this is a test", srv.cfg.control_path);
 	if (up < srv.ndimms)
 		log_warn("flashd %s ready, degraded: serving %d of %d ioDimm(s), control socket %s",
 			 FLASHD_VERSION, up, srv.ndimms, srv.cfg.control_path);

@@ -12,8 +12,10 @@
 #      dangling symlink to the other's future image);
 #   2. a valid configuration with sizes (512M, 4K), percentages (80%, op
 #      30%), indented keys and a [dimm] section without keys starts, exports
-#      what it says, and stops cleanly; listen = :PORT (every address, IPv6
-#      and IPv4 on one socket) serves over 127.0.0.1 and ::1;
+#      what it says, and stops cleanly; with fault_injection = yes it warns
+#      at start and status shows it (text under the first line, JSON), not
+#      without; listen = :PORT (every address, IPv6 and IPv4 on one socket)
+#      serves over 127.0.0.1 and ::1;
 #   3. the hardening keys (max_connections_per_address, idle_timeout,
 #      buffer_limit, max_handshakes, idle_timeout_busy, default_export
 #      naming no export) refuse bad values; a relative tls_psk in the file is
@@ -163,6 +165,7 @@ listen = 127.0.0.1:$FLASHD_PORT
 max_connections = 64
 handshake_timeout = 10
 poll_us = 0
+fault_injection = yes
 
 [dimm a]
 preset = test-1g
@@ -186,9 +189,17 @@ assert abs(f["c"]["op_percent"] - 30) < 0.1, f["c"]
 assert abs(f["d"]["op_percent"] - 20) < 0.1, f["d"]
 ' || fail "the exports are not formatted as configured"
 [ "$(nbdinfo --size "nbd://127.0.0.1:$FLASHD_PORT/a")" = $((512 << 20)) ] || fail "export a is not 512 MiB"
+# fault_injection = yes lets the control socket break the ioDimms: said at start and in status
+grep -qE "flashd\[warning\]: \[server\] fault_injection = yes: whoever may use the control socket .* can break" \
+	"$T/flashd.log" || fail "no start-up warning for fault_injection = yes"
+"$FLASHCTL" status --control "$FLASHD_CTL" >"$T/fi-status.txt" || true
+sed -n 2p "$T/fi-status.txt" | grep -q "^Fault injection: on (\[server\] fault_injection = yes)" ||
+	{ cat "$T/fi-status.txt"; fail "flashctl status does not show fault injection on under its first line"; }
+[ "$(flashd_status | $PYTHON -c 'import json, sys; print(json.load(sys.stdin)["fault_injection"])')" = True ] ||
+	fail "status JSON: fault_injection is not true"
 stop_flashd
 check_flashd_log
-ok "a valid configuration (512M, 4K, 80%, op 30%, an empty [dimm d]) starts and stops"
+ok "a valid configuration (512M, 4K, 80%, op 30%, an empty [dimm d]) starts and stops; fault_injection = yes is warned about and shown in status"
 
 # ---- 2b. listen = :PORT: every address, IPv6 and IPv4 on one socket ------------------
 P=$(free_port)
@@ -204,6 +215,12 @@ for _ in $(seq 1 300); do
 	kill -0 $pid 2>/dev/null || fail "flashd with listen = :$P exited"
 	sleep 0.1
 done
+# fault_injection off (the default): not in status
+"$FLASHCTL" status --control "$T/dualstate/flashd.ctl" | grep -q "Fault injection" &&
+	fail "flashctl status shows fault injection while it is off"
+[ "$("$FLASHCTL" status --json --control "$T/dualstate/flashd.ctl" |
+	$PYTHON -c 'import json, sys; print(json.load(sys.stdin)["fault_injection"])')" = False ] ||
+	fail "status JSON: fault_injection is not false by default"
 grep -q "listening on :$P (every address, IPv6 and IPv4)" "$T/flashd.log" ||
 	grep -q "listening on :$P (every IPv4 address (no IPv6 here))" "$T/flashd.log" ||
 	fail "no dual-stack listener in the log"
