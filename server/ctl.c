@@ -75,6 +75,7 @@
 #include <event2/keyvalq_struct.h>
 
 #include "common/parse.h"
+#include "common/units.h"
 #include "server/dashboard/dashboard.h"
 #include "server/flashd.h"
 
@@ -485,17 +486,6 @@ static void status_json(struct ctl_req *cr, struct evbuffer *b)
 	evbuffer_add_printf(b, "]}\n");
 }
 
-/* Decimal units, as the vendor's tools print them. */
-static void human(char *buf, size_t n, double bytes)
-{
-	if (bytes >= 1e12)
-		snprintf(buf, n, "%.2f TB", bytes / 1e12);
-	else if (bytes >= 1e9)
-		snprintf(buf, n, "%.2f GB", bytes / 1e9);
-	else
-		snprintf(buf, n, "%.2f MB", bytes / 1e6);
-}
-
 /* Latency at quantile q (0..1) of one class, interpolated in its bucket
  * (geometrically: the buckets are log-spaced); 0 if nothing was counted. */
 double lat_quantile(const uint64_t *cnt, double q)
@@ -540,8 +530,8 @@ static void text_io(struct evbuffer *b, const struct dimm_status *st)
 	uint64_t errors = 0;
 	for (int k = 0; k < IOK_N; k++)
 		errors += io->errors[k];
-	human(r, sizeof r, (double)io->bytes[IOK_READ]);
-	human(w, sizeof w, (double)io->bytes[IOK_WRITE]);
+	size_text(r, sizeof r, (double)io->bytes[IOK_READ]);
+	size_text(w, sizeof w, (double)io->bytes[IOK_WRITE]);
 	evbuffer_add_printf(b, "    Requests since flashd started: %llu reads (%s), %llu writes (%s), "
 			       "%llu flushes, %llu trims, %llu write-zeroes, %llu other; %llu failed\n",
 			    (unsigned long long)io->ops[IOK_READ], r, (unsigned long long)io->ops[IOK_WRITE], w,
@@ -616,7 +606,7 @@ static void text_dimm(struct ctl_req *cr, struct evbuffer *b, const struct dimm_
 	const struct ftl_info *fi = &st->info;
 	const struct ftl_stats *s = &st->stats;
 	char cap[32], hr[32], hw[32], nr[32], nw[32];
-	human(cap, sizeof cap, (double)fi->capacity);
+	size_text(cap, sizeof cap, (double)fi->capacity);
 	evbuffer_add_printf(b, "    State: %s%s%s, attached%s%s; %u connection(s)\n", st->state,
 			    st->error[0] ? ": " : "", st->error, st->readonly ? ", read-only" : "",
 			    st->timing ? ", NAND timing model on" : "", st->connections);
@@ -653,10 +643,10 @@ static void text_dimm(struct ctl_req *cr, struct evbuffer *b, const struct dimm_
 	evbuffer_add_printf(b, "    Rated endurance: %u P/E cycles; used %.2f%% (erase counts min/avg/max "
 			       "%u/%.1f/%u)\n",
 			    s->rated_pe_cycles, endurance_used(s), s->erase_min, s->erase_avg, s->erase_max);
-	human(hr, sizeof hr, (double)s->host_read_bytes);
-	human(hw, sizeof hw, (double)s->host_write_bytes);
-	human(nr, sizeof nr, (double)s->nand_pages_read * st->page_size);
-	human(nw, sizeof nw, (double)s->nand_pages_programmed * st->page_size);
+	size_text(hr, sizeof hr, (double)s->host_read_bytes);
+	size_text(hw, sizeof hw, (double)s->host_write_bytes);
+	size_text(nr, sizeof nr, (double)s->nand_pages_read * st->page_size);
+	size_text(nw, sizeof nw, (double)s->nand_pages_programmed * st->page_size);
 	evbuffer_add_printf(b, "    Lifetime: host read %s, written %s; NAND read %s, written %s "
 			       "(write amplification %.2f)\n",
 			    hr, hw, nr, nw, s->write_amplification);

@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/units.h"
 #include "hw/nand_sim.h" /* fault injection (NAND_CAP_SIM) */
 #include "server/flashd.h"
 #include "server/nbd_proto.h"
@@ -263,9 +264,9 @@ static void sim_notice(void *arg, const char *msg)
 
 static void describe_format(const struct ftl_info *fi, char *buf, size_t len)
 {
-	snprintf(buf, len, "%llu sectors of %u bytes (%.2f GiB), %.1f%% over-provisioning",
+	snprintf(buf, len, "%llu sectors of %u bytes (%s), %.1f%% over-provisioning",
 		 (unsigned long long)(fi->capacity / fi->sector_size), fi->sector_size,
-		 (double)fi->capacity / (1 << 30), fi->op_percent);
+		 SIZE_TEXT((double)fi->capacity), fi->op_percent);
 }
 
 /* The capacity the [dimm] keys ask for on dev (as ftl_format computes it),
@@ -325,12 +326,12 @@ static bool format_mismatch(struct dimm *d, const struct ftl_info *fi, char *why
 	}
 	cfg_capacity_text(c, cap, sizeof cap);
 	if (sec && capm)
-		snprintf(want, sizeof want, "sector_size = %u and %s (%.2f GiB)", c->sector_size, cap,
-			 (double)wcap / (1 << 30));
+		snprintf(want, sizeof want, "sector_size = %u and %s (%s)", c->sector_size, cap,
+			 SIZE_TEXT((double)wcap));
 	else if (sec)
 		snprintf(want, sizeof want, "sector_size = %u", c->sector_size);
 	else
-		snprintf(want, sizeof want, "%s (%.2f GiB)", cap, (double)wcap / (1 << 30));
+		snprintf(want, sizeof want, "%s (%s)", cap, SIZE_TEXT((double)wcap));
 	describe_format(fi, have, sizeof have);
 	snprintf(why, len,
 		 "image %s is formatted with %s, but [dimm %s] in %s asks for %s; flashd never "
@@ -1075,7 +1076,7 @@ void dimm_describe(struct dimm *d, char *buf, size_t len)
 		snprintf(buf, len, "%s", d->cfg->description);
 		return;
 	}
-	snprintf(buf, len, "simulated ioDimm %s (%s): %.1f GiB, %u-byte sectors, %.0f%% over-provisioning%s",
-		 d->cfg->name, d->cfg->preset, (double)d->info.capacity / (1 << 30),
+	snprintf(buf, len, "simulated ioDimm %s (%s): %s, %u-byte sectors, %.0f%% over-provisioning%s",
+		 d->cfg->name, d->cfg->preset, SIZE_TEXT((double)d->info.capacity),
 		 d->info.sector_size, d->info.op_percent, d->cfg->readonly ? ", read-only" : "");
 }

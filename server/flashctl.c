@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include "common/parse.h"
+#include "common/units.h"
 #include "ftl/ftl.h"
 #include "hw/nand_sim.h" /* presets */
 #include "server/version.h"
@@ -229,9 +230,9 @@ static void image_contents(struct nand_dev *d, char *buf, size_t len)
 		char when[64];
 		time_t t = (time_t)fi.format_time;
 		strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", gmtime(&t));
-		snprintf(buf, len, "it holds a format: %" PRIu64 " sectors of %u bytes (%.2f GiB), "
+		snprintf(buf, len, "it holds a format: %" PRIu64 " sectors of %u bytes (%s), "
 			 "formatted %s", fi.capacity / fi.sector_size, fi.sector_size,
-			 (double)fi.capacity / (1 << 30), when);
+			 SIZE_TEXT((double)fi.capacity), when);
 	} else if (rc == -EUCLEAN) {
 		snprintf(buf, len, "it holds data without a valid superblock (%s; 'flashctl recover' "
 			 "may get it back)", why);
@@ -429,9 +430,9 @@ static int cmd_format(int argc, char **argv)
 	}
 	struct ftl_info info;
 	ftl_peek_format(d, &info);
-	printf("%s: formatted %s: %" PRIu64 " sectors of %u bytes (%.2f GiB), %.1f%% over-provisioning\n",
+	printf("%s: formatted %s: %" PRIu64 " sectors of %u bytes (%s), %.1f%% over-provisioning\n",
 	       path, d->preset, info.capacity / info.sector_size, info.sector_size,
-	       (double)info.capacity / (1 << 30), info.op_percent);
+	       SIZE_TEXT((double)info.capacity), info.op_percent);
 	nand_close(d);
 	give_to_dir_owner(path);
 	return 0;
@@ -527,9 +528,9 @@ static int cmd_info(int argc, char **argv)
 		}
 	} else {
 		printf("%s: simulated ioDimm, preset %s\n", path, d->preset);
-		printf("  geometry: %u channels x %u dies, %u blocks/die, %u pages/block, %u+%u byte pages, %.2f GiB raw\n",
+		printf("  geometry: %u channels x %u dies, %u blocks/die, %u pages/block, %u+%u byte pages, %s raw\n",
 		       g->channels, g->dies_per_channel, g->blocks_per_die, g->pages_per_block,
-		       g->page_size, g->spare_size, (double)nand_raw_bytes(g) / (1 << 30));
+		       g->page_size, g->spare_size, SIZE_TEXT((double)nand_raw_bytes(g)));
 		if (rc) {
 			printf("  %s: %s\n", unopened, err);
 			if (rc == -EUCLEAN)
@@ -539,9 +540,9 @@ static int cmd_info(int argc, char **argv)
 			char when[64];
 			time_t t = (time_t)info.format_time;
 			strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", gmtime(&t));
-			printf("  format: %" PRIu64 " sectors of %u bytes (%.2f GiB), %.1f%% over-provisioning, formatted %s\n",
+			printf("  format: %" PRIu64 " sectors of %u bytes (%s), %.1f%% over-provisioning, formatted %s\n",
 			       info.capacity / info.sector_size, info.sector_size,
-			       (double)info.capacity / (1 << 30), info.op_percent, when);
+			       SIZE_TEXT((double)info.capacity), info.op_percent, when);
 			printf("  bands: %u rows of %u dies, %u parity %s per stripe\n", info.band_rows,
 			       info.band_width, info.parity_width, info.parity_width == 1 ? "die" : "dies");
 			printf("  last shutdown: %s%s\n", info.was_clean ? "clean" : "unclean",
@@ -552,10 +553,10 @@ static int cmd_info(int argc, char **argv)
 				printf("  errors: %" PRIu64 " uncorrectable reads (%" PRIu64 " failed their data CRC), "
 				       "%" PRIu64 " units lost\n",
 				       st.read_errors_uncorrectable, st.crc_errors, st.lost_units);
-			printf("  written: host %.2f GiB, NAND %.2f GiB (write amplification %.2f); read: host %.2f GiB\n",
-			       (double)st.host_pages_written * 4096 / (1 << 30),
-			       (double)st.nand_pages_programmed * g->page_size / (1 << 30),
-			       st.write_amplification, (double)st.host_read_bytes / (1 << 30));
+			printf("  written: host %s, NAND %s (write amplification %.2f); read: host %s\n",
+			       SIZE_TEXT((double)st.host_pages_written * 4096),
+			       SIZE_TEXT((double)st.nand_pages_programmed * g->page_size),
+			       st.write_amplification, SIZE_TEXT((double)st.host_read_bytes));
 			printf("  blocks: %" PRIu64 " total, %" PRIu64 " free, %" PRIu64 " data, %" PRIu64
 			       " bad (%" PRIu64 " grown); erase count min/avg/max %u/%.1f/%u of %u rated\n",
 			       st.blocks_total, st.blocks_free, st.blocks_data, st.blocks_bad,
@@ -643,9 +644,9 @@ static void print_scan(const char *path, const struct ftl_scan_report *r, bool j
 	       path, r->blocks, r->blocks_log, r->blocks_meta, r->blocks_blank, r->blocks_bad,
 	       r->blocks_unreadable, r->blocks_foreign);
 	if (r->sb_valid)
-		printf("  superblock: valid (format %016" PRIx64 ", %u-byte sectors, %.2f GiB); "
+		printf("  superblock: valid (format %016" PRIx64 ", %u-byte sectors, %s); "
 		       "%u valid and %u damaged pages\n",
-		       r->sb_format_id, r->sb_sector_size, (double)r->sb_units * 4096 / (1 << 30),
+		       r->sb_format_id, r->sb_sector_size, SIZE_TEXT((double)r->sb_units * 4096),
 		       r->sb_pages_valid, r->sb_pages_damaged);
 	else
 		printf("  superblock: NONE VALID (%u damaged pages)\n", r->sb_pages_damaged);
@@ -656,9 +657,9 @@ static void print_scan(const char *path, const struct ftl_scan_report *r, bool j
 	else
 		printf("  log: none\n");
 	if (r->cp_found)
-		printf("  checkpoint: block %u, sequence %" PRIu64 ", %.2f GiB, %s (%u candidates, "
+		printf("  checkpoint: block %u, sequence %" PRIu64 ", %s, %s (%u candidates, "
 		       "%u damaged)\n",
-		       r->cp_block, r->cp_seq, (double)r->cp_units * 4096 / (1 << 30),
+		       r->cp_block, r->cp_seq, SIZE_TEXT((double)r->cp_units * 4096),
 		       r->cp_sector_size ? (r->cp_sector_size == 512 ? "512-byte sectors"
 								      : "4096-byte sectors")
 					 : "sector size not recorded",
@@ -738,9 +739,9 @@ static int cmd_recover(int argc, char **argv)
 	}
 	struct ftl_info info;
 	ftl_get_info(f, &info);
-	printf("%s: superblock rebuilt: format %016" PRIx64 ", %u-byte sectors, %.2f GiB; the log "
+	printf("%s: superblock rebuilt: format %016" PRIx64 ", %u-byte sectors, %s; the log "
 	       "replays (%" PRIu64 " pages)%s%s\n",
-	       path, info.format_id, info.sector_size, (double)info.capacity / (1 << 30),
+	       path, info.format_id, info.sector_size, SIZE_TEXT((double)info.capacity),
 	       info.recovered_pages, info.notes[0] ? "; " : "", info.notes);
 	ftl_close(f);
 	nand_close(d);
@@ -969,8 +970,8 @@ static int cmd_simulate(int argc, char **argv)
 		       s1.l2p_bytes, (double)s1.l2p_bytes * (double)(1ull << 40) / (double)info.capacity,
 		       s1.ram_bytes);
 	} else {
-		printf("%s, %u-byte sectors, %.1f%% OP, %s, %g passes of %.2f GiB\n", preset, sector,
-		       info.op_percent, workload, passes, (double)info.capacity / (1 << 30));
+		printf("%s, %u-byte sectors, %.1f%% OP, %s, %g passes of %s\n", preset, sector,
+		       info.op_percent, workload, passes, SIZE_TEXT((double)info.capacity));
 		printf("  write amplification %.3f, last pass %.3f (greedy model %.3f)\n", wa, wa_last,
 		       wa_model);
 		printf("  %" PRIu64 " host pages, %" PRIu64 " NAND pages, %" PRIu64 " erases\n", host, nand,
@@ -1615,11 +1616,11 @@ static int cmd_stats(int argc, char **argv)
 					       d->errors[LK_TRIM] + d->errors[LK_ZEROES] + d->errors[LK_OTHER],
 				       d->gc_pages);
 			else
-				printf("%s (%s): since flashd started: %.0f reads (%.2f MB, p50 %s, p99 %s), "
-				       "%.0f writes (%.2f MB, p50 %s, p99 %s), %.0f flushes, %.0f trims; "
+				printf("%s (%s): since flashd started: %.0f reads (%s, p50 %s, p99 %s), "
+				       "%.0f writes (%s, p50 %s, p99 %s), %.0f flushes, %.0f trims; "
 				       "GC relocated %.0f pages\n",
-				       d->name, d->state, d->ops[LK_READ], d->bytes[LK_READ] / 1e6, r50, r99,
-				       d->ops[LK_WRITE], d->bytes[LK_WRITE] / 1e6, w50, w99, d->ops[LK_FLUSH],
+				       d->name, d->state, d->ops[LK_READ], SIZE_TEXT(d->bytes[LK_READ]), r50, r99,
+				       d->ops[LK_WRITE], SIZE_TEXT(d->bytes[LK_WRITE]), w50, w99, d->ops[LK_FLUSH],
 				       d->ops[LK_TRIM], d->gc_pages);
 		}
 		return 0;

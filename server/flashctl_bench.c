@@ -38,6 +38,7 @@
 #include <string.h>
 
 #include "common/parse.h"
+#include "common/units.h"
 #include "ftl/ftl.h"
 #include "hw/nand_sim.h" /* the simulator only: virtual clock, metadata-only media */
 
@@ -516,9 +517,9 @@ int cmd_bench(int argc, char **argv)
 	}
 	const struct nand_geometry *g = &b.dev->geo;
 	const struct nand_preset *pr = nand_preset_find(preset);
-	fprintf(stderr, "bench: %s, %u dies, %u blocks/die, %.1f GiB user, %u-byte sectors, %.1f%% OP, "
+	fprintf(stderr, "bench: %s, %u dies, %u blocks/die, %s user, %u-byte sectors, %.1f%% OP, "
 			"parity %u, %s %" PRIu64 " B QD%" PRIu64 "\n",
-		preset, nand_dies(g), g->blocks_per_die, (double)b.info.capacity / (1 << 30), sector,
+		preset, nand_dies(g), g->blocks_per_die, SIZE_TEXT((double)b.info.capacity), sector,
 		b.info.op_percent, b.info.parity_width, wl_name(wl), bs, qd);
 
 	if (csv_path) {

@@ -10,7 +10,9 @@
 #      host bytes written/read by exactly 24/8 MiB, NAND bytes by at least
 #      that, the server's request counters and latency histograms by 12/4
 #      requests; after a clean restart the lifetime figures are unchanged and
-#      go on from there; status -a (text) shows the fio-status fields.
+#      go on from there; status -a (text) shows the fio-status fields, with
+#      sizes in one convention: MiB below 1 GiB (the 0.8 GiB export, also in
+#      the log), no decimal MB.
 #   3. checkpoint: `flashctl checkpoint dimm0` while a client writes (no
 #      request fails, all data reads back); after a kill -9, dimm0 replays
 #      under 64 pages and keeps its lifetime figures, dimm1 (written alike,
@@ -183,16 +185,21 @@ nw_life=$(dimm_json dimm0 lifetime nand_write_bytes)
 "$FLASHCTL" status -a --control "$FLASHD_CTL" >"$T/status-a.txt"
 cat "$T/status-a.txt"
 for want in "flashd $v, pid $FLASHD_PID" "dimm0: simulated ioDimm, preset test-1g, export 'dimm0'" \
-	"State: online, attached" "Format: 1677720 sectors of 512 bytes" "over-provisioning" \
+	"State: online, attached" "Format: 1677720 sectors of 512 bytes (819.20 MiB)" "over-provisioning" \
 	"Reserves: 100.00%" "Rated endurance: 5000 P/E cycles; used" \
-	"Lifetime: host read 8.39 MB, written 25.17 MB; NAND read" "write amplification" \
+	"Lifetime: host read 8.00 MiB, written 24.00 MiB; NAND read" "write amplification" \
 	"RAM usage: current" "peak" "Connections: 0 now" "Blocks:" "Media errors:" \
-	"Requests since flashd started: 4 reads (8.39 MB), 12 writes (25.17 MB), 1 flushes"; do
+	"Requests since flashd started: 4 reads (8.00 MiB), 12 writes (24.00 MiB), 1 flushes"; do
 	grep -qF "$want" "$T/status-a.txt" || fail "flashctl status -a lacks '$want'"
 done
 "$FLASHCTL" status --control "$FLASHD_CTL" >"$T/status.txt"
 grep -q "RAM usage" "$T/status.txt" && fail "flashctl status without -a shows the -a details"
-grep -qF "Lifetime: host read 8.39 MB, written 25.17 MB" "$T/status.txt" || fail "flashctl status lacks the lifetime line"
+grep -qF "Lifetime: host read 8.00 MiB, written 24.00 MiB" "$T/status.txt" || fail "flashctl status lacks the lifetime line"
+# one unit convention (common/units.h): GiB from 1 GiB up, MiB below, in the log too
+grep -qF "dimm0: simulated ioDimm dimm0 (test-1g): 819.20 MiB, 512-byte sectors" "$T/flashd.log" ||
+	fail "the log does not give the 0.8 GiB export's size in MiB"
+! grep -qE "[0-9] (MB|GB|TB)\b|0\.[0-9]+ GiB" "$T/status-a.txt" "$T/status.txt" ||
+	fail "flashctl status mixes decimal units or shows a size under 1 GiB in GiB"
 stop_flashd
 restart_flashd
 [ "$(dimm_json dimm0 lifetime host_write_bytes)" = "$w_life" ] || fail "host_write_bytes after a clean restart: $(dimm_json dimm0 lifetime host_write_bytes), want $w_life"
@@ -290,7 +297,7 @@ import sys; sys.path.insert(0, '$NBD_CHECKS'); import ctlclient
 print(ctlclient.post('$FLASHD_CTL', '/v1/dimms/dimm0/format?capacity=1G&op=20')[0])")
 [ "$code" = 400 ] || fail "format with capacity and op: HTTP $code, want 400"
 "$FLASHCTL" format dimm0 --capacity 512M --yes --control "$FLASHD_CTL" | tee "$T/fmt.out"
-grep -q "dimm0 formatted: 1048576 sectors of 512 bytes (0.50 GiB)" "$T/fmt.out" || fail "format --capacity 512M"
+grep -q "dimm0 formatted: 1048576 sectors of 512 bytes (512.00 MiB)" "$T/fmt.out" || fail "format --capacity 512M"
 nbdinfo "$FLASHD_URI0" >/dev/null 2>&1 && fail "dimm0 is served while detached after its format"
 "$FLASHCTL" attach dimm0 --control "$FLASHD_CTL" >/dev/null || fail "attach after the format"
 [ "$(nbdinfo --size "$FLASHD_URI0")" = $((512 * MiB)) ] || fail "dimm0's size after format --capacity 512M: $(nbdinfo --size "$FLASHD_URI0")"

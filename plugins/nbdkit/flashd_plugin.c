@@ -30,6 +30,7 @@
 #include <nbdkit-plugin.h>
 
 #include "common/parse.h"
+#include "common/units.h"
 #include "ftl/ftl.h"
 #include "hw/nand_sim.h" /* presets */
 
@@ -479,8 +480,8 @@ static int flashd_extents(void *h, uint32_t count, uint64_t off, uint32_t flags,
 static const char *flashd_export_description(void *h)
 {
 	static char desc[256];
-	snprintf(desc, sizeof desc, "flashd ioDimm %s (%s): %.1f GiB, %u-byte sectors", image,
-		 dev ? dev->preset : "?", (double)info.capacity / (1 << 30), info.sector_size);
+	snprintf(desc, sizeof desc, "flashd ioDimm %s (%s): %s, %u-byte sectors", image,
+		 dev ? dev->preset : "?", SIZE_TEXT((double)info.capacity), info.sector_size);
 	return desc;
 }
 
