@@ -100,7 +100,16 @@ c_install() {
 c_attach() {
 	local t
 	t=$(up)
-	systemctl start nbd@nbd0.service || die "systemctl start nbd@nbd0: $(journalctl -u nbd@nbd0 -n 5 -o cat)"
+	# nbd-client's netlink CONNECT ("Error: CONNECT failed") failed once
+	# under TCG with flashd ready, cause not known: say so with both
+	# journals, so the next one can be found, and start the unit once more
+	# before giving up
+	if ! systemctl start nbd@nbd0.service; then
+		say "nbd@nbd0 did not start, again in 1 s: $(journalctl -u nbd@nbd0 -n 5 -o cat | tr '\n' ' '); flashd: $(journalctl -u flashd -n 5 -o cat | tr '\n' ' ')"
+		systemctl reset-failed nbd@nbd0.service
+		sleep 1
+		systemctl start nbd@nbd0.service || die "systemctl start nbd@nbd0: $(journalctl -u nbd@nbd0 -n 5 -o cat)"
+	fi
 	[ "$(prop flashd ActiveState)" = active ] || die "flashd.service not active"
 	check_order flashd.service nbd@nbd0.service
 	[ "$(cat /sys/block/nbd0/size)" -gt 0 ] || die "/dev/nbd0 has no size"
