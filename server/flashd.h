@@ -586,6 +586,7 @@ struct server {
 	int nconns_unix;            /* unix socket connections */
 	struct refusal_log nbd_refusals, ctl_refusals;
 	struct refusal_log name_refusals; /* names of no export (handshake.c) */
+	struct refusal_log denied_refusals; /* exports' access rules (handshake.c) */
 	struct addr_count **addr_tab; /* per-address connection counts (main.c) */
 	/* bytes of every request buffer that exists, in flight or kept for
 	 * reuse (conn.c, "Memory in total"), all ioDimm threads together

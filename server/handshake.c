@@ -336,12 +336,16 @@ static void log_unknown(struct hs *h, const char *name, uint32_t nl, const char 
 	refusal_log(h->srv, &h->srv->name_refusals, h->peer, why);
 }
 
+/* A client export d's access rules refuse: logged through
+ * srv->denied_refusals, at most one line per 10 s (a client, or many, may
+ * retry in a loop; main.c refusal_log). */
 static void log_denied(struct hs *h, struct dimm *d, const char *opt)
 {
-	char who[600];
+	char who[300], why[400];
 	describe_client(h, who, sizeof who);
-	log_warn("%s: %s refused: export '%s' ([dimm %s]) does not allow this client (%s)", h->peer,
+	snprintf(why, sizeof why, "%s refused: export '%s' ([dimm %s]) does not allow this client (%s)",
 		 opt, d->cfg->export_name, d->cfg->name, who);
+	refusal_log(h->srv, &h->srv->denied_refusals, h->peer, why);
 }
 
 /* Transmission flags for this client: read-only if its rule says so. */

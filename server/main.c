@@ -1699,6 +1699,7 @@ int main(int argc, char **argv)
 	srv.nbd_refusals = (struct refusal_log){ .what = "connection(s)", .refused = ": refused: " };
 	srv.ctl_refusals = (struct refusal_log){ .what = "control request(s)", .refused = " refused: " };
 	srv.name_refusals = (struct refusal_log){ .what = "request(s) for an unknown export", .refused = ": " };
+	srv.denied_refusals = (struct refusal_log){ .what = "request(s) for an export its access rules deny", .refused = ": " };
 	srv.started = time(NULL);
 	if (srv.base) {
 		srv.cmd_ev = event_new(srv.base, -1, EV_READ, ctl_cmd_done, &srv);
@@ -1866,6 +1867,8 @@ int main(int argc, char **argv)
 		event_free(srv.ctl_refusals.ev);
 	if (srv.name_refusals.ev)
 		event_free(srv.name_refusals.ev);
+	if (srv.denied_refusals.ev)
+		event_free(srv.denied_refusals.ev);
 	event_base_free(srv.base);
 	free(srv.dimms);
 	addr_tab_free(&srv);
