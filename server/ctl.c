@@ -35,7 +35,7 @@
  * control_group (default: flashd's group).  Whoever can open it may GET;
  * actions (every POST: reload too) need a peer (SO_PEERCRED) that is root,
  * flashd's user or in the socket's group (primary or supplementary), else
- * 403.  A browser reaches the socket through a forwarder (README,
+ * 403; each action is logged with that peer's uid and pid.  A browser reaches the socket through a forwarder (README,
  * "Dashboard"), and with it every web page it shows, so (cross_site):
  * a Host header must name the loopback (localhost, 127.0.0.0/8, [::1]),
  * and an action needs the header X-Flashd-Action (or a JSON Content-Type),
@@ -1630,7 +1630,7 @@ static int format_params(struct evkeyvalq *q, struct dimm_format_req *f, char *w
  * The simulated card has no LED: the state is kept by the main thread and
  * shown by status, /metrics and the log (any state of the ioDimm).
  */
-static void do_beacon(struct evhttp_request *req, struct evkeyvalq *q, struct dimm *d)
+static void do_beacon(struct evhttp_request *req, struct evkeyvalq *q, struct dimm *d, const char *by)
 {
 	const char *v = evhttp_find_header(q, "state");
 	bool on;
@@ -1644,7 +1644,8 @@ static void do_beacon(struct evhttp_request *req, struct evkeyvalq *q, struct di
 	}
 	char msg[300];
 	if (d->beacon != on)
-		log_info("%s: beacon %s (locate LED)", d->cfg->name, on ? "on" : "off");
+		log_info("%s: beacon %s (locate LED), requested over the control socket by %s",
+			 d->cfg->name, on ? "on" : "off", by);
 	d->beacon = on;
 	snprintf(msg, sizeof msg, "%s: beacon %s", d->cfg->name, on ? "on" : "off");
 	struct evbuffer *b = evbuffer_new();
@@ -1662,9 +1663,9 @@ static void do_beacon(struct evhttp_request *req, struct evkeyvalq *q, struct di
 	evbuffer_free(b);
 }
 
-/* POST /v1/dimms/NAME/ACTION */
+/* POST /v1/dimms/NAME/ACTION; by: who asks (may_act), logged with it */
 static void do_action(struct server *srv, struct evhttp_request *req, struct evkeyvalq *q,
-		      struct dimm *d, const char *verb)
+		      struct dimm *d, const char *verb, const char *by)
 {
 	const char *name = d->cfg->name;
 	char msg[1536];
@@ -1682,7 +1683,7 @@ static void do_action(struct server *srv, struct evhttp_request *req, struct evk
 	else if (!strcmp(verb, "inject"))
 		t = DCMD_INJECT;
 	else if (!strcmp(verb, "beacon")) {
-		do_beacon(req, q, d);
+		do_beacon(req, q, d, by);
 		return;
 	} else {
 		snprintf(msg, sizeof msg, "unknown action '%s' (attach, detach, format, checkpoint, beacon, "
@@ -1811,19 +1812,22 @@ static void do_action(struct server *srv, struct evhttp_request *req, struct evk
 		d->exported = false;
 	}
 	d->mstate = next;
-	if (t != DCMD_STALL && t != DCMD_INJECT) {
-		log_info("%s: %s requested over the control socket", name, verb);
+	if (t != DCMD_STALL)
+		log_info("%s: %s requested over the control socket by %s", name, verb, by);
+	if (t != DCMD_STALL && t != DCMD_INJECT)
 		server_update_status(srv);
-	}
 	cr->pending = 1;
 	dimm_post(d, cmd);
 }
 
-/* POST /v1/reload: what SIGHUP does (main.c, server_reload), with the result. */
-static void do_reload(struct server *srv, struct evhttp_request *req)
+/* POST /v1/reload: what SIGHUP does (main.c, server_reload), with the
+ * result; by: who asks (may_act), in its log lines. */
+static void do_reload(struct server *srv, struct evhttp_request *req, const char *by)
 {
 	struct reload_result r;
-	server_reload(srv, "control socket", &r);
+	char source[100];
+	snprintf(source, sizeof source, "control socket (%s)", by);
+	server_reload(srv, source, &r);
 	if (r.rc) {
 		send_error(req, r.rc == -ENOENT ? 409 : 400, r.rc == -ENOENT ? "Conflict" : "Bad Request",
 			   r.error);
@@ -1871,8 +1875,11 @@ static struct dimm *find_dimm(struct server *srv, const char *name)
 }
 
 /* May the peer of req change things (POST)?  Root, flashd's user, or a
- * member of the control socket's group.  If not, why says who it is. */
-static bool peer_may_act(struct server *srv, struct evhttp_request *req, char *why, size_t len)
+ * member of the control socket's group.  by: who it is ("uid=U pid=P",
+ * SO_PEERCRED: the process that connected), for the action's log line;
+ * if it may not, why says so. */
+static bool peer_may_act(struct server *srv, struct evhttp_request *req, char *by, size_t bylen,
+			 char *why, size_t len)
 {
 	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
 	struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
@@ -1883,6 +1890,7 @@ static bool peer_may_act(struct server *srv, struct evhttp_request *req, char *w
 		snprintf(why, len, "cannot tell who the peer is: %s", strerror(errno));
 		return false;
 	}
+	snprintf(by, bylen, "uid=%u pid=%d", (unsigned)cr.uid, (int)cr.pid);
 	gid_t g = srv->cfg.control_gid >= 0 ? (gid_t)srv->cfg.control_gid : getegid();
 	if (cr.uid == 0 || cr.uid == geteuid() || cr.gid == g)
 		return true;
@@ -1973,15 +1981,17 @@ static void refuse_web(struct server *srv, struct evhttp_request *req, const cha
 
 /* May this POST act: not sent by a web page (cross_site_action; the
  * router checked the host), by a peer with
- * the right (peer_may_act)?  Else it is refused (403) and logged. */
-static bool may_act(struct server *srv, struct evhttp_request *req, const char *path)
+ * the right (peer_may_act)?  Else it is refused (403) and logged.  by:
+ * who asks (peer_may_act), for the action's log line. */
+static bool may_act(struct server *srv, struct evhttp_request *req, const char *path, char *by,
+		    size_t bylen)
 {
 	char why[400];
 	if (cross_site_action(req, why, sizeof why)) {
 		refuse_web(srv, req, path, why);
 		return false;
 	}
-	if (!peer_may_act(srv, req, why, sizeof why)) {
+	if (!peer_may_act(srv, req, by, bylen, why, sizeof why)) {
 		log_warn("control socket: %s refused: %s", path, why);
 		send_error(req, 403, "Forbidden", why);
 		return false;
@@ -2010,7 +2020,7 @@ static void router(struct evhttp_request *req, void *arg)
 		send_error(req, 503, "Service Unavailable", "flashd is shutting down");
 		goto out;
 	}
-	char why[400];
+	char why[400], by[64];
 	if (cross_site_host(req, why, sizeof why)) {
 		refuse_web(srv, req, path, why);
 		goto out;
@@ -2037,8 +2047,8 @@ static void router(struct evhttp_request *req, void *arg)
 			send_error(req, 405, "Method Not Allowed", "reload takes POST");
 			goto out;
 		}
-		if (may_act(srv, req, path))
-			do_reload(srv, req);
+		if (may_act(srv, req, path, by, sizeof by))
+			do_reload(srv, req, by);
 	} else if (!strcmp(path, "/") || !strcmp(path, "/dashboard") || !strncmp(path, "/dashboard/", 11)) {
 		if (!get)
 			goto only_get;
@@ -2060,8 +2070,8 @@ static void router(struct evhttp_request *req, void *arg)
 		} else if (!post) {
 			evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "POST");
 			send_error(req, 405, "Method Not Allowed", "actions take POST");
-		} else if (may_act(srv, req, path)) {
-			do_action(srv, req, &q, d, slash + 1);
+		} else if (may_act(srv, req, path, by, sizeof by)) {
+			do_action(srv, req, &q, d, slash + 1, by);
 		}
 	} else {
 		send_error(req, 404, "Not Found", "unknown path (GET /v1/status, /v1/version, /v1/history, "

@@ -338,7 +338,7 @@ body=$("${NOBODY[@]}" curl -s -w '\n%{http_code}' -X POST -H "X-Flashd-Action: 1
 [ "${body##*$'\n'}" = 403 ] || fail "nobody: POST /v1/reload: $body"
 grep -q 'not in the control socket' <<<"$body" || fail "reload: 403 without a reason: $body"
 "${NOBODY[@]}" "$FLASHCTL" reload --control "$CTL" >"$T/nr" 2>&1 && fail "nobody could reload: $(cat "$T/nr")"
-tail -n +$((logmark + 1)) "$T/flashd.log" | grep -q "control socket: reloading" &&
+tail -n +$((logmark + 1)) "$T/flashd.log" | grep -q "control socket (uid=[0-9]* pid=[0-9]*): reloading" &&
 	fail "nobody's reload request reloaded the configuration"
 # a client's ESC and CR reach the log escaped, never as they are
 code=$("${NOBODY[@]}" curl -s -o /dev/null -w '%{http_code}' -X POST -H "X-Flashd-Action: 1" --unix-socket "$CTL" \
@@ -353,8 +353,16 @@ for i in $(seq 1 120); do
 	[ "$i" = 120 ] && fail "the unknown export names held back were never summed up in the log"
 	sleep 0.1
 done
-"$FLASHCTL" checkpoint dimm0 --control "$CTL" >/dev/null || fail "root: checkpoint"
-ok "control socket: nobody gets 200 for status and 403 for detach and reload; root may act; the log escapes ESC and CR"
+# every action is logged with who asked (SO_PEERCRED): flashctl's uid and pid
+sh -c 'echo $$ >"$1"; exec "$2" checkpoint dimm0 --control "$3" >/dev/null' _ "$T/act.pid" "$FLASHCTL" "$CTL" ||
+	fail "root: checkpoint"
+grep -q "dimm0: checkpoint requested over the control socket by uid=$(id -u) pid=$(cat "$T/act.pid")\$" "$T/flashd.log" ||
+	{ grep "requested over" "$T/flashd.log"; fail "the checkpoint's log line does not name uid=$(id -u) pid=$(cat "$T/act.pid")"; }
+sh -c 'echo $$ >"$1"; exec "$2" reload --control "$3" >/dev/null' _ "$T/act.pid" "$FLASHCTL" "$CTL" ||
+	fail "root: reload"
+grep -q "control socket (uid=$(id -u) pid=$(cat "$T/act.pid")): reloading" "$T/flashd.log" ||
+	fail "the reload's log line does not name uid=$(id -u) pid=$(cat "$T/act.pid")"
+ok "control socket: nobody gets 200 for status and 403 for detach and reload; root may act, logged with uid= and pid=; the log escapes ESC and CR"
 
 # 5. files
 for f in "$FLASHD_STATE"/dimm0.img "$FLASHD_STATE"/dimm1.img; do
