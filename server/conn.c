@@ -199,6 +199,7 @@ struct conn {
 	struct dimm *d;
 	int fd;
 	char peer[96];
+	char who[256];             /* peer and identities (handoff.who) */
 	bool structured, meta_allocation;
 	bool strict;               /* bound by NBD_INFO_BLOCK_SIZE (its GO asked) */
 	bool readonly;             /* read-only for this client (allow_ro) */
@@ -1959,6 +1960,7 @@ void conn_adopt(struct dimm *d, struct handoff *h)
 		setsockopt(c->fd, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof on);
 	c->tflags = h->tflags;
 	snprintf(c->peer, sizeof c->peer, "%s", h->peer);
+	snprintf(c->who, sizeof c->who, "%s", h->who);
 	/* the handshake reads in small steps and stops at GO, so this is far
 	 * below INBUF_SIZE; were it not, cutting requests off would desync */
 	size_t nleft = h->nleftover;
@@ -2035,6 +2037,22 @@ void conn_drain_all(struct dimm *d, const char *why)
 			maybe_resume(c);
 		}
 	}
+}
+
+int conn_describe_all(struct dimm *d, char *buf, size_t len)
+{
+	struct conn *c;
+	int n = 0;
+	size_t used = 0;
+	buf[0] = 0;
+	LIST_FOREACH(c, &d->conns, link) {
+		if (c->closing)
+			continue;
+		if (used < len)
+			used += (size_t)snprintf(buf + used, len - used, "%s%s", n ? ", " : "", c->who);
+		n++;
+	}
+	return n;
 }
 
 int conn_drain_step(struct dimm *d)

@@ -11,9 +11,11 @@
  *                                        (all=1: like fio-status -a)
  *   GET  /v1/dimms/NAME                  the same for one ioDimm
  *   POST /v1/dimms/NAME/attach           open the image and FTL, export it
- *   POST /v1/dimms/NAME/detach           withdraw the export, drain and close
- *                                        its connections, close the FTL
- *                                        (checkpoint) and the image
+ *   POST /v1/dimms/NAME/detach[?force=yes] withdraw the export, drain and
+ *                                        close its connections, close the FTL
+ *                                        (checkpoint) and the image; with
+ *                                        clients connected: 409 naming them,
+ *                                        unless force=yes
  *   POST /v1/dimms/NAME/format?confirm=yes[&sector_size=N][&capacity=BYTES|PCT%][&op=PCT]
  *        [&parity_width=0|1]             low-level format, detached only;
  *                                        unset: the [dimm] keys
@@ -1375,7 +1377,13 @@ static void action_done(struct dimm *d, struct dimm_cmd *cmd, enum dimm_mstate b
 		}
 		break;
 	case DCMD_DETACH:
-		d->mstate = DM_DETACHED;
+		if (cmd->rc == -EBUSY) {
+			/* refused: clients connected, no --force; nothing closed */
+			d->mstate = before;
+			d->exported = true;
+		} else {
+			d->mstate = DM_DETACHED;
+		}
 		break;
 	case DCMD_FORMAT:
 		d->mstate = cmd->rc == 0 ? DM_DETACHED : before;
@@ -1805,6 +1813,7 @@ static void do_action(struct server *srv, struct evhttp_request *req, struct evk
 	cmd->stall_ms = (uint32_t)stall_ms;
 	cmd->inject = inj;
 	cmd->inject_value = inj_value;
+	cmd->force = query_flag(q, "force", "yes");
 	cmd->slot = d->index;
 	if (t == DCMD_DETACH) {
 		/* withdraw the export first: no handshake hands it a socket from
@@ -1813,7 +1822,8 @@ static void do_action(struct server *srv, struct evhttp_request *req, struct evk
 	}
 	d->mstate = next;
 	if (t != DCMD_STALL)
-		log_info("%s: %s requested over the control socket by %s", name, verb, by);
+		log_info("%s: %s%s requested over the control socket by %s", name, verb,
+			 cmd->force && t == DCMD_DETACH ? " (force)" : "", by);
 	if (t != DCMD_STALL && t != DCMD_INJECT)
 		server_update_status(srv);
 	cr->pending = 1;

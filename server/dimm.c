@@ -761,9 +761,19 @@ static void cmd_run(struct dimm *d, struct dimm_cmd *cmd, bool stop)
 	case DCMD_INJECT:
 		cmd_inject(d, cmd);
 		break;
-	case DCMD_DETACH:
+	case DCMD_DETACH: {
 		if (!d->ftl) {
 			cmd_msg(cmd, 0, "%s is detached already", d->cfg->name);
+			break;
+		}
+		/* as fio-detach refuses a device in use: a client connected
+		 * loses its device (ctl.c puts the export back) */
+		char who[1024];
+		int n = cmd->force ? 0 : conn_describe_all(d, who, sizeof who);
+		if (n) {
+			cmd_msg(cmd, -EBUSY, "%s is in use: %d client(s) connected: %s; stop them first, "
+				"or detach --force (their requests in flight are answered, then they are "
+				"disconnected)", d->cfg->name, n, who);
 			break;
 		}
 		log_info("%s: detaching: closing its connections once their requests are answered",
@@ -772,6 +782,7 @@ static void cmd_run(struct dimm *d, struct dimm_cmd *cmd, bool stop)
 		conn_drain_all(d, "the export was detached");
 		evtimer_add(d->op_ev, &tv);
 		return; /* op_progress replies */
+	}
 	case DCMD_CHECKPOINT:
 		if (!d->ftl) {
 			cmd_msg(cmd, -ENODEV, "%s is detached: nothing to checkpoint", d->cfg->name);

@@ -68,9 +68,10 @@ static void usage(FILE *out)
 		"  %s status [-a|--all] [--json] [DIMM]\n"
 		"      health, state, format, lifetime traffic of every ioDimm (-a: everything);\n"
 		"      exit status 0: health ok, 1: warning, 2: degraded or failed, 3: no answer\n"
-		"  %s attach DIMM | detach DIMM\n"
+		"  %s attach DIMM | detach [--force] DIMM\n"
 		"      open the ioDimm's image and export it again | drain and close its connections,\n"
-		"      close its FTL (checkpoint) and image; new clients are refused meanwhile\n"
+		"      close its FTL (checkpoint) and image; new clients are refused meanwhile;\n"
+		"      refused while clients are connected (named) unless --force\n"
 		"  %s format DIMM [--sector-size 512|4096] [--capacity BYTES|PCT%%] [--op PCT] --yes\n"
 		"      low-level format of a detached ioDimm (unset: its [dimm] keys)\n"
 		"  %s checkpoint DIMM\n"
@@ -1283,22 +1284,25 @@ static int post_action(const char *control, const char *dimm, const char *verb, 
 	return r.code == 200 ? 0 : 1;
 }
 
-/* flashctl attach|detach|checkpoint DIMM [--control SOCKET] [--json] */
+/* flashctl attach|detach|checkpoint DIMM [--control SOCKET] [--json];
+ * detach [--force] */
 static int cmd_action(const char *verb, int argc, char **argv)
 {
 	const char *control = NULL;
-	bool json = false;
+	bool json = false, force = false;
 	static const struct option opts[] = {
 		{ "control", required_argument, 0, 'c' },
 		{ "json", no_argument, 0, 'j' },
+		{ "force", no_argument, 0, 'f' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
 	int c;
-	while ((c = getopt_long(argc, argv, "c:jh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "c:jfh", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': control = optarg; break;
 		case 'j': json = true; break;
+		case 'f': force = true; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -1331,7 +1335,9 @@ static int cmd_action(const char *verb, int argc, char **argv)
 	}
 	if (optind + 1 != argc)
 		die("%s needs exactly one DIMM (flashctl status lists them)", verb);
-	return post_action(opt_control(control), argv[optind], verb, NULL, json);
+	if (force && strcmp(verb, "detach"))
+		die("--force is for detach only");
+	return post_action(opt_control(control), argv[optind], verb, force ? "force=yes" : NULL, json);
 }
 
 /* flashctl format DIMM ...: through the daemon (detached ioDimms only). */

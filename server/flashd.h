@@ -280,6 +280,8 @@ struct handoff {
 	bool block_size;        /* bound by NBD_INFO_BLOCK_SIZE: GO asked for it */
 	bool readonly;          /* read-only for this client (allow_ro) */
 	char peer[96];
+	char who[256];          /* peer and identities (TLS; unix: uid, pid), for a
+	                         * detach refused while it is connected */
 	struct conn_slot slot;
 	struct ssl_st *ssl;     /* TLS session (OpenSSL SSL), NULL: plaintext */
 	uint8_t *leftover;      /* bytes read past the handshake */
@@ -467,6 +469,7 @@ struct dimm_cmd {
 	uint32_t stall_ms;
 	enum inject_kind inject;
 	int64_t inject_value;
+	bool force;             /* DCMD_DETACH: even with clients connected */
 	/* DCMD_CHECKPOINT in progress: the FTL's ticket, when it was asked */
 	uint64_t cp_ticket, cp_t0;
 	/* results */
@@ -706,6 +709,8 @@ void conn_adopt(struct dimm *d, struct handoff *h);
 void conn_flush_dirty(struct dimm *d);
 void conn_stop_all(struct dimm *d, const char *why);
 void conn_drain_all(struct dimm *d, const char *why);  /* detach */
+/* The connections not closing, into buf ("who, who, ..."); their number. */
+int conn_describe_all(struct dimm *d, char *buf, size_t len);
 int conn_drain_step(struct dimm *d);   /* close idle draining ones; how many are left */
 int conn_abort_all(struct dimm *d, const char *why);
 

@@ -935,6 +935,16 @@ static void write_cb(struct bufferevent *bev, void *arg)
 	ho->block_size = h->block_size;
 	ho->readonly = h->readonly;
 	snprintf(ho->peer, sizeof ho->peer, "%s", h->peer);
+	describe_client(h, ho->who, sizeof ho->who);
+	struct sockaddr_storage sa;
+	socklen_t sl = sizeof sa;
+	struct ucred cr;
+	socklen_t cl = sizeof cr;
+	size_t wl = strlen(ho->who);
+	if (getsockname(h->fd, (struct sockaddr *)&sa, &sl) == 0 && sa.ss_family == AF_UNIX &&
+	    getsockopt(h->fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0 && wl < sizeof ho->who)
+		snprintf(ho->who + wl, sizeof ho->who - wl, " (uid=%u pid=%d)", (unsigned)cr.uid,
+			 (int)cr.pid);
 	struct dimm *d = h->target;
 	log_info("%s: export %s%s%s%s%s%s", h->peer, d->cfg->export_name, ho->ssl ? ", TLS" : "",
 		 ho->structured ? ", structured replies" : "",

@@ -280,7 +280,7 @@ secs_since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a
 qemu-io -f raw -c "write -P 5 300m 64k" -c flush "$FLASHD_URI0" >/dev/null || fail "a flushed write before the heat"
 held_write
 t0=$EPOCHREALTIME
-timeout 20 "$FLASHCTL" detach --control "$FLASHD_CTL" dimm0 >"$T/detach.out" 2>&1 ||
+timeout 20 "$FLASHCTL" detach --force --control "$FLASHD_CTL" dimm0 >"$T/detach.out" 2>&1 ||
 	fail "detach of the hot dimm0 did not finish within 20 s: $(cat "$T/detach.out")"
 took=$(secs_since "$t0")
 awk -v t="$took" 'BEGIN { exit !(t < 6) }' || fail "detach of the hot dimm0 took $took s (shutdown_timeout = 2)"

@@ -281,6 +281,42 @@ nbd_region_is "$FLASHD_URI1" $((160 * MiB)) $((16 * MiB)) "$T/c1" || fail "older
 [ "$(dimm_json dimm1 state)" = '"online"' ] || fail "dimm1 is not online after attach"
 ok "detach drains, closes and refuses; attach serves the same data again"
 
+# a detach with clients connected is refused, naming them (as fio-detach
+# refuses a device in use); --force detaches and disconnects them
+"$PYTHON" - "$NBD_CHECKS" "$FLASHD_PORT" "$FLASHD_SOCK" "$T/held" <<'PY' &
+import os, socket, sys, time
+sys.dont_write_bytecode = True
+sys.path.insert(0, sys.argv[1])
+from nbdraw import *
+conns = [Conn(socket.AF_INET, ("127.0.0.1", int(sys.argv[2]))), Conn(socket.AF_UNIX, sys.argv[3])]
+for c in conns:
+    c.handshake()
+    c.go("dimm1")
+open(sys.argv[4] + ".tmp", "w").write("%d %d\n" % (conns[0].sock.getsockname()[1], os.getpid()))
+os.rename(sys.argv[4] + ".tmp", sys.argv[4])
+for c in conns:  # until flashd closes them (the forced detach)
+    c.settimeout(60)
+    if c.sock.recv(1):
+        sys.exit("FAIL: bytes from flashd on an idle connection")
+PY
+held=$!
+track_pid $held
+for i in $(seq 1 100); do [ -s "$T/held" ] && break; sleep 0.1; done
+read -r hport hpid <"$T/held" || fail "the held clients did not connect"
+rc=0
+"$FLASHCTL" detach dimm1 --control "$FLASHD_CTL" >/dev/null 2>"$T/err" || rc=$?
+[ $rc = 1 ] || fail "detach with 2 clients connected: exit $rc, $(cat "$T/err")"
+grep -q "dimm1 is in use: 2 client(s) connected: .*detach --force" "$T/err" && grep -q "127\.0\.0\.1:$hport[,;]" "$T/err" &&
+	grep -q "unix#[0-9]* (uid=$(id -u) pid=$hpid)" "$T/err" || fail "the refusal does not name the clients: $(cat "$T/err")"
+[ "$(dimm_json dimm1 state)" = '"online"' ] || fail "dimm1 is not online after the refused detach"
+nbd_region_is "$FLASHD_URI1" 0 $((1 * MiB)) "$T/dd" || fail "dimm1 not served after the refused detach"
+"$FLASHCTL" detach --force dimm1 --control "$FLASHD_CTL" >/dev/null || fail "detach --force"
+wait $held || fail "the held clients were not disconnected by detach --force"
+[ "$(dimm_json dimm1 state)" = '"detached"' ] || fail "dimm1 is not detached after detach --force"
+grep -q "dimm1: detach (force) requested over the control socket by uid=" "$T/flashd.log" || fail "the forced detach is not logged"
+"$FLASHCTL" attach dimm1 --control "$FLASHD_CTL" >/dev/null || fail "attach after detach --force"
+ok "detach refused with 2 clients connected ($(sed 's/.*connected: //; s/; stop.*//' "$T/err")); --force detaches them"
+
 # ---- 5. format through flashd ------------------------------------------------------
 rc=0
 "$FLASHCTL" format dimm0 --capacity 512M --yes --control "$FLASHD_CTL" 2>"$T/err" || rc=$?

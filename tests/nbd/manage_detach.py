@@ -5,7 +5,8 @@
 
 On an export whose NAND timing model is on (so writes take time): one idle
 connection, and one that pipelines COUNT 1 MiB FUA WRITEs (random data, at
-offset i MiB).  Then POST /v1/dimms/NAME/detach while they are in flight;
+offset i MiB).  Then POST /v1/dimms/NAME/detach?force=yes (the idle
+connection would make a plain detach refused) while they are in flight;
 once the ioDimm says "detaching", 4 more WRITEs and a FLUSH on the same
 connection.  Checks: while it drains a new NBD_OPT_GO is refused with
 NBD_REP_ERR_UNKNOWN and a message saying so; every request sent gets its
@@ -92,7 +93,7 @@ result = {}
 
 
 def detach():
-    result["reply"] = ctlclient.post(args.ctl, "/v1/dimms/%s/detach" % name)
+    result["reply"] = ctlclient.post(args.ctl, "/v1/dimms/%s/detach?force=yes" % name)
     result["t"] = time.monotonic() - t0
 
 
