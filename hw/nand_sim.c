@@ -66,6 +66,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -1337,6 +1338,48 @@ static void seterr(char *err, size_t len, const char *fmt, const char *a, const 
 		snprintf(err, len, fmt, a, b);
 }
 
+/*
+ * Who holds the flock on fd's file: "locked by pid N (COMM)" into buf, from
+ * /proc/locks (flock locks are not visible to F_GETLK / F_OFD_GETLK); the
+ * first holder listed, or "locked" if none is found (it let go meanwhile,
+ * another pid namespace, no /proc).  Reads /proc: an open's error path only.
+ */
+static void lock_holder(int fd, char *buf, size_t len)
+{
+	snprintf(buf, len, "locked");
+	struct stat st;
+	FILE *f = fstat(fd, &st) == 0 ? fopen("/proc/locks", "re") : NULL;
+	if (!f)
+		return;
+	char line[256];
+	while (fgets(line, sizeof line, f)) {
+		char kind[16];
+		int pid;
+		unsigned maj, min;
+		unsigned long ino;
+		/* "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; a waiter's
+		 * line has "->" after the number and does not parse */
+		if (sscanf(line, "%*d: %15s %*s %*s %d %x:%x:%lu", kind, &pid, &maj, &min, &ino) != 5 ||
+		    strcmp(kind, "FLOCK") || ino != (unsigned long)st.st_ino || maj != major(st.st_dev) ||
+		    min != minor(st.st_dev))
+			continue;
+		char path[64], comm[32] = "";
+		snprintf(path, sizeof path, "/proc/%d/comm", pid);
+		FILE *c = fopen(path, "re");
+		if (c) {
+			if (fgets(comm, sizeof comm, c))
+				comm[strcspn(comm, "\n")] = 0;
+			fclose(c);
+		}
+		if (comm[0])
+			snprintf(buf, len, "locked by pid %d (%s)", pid, comm);
+		else
+			snprintf(buf, len, "locked by pid %d", pid);
+		break;
+	}
+	fclose(f);
+}
+
 /* Factory bad marks: drawn from the seed, one draw per block that may be
  * bad (block 0 of every die is guaranteed good, as NAND vendors do).
  * Calls mark(s, block) for each bad block. */
@@ -1496,7 +1539,9 @@ static int image_publish(char **tmp, const char *target, char *err, size_t errle
 	int rc = 0, old = open(target, O_RDONLY | O_CLOEXEC);
 	if (old >= 0 && flock(old, LOCK_EX | LOCK_NB) < 0) {
 		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
-		seterr(err, errlen, "NAND image %s is in use by another process (%s)", target, "locked");
+		char who[80];
+		lock_holder(old, who, sizeof who);
+		seterr(err, errlen, "NAND image %s is in use by another process (%s)", target, who);
 		close(old);
 		return rc;
 	}
@@ -1658,8 +1703,12 @@ int nand_sim_open(const struct nand_sim_config *cfg, struct nand_dev **out, char
 		}
 		if (flock(s->fd, (cfg->readonly ? LOCK_SH : LOCK_EX) | LOCK_NB) < 0) {
 			rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+			char who[80];
+			lock_holder(s->fd, who, sizeof who);
+			if (cfg->create)
+				snprintf(who + strlen(who), sizeof who - strlen(who), ", being created");
 			seterr(err, errlen, "NAND image %s is in use by another process (%s)",
-			       open_path, cfg->create ? "being created" : "locked");
+			       open_path, who);
 			close(s->fd);
 			break;
 		}

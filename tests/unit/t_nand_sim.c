@@ -490,6 +490,11 @@ static void creation(void)
 	/* in use: a creation over it is refused and changes nothing */
 	CHECK_EQ(nand_sim_open(&fc, &d2, err, sizeof err), -EBUSY);
 	CHECK(strstr(err, "in use"));
+	char holder[64]; /* the lock's holder is named: this process */
+	snprintf(holder, sizeof holder, "locked by pid %d (", (int)getpid());
+	if (!strstr(err, holder))
+		fprintf(stderr, "the error does not name the holder: %s\n", err);
+	CHECK(strstr(err, holder));
 	CHECK(stat(tmp, &st) < 0 && errno == ENOENT);
 	nand_close(d);
 	CHECK_RC(nand_sim_open(&again, &d, err, sizeof err));
@@ -947,6 +952,11 @@ int main(void)
 	struct nand_sim_config again = { .path = path };
 	CHECK_EQ(nand_sim_open(&again, &d2, err, sizeof err), -EBUSY);
 	CHECK(strstr(err, "in use"));
+	char holder[64]; /* the lock's holder is named: this process */
+	snprintf(holder, sizeof holder, "locked by pid %d (", (int)getpid());
+	if (!strstr(err, holder))
+		fprintf(stderr, "the error does not name the holder: %s\n", err);
+	CHECK(strstr(err, holder));
 	nand_close(d);
 	CHECK_RC(nand_sim_open(&again, &d, err, sizeof err));
 	CHECK_EQ(nand_erase_count(d, 3), ec);
