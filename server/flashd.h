@@ -89,6 +89,9 @@
 /* ---- logging ------------------------------------------------------------ */
 
 void log_init(bool use_syslog, int verbose);
+/* A daemon that is starting (main.c): warnings and errors to stderr too (the
+ * caller's, which waits for the start's result), as well as to syslog. */
+void log_also_stderr(bool on);
 void log_msg(int prio, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 extern int log_verbose;
 #define log_err(...) log_msg(LOG_ERR, __VA_ARGS__)

@@ -18,6 +18,7 @@
 
 int log_verbose;
 static bool to_syslog, to_journal;
+static bool also_stderr; /* warnings and errors, besides syslog */
 
 /* Is stderr the stream JOURNAL_STREAM names?  (It may have been inherited
  * by a child whose stderr went elsewhere.) */
@@ -31,6 +32,11 @@ static bool stderr_is_journal(void)
 	struct stat st;
 	return fstat(2, &st) == 0 && (unsigned long long)st.st_dev == dev &&
 	       (unsigned long long)st.st_ino == ino;
+}
+
+void log_also_stderr(bool on)
+{
+	also_stderr = on;
 }
 
 void log_init(bool use_syslog, int verbose)
@@ -101,6 +107,8 @@ void log_msg(int prio, const char *fmt, ...)
 	log_escape(msg, sizeof msg, raw);
 	if (to_syslog) {
 		syslog(prio, "%s", msg);
+		if (also_stderr && (prio & 7) <= LOG_WARNING)
+			fprintf(stderr, "flashd: %s\n", msg);
 		return;
 	}
 	if (to_journal) {

@@ -20,7 +20,8 @@
  * it logs why and exits 1); with --allow-degraded (allow_degraded = yes) it
  * serves those that open, logs a warning per ioDimm that did not and tells
  * systemd "STATUS=degraded: ..." (the others stay attachable: flashctl
- * attach retries the open).  Shutdown on SIGTERM/SIGINT:
+ * attach retries the open).  Without --foreground the command returns once
+ * that is decided, as systemd's start job does ("daemon" below).  Shutdown on SIGTERM/SIGINT:
  * stop accepting, drop connections still negotiating, let every ioDimm
  * answer what is in flight (for at most shutdown_timeout seconds, then the
  * connections left are force-closed) and close its FTL with a checkpoint.
@@ -49,6 +50,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <systemd/sd-daemon.h>
 #include <time.h>
 #include <unistd.h>
@@ -1460,6 +1462,58 @@ static void ftl_logger(void *arg, const char *msg)
 	log_warn("ftl: %s", msg);
 }
 
+/* ---- daemon ------------------------------------------------------------- */
+
+/*
+ * Without --foreground flashd forks; the parent (the command the admin or
+ * an init script ran) exits only once the start's result is known, with
+ * the same meaning as READY=1 for systemd (Type=notify): 0 once flashd is
+ * ready (every ioDimm open, or with --allow-degraded those that opened:
+ * the warnings for the others were on stderr), else the child's exit
+ * status (1: the start failed, its reasons on stderr; 0: a signal stopped
+ * it), or 1 if it died.  ready_fd: the child's end of the pipe, -1 once
+ * ready (or in the foreground).
+ */
+static int ready_fd = -1;
+
+static int daemon_wait(pid_t pid, int fd)
+{
+	char c;
+	ssize_t n;
+	while ((n = read(fd, &c, 1)) < 0 && errno == EINTR)
+		;
+	if (n == 1)
+		return 0; /* ready: the child serves on */
+	int st;
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR) {
+			fprintf(stderr, "flashd: waiting for the daemon: %s\n", strerror(errno));
+			return 1;
+		}
+	if (WIFEXITED(st))
+		return WEXITSTATUS(st);
+	fprintf(stderr, "flashd: the daemon was killed by signal %d before it was ready\n",
+		WTERMSIG(st));
+	return 1;
+}
+
+/* The child is ready: let the parent exit 0; its stderr to /dev/null. */
+static void daemon_ready(void)
+{
+	if (ready_fd < 0)
+		return;
+	if (write(ready_fd, "r", 1) != 1)
+		log_warn("cannot tell the parent process that flashd is ready: %s", strerror(errno));
+	close(ready_fd);
+	ready_fd = -1;
+	log_also_stderr(false);
+	int nul = open("/dev/null", O_RDWR);
+	if (nul >= 0) {
+		dup2(nul, 2);
+		close(nul);
+	}
+}
+
 /* ---- main --------------------------------------------------------------- */
 
 int main(int argc, char **argv)
@@ -1669,24 +1723,36 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (!srv.cfg.foreground) {
-		/* classic daemon: fork, new session, stdio to /dev/null */
+		/* classic daemon: fork, new session, stdin and stdout to
+		 * /dev/null; the parent exits once the start's result is known
+		 * (daemon_wait), and till then the child's warnings and errors
+		 * also go to the caller's stderr (daemon_ready ends that) */
+		int pfd[2];
+		if (pipe2(pfd, O_CLOEXEC) < 0) {
+			log_err("pipe: %s", strerror(errno));
+			return 1;
+		}
 		pid_t pid = fork();
 		if (pid < 0) {
 			log_err("fork: %s", strerror(errno));
 			return 1;
 		}
-		if (pid > 0)
-			return 0;
+		if (pid > 0) {
+			close(pfd[1]);
+			return daemon_wait(pid, pfd[0]);
+		}
+		close(pfd[0]);
+		ready_fd = pfd[1];
 		setsid();
 		int nul = open("/dev/null", O_RDWR);
 		if (nul >= 0) {
 			dup2(nul, 0);
 			dup2(nul, 1);
-			if (!srv.cfg.use_syslog)
-				log_init(true, srv.cfg.verbose);
-			dup2(nul, 2);
 			close(nul);
 		}
+		if (!srv.cfg.use_syslog)
+			log_init(true, srv.cfg.verbose);
+		log_also_stderr(true);
 	}
 	signal(SIGPIPE, SIG_IGN);
 	raise_fd_limit();
@@ -1841,6 +1907,7 @@ int main(int argc, char **argv)
 			 srv.cfg.control_path);
 	server_update_status(&srv);
 	sd_notifyf(0, "READY=1\nMAINPID=%d", (int)getpid());
+	daemon_ready();
 	if (reload_deferred) {
 		struct reload_result r;
 		server_reload(&srv, "SIGHUP (received while starting)", &r);

@@ -19,6 +19,10 @@
 #      (before: a full-size file with no header that every later start
 #      refused).  A re-format cut at each NAND operation is in
 #      tests/unit/t_ftl_basic.c (reformat_cut).
+#   5. without --foreground, flashd returns once the start's result is
+#      known: 1 with the reason on stderr for an image that cannot be
+#      opened (before: 0 at once), 0 once the ioDimm is served (its
+#      pidfile written, a client connects right after).
 source "$(dirname "$0")/functions.sh"
 
 CONF=$T/slc.conf
@@ -234,3 +238,36 @@ done
 "$FLASHCTL" format "$IMG" --preset iodimm-mlc-320 --yes >/dev/null || fail "formatting after the killed ones"
 image_whole "a format after the killed ones"
 ok "flashctl format killed at $n delays: the image absent $absent times ($cut of them cut mid-creation), else whole; never half-made"
+
+# ---- 5. without --foreground -------------------------------------------------------------------
+S5=$T/daemon
+P5=$(free_port)
+mkdir -p "$S5/dimm0.img" # a directory where the image should be: it cannot be opened
+daemon_start() {
+	"$FLASHD" --config "$CONF" --timing off --state-dir "$S5" --listen "127.0.0.1:$P5" \
+		--pidfile "$S5/flashd.pid" >"$T/daemon.out" 2>"$T/daemon.err"
+}
+rc=0
+daemon_start || rc=$?
+[ $rc = 1 ] || fail "flashd (daemon) with an image it cannot open: exit $rc, want 1; stderr: $(cat "$T/daemon.err")"
+grep -q "dimm0: .*dimm0.img" "$T/daemon.err" || fail "the reason is not on stderr: $(cat "$T/daemon.err")"
+reason=$(grep -m1 "dimm0: " "$T/daemon.err")
+rmdir "$S5/dimm0.img"
+daemon_start || fail "flashd (daemon) with a good image: exit $?; stderr: $(cat "$T/daemon.err")"
+dpid=$(cat "$S5/flashd.pid" 2>/dev/null) || true
+if [ -z "$dpid" ]; then # returned before it was ready: find it to stop it
+	for _ in $(seq 1 100); do [ -s "$S5/flashd.pid" ] && break; sleep 0.1; done
+	dpid=$(cat "$S5/flashd.pid" 2>/dev/null) || true
+	[ -n "$dpid" ] && track_pid "$dpid"
+	fail "flashd (daemon) returned before it had written its pidfile (before it was ready)"
+fi
+track_pid "$dpid"
+nbdinfo --size "nbd://127.0.0.1:$P5/dimm0" >"$T/daemon.size" 2>&1 ||
+	fail "no client could connect right after the daemon returned: $(cat "$T/daemon.size")"
+kill -TERM "$dpid"
+for _ in $(seq 1 300); do
+	kill -0 "$dpid" 2>/dev/null || break
+	sleep 0.1
+done
+kill -0 "$dpid" 2>/dev/null && fail "the daemon still runs 30 s after SIGTERM"
+ok "without --foreground: exit 1 with the reason on stderr ($reason); exit 0 once served (a client connects at once)"
