@@ -349,6 +349,8 @@ static void json_dimm(struct ctl_req *cr, struct evbuffer *b, const struct dimm_
 	json_str(b, st->card);
 	evbuffer_add_printf(b, ", \"preset\": ");
 	json_str(b, st->preset);
+	evbuffer_add_printf(b, ", \"model\": ");
+	json_str(b, st->model);
 	evbuffer_add_printf(b, ", \"image\": ");
 	json_str(b, st->image);
 	evbuffer_add_printf(b, ", \"state\": ");
@@ -588,6 +590,8 @@ static void text_dimm(struct ctl_req *cr, struct evbuffer *b, const struct dimm_
 	char note[160];
 	evbuffer_add_printf(b, "  %s: simulated ioDimm, preset %s, export '%s'\n", st->name, st->preset,
 			    st->export_name);
+	if (st->model[0])
+		evbuffer_add_printf(b, "    Model: %s\n", st->model);
 	text_health(b, cr, &cr->h[st - cr->st]);
 	if (all)
 		evbuffer_add_printf(b, "    Image: %s\n", st->image);

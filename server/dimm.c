@@ -121,6 +121,8 @@ static void status_names(struct dimm *d, struct dimm_status *st)
 	snprintf(st->export_name, sizeof st->export_name, "%s", d->cfg->export_name);
 	snprintf(st->card, sizeof st->card, "%s", d->cfg->card ? d->cfg->card : "");
 	snprintf(st->preset, sizeof st->preset, "%s", d->cfg->preset);
+	const struct nand_preset *np = nand_preset_find(d->cfg->preset);
+	snprintf(st->model, sizeof st->model, "%s", np ? np->description : "");
 	snprintf(st->image, sizeof st->image, "%s", d->cfg->image);
 	st->readonly = d->cfg->readonly;
 	st->timing = d->cfg->timing;

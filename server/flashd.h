@@ -344,6 +344,7 @@ const char *dimm_mstate_name(enum dimm_mstate st);
 /* A snapshot of one ioDimm (status, statistics, metrics). */
 struct dimm_status {
 	char name[64], export_name[256], card[64], preset[32], state[32];
+	char model[128];        /* the preset's description: the card's model */
 	char image[512];
 	char error[1024];       /* why it failed, or "" */
 	bool answered;          /* filled by the ioDimm thread (else by main) */

@@ -195,6 +195,11 @@ done
 "$FLASHCTL" status --control "$FLASHD_CTL" >"$T/status.txt"
 grep -q "RAM usage" "$T/status.txt" && fail "flashctl status without -a shows the -a details"
 grep -qF "Lifetime: host read 8.00 MiB, written 24.00 MiB" "$T/status.txt" || fail "flashctl status lacks the lifetime line"
+# the card's configured model: the preset's description, in the text and the JSON
+grep -qF "    Model: test device: 1 GiB raw MLC, 4 channels x 2 dies, 2048 blocks" "$T/status.txt" ||
+	fail "flashctl status does not show the model"
+[ "$(dimm_json dimm0 model)" = '"test device: 1 GiB raw MLC, 4 channels x 2 dies, 2048 blocks"' ] ||
+	fail "status JSON model: $(dimm_json dimm0 model)"
 # one unit convention (common/units.h): GiB from 1 GiB up, MiB below, in the log too
 grep -qF "dimm0: simulated ioDimm dimm0 (test-1g): 819.20 MiB, 512-byte sectors" "$T/flashd.log" ||
 	fail "the log does not give the 0.8 GiB export's size in MiB"
