@@ -495,12 +495,28 @@ expect broken ok - ""
 expect_server ok
 
 echo "temperature"
-"${C[@]}" inject temp temperature 80 >/dev/null || fail "inject temperature 80"
+# An injected temperature relaxes towards ambient within seconds (80 C is
+# below the throttle's exit point ~7 s later), and on a loaded machine the
+# views take longer than that: hold_temp injects it again every half
+# second until it is stopped, so every view sees the same state.
+hold_pid=""
+hold_temp() {
+	"${C[@]}" inject temp temperature "$1" >/dev/null || fail "inject temperature $1"
+	touch "$T/hold"
+	(while [ -e "$T/hold" ] && "${C[@]}" inject temp temperature "$1" >/dev/null; do sleep 0.5; done) &
+	hold_pid=$!
+	track_pid "$hold_pid"
+}
+# the loop's last injection is over before the next step
+release_temp() { rm -f "$T/hold"; wait "$hold_pid" 2>/dev/null || true; }
+hold_temp 80
 expect temp warning thermal_throttled "throttle at 78 C"
 expect_server warning
-"${C[@]}" inject temp temperature 86 >/dev/null || fail "inject temperature 86"
+release_temp
+hold_temp 86
 expect temp degraded thermal_stop "thermal stop (at 85 C)"
 expect_server degraded
+release_temp
 "${C[@]}" inject temp temperature 35 >/dev/null || fail "cooling"
 expect temp ok - ""
 expect_server ok
