@@ -1155,8 +1155,24 @@ static void cmp_int(struct reload_result *r, const char *key, long was, long now
 		reload_item(r, false, key, "%ld -> %ld: " RESTART, was, now);
 }
 
-/* What differs between ioDimm a (running) and b (the file now). */
-static void reload_dimm(struct reload_result *r, struct dimm_cfg *a, const struct dimm_cfg *b)
+/* Count of entries of acl, as "N rule(s)" or "none (open)". */
+static void show_acl(const struct acl *acl, char *buf, size_t len)
+{
+	if (acl->n)
+		snprintf(buf, len, "%d rule(s)", acl->n);
+	else
+		snprintf(buf, len, "none (no restriction)");
+}
+
+/*
+ * What differs between ioDimm a (running) and b (the file now).  Access
+ * rules (allow, allow_ro, list_denied) are applied: b's rules move into a
+ * and a's old ones into b, which the caller frees.  Only the main thread
+ * reads them (handshake.c decides each option against d->cfg->acl when it
+ * arrives), so the next option of any handshake uses the new rules;
+ * connections already handed to their ioDimm keep the access they got.
+ */
+static void reload_dimm(struct reload_result *r, struct dimm_cfg *a, struct dimm_cfg *b)
 {
 	char key[160];
 #define K(k_) (snprintf(key, sizeof key, "[dimm %s] %s", a->name, k_), key)
@@ -1199,11 +1215,25 @@ static void reload_dimm(struct reload_result *r, struct dimm_cfg *a, const struc
 	if (a->tls != b->tls)
 		reload_item(r, false, K("tls"), "%s -> %s: " RESTART, tls_mode_name(a->tls),
 			    tls_mode_name(b->tls));
-	if (!acl_equal(&a->acl, &b->acl))
-		reload_item(r, false, K("allow/allow_ro"), "rules changed: " RESTART);
-	if (a->list_denied != b->list_denied)
-		reload_item(r, false, K("list_denied"), "%s -> %s: " RESTART, a->list_denied ? "yes" : "no",
-			    b->list_denied ? "yes" : "no");
+	if (!acl_equal(&a->acl, &b->acl)) {
+		char was[40], now[40];
+		struct acl old = a->acl;
+
+		show_acl(&a->acl, was, sizeof was);
+		show_acl(&b->acl, now, sizeof now);
+		a->acl = b->acl;
+		b->acl = old;
+		a->acl_cert_line = b->acl_cert_line;
+		a->acl_psk_line = b->acl_psk_line;
+		a->acl_tls_line = b->acl_tls_line;
+		reload_item(r, true, K("allow/allow_ro"), "%s -> %s (new handshakes; open connections "
+			    "keep their access)", was, now);
+	}
+	if (a->list_denied != b->list_denied) {
+		reload_item(r, true, K("list_denied"), "%s -> %s (new export lists)",
+			    a->list_denied ? "yes" : "no", b->list_denied ? "yes" : "no");
+		a->list_denied = b->list_denied;
+	}
 #undef K
 }
 
@@ -1213,7 +1243,8 @@ static void reload_dimm(struct reload_result *r, struct dimm_cfg *a, const struc
  * max_handshakes, max_handshakes_per_address, idle_timeout,
  * idle_timeout_busy, buffer_limit, default_export, handshake_timeout (new
  * handshakes), shutdown_timeout and poll_us (read by the ioDimm threads:
- * atomic stores of ints).  Everything else that differs is reported.
+ * atomic stores of ints), per-ioDimm allow, allow_ro and list_denied
+ * (reload_dimm).  Everything else that differs is reported.
  */
 void server_reload(struct server *s, const char *why, struct reload_result *r)
 {
@@ -1273,7 +1304,7 @@ void server_reload(struct server *s, const char *why, struct reload_result *r)
 			    show_tri(o->tls_verify_peer), show_tri(n.tls_verify_peer));
 	/* ioDimms by [dimm] name */
 	for (int i = 0; i < o->ndimms; i++) {
-		const struct dimm_cfg *m = NULL;
+		struct dimm_cfg *m = NULL;
 		for (int j = 0; j < n.ndimms && !m; j++)
 			if (!strcmp(n.dimms[j].name, o->dimms[i].name))
 				m = &n.dimms[j];

@@ -9,6 +9,9 @@
 #      running with the old configuration (description unchanged), the log
 #      and flashctl's message name the file and line, flashctl exits 1;
 #      the same connection still works afterwards;
+#   2b. allow = (another address), list_denied and allow_ro changed by
+#      `flashctl reload`: the next handshake is refused, listed, admitted
+#      read-only; a connection opened before keeps reading and writing;
 #   3. a changed listen address (flashd started with the address in the
 #      file): a warning "needs a restart" per key not applied, the old port
 #      still serves, the new one is not bound; `flashctl reload` lists it
@@ -145,6 +148,94 @@ print("ok: a file with an error (%s) changed nothing; flashd and the connection 
 EOF
 flashd_running
 ok "SIGHUP: description and limits applied live, a bad file rejected as a whole"
+
+# ---- 2b. access rules: a reload applies allow, allow_ro and list_denied to the next handshake
+$PYTHON - "$FLASHD_URI1" "$FLASHCTL" "$FLASHD_CTL" "$CONF" "$base" <<'EOF'
+import os, subprocess, sys
+import nbd
+
+uri, flashctl, ctl, conf, base = sys.argv[1:]
+orig = open(conf).read()
+
+def fail(msg):
+    open(conf, "w").write(orig)
+    sys.exit("FAIL: " + msg)
+
+def reload_with(rules):
+    open(conf, "w").write(orig.replace("[dimm dimm1]\n", "[dimm dimm1]\n" + rules))
+    r = subprocess.run([flashctl, "reload", "--control", ctl], capture_output=True, text=True)
+    if r.returncode != 0:
+        fail("flashctl reload exit %d: %s" % (r.returncode, r.stderr))
+    return r.stdout
+
+def connect():
+    h = nbd.NBD()
+    h.connect_uri(uri)
+    return h
+
+def listed():  # the names NBD_OPT_LIST gives (nbdinfo --list fails on a refused one)
+    names = []
+    h = nbd.NBD()
+    h.set_opt_mode(True)
+    h.connect_uri(base)
+    h.opt_list(lambda name, desc: names.append(name))
+    h.opt_abort()
+    return names
+
+old = connect()  # admitted while dimm1 has no rule
+a = os.urandom(65536)
+old.pwrite(a, 0)
+old.flush()
+
+out = reload_with("allow = 192.0.2.1\n")
+if "applied: [dimm dimm1] allow/allow_ro: none (no restriction) -> 1 rule(s)" not in out:
+    fail("flashctl reload did not apply allow = 192.0.2.1:\n" + out)
+try:
+    connect()
+    fail("a handshake from 127.0.0.1 after a reload to allow = 192.0.2.1 was admitted")
+except nbd.Error as e:
+    refused = str(e)
+if "dimm1" in listed():
+    fail("dimm1 is listed to a client its new rules refuse")
+if old.pread(len(a), 0) != a:
+    fail("the connection opened before the reload reads other data")
+old.pwrite(a, 65536)
+old.flush()
+print("ok: allow = 192.0.2.1 by reload: the next handshake is refused (%s); the open connection "
+      "still reads and writes" % refused)
+
+out = reload_with("allow = 192.0.2.1\nlist_denied = yes\n")
+if "applied: [dimm dimm1] list_denied: no -> yes" not in out:
+    fail("flashctl reload did not apply list_denied = yes:\n" + out)
+if "dimm1" not in listed():
+    fail("list_denied = yes by reload: dimm1 is not listed")
+
+out = reload_with("allow_ro = 127.0.0.1\n")
+if "applied: [dimm dimm1] allow/allow_ro" not in out:
+    fail("flashctl reload did not apply allow_ro = 127.0.0.1:\n" + out)
+h = connect()
+if not h.is_read_only():
+    fail("allow_ro = 127.0.0.1 by reload: the next connection is not read-only")
+if h.pread(len(a), 0) != a:
+    fail("the read-only connection reads other data")
+try:
+    h.pwrite(a, 0)
+    fail("a write on the allow_ro connection succeeded")
+except nbd.Error:
+    pass
+h.shutdown()
+
+reload_with("")
+h = connect()
+h.pwrite(a, 2 * 65536)
+h.flush()
+h.shutdown()
+old.shutdown()
+open(conf, "w").write(orig)
+print("ok: list_denied = yes and allow_ro by reload apply to the next handshake; no rule: read-write again")
+EOF
+flashd_running
+ok "reload applies allow, allow_ro and list_denied to the next handshake; open connections keep theirs"
 stop_flashd
 
 # ---- 3. a changed listen address -----------------------------------------------------------
