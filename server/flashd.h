@@ -682,6 +682,9 @@ struct tls_note {
 	char psk_identity[128];   /* the PSK identity accepted, "" if none */
 };
 int tls_init(struct server_cfg *cfg, char *err, size_t errlen);
+/* Reload: the key files of n again if changed (1), unchanged (0), or
+ * -errno with err set and the running keys kept (tls.c) */
+int tls_reload(const struct server_cfg *n, int verify_peer, char *err, size_t errlen);
 bool tls_available(void);            /* a context exists: STARTTLS can be answered */
 struct ssl_st *tls_session_new(struct tls_note *note);
 void tls_describe(struct ssl_st *ssl, const struct tls_note *note, char *buf, size_t len);

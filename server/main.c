@@ -1237,6 +1237,42 @@ static void reload_dimm(struct reload_result *r, struct dimm_cfg *a, struct dimm
 #undef K
 }
 
+/* swap *a and *b (a string moves into the running configuration, the old
+ * one into the file's, which the caller frees) */
+static void swap_str(char **a, char **b)
+{
+	char *t = *a;
+	*a = *b;
+	*b = t;
+}
+
+/*
+ * TLS key files (tls_certificates, tls_psk): read again when their names
+ * or contents changed (tls_reload); new handshakes use them, open sessions
+ * keep theirs.  Files that do not load leave the running keys in force.
+ */
+static void reload_tls(struct reload_result *r, struct server_cfg *o, struct server_cfg *n)
+{
+	char err[1200];
+	int rc = tls_reload(n, o->tls_verify_peer, err, sizeof err);
+	if (rc < 0) {
+		log_err("reload: TLS keys: %s; the running keys stay in force", err);
+		reload_item(r, false, "[server] tls keys", "%s: the running keys stay in force", err);
+		return;
+	}
+	if (rc == 0)
+		return;
+	reload_item(r, true, "[server] tls keys", "%s%s%s%s read again (new handshakes use them; open "
+		    "sessions keep theirs)", n->tls_certificates ? "certificates " : "",
+		    n->tls_certificates ? n->tls_certificates : "",
+		    n->tls_psk ? (n->tls_certificates ? ", PSK file " : "PSK file ") : "",
+		    n->tls_psk ? n->tls_psk : "");
+	swap_str(&o->tls_certificates, &n->tls_certificates);
+	swap_str(&o->tls_certificates_where, &n->tls_certificates_where);
+	swap_str(&o->tls_psk, &n->tls_psk);
+	swap_str(&o->tls_psk_where, &n->tls_psk_where);
+}
+
 /*
  * Main thread.  See flashd.h, "Reload".  Applied live: per-ioDimm
  * description, verbose, max_connections, max_connections_per_address,
@@ -1244,7 +1280,8 @@ static void reload_dimm(struct reload_result *r, struct dimm_cfg *a, struct dimm
  * idle_timeout_busy, buffer_limit, default_export, handshake_timeout (new
  * handshakes), shutdown_timeout and poll_us (read by the ioDimm threads:
  * atomic stores of ints), per-ioDimm allow, allow_ro and list_denied
- * (reload_dimm).  Everything else that differs is reported.
+ * (reload_dimm), the TLS key files (reload_tls).  Everything else that
+ * differs is reported.
  */
 void server_reload(struct server *s, const char *why, struct reload_result *r)
 {
@@ -1292,8 +1329,7 @@ void server_reload(struct server *s, const char *why, struct reload_result *r)
 	if (o->unix_tls != n.unix_tls)
 		reload_item(r, false, "[server] unix_tls", "%s -> %s: " RESTART, tls_mode_name(o->unix_tls),
 			    tls_mode_name(n.unix_tls));
-	cmp_str(r, "[server] tls_certificates", o->tls_certificates, n.tls_certificates);
-	cmp_str(r, "[server] tls_psk", o->tls_psk, n.tls_psk);
+	reload_tls(r, o, &n);
 	cmp_int(r, "[server] unix_mode", o->unix_mode, n.unix_mode);
 	cmp_int(r, "[server] unix_group", o->unix_gid, n.unix_gid);
 	cmp_int(r, "[server] control_mode", o->control_mode, n.control_mode);

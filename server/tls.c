@@ -19,6 +19,13 @@
  * TLS 1.2 is the minimum (doc/proto.md: MUST support 1.2); renegotiation,
  * session tickets and the session cache are off (every connection makes a
  * full handshake; nothing is kept between connections).
+ * Reload (tls_reload, main thread): the key files are read again into a
+ * new SSL_CTX that replaces ctx for new sessions, if their contents (or
+ * names) changed; a file that does not load leaves the running context in
+ * force.  Ownership: the PSK table belongs to its SSL_CTX (ex_data, freed
+ * with it), and every SSL holds a reference on its SSL_CTX (OpenSSL's
+ * count, atomic), so a session made before a reload, in handshake on the
+ * main thread or serving on an ioDimm thread, keeps its keys until freed.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -43,9 +50,15 @@ struct psk {
 	size_t keylen;
 };
 
-static SSL_CTX *ctx;
-static struct psk *psks;
-static int npsks;
+/* the PSKs of one SSL_CTX (its ex_data psk_index) */
+struct psk_table {
+	struct psk *v;
+	int n;
+};
+
+static SSL_CTX *ctx;                     /* new sessions' context (main thread) */
+static int psk_index = -1;               /* SSL_CTX ex_data: struct psk_table */
+static unsigned char keys_digest[EVP_MAX_MD_SIZE]; /* of ctx's key files (tls_reload) */
 
 const char *tls_mode_name(int mode)
 {
@@ -112,12 +125,18 @@ static struct tls_note *note_of(SSL *ssl)
 	return SSL_get_app_data(ssl);
 }
 
-static const struct psk *psk_find(const char *id, size_t len)
+static const struct psk *table_find(const struct psk_table *t, const char *id, size_t len)
 {
-	for (int i = 0; i < npsks; i++)
-		if (strlen(psks[i].identity) == len && !memcmp(psks[i].identity, id, len))
-			return &psks[i];
+	for (int i = 0; t && i < t->n; i++)
+		if (strlen(t->v[i].identity) == len && !memcmp(t->v[i].identity, id, len))
+			return &t->v[i];
 	return NULL;
+}
+
+/* the PSK of identity id in the keys ssl was made with */
+static const struct psk *psk_find(SSL *ssl, const char *id, size_t len)
+{
+	return table_find(SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), psk_index), id, len);
 }
 
 static void note_unknown_identity(SSL *ssl, const char *id, size_t len)
@@ -140,7 +159,7 @@ static unsigned int psk_server_cb(SSL *ssl, const char *identity, unsigned char 
 				  unsigned int max)
 {
 	size_t len = identity ? strlen(identity) : 0;
-	const struct psk *p = identity ? psk_find(identity, len) : NULL;
+	const struct psk *p = identity ? psk_find(ssl, identity, len) : NULL;
 	if (!p || p->keylen > max) {
 		note_unknown_identity(ssl, identity ? identity : "", len);
 		return 0;
@@ -156,7 +175,7 @@ static int psk_find_session_cb(SSL *ssl, const unsigned char *identity, size_t l
 {
 	static const unsigned char aes128gcmsha256[] = { 0x13, 0x01 };
 	*sess = NULL;
-	const struct psk *p = psk_find((const char *)identity, len);
+	const struct psk *p = psk_find(ssl, (const char *)identity, len);
 	if (!p) {
 		/* not ours: the handshake goes on without a PSK (a certificate,
 		 * if there is one; otherwise it fails) */
@@ -213,21 +232,30 @@ static int hexval(int c)
 	return -1;
 }
 
-static void psks_free(void)
+static void psk_table_free(struct psk_table *t)
 {
-	for (int i = 0; i < npsks; i++) {
-		free(psks[i].identity);
-		if (psks[i].key)
-			OPENSSL_cleanse(psks[i].key, psks[i].keylen);
-		free(psks[i].key);
+	if (!t)
+		return;
+	for (int i = 0; i < t->n; i++) {
+		free(t->v[i].identity);
+		if (t->v[i].key)
+			OPENSSL_cleanse(t->v[i].key, t->v[i].keylen);
+		free(t->v[i].key);
 	}
-	free(psks);
-	psks = NULL;
-	npsks = 0;
+	free(t->v);
+	free(t);
 }
 
-/* Read the PSK file; errors name where the key was given and the file's line. */
-static int load_psk(const char *path, const char *where, char *err, size_t errlen)
+/* ex_data free hook: the table goes with its SSL_CTX (any thread) */
+static void psk_table_ex_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl,
+			      void *argp)
+{
+	psk_table_free(ptr);
+}
+
+/* Read the PSK file into t; errors name where the key was given and the file's line. */
+static int load_psk(struct psk_table *t, const char *path, const char *where, char *err,
+		    size_t errlen)
 {
 	FILE *f = fopen(path, "r");
 	if (!f) {
@@ -265,21 +293,22 @@ static int load_psk(const char *path, const char *where, char *err, size_t errle
 			rc = -EINVAL;
 			break;
 		}
-		if (psk_find(line, strlen(line))) {
+		if (table_find(t, line, strlen(line))) {
 			snprintf(err, errlen, "%s: %s:%d: identity '%s' appears a second time", where, path,
 				 lineno, line);
 			rc = -EINVAL;
 			break;
 		}
 		unsigned char *key = malloc(hl / 2);
-		struct psk *np = realloc(psks, (size_t)(npsks + 1) * sizeof *psks);
+		struct psk *np = realloc(t->v, (size_t)(t->n + 1) * sizeof *t->v);
+		if (np)
+			t->v = np;
 		if (!key || !np) {
 			free(key);
 			snprintf(err, errlen, "out of memory");
 			rc = -ENOMEM;
 			break;
 		}
-		psks = np;
 		bool bad = false;
 		for (size_t i = 0; i < hl / 2; i++) {
 			int a = hexval(hex[2 * i]), b = hexval(hex[2 * i + 1]);
@@ -294,7 +323,7 @@ static int load_psk(const char *path, const char *where, char *err, size_t errle
 			rc = -EINVAL;
 			break;
 		}
-		psks[npsks++] = (struct psk){ strdup(line), key, hl / 2 };
+		t->v[t->n++] = (struct psk){ strdup(line), key, hl / 2 };
 	}
 	OPENSSL_cleanse(line, sizeof line);
 	if (!rc && ferror(f)) {
@@ -302,7 +331,7 @@ static int load_psk(const char *path, const char *where, char *err, size_t errle
 		rc = -EIO;
 	}
 	fclose(f);
-	if (!rc && !npsks) {
+	if (!rc && !t->n) {
 		snprintf(err, errlen, "%s: %s holds no IDENTITY:HEXKEY line", where, path);
 		rc = -EINVAL;
 	}
@@ -325,14 +354,14 @@ static int cert_file(const char *dir, const char *name, bool needed, const char 
 	return -1;
 }
 
-static int load_x509(struct server_cfg *cfg, char *err, size_t errlen)
+static int load_x509(SSL_CTX *c, const char *dir, const char *where, int verify_peer, char *err,
+		     size_t errlen)
 {
-	const char *dir = cfg->tls_certificates, *where = cfg->tls_certificates_where;
 	char cert[4200], key[4200], ca[4200], crl[4200], why[512];
 	if (cert_file(dir, "server-cert.pem", true, where, cert, sizeof cert, err, errlen) < 0 ||
 	    cert_file(dir, "server-key.pem", true, where, key, sizeof key, err, errlen) < 0)
 		return -EINVAL;
-	int have_ca = cert_file(dir, "ca-cert.pem", cfg->tls_verify_peer > 0, where, ca, sizeof ca, err,
+	int have_ca = cert_file(dir, "ca-cert.pem", verify_peer > 0, where, ca, sizeof ca, err,
 				errlen);
 	if (have_ca < 0)
 		return -EINVAL;
@@ -340,33 +369,33 @@ static int load_x509(struct server_cfg *cfg, char *err, size_t errlen)
 	if (have_crl < 0)
 		return -EINVAL;
 	ERR_clear_error();
-	if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1) {
+	if (SSL_CTX_use_certificate_chain_file(c, cert) != 1) {
 		ssl_errors(why, sizeof why);
 		snprintf(err, errlen, "%s: %s: not a usable certificate: %s", where, cert, why);
 		return -EINVAL;
 	}
-	if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) {
+	if (SSL_CTX_use_PrivateKey_file(c, key, SSL_FILETYPE_PEM) != 1) {
 		ssl_errors(why, sizeof why);
 		snprintf(err, errlen, "%s: %s: not a usable private key for %s: %s", where, key, cert, why);
 		return -EINVAL;
 	}
-	if (SSL_CTX_check_private_key(ctx) != 1) {
+	if (SSL_CTX_check_private_key(c) != 1) {
 		ssl_errors(why, sizeof why);
 		snprintf(err, errlen, "%s: %s does not belong to %s: %s", where, key, cert, why);
 		return -EINVAL;
 	}
 	if (have_ca) {
-		if (SSL_CTX_load_verify_locations(ctx, ca, NULL) != 1) {
+		if (SSL_CTX_load_verify_locations(c, ca, NULL) != 1) {
 			ssl_errors(why, sizeof why);
 			snprintf(err, errlen, "%s: %s: not a usable CA certificate: %s", where, ca, why);
 			return -EINVAL;
 		}
 		STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(ca);
 		if (names)
-			SSL_CTX_set_client_CA_list(ctx, names);
+			SSL_CTX_set_client_CA_list(c, names);
 	}
 	if (have_crl) {
-		X509_STORE *store = SSL_CTX_get_cert_store(ctx);
+		X509_STORE *store = SSL_CTX_get_cert_store(c);
 		X509_LOOKUP *lk = X509_STORE_add_lookup(store, X509_LOOKUP_file());
 		if (!lk || X509_load_crl_file(lk, crl, X509_FILETYPE_PEM) <= 0) {
 			ssl_errors(why, sizeof why);
@@ -375,12 +404,128 @@ static int load_x509(struct server_cfg *cfg, char *err, size_t errlen)
 		}
 		X509_STORE_set_flags(store, X509_V_FLAG_CRL_CHECK | X509_V_FLAG_CRL_CHECK_ALL);
 	}
-	if (cfg->tls_verify_peer > 0)
-		SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, verify_cb);
+	if (verify_peer > 0)
+		SSL_CTX_set_verify(c, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, verify_cb);
 	else
-		SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
+		SSL_CTX_set_verify(c, SSL_VERIFY_NONE, NULL);
 	log_debug("TLS: certificate %s%s%s", cert, have_ca ? ", CA " : "", have_ca ? ca : "");
 	return 0;
+}
+
+/*
+ * A server context from the key files: certificates in DIR certs and/or
+ * the PSK file psk (where: the configuration's place, for messages).
+ * 0 with *out made, or -errno with err set (nothing made).
+ */
+static int make_ctx(const char *certs, const char *certs_where, const char *psk,
+		    const char *psk_where, int verify_peer, SSL_CTX **out, char *err, size_t errlen)
+{
+	if (psk_index < 0)
+		psk_index = SSL_CTX_get_ex_new_index(0, NULL, NULL, NULL, psk_table_ex_free);
+	if (psk_index < 0) {
+		snprintf(err, errlen, "cannot create the TLS context");
+		return -ENOMEM;
+	}
+	SSL_CTX *c = SSL_CTX_new(TLS_server_method());
+	if (!c) {
+		snprintf(err, errlen, "cannot create the TLS context");
+		return -ENOMEM;
+	}
+	SSL_CTX_set_min_proto_version(c, TLS1_2_VERSION);
+	SSL_CTX_set_options(c, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_TICKET |
+				       SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_CIPHER_SERVER_PREFERENCE);
+	SSL_CTX_set_num_tickets(c, 0);
+	SSL_CTX_set_session_cache_mode(c, SSL_SESS_CACHE_OFF);
+	SSL_CTX_set_mode(c, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+	SSL_CTX_set_dh_auto(c, 1);
+	/* a TLS 1.3 PSK is a session (psk_find_session_cb): OpenSSL refuses
+	 * to take one under SSL_VERIFY_PEER without a session id context
+	 * ("session id context uninitialized").  There is no cache and no
+	 * ticket, so nothing is ever resumed in another context. */
+	static const unsigned char sid_ctx[] = "flashd";
+	SSL_CTX_set_session_id_context(c, sid_ctx, sizeof sid_ctx - 1);
+	int rc = 0;
+	if (certs)
+		rc = load_x509(c, certs, certs_where, verify_peer, err, errlen);
+	if (!rc && psk) {
+		struct psk_table *t = calloc(1, sizeof *t);
+		if (!t || !SSL_CTX_set_ex_data(c, psk_index, t)) {
+			free(t);
+			snprintf(err, errlen, "out of memory");
+			SSL_CTX_free(c);
+			return -ENOMEM;
+		}
+		rc = load_psk(t, psk, psk_where, err, errlen);
+		/* TLS 1.3 PSKs are SHA-256 keys: SHA-256 suites first, chosen by
+		 * the server, so a PSK client is never steered to SHA-384 */
+		if (!rc && SSL_CTX_set_ciphersuites(c, "TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256:"
+							 "TLS_AES_256_GCM_SHA384") != 1) {
+			snprintf(err, errlen, "cannot set the TLS 1.3 cipher suites");
+			rc = -EINVAL;
+		}
+		/* TLS 1.2 names the PSK identity only after the suite is chosen:
+		 * a client offering PSK suites has a key, so those come first
+		 * (an OpenSSL client offers certificate suites too, and one of
+		 * those would ask it for a certificate it does not have); no
+		 * RSA-PSK, whose handshake asks for a certificate as well.  A
+		 * PSK handshake thus never asks for one, and tls_verify_peer's
+		 * SSL_VERIFY_FAIL_IF_NO_PEER_CERT holds for the others only. */
+		if (!rc && SSL_CTX_set_cipher_list(c, "DEFAULT:!kRSAPSK:+aRSA:+aECDSA") != 1) {
+			snprintf(err, errlen, "cannot set the TLS 1.2 cipher suites");
+			rc = -EINVAL;
+		}
+		if (!rc) {
+			SSL_CTX_set_psk_server_callback(c, psk_server_cb);
+			SSL_CTX_set_psk_find_session_callback(c, psk_find_session_cb);
+		}
+	}
+	if (rc) {
+		SSL_CTX_free(c); /* and its PSK table */
+		return rc;
+	}
+	*out = c;
+	return 0;
+}
+
+
+/* Add path's name and contents (or that it cannot be read) to md. */
+static void digest_file(EVP_MD_CTX *md, const char *path)
+{
+	unsigned char buf[4096];
+	size_t n;
+	EVP_DigestUpdate(md, path, strlen(path) + 1);
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		EVP_DigestUpdate(md, "-", 1);
+		return;
+	}
+	while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+		EVP_DigestUpdate(md, buf, n);
+	fclose(f);
+	OPENSSL_cleanse(buf, sizeof buf);
+}
+
+/* SHA-256 of the key files' names and contents (zeros if it cannot be made). */
+static void keys_digest_of(const char *certs, const char *psk, unsigned char *out)
+{
+	static const char *const names[] = { "server-cert.pem", "server-key.pem", "ca-cert.pem",
+					     "ca-crl.pem" };
+	char path[4200];
+	EVP_MD_CTX *md = EVP_MD_CTX_new();
+	memset(out, 0, EVP_MAX_MD_SIZE);
+	if (!md || !EVP_DigestInit_ex(md, EVP_sha256(), NULL)) {
+		EVP_MD_CTX_free(md);
+		return;
+	}
+	for (size_t i = 0; certs && i < sizeof names / sizeof *names; i++) {
+		snprintf(path, sizeof path, "%s/%s", certs, names[i]);
+		digest_file(md, path);
+	}
+	EVP_DigestUpdate(md, "|", 1);
+	if (psk)
+		digest_file(md, psk);
+	EVP_DigestFinal_ex(md, out, NULL);
+	EVP_MD_CTX_free(md);
 }
 
 /*
@@ -414,57 +559,51 @@ int tls_init(struct server_cfg *cfg, char *err, size_t errlen)
 	}
 	if (!keys)
 		return 0;
-	ctx = SSL_CTX_new(TLS_server_method());
-	if (!ctx) {
-		snprintf(err, errlen, "cannot create the TLS context");
-		return -ENOMEM;
-	}
-	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
-	SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_TICKET |
-				       SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_CIPHER_SERVER_PREFERENCE);
-	SSL_CTX_set_num_tickets(ctx, 0);
-	SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
-	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-	SSL_CTX_set_dh_auto(ctx, 1);
-	/* a TLS 1.3 PSK is a session (psk_find_session_cb): OpenSSL refuses
-	 * to take one under SSL_VERIFY_PEER without a session id context
-	 * ("session id context uninitialized").  There is no cache and no
-	 * ticket, so nothing is ever resumed in another context. */
-	static const unsigned char sid_ctx[] = "flashd";
-	SSL_CTX_set_session_id_context(ctx, sid_ctx, sizeof sid_ctx - 1);
-	int rc = 0;
-	if (cfg->tls_certificates)
-		rc = load_x509(cfg, err, errlen);
-	if (!rc && cfg->tls_psk) {
-		rc = load_psk(cfg->tls_psk, cfg->tls_psk_where, err, errlen);
-		/* TLS 1.3 PSKs are SHA-256 keys: SHA-256 suites first, chosen by
-		 * the server, so a PSK client is never steered to SHA-384 */
-		if (!rc && SSL_CTX_set_ciphersuites(ctx, "TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256:"
-							 "TLS_AES_256_GCM_SHA384") != 1) {
-			snprintf(err, errlen, "cannot set the TLS 1.3 cipher suites");
-			rc = -EINVAL;
-		}
-		/* TLS 1.2 names the PSK identity only after the suite is chosen:
-		 * a client offering PSK suites has a key, so those come first
-		 * (an OpenSSL client offers certificate suites too, and one of
-		 * those would ask it for a certificate it does not have); no
-		 * RSA-PSK, whose handshake asks for a certificate as well.  A
-		 * PSK handshake thus never asks for one, and tls_verify_peer's
-		 * SSL_VERIFY_FAIL_IF_NO_PEER_CERT holds for the others only. */
-		if (!rc && SSL_CTX_set_cipher_list(ctx, "DEFAULT:!kRSAPSK:+aRSA:+aECDSA") != 1) {
-			snprintf(err, errlen, "cannot set the TLS 1.2 cipher suites");
-			rc = -EINVAL;
-		}
-		if (!rc) {
-			SSL_CTX_set_psk_server_callback(ctx, psk_server_cb);
-			SSL_CTX_set_psk_find_session_callback(ctx, psk_find_session_cb);
-		}
-	}
-	if (rc) {
-		tls_exit();
+	SSL_CTX *c = NULL;
+	int rc = make_ctx(cfg->tls_certificates, cfg->tls_certificates_where, cfg->tls_psk,
+			  cfg->tls_psk_where, cfg->tls_verify_peer, &c, err, errlen);
+	if (rc)
 		return rc;
-	}
+	ctx = c;
+	keys_digest_of(cfg->tls_certificates, cfg->tls_psk, keys_digest);
 	return 0;
+}
+
+/*
+ * Main thread.  See the top of the file.  n is the configuration read again;
+ * its key files (tls_certificates, tls_psk) are compared, by name and
+ * contents, with those of the running context.  1: replaced (new
+ * handshakes use them), 0: unchanged, or -errno with err set: the running
+ * keys stay.  Changing tls_verify_peer needs a restart: verify_peer is the
+ * running value.
+ */
+int tls_reload(const struct server_cfg *n, int verify_peer, char *err, size_t errlen)
+{
+	unsigned char d[EVP_MAX_MD_SIZE];
+	if (!ctx && !n->tls_certificates && !n->tls_psk)
+		return 0;
+	if (!n->tls_certificates && !n->tls_psk) {
+		snprintf(err, errlen, "no tls_certificates or tls_psk any more: TLS stays on with the "
+			 "running keys until a restart");
+		return -EINVAL;
+	}
+	if (n->tls_verify_peer > 0 && !n->tls_certificates) {
+		snprintf(err, errlen, "tls_verify_peer = yes needs tls_certificates = DIR with ca-cert.pem");
+		return -EINVAL;
+	}
+	keys_digest_of(n->tls_certificates, n->tls_psk, d);
+	if (ctx && !memcmp(d, keys_digest, sizeof d))
+		return 0;
+	SSL_CTX *c = NULL;
+	int rc = make_ctx(n->tls_certificates, n->tls_certificates_where, n->tls_psk,
+			  n->tls_psk_where, verify_peer, &c, err, errlen);
+	if (rc)
+		return rc;
+	if (ctx)
+		SSL_CTX_free(ctx); /* sessions made from it hold their own reference */
+	ctx = c;
+	memcpy(keys_digest, d, sizeof d);
+	return 1;
 }
 
 SSL *tls_session_new(struct tls_note *note)
@@ -522,5 +661,4 @@ void tls_exit(void)
 	if (ctx)
 		SSL_CTX_free(ctx);
 	ctx = NULL;
-	psks_free();
 }

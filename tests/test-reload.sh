@@ -16,6 +16,10 @@
 #      file): a warning "needs a restart" per key not applied, the old port
 #      still serves, the new one is not bound; `flashctl reload` lists it
 #      under "not applied" (and --json as not_applied), exit 0;
+#   3b. tls_certificates rotated in place (a certificate of another CA) and
+#      `flashctl reload`: the next TLS client sees the new certificate, a
+#      session made before keeps working; a key file that does not load is
+#      an error and the keys in force stay;
 #   4. as root, `flashctl format` into a directory owned by nobody:nogroup
 #      gives an image owned by nobody:nogroup that nobody can open with
 #      `flashctl info`; in a user namespace, where chown fails, it prints
@@ -302,6 +306,106 @@ kill -TERM "$FLASHD_PID"
 wait "$FLASHD_PID" || fail "flashd exited $? after SIGTERM"
 ! grep -qE 'flashd\[(error|crit)\]' "$T/flashd2.log" || fail "error lines in the log"
 ok "a changed listen address (and readonly): one warning each, needs a restart; flashctl reload lists them"
+
+# ---- 3b. TLS keys rotated by a reload ------------------------------------------------------
+# The server's certificate is replaced in place by one of another CA: after
+# `flashctl reload` a client trusting only the new CA gets in and one
+# trusting only the old CA does not (so the new certificate is the one
+# presented), while a TLS session made before keeps working.  Then a key
+# file that does not load: an error, and the keys in force stay.
+requires certtool
+PKI=$T/pki
+tls_ca "$PKI/ca1" "flashd test CA 1"
+tls_ca "$PKI/ca2" "flashd test CA 2"
+tls_cert "$PKI/ca1" "$PKI/srv1" server localhost
+tls_cert "$PKI/ca2" "$PKI/srv2" server localhost
+mkdir -p "$PKI/trust1" "$PKI/trust2" "$PKI/live"
+cp "$PKI/ca1/ca-cert.pem" "$PKI/trust1/"
+cp "$PKI/ca2/ca-cert.pem" "$PKI/trust2/"
+cp "$PKI/srv1/server-cert.pem" "$PKI/srv1/server-key.pem" "$PKI/live/"
+cat >"$CONF" <<EOF
+[server]
+tls = required
+tls_certificates = $PKI/live
+[dimm dimm0]
+preset = test-1g
+EOF
+FLASHD_PORT=$(free_port)
+start_flashd --config "$CONF" --timing off
+$PYTHON - "127.0.0.1:$FLASHD_PORT" "$PKI" "$FLASHCTL" "$FLASHD_CTL" <<'EOF'
+import os, shutil, subprocess, sys
+import nbd
+
+addr, pki, flashctl, ctl = sys.argv[1:]
+
+def fail(msg):
+    sys.exit("FAIL: " + msg)
+
+def connect(trust):
+    h = nbd.NBD()
+    h.set_uri_allow_local_file(True)
+    h.connect_uri("nbds://%s/dimm0?tls-certificates=%s/%s" % (addr, pki, trust))
+    return h
+
+def refused(trust):
+    try:
+        connect(trust).shutdown()
+        return False
+    except nbd.Error:
+        return True
+
+def reload():
+    r = subprocess.run([flashctl, "reload", "--control", ctl], capture_output=True, text=True)
+    if r.returncode != 0:
+        fail("flashctl reload exit %d: %s" % (r.returncode, r.stderr))
+    return r.stdout
+
+old = connect("trust1")
+a = os.urandom(65536)
+old.pwrite(a, 0)
+old.flush()
+if not refused("trust2"):
+    fail("a client trusting only CA 2 got in before the rotation")
+out = reload()
+if "tls keys" in out or "0 change(s) applied, 0 not applied" not in out:
+    fail("a reload with the same key files reported a change:\n" + out)
+
+for f in ("server-cert.pem", "server-key.pem"):
+    shutil.copy(os.path.join(pki, "srv2", f), os.path.join(pki, "live", f))
+out = reload()
+if "applied: [server] tls keys: certificates %s/live read again" % pki not in out:
+    fail("flashctl reload did not read the new certificate:\n" + out)
+new = connect("trust2")
+if new.pread(len(a), 0) != a:
+    fail("the session made after the rotation reads other data")
+new.shutdown()
+if not refused("trust1"):
+    fail("after the rotation a client trusting only CA 1 still got in: the old certificate is presented")
+if old.pread(len(a), 0) != a:
+    fail("the TLS session made before the rotation reads other data")
+old.pwrite(a, 65536)
+old.flush()
+print("ok: a certificate rotated in place is presented after flashctl reload; the session made "
+      "before still reads and writes")
+
+with open(os.path.join(pki, "live", "server-key.pem"), "w") as f:
+    f.write("not a key\n")
+r = subprocess.run([flashctl, "reload", "--control", ctl], capture_output=True, text=True)
+out = r.stdout + r.stderr
+if "not applied: [server] tls keys:" not in out or "the running keys stay in force" not in out:
+    fail("a key file that does not load: flashctl reload says (exit %d):\n%s" % (r.returncode, out))
+h = connect("trust2")
+if h.pread(len(a), 0) != a:
+    fail("a session after the failed reload reads other data")
+h.shutdown()
+old.shutdown()
+print("ok: a key file that does not load is reported, and the keys in force stay")
+EOF
+grep -q "flashd\[error\]: reload: TLS keys: .*server-key.pem.*the running keys stay in force" "$T/flashd.log" ||
+	fail "no error line for the key file that does not load"
+flashd_running
+stop_flashd
+ok "TLS keys rotated by reload: new handshakes present the new certificate, open sessions stay; a bad key file keeps the old keys"
 
 # ---- 4. root formats into the service's directory -----------------------------------------
 # (the last section: without root the test ends here, as a skip)
