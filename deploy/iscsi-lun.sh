@@ -9,7 +9,9 @@
 # CFG is the handler's cfgstring: EXPORT (flashd's default unix socket
 # /run/flashd/flashd.sock), EXPORT@/path/to/socket, or EXPORT@host/port for
 # TCP (targetcli's rtslib refuses ':' in a cfgstring, so not host:port; an
-# IPv6 server needs a host name).  SIZE is the LUN size in targetcli syntax (bytes, or
+# IPv6 server needs a host name), optionally followed by ;grace=SECONDS: how
+# long the handler holds commands while flashd is unreachable (a restart)
+# before failing them (default 20; quote the ';' from the shell).  SIZE is the LUN size in targetcli syntax (bytes, or
 # 800M, 1G ...); it must not exceed the export's size (the handler refuses
 # to open a larger backstore).  LUN n is the n-th CFG.  Backstore names are
 # the export names (EXPORT-2, EXPORT-3 ... when an export is given again).
@@ -80,9 +82,10 @@ esac
 declare -A USED=()
 for i in "${!CFGS[@]}"; do
 	c=${CFGS[$i]}
-	[[ $c =~ ^[^[:space:]@,]+(@[^[:space:],]+)?$ ]] || die "bad CFG '$c' (want EXPORT, EXPORT@/unix/socket or EXPORT@host/port)"
+	[[ $c =~ ^[^[:space:]@,\;]+(@[^[:space:],\;]+)?(\;grace=[0-9]+)?$ ]] ||
+		die "bad CFG '$c' (want EXPORT, EXPORT@/unix/socket or EXPORT@host/port, then optionally ;grace=SECONDS)"
 	[[ $c != *:* ]] || die "CFG '$c': targetcli (rtslib) refuses ':' in a cfgstring; write EXPORT@host/port"
-	exp=${c%%@*}
+	exp=${c%%[@;]*}
 	[[ $exp =~ ^[A-Za-z0-9_.:-]+$ ]] || die "export name '$exp' cannot be a backstore name"
 	n=$exp k=1
 	while [ -n "${USED[$n]:-}" ]; do k=$((k + 1)); n=$exp-$k; done

@@ -13,6 +13,10 @@
  *                              refuses ':' in a cfgstring ("':' not allowed
  *                              in config string"), so use this form there;
  *                              an IPv6 server then needs a host name
+ *   ...;grace=SECONDS          how long commands are held while flashd is
+ *                              unreachable (default FLASHD_GRACE_DEFAULT_S,
+ *                              0..FLASHD_GRACE_MAX_S; 0: fail them at once),
+ *                              e.g. dimm1;grace=25 or dimm1@host/10809;grace=0
  *
  * Built by the Makefile as build/handler_flashd.so; install it as
  * handler_flashd.so in tcmu-runner's handler directory
@@ -36,12 +40,29 @@
  * submission, dead connection, nbd_close).  So no command can be lost or
  * completed twice, and many commands are in flight at once.
  *
- * Connection loss.  When the connection dies (EOF, error, or no reply to
- * an outstanding request for FLASHD_IO_TIMEOUT_MS) every in-flight command
- * fails (hardware error sense), new commands fail at once, and the I/O
- * thread reconnects in the background with exponential backoff (100 ms ..
- * 5 s).  On reconnection the export must still be at least as large as the
- * backstore, then commands are served again.
+ * Connection loss (a flashd restart is one).  The connection is lost on
+ * EOF, an error, no reply to an outstanding request for FLASHD_IO_TIMEOUT_MS,
+ * or a reply "server shutting down" (ESHUTDOWN: flashd stops or detaches
+ * the export; the handler then closes at once).  The I/O thread reconnects
+ * with exponential backoff (100 ms .. 5 s) and, for the grace period (as
+ * multipath's no_path_retry), holds commands instead of failing them: the
+ * ones in flight whose NBD requests got no answer (or ESHUTDOWN), the FUA
+ * writes whose follow-up flush was not yet sent, and every new one.  On
+ * reconnection (the export must still be at least as large as the
+ * backstore) the held commands are sent again whole, oldest first, then
+ * the new ones.  Re-sending is safe: NBD reads, writes, trims and zeroes
+ * are idempotent, and no held command has been completed to the
+ * initiator, so no completed write or flush depends on one: a SYNCHRONIZE
+ * CACHE covers what completed before it was sent, and those writes were
+ * answered by the old server (which persists them when it stops cleanly;
+ * a server killed loses what a crash loses, see README).  A command whose
+ * request got a real error reply (EIO, EPERM ...) is not held: it fails as
+ * it would have.  Once the connection has been down for the grace period,
+ * the held commands fail (HARDWARE ERROR, INTERNAL TARGET FAILURE 44/00,
+ * as before) and new ones fail at once until the handler reconnects.  The
+ * grace must stay below the backstore's cmd_time_out (LIO, 30 s by
+ * default) and the initiator's SCSI command timeout (30 s), or those fire
+ * first.
  *
  * Errors -> SCSI sense: EIO -> MEDIUM ERROR (TCMU_STS_RD_ERR for reads,
  * TCMU_STS_WR_ERR for writes); EPERM/EROFS -> DATA PROTECT / WRITE
@@ -217,6 +238,9 @@ void tcmu_dbg_message(struct tcmu_device *dev, const char *funcname, int linenr,
 #define FLASHD_IO_TIMEOUT_MS 20000	/* no reply while requests are out: dead */
 #define FLASHD_BACKOFF_MIN_MS 100
 #define FLASHD_BACKOFF_MAX_MS 5000
+#define FLASHD_BACKOFF_HOLD_MS 1000	/* the longest backoff while commands are held */
+#define FLASHD_GRACE_DEFAULT_S 20	/* hold commands while down (cfgstring grace=) */
+#define FLASHD_GRACE_MAX_S 3600
 #define FLASHD_MAX_REQ (32u << 20)	/* NBD's safe payload without advertised max */
 #define FLASHD_MAX_TRIM (1u << 30)	/* per NBD trim/zero request (32-bit length) */
 #define FLASHD_MAX_UNMAP_BYTES (1ull << 30) /* advertised MAXIMUM UNMAP LBA COUNT */
@@ -234,6 +258,7 @@ struct fl_target {
 	char *export;
 	char *path;		/* unix socket, or NULL */
 	char *host, *port;	/* TCP */
+	unsigned grace_s;	/* hold commands this long while down */
 	char desc[160];		/* for log messages (tcmu-runner cuts lines at ~256 bytes) */
 };
 
@@ -254,13 +279,15 @@ struct fl_cmd {
 	bool post_flush;	/* FUA without server FUA support: flush after */
 	unsigned refs;		/* issuer + NBD requests not yet freed */
 	unsigned issued, answered;
-	int err;		/* first errno */
+	int err;		/* first errno of a real error reply */
+	bool lost;		/* a request lost with the connection (send again) */
 	struct fl_cmd *next;
 };
 
 struct fl_stats {
 	uint64_t ops[6], bytes[6], errors, reconnects, bounced;
 	uint64_t rejected;	/* failed at once while disconnected (atomic) */
+	uint64_t held, expired;	/* held while down; of those, failed after the grace */
 	unsigned max_inflight;
 };
 
@@ -273,9 +300,10 @@ struct fl_dev {
 	pthread_t thread;
 	int efd;		/* eventfd: wakes the I/O thread */
 
-	pthread_mutex_t lock;	/* protects state, queue, stopping */
+	pthread_mutex_t lock;	/* protects state, queue, stopping, grace_over */
 	enum fl_state state;
 	bool stopping;
+	bool grace_over;	/* down longer than the grace: fail new commands at once */
 	struct fl_cmd *q_head, *q_tail;
 
 	/* I/O thread only (and open() before the thread starts) */
@@ -290,6 +318,9 @@ struct fl_dev {
 	int64_t down_since;
 	char last_err[1024];
 	struct fl_cmd *deferred;	/* commands needing a follow-up flush */
+	struct fl_cmd *held_head, *held_tail;	/* held while down, oldest first */
+	bool holding;		/* lost commands go to held (not stopping, grace not over) */
+	bool draining;		/* the server answered ESHUTDOWN: close, reconnect */
 	struct fl_stats st;
 };
 
@@ -323,22 +354,15 @@ static void free_target(struct fl_target *t)
 }
 
 /*
- * Parse "<export>[@<unix path>|@<host>:<port>|@[<v6>]:<port>]", optionally
- * prefixed by "flashd/".  On error returns -1 and sets *why (malloc'ed).
+ * Parse p = "<export>[@<unix path>|@<host>:<port>|@[<v6>]:<port>]" of the
+ * cfgstring cfg (named in messages) into t.  On error returns -1 and sets
+ * *why (malloc'ed).
  */
-static int parse_cfg(const char *cfg, struct fl_target *t, char **why)
+static int parse_target(const char *cfg, const char *p, struct fl_target *t, char **why)
 {
-	const char *p = cfg, *at;
+	const char *at;
 	int n;
 
-	memset(t, 0, sizeof(*t));
-	*why = NULL;
-	if (!cfg) {
-		n = asprintf(why, "no cfgstring");
-		goto fail;
-	}
-	if (!strncmp(p, FLASHD_SUBTYPE "/", strlen(FLASHD_SUBTYPE) + 1))
-		p += strlen(FLASHD_SUBTYPE) + 1;
 	at = strchr(p, '@');
 	t->export = at ? strndup(p, at - p) : strdup(p);
 	if (!t->export)
@@ -415,6 +439,63 @@ fail:
 	return -1;
 }
 
+/*
+ * Parse the cfgstring "[flashd/]<target>[;grace=SECONDS]" (parse_target).
+ * On error returns -1 and sets *why (malloc'ed).
+ */
+static int parse_cfg(const char *cfg, struct fl_target *t, char **why)
+{
+	const char *p = cfg, *semi;
+	char *head;
+	int n, r;
+
+	memset(t, 0, sizeof(*t));
+	*why = NULL;
+	if (!cfg) {
+		n = asprintf(why, "no cfgstring");
+		(void)n;
+		return -1;
+	}
+	if (!strncmp(p, FLASHD_SUBTYPE "/", strlen(FLASHD_SUBTYPE) + 1))
+		p += strlen(FLASHD_SUBTYPE) + 1;
+	semi = strchr(p, ';');
+	head = semi ? strndup(p, semi - p) : strdup(p);
+	if (!head) {
+		n = asprintf(why, "out of memory");
+		(void)n;
+		return -1;
+	}
+	r = parse_target(cfg, head, t, why);
+	free(head);
+	if (r < 0)
+		return -1;
+	t->grace_s = FLASHD_GRACE_DEFAULT_S;
+	while (semi) {
+		const char *opt = semi + 1;
+		size_t len;
+		char *end;
+		unsigned long v;
+
+		semi = strchr(opt, ';');
+		len = semi ? (size_t)(semi - opt) : strlen(opt);
+		if (len > 6 && !strncmp(opt, "grace=", 6)) {
+			errno = 0;
+			v = strtoul(opt + 6, &end, 10);
+			if (!errno && end == opt + len && end != opt + 6 && opt[6] != '-' &&
+			    v <= FLASHD_GRACE_MAX_S) {
+				t->grace_s = (unsigned)v;
+				continue;
+			}
+		}
+		n = asprintf(why, "bad option '%.*s' in cfgstring '%s': want grace=SECONDS (0..%u)",
+			     (int)(len > 100 ? 100 : len), opt, cfg, FLASHD_GRACE_MAX_S);
+		(void)n;
+		free_target(t);
+		return -1;
+	}
+	return 0;
+}
+
 /* Copy between a flat buffer and an iovec without modifying the iovec. */
 static void copy_to_iov(const struct iovec *iov, size_t cnt, const uint8_t *src, size_t len)
 {
@@ -436,6 +517,13 @@ static void copy_from_iov(uint8_t *dst, const struct iovec *iov, size_t cnt, siz
 		dst += n;
 		len -= n;
 	}
+}
+
+/* An errno that says the connection (not the request) failed: send again. */
+static bool conn_errno(int e)
+{
+	return e == ENOTCONN || e == ESHUTDOWN || e == ECONNRESET || e == ECONNABORTED ||
+	       e == EPIPE || e == ETIMEDOUT;
 }
 
 static bool is_write_op(enum fl_op op)
@@ -480,14 +568,36 @@ static void cmd_free(struct fl_cmd *c)
 	free(c);
 }
 
+/* Hold c until the connection is back (I/O thread): sent again whole. */
+static void hold_cmd(struct fl_dev *d, struct fl_cmd *c)
+{
+	c->issued = c->answered = 0;
+	c->lost = false;
+	c->post_flush = false; /* issue_cmd decides again */
+	c->refs = 0;
+	c->next = NULL;
+	if (d->held_tail)
+		d->held_tail->next = c;
+	else
+		d->held_head = c;
+	d->held_tail = c;
+	d->st.held++;
+}
+
 /* Complete a command to tcmu-runner (I/O thread, or open()/close() paths). */
 static void cmd_finish(struct fl_cmd *c)
 {
 	struct fl_dev *d = c->d;
 	int err = c->err, st;
 
-	if (!err && c->answered < c->issued)
-		err = ENOTCONN; /* request dropped: connection closed under it */
+	/* a request lost with the connection (dropped, ENOTCONN, ESHUTDOWN) */
+	if (!err && (c->lost || c->answered < c->issued)) {
+		if (d->holding) {
+			hold_cmd(d, c);
+			return;
+		}
+		err = ENOTCONN;
+	}
 	if (!err && c->post_flush) {
 		/* FUA write done; the flush is issued by the I/O thread loop */
 		c->post_flush = false;
@@ -524,8 +634,13 @@ static int nbd_done_cb(void *user_data, int *error)
 
 	c->answered++;
 	c->d->last_progress = now_ms();
-	if (*error && !c->err)
+	if (*error && conn_errno(*error)) {
+		c->lost = true;
+		if (*error == ESHUTDOWN) /* flashd stops, or detaches the export */
+			c->d->draining = true;
+	} else if (*error && !c->err) {
 		c->err = *error;
+	}
 	return 1; /* retire the request */
 }
 
@@ -577,7 +692,9 @@ static bool issue_one(struct fl_dev *d, struct fl_cmd *c, enum fl_op op, void *b
 	if (r < 0) {
 		int e = nbd_get_errno();
 
-		if (!c->err)
+		if (conn_errno(e))
+			c->lost = true;
+		else if (!c->err)
 			c->err = e ? e : EIO;
 		fl_dbg(d->dev, "nbd %s refused: %s\n", op_name[op],
 		       nbd_get_error() ? nbd_get_error() : strerror(c->err));
@@ -873,26 +990,69 @@ static void fail_queue(struct fl_dev *d, struct fl_cmd *q, int err)
 	}
 }
 
-/* The connection is gone: fail what is in flight, go DOWN, schedule retry. */
+/* Fail every held command with err (I/O thread).  Returns how many. */
+static unsigned fail_held(struct fl_dev *d, int err)
+{
+	struct fl_cmd *q = d->held_head;
+	unsigned n = 0;
+
+	d->held_head = d->held_tail = NULL;
+	for (struct fl_cmd *c = q; c; c = c->next)
+		n++;
+	fail_queue(d, q, err);
+	return n;
+}
+
+/*
+ * The connection is gone: go DOWN, schedule a retry; hold what was in
+ * flight and what is queued for the grace period (fail it with no grace).
+ */
 static void conn_lost(struct fl_dev *d, const char *why)
 {
 	struct fl_cmd *q;
 	unsigned inflight = d->inflight;
 
-	set_state(d, ST_DOWN);
+	pthread_mutex_lock(&d->lock);
+	d->state = ST_DOWN;
+	d->grace_over = d->t.grace_s == 0;
+	pthread_mutex_unlock(&d->lock);
+	d->holding = d->t.grace_s > 0;
+	d->draining = false;
 	d->down_since = now_ms();
-	fl_err(d->dev, "%s: connection lost (%.80s); failing %u in-flight request(s); reconnecting\n",
-	       d->t.desc, why, inflight);
-	nbd_close(d->h); /* runs every in-flight request's free hook */
+	if (d->holding)
+		fl_warn(d->dev, "%s: connection lost (%.80s); holding %u in-flight request(s) and new commands for up to %u s; reconnecting\n",
+			d->t.desc, why, inflight, d->t.grace_s);
+	else
+		fl_err(d->dev, "%s: connection lost (%.80s); failing %u in-flight request(s); reconnecting\n",
+		       d->t.desc, why, inflight);
+	nbd_close(d->h); /* runs every in-flight request's free hook (cmd_finish holds) */
 	d->h = NULL;
-	q = d->deferred;
-	d->deferred = NULL;
-	fail_queue(d, q, ENOTCONN);
+	while (d->deferred) { /* FUA writes waiting for their flush: all again */
+		struct fl_cmd *c = d->deferred;
+
+		d->deferred = c->next;
+		if (d->holding) {
+			hold_cmd(d, c);
+		} else {
+			c->next = NULL;
+			fail_queue(d, c, ENOTCONN);
+		}
+	}
 	pthread_mutex_lock(&d->lock);
 	q = d->q_head;
 	d->q_head = d->q_tail = NULL;
 	pthread_mutex_unlock(&d->lock);
-	fail_queue(d, q, ENOTCONN);
+	while (q) {
+		struct fl_cmd *next = q->next;
+
+		if (d->holding) {
+			hold_cmd(d, q);
+		} else {
+			q->next = NULL;
+			fail_queue(d, q, ENOTCONN);
+		}
+		q = next;
+	}
 	d->attempts = 0;
 	d->backoff_ms = FLASHD_BACKOFF_MIN_MS;
 	d->next_attempt = now_ms() + d->backoff_ms;
@@ -911,7 +1071,11 @@ static void attempt_failed(struct fl_dev *d)
 	}
 	set_state(d, ST_DOWN);
 	d->next_attempt = now_ms() + d->backoff_ms;
-	d->backoff_ms = d->backoff_ms * 2 > FLASHD_BACKOFF_MAX_MS ? FLASHD_BACKOFF_MAX_MS : d->backoff_ms * 2;
+	{	/* commands wait: try more often than the usual backoff */
+		unsigned max = d->held_head ? FLASHD_BACKOFF_HOLD_MS : FLASHD_BACKOFF_MAX_MS;
+
+		d->backoff_ms = d->backoff_ms * 2 > max ? max : d->backoff_ms * 2;
+	}
 }
 
 static void graceful_disconnect(struct fl_dev *d)
@@ -940,7 +1104,7 @@ static void *io_thread(void *arg)
 		enum fl_state state;
 		bool stopping;
 		int64_t now = now_ms();
-		int timeout = -1;
+		int timeout = -1, grace_left = -1;
 
 		pthread_mutex_lock(&d->lock);
 		stopping = d->stopping;
@@ -950,10 +1114,22 @@ static void *io_thread(void *arg)
 		pthread_mutex_unlock(&d->lock);
 
 		if (stopping) {
+			d->holding = false;
+			fail_held(d, ESHUTDOWN);
 			fail_queue(d, q, ESHUTDOWN);
 			break;
 		}
-		if (state == ST_READY) {
+		if (state == ST_READY && !d->draining) {
+			struct fl_cmd *h = d->held_head;
+
+			/* held first, oldest first; a refused one may be held again */
+			d->held_head = d->held_tail = NULL;
+			while (h) {
+				struct fl_cmd *next = h->next;
+
+				issue_cmd(d, h);
+				h = next;
+			}
 			while (q) {
 				struct fl_cmd *next = q->next;
 
@@ -968,12 +1144,46 @@ static void *io_thread(void *arg)
 				issue_one(d, c, OP_FLUSH, NULL, 0, 0, 0);
 				cmd_put(c);
 			}
+		} else if (d->holding) {
+			/* commands wait now: the next attempt within the hold backoff */
+			if (q && state == ST_DOWN && d->next_attempt > now + FLASHD_BACKOFF_HOLD_MS) {
+				d->next_attempt = now + FLASHD_BACKOFF_HOLD_MS;
+				d->backoff_ms = FLASHD_BACKOFF_HOLD_MS;
+			}
+			while (q) {
+				struct fl_cmd *next = q->next;
+
+				hold_cmd(d, q);
+				q = next;
+			}
 		} else {
 			fail_queue(d, q, ENOTCONN);
 		}
 
 		/* timers */
 		now = now_ms();
+		if (state == ST_READY && d->draining) {
+			conn_lost(d, "flashd is shutting down");
+			continue;
+		}
+		if (state != ST_READY && d->holding) {
+			int64_t left = d->down_since + (int64_t)d->t.grace_s * 1000 - now;
+
+			if (left <= 0) {
+				unsigned n;
+
+				d->holding = false;
+				pthread_mutex_lock(&d->lock);
+				d->grace_over = true;
+				pthread_mutex_unlock(&d->lock);
+				n = fail_held(d, ENOTCONN);
+				d->st.expired += n;
+				fl_err(d->dev, "%s: down for %u s (grace): failing %u held command(s) and new ones until reconnected\n",
+				       d->t.desc, d->t.grace_s, n);
+				continue;
+			}
+			grace_left = (int)left;
+		}
 		if (state == ST_DOWN) {
 			if (now >= d->next_attempt) {
 				if (start_connect(d) == 0) {
@@ -1005,6 +1215,8 @@ static void *io_thread(void *arg)
 			timeout = (int)(FLASHD_IO_TIMEOUT_MS - stall);
 		}
 
+		if (grace_left >= 0 && (timeout < 0 || grace_left < timeout))
+			timeout = grace_left;
 		if (drive(d, timeout, true, NULL) < 0) {
 			if (state == ST_READY) {
 				conn_lost(d, d->last_err);
@@ -1018,11 +1230,19 @@ static void *io_thread(void *arg)
 		}
 		if (state == ST_CONNECTING && d->h && nbd_aio_is_ready(d->h)) {
 			if (check_export(d) == 0) {
+				unsigned n = 0;
+
+				for (struct fl_cmd *c = d->held_head; c; c = c->next)
+					n++;
 				d->st.reconnects++;
-				fl_info(d->dev, "%s: reconnected after %u failed attempt(s), %.1f s down\n",
-					d->t.desc, d->attempts, (now_ms() - d->down_since) / 1000.0);
+				fl_info(d->dev, "%s: reconnected after %u failed attempt(s), %.1f s down; sending %u held command(s)\n",
+					d->t.desc, d->attempts, (now_ms() - d->down_since) / 1000.0, n);
 				d->backoff_ms = FLASHD_BACKOFF_MIN_MS;
-				set_state(d, ST_READY);
+				pthread_mutex_lock(&d->lock);
+				d->state = ST_READY;
+				d->grace_over = false;
+				pthread_mutex_unlock(&d->lock);
+				d->holding = d->t.grace_s > 0;
 			} else {
 				fl_err(d->dev, "reconnect refused: %.200s\n", d->last_err);
 				attempt_failed(d);
@@ -1050,15 +1270,16 @@ static void *io_thread(void *arg)
 
 /* ------------------------------------------------------------------ callouts */
 
-/* Queue c for the I/O thread; or fail at once while not connected. */
+/* Queue c for the I/O thread (which holds it while down); or fail it at
+ * once while down past the grace. */
 static int submit(struct fl_dev *d, struct fl_cmd *c)
 {
 	int st;
 
 	pthread_mutex_lock(&d->lock);
-	if (d->state != ST_READY || d->stopping) {
+	if (d->stopping || (d->state != ST_READY && d->grace_over)) {
 		pthread_mutex_unlock(&d->lock);
-		/* not connected: fail now; tcmu-runner completes it with st */
+		/* down past the grace: fail now; tcmu-runner completes it with st */
 		__atomic_fetch_add(&d->st.rejected, 1, __ATOMIC_RELAXED);
 		st = errno_to_sts(c, ENOTCONN);
 		cmd_free(c);
@@ -1346,6 +1567,7 @@ static int fl_open(struct tcmu_device *dev, bool reopen)
 	tcmu_dev_set_solid_state_media(dev, true);
 
 	d->state = ST_READY;
+	d->holding = d->t.grace_s > 0;
 	d->backoff_ms = FLASHD_BACKOFF_MIN_MS;
 	tcmur_dev_set_private(dev, d);
 	r = pthread_create(&d->thread, NULL, io_thread, d);
@@ -1355,8 +1577,8 @@ static int fl_open(struct tcmu_device *dev, bool reopen)
 		fl_dev_free(d);
 		return -r;
 	}
-	fl_info(dev, "%s: %sopened: export %" PRId64 " bytes, backstore %" PRIu64 " bytes (%" PRIu64 " x %u)\n",
-		d->t.desc, reopen ? "re" : "", d->export_size, d->size, nlbas, d->block_size);
+	fl_info(dev, "%s: %sopened: export %" PRId64 " bytes, backstore %" PRIu64 " bytes (%" PRIu64 " x %u), grace %u s\n",
+		d->t.desc, reopen ? "re" : "", d->export_size, d->size, nlbas, d->block_size, d->t.grace_s);
 	fl_info(dev, "limits: export min block %u, max request %u; ro=%d flush=%d fua=%d trim=%d zero=%d; unmap gran %u, max unmap %u blocks\n",
 		d->min_block, d->max_req, d->ro, d->can_flush, d->can_fua, d->can_trim, d->can_zero,
 		gran, max_unmap);
@@ -1384,7 +1606,8 @@ static void fl_close(struct tcmu_device *dev)
 		s->ops[OP_TRIM], s->bytes[OP_TRIM], s->ops[OP_ZERO], s->bytes[OP_ZERO],
 		s->ops[OP_PATTERN], s->bytes[OP_PATTERN]);
 	fl_info(dev, "stats: failed %" PRIu64 " rejected %" PRIu64 " reconnects %" PRIu64 " bounced %" PRIu64
-		" max_inflight %u\n", s->errors, s->rejected, s->reconnects, s->bounced, s->max_inflight);
+		" max_inflight %u held %" PRIu64 " expired %" PRIu64 "\n", s->errors, s->rejected,
+		s->reconnects, s->bounced, s->max_inflight, s->held, s->expired);
 	tcmur_dev_set_private(dev, NULL);
 	fl_dev_free(d);
 }
@@ -1392,8 +1615,8 @@ static void fl_close(struct tcmu_device *dev)
 static struct tcmur_handler flashd_handler = {
 	.name = "flashd NBD bridge",
 	.subtype = FLASHD_SUBTYPE,
-	.cfg_desc = "<export>[@<unix socket>|@<host>/<port>|@<host>:<port>|@[<ipv6>]:<port>], default socket "
-		    FLASHD_DEFAULT_SOCKET,
+	.cfg_desc = "<export>[@<unix socket>|@<host>/<port>|@<host>:<port>|@[<ipv6>]:<port>][;grace=SECONDS], "
+		    "default socket " FLASHD_DEFAULT_SOCKET,
 	.check_config = fl_check_config,
 	.open = fl_open,
 	.close = fl_close,

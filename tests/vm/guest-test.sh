@@ -174,8 +174,9 @@ t_nbd() {
 # logs in over loopback.
 #   LUN 0: cfgstring EXPORT1 -> the handler's default unix socket
 #          /run/flashd/flashd.sock, which socat bridges to HOST:NBD_PORT
-#   LUN 1: cfgstring EXPORT1@HOST/NBD_PORT (the handler's TCP form; rtslib
-#          refuses ':' in a cfgstring, hence host/port), 64 MiB
+#   LUN 1: cfgstring EXPORT1@HOST/NBD_PORT;grace=5 (the handler's TCP form;
+#          rtslib refuses ':' in a cfgstring, hence host/port; commands are
+#          held 5 s while flashd is down, LUN 0 has the default 20 s), 64 MiB
 lun_dev() { # LUN -> /dev/sdX
 	local b
 	for b in /sys/class/iscsi_session/session*/device/target*/*:*:*:"$1"/block/*; do
@@ -189,7 +190,7 @@ stats_line() { # BACKSTORE KIND -> the handler's "stats ok:" / "stats:" line (lo
 
 t_iscsi() {
 	local cfs=/sys/kernel/config/target t i b d0="" d1="" rc sz lun_size c0 c1 pids
-	local cfg0=$EXPORT1 cfg1=$EXPORT1@$HOST/$NBD_PORT
+	local cfg0=$EXPORT1 cfg1="$EXPORT1@$HOST/$NBD_PORT;grace=5" w0 r0
 	[ -n "$EXPORT1_SIZE" ] || fail "EXPORT1_SIZE not set (run.sh config)"
 	lun_size=$((EXPORT1_SIZE / 4096 * 4096))
 
@@ -275,14 +276,42 @@ t_iscsi() {
 	read_cmp "$d0" $((32 * MiB)) $((16 * MiB)) /tmp/par || fail "parallel writers: read-back mismatch"
 	log "iscsi: 4 parallel O_DIRECT writers (16 MiB) + compare OK ($(since "$t")s)"
 
-	# flashd goes away: commands must fail promptly, then work again
+	# flashd restarts (as systemctl restart: SIGTERM, exit, start) under a
+	# write (O_DSYNC: FUA/flush) + read load: the handler holds the
+	# commands and sends them again; no I/O error, no lost write
+	if [ "$HOST_AGENT" = 1 ]; then
+		t=$(up)
+		dmesg -C
+		dd if=/dev/urandom of=/tmp/rs bs=1M count=8 status=none
+		dd if=/tmp/rs of="$d0" bs=64k seek=$((128 * 16)) oflag=direct,dsync conv=notrunc \
+			status=none 2>/tmp/w0.err &
+		w0=$!
+		(for i in $(seq 1 200); do
+			read_cmp "$d0" 0 $((16 * MiB)) /tmp/pat || exit 1
+		done) 2>/tmp/r0.err &
+		r0=$!
+		sleep 1
+		host_request restart-server || fail "host could not restart the server"
+		wait "$w0" || fail "the writer failed across the server restart: $(head -c 300 /tmp/w0.err)"
+		kill "$r0" 2>/dev/null
+		wait "$r0"
+		[ $? = 1 ] && fail "a read across the server restart differs or failed: $(head -c 300 /tmp/r0.err)"
+		dmesg | grep -E -i 'I/O error|critical (target|medium|space)|Sense Key' >/tmp/dmesg.err &&
+			fail "kernel log across the server restart: $(head -n 3 /tmp/dmesg.err | tr '\n' ' ')"
+		read_cmp "$d0" $((128 * MiB)) $((8 * MiB)) /tmp/rs || fail "writes lost across the server restart"
+		log "iscsi: server restarted under 8 MiB O_DSYNC writes + reads: no I/O error, read-back OK ($(since "$t")s; handler: $(grep -a "flashd/$EXPORT1: .*reconnected" /var/log/tcmu-runner.log | tail -n1 | sed 's/.*reconnected/reconnected/'))"
+	fi
+
+	# flashd goes away: LUN1 (grace=5) holds commands 5 s, then fails them
 	if host_request stop-server; then
 		t=$(up)
-		timeout 90 dd if="$d0" of=/dev/null bs=4k count=1 skip=100 iflag=direct status=none 2>/tmp/dd.err
+		timeout 90 dd if="$d1" of=/dev/null bs=4k count=1 skip=100 iflag=direct status=none 2>/tmp/dd.err
 		rc=$?
 		[ $rc = 124 ] && fail "a read hung (> 90 s) while the server was down"
 		[ $rc = 0 ] && fail "a read succeeded while the server was down"
-		timeout 90 dd if=/dev/zero of="$d0" bs=4k count=1 seek=$((100 * 256)) oflag=direct conv=notrunc status=none 2>>/tmp/dd.err
+		grep -a -q "flashd/$EXPORT1-2: .*down for 5 s (grace): failing [1-9]" /var/log/tcmu-runner.log ||
+			fail "LUN1's handler did not hold the read for its grace of 5 s"
+		timeout 90 dd if=/dev/zero of="$d1" bs=4k count=1 seek=100 oflag=direct conv=notrunc status=none 2>>/tmp/dd.err
 		rc=$?
 		[ $rc = 124 ] && fail "a write hung (> 90 s) while the server was down"
 		[ $rc = 0 ] && fail "a write succeeded while the server was down"
@@ -358,8 +387,13 @@ t_iscsi() {
 	[ "${BASH_REMATCH[1]}" -ge 2 ] || fail "never more than ${BASH_REMATCH[1]} NBD request in flight"
 	if [ "$HOST_AGENT" = 1 ]; then
 		[[ $c1 =~ reconnects\ ([0-9]+) ]] && [ "${BASH_REMATCH[1]}" -ge 1 ] || fail "LUN0 handler reports no reconnect"
+		[[ $c1 =~ held\ ([0-9]+) ]] && [ "${BASH_REMATCH[1]}" -ge 1 ] ||
+			fail "LUN0 handler held no command: the restart did not happen under load"
+		c1=$(stats_line "$EXPORT1-2" stats)
+		[[ $c1 =~ expired\ ([0-9]+) ]] && [ "${BASH_REMATCH[1]}" -ge 1 ] ||
+			fail "LUN1 handler failed no held command after its grace while flashd was down"
 		[[ $c1 =~ rejected\ ([0-9]+) ]] && [ "${BASH_REMATCH[1]}" -ge 1 ] ||
-			fail "LUN0 handler rejected no command while flashd was down"
+			fail "LUN1 handler rejected no command after its grace while flashd was down"
 	fi
 	kill $RUNNER
 	wait $RUNNER

@@ -20,10 +20,11 @@
 #             detach; flashd restarts; re-attach and verify again.
 #      iscsi: tcmu-runner + handler_flashd.so, deploy/iscsi-lun.sh creates
 #             the user:flashd backstores (dimm1 over the default unix socket,
-#             bridged by socat, and dimm1@10.0.2.2/PORT over TCP) and the
-#             target; open-iscsi logs in; data, parallel writers, flashd
-#             stop/start with the handler reconnecting, mkfs + files,
-#             blkdiscard (+ -z) reading back zeros; logout and delete.
+#             bridged by socat, and dimm1@10.0.2.2/PORT;grace=5 over TCP)
+#             and the target; open-iscsi logs in; data, parallel writers, flashd restarted under writes and
+#             reads (held and sent again: no I/O error, no lost write),
+#             flashd stopped (LUN1 fails after its grace) and started, mkfs +
+#             files, blkdiscard (+ -z) reading back zeros; logout and delete.
 # 4. Checks on the host that flashd's trim counter for dimm1 moved
 #    (build/flashctl status --control DIR/flashd.ctl --json), and that
 #    flashd exits cleanly on SIGTERM.
