@@ -3,7 +3,7 @@
 # backstores (served by tcmu-runner + handler_flashd.so) behind one iSCSI
 # target, configured with ONE targetcli batch.
 #
-#   iscsi-lun.sh [options] create CFG SIZE [CFG SIZE ...]
+#   iscsi-lun.sh [options] create CFG [SIZE] [CFG [SIZE] ...]
 #   iscsi-lun.sh [options] delete CFG [CFG ...]
 #
 # CFG is the handler's cfgstring: EXPORT (flashd's default unix socket
@@ -11,16 +11,25 @@
 # TCP (targetcli's rtslib refuses ':' in a cfgstring, so not host:port; an
 # IPv6 server needs a host name), optionally followed by ;grace=SECONDS: how
 # long the handler holds commands while flashd is unreachable (a restart)
-# before failing them (default 20; quote the ';' from the shell).  SIZE is the LUN size in targetcli syntax (bytes, or
-# 800M, 1G ...); it must not exceed the export's size (the handler refuses
-# to open a larger backstore).  LUN n is the n-th CFG.  Backstore names are
-# the export names (EXPORT-2, EXPORT-3 ... when an export is given again).
+# before failing them (default 20; quote the ';' from the shell).  SIZE is
+# the LUN size in targetcli syntax (bytes, or 800M, 1G ...); it must not
+# exceed the export's size (the handler refuses to open a larger backstore).
+# Without SIZE the export's size is asked from flashd (an NBD handshake, by
+# python3, over plain NBD: not for exports that need TLS), rounded down to a
+# multiple of 4096 bytes.  LUN n is the n-th CFG.  Backstore names are the
+# export names (EXPORT-2, EXPORT-3 ... when an export is given again).
 #
 # Options:
 #   --iqn IQN         target name (default iqn.2024-01.org.flashd:<hostname>)
 #   --portal IP:PORT  listen there instead of targetcli's default 0.0.0.0:3260
 #   --acl INITIATOR   allow this initiator IQN (repeatable)
-#   --open-access     any initiator, no authentication (labs and tests only)
+#   --open-access     any initiator (labs and tests only); no authentication
+#                     unless --chap
+#   --chap USER       initiators must log in with CHAP as USER, with the
+#                     password in the environment variable CHAP_PASSWORD
+#                     (12 to 255 characters, no blanks; not on the command
+#                     line, where ps shows it): on each --acl, or on the
+#                     portal group with --open-access
 #   --save            targetcli saveconfig afterwards (restored at boot by
 #                     rtslib-fb-targetctl, which needs tcmu-runner running)
 #   --dry-run         print the targetcli batch instead of running it
@@ -43,7 +52,7 @@ usage() {
 }
 
 IQN="iqn.2024-01.org.flashd:$(hostname -s 2>/dev/null || echo localhost)"
-PORTAL='' OPEN=0 SAVE=0 DRY=0
+PORTAL='' OPEN=0 SAVE=0 DRY=0 CHAP_USER=''
 ACLS=()
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -51,6 +60,7 @@ while [ $# -gt 0 ]; do
 	--portal) PORTAL=${2:?--portal needs IP:PORT}; shift 2 ;;
 	--acl) ACLS+=("${2:?--acl needs an initiator IQN}"); shift 2 ;;
 	--open-access) OPEN=1; shift ;;
+	--chap) CHAP_USER=${2:?--chap needs a user name}; shift 2 ;;
 	--save) SAVE=1; shift ;;
 	--dry-run) DRY=1; shift ;;
 	-h | --help) usage ;;
@@ -65,11 +75,26 @@ shift
 [[ $IQN =~ ^(iqn\.[0-9]{4}-[0-9]{2}\.[^[:space:]]+|naa\.[0-9a-fA-F]+|eui\.[0-9a-fA-F]{16})$ ]] ||
 	die "bad target name '$IQN' (want iqn.YYYY-MM.reverse.domain:name)"
 
+if [ -n "$CHAP_USER" ]; then
+	[[ $CHAP_USER =~ ^[[:graph:]]{1,255}$ ]] || die "bad CHAP user '$CHAP_USER' (no blanks)"
+	[[ ${CHAP_PASSWORD:-} =~ ^[[:graph:]]{12,255}$ ]] ||
+		die "--chap: set CHAP_PASSWORD in the environment (12 to 255 characters, no blanks)"
+fi
+
 CFGS=() SIZES=() NAMES=()
 case $ACTION in
 create)
-	[ $# -ge 2 ] && [ $(($# % 2)) = 0 ] || die "create wants CFG SIZE pairs"
-	while [ $# -gt 0 ]; do CFGS+=("$1"); SIZES+=("$2"); shift 2; done
+	[ $# -ge 1 ] || die "create wants CFG [SIZE] ..."
+	while [ $# -gt 0 ]; do
+		CFGS+=("$1")
+		if [[ ${2:-} =~ ^[0-9]+([kKmMgGtT][bB]?)?$ ]]; then
+			SIZES+=("$2")
+			shift 2
+		else
+			SIZES+=("")
+			shift
+		fi
+	done
 	[ ${#ACLS[@]} -gt 0 ] || [ $OPEN = 1 ] || die "create: give --acl INITIATOR_IQN (or --open-access for a lab)"
 	;;
 delete)
@@ -91,10 +116,59 @@ for i in "${!CFGS[@]}"; do
 	while [ -n "${USED[$n]:-}" ]; do k=$((k + 1)); n=$exp-$k; done
 	USED[$n]=1
 	NAMES+=("$n")
-	if [ "$ACTION" = create ]; then
-		[[ ${SIZES[$i]} =~ ^[0-9]+([kKmMgGtT][bB]?)?$ ]] || die "bad SIZE '${SIZES[$i]}'"
-	fi
 done
+
+# export_size CFG: the export's size in bytes, from an NBD handshake
+# (NBD_OPT_INFO) with the server CFG names; python3 is there wherever
+# targetcli (a Python program) is
+export_size() {
+	python3 - "$1" <<'EOF'
+import socket, struct, sys
+cfg = sys.argv[1].split(";")[0]
+export, _, where = cfg.partition("@")
+where = where or "/run/flashd/flashd.sock"
+try:
+    if where.startswith("/"):
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(15)
+        s.connect(where)
+    else:
+        host, port = where.rsplit("/", 1) if "/" in where else where.rsplit(":", 1)
+        s = socket.create_connection((host.strip("[]"), int(port)), timeout=15)
+    f = s.makefile("rwb")
+    def get(n):
+        b = f.read(n)
+        if len(b) != n:
+            raise OSError("the server closed the connection")
+        return b
+    if get(16) != b"NBDMAGICIHAVEOPT":
+        raise OSError("not a fixed-newstyle NBD server")
+    get(2)
+    name = export.encode()
+    f.write(struct.pack(">I", 3))  # FIXED_NEWSTYLE | NO_ZEROES
+    f.write(b"IHAVEOPT" + struct.pack(">II", 6, 6 + len(name)) + struct.pack(">I", len(name)) + name +
+            struct.pack(">H", 0))  # NBD_OPT_INFO
+    f.flush()
+    size = None
+    while True:
+        magic, opt, rtype, rlen = struct.unpack(">QIII", get(20))
+        data = get(rlen)
+        if rtype & 0x80000000:
+            raise OSError("the server refused export '%s': %s" %
+                          (export, data.decode(errors="replace") or "error %#x" % rtype))
+        if rtype == 3 and rlen >= 12 and struct.unpack(">H", data[:2])[0] == 0:  # NBD_INFO_EXPORT
+            size = struct.unpack(">Q", data[2:10])[0]
+        if rtype == 1:  # NBD_REP_ACK
+            break
+    f.write(b"IHAVEOPT" + struct.pack(">II", 2, 0))  # NBD_OPT_ABORT
+    f.flush()
+    if size is None:
+        raise OSError("no size in the server's answer")
+    print(size)
+except (OSError, ValueError) as e:
+    sys.exit("%s: %s" % (cfg, e))
+EOF
+}
 
 CFS=/sys/kernel/config/target
 TPG=/iscsi/$IQN/tpg1
@@ -112,11 +186,17 @@ batch_create() {
 	for i in "${!CFGS[@]}"; do
 		echo "$TPG/luns create /backstores/user:flashd/${NAMES[$i]} lun=$i"
 	done
+	local auth=0
+	if [ -n "$CHAP_USER" ]; then auth=1; fi
 	if [ $OPEN = 1 ]; then
-		echo "$TPG set attribute authentication=0 demo_mode_write_protect=0 generate_node_acls=1 cache_dynamic_acls=1"
+		echo "$TPG set attribute authentication=$auth demo_mode_write_protect=0 generate_node_acls=1 cache_dynamic_acls=1"
+		if [ -n "$CHAP_USER" ]; then echo "$TPG set auth userid=$CHAP_USER password=$CHAP_PASSWORD"; fi
+	elif [ -n "$CHAP_USER" ]; then
+		echo "$TPG set attribute authentication=1"
 	fi
 	for a in "${ACLS[@]}"; do
 		echo "$TPG/acls create $a"
+		if [ -n "$CHAP_USER" ]; then echo "$TPG/acls/$a set auth userid=$CHAP_USER password=$CHAP_PASSWORD"; fi
 	done
 	[ $SAVE = 1 ] && echo "saveconfig"
 	echo "exit"
@@ -148,6 +228,14 @@ run_targetcli() { # stdin: the batch.  One targetcli process for all of it:
 	# colours off; the last prompt has no newline, so terminate it
 	{ cat "$TMP"; echo; } | sed -e 's/\x1b\[[0-9;]*m//g' -e '/^[[:space:]]*$/d' -e 's/^/  targetcli| /'
 }
+
+# sizes not given: the export's, rounded down to whole 4 KiB blocks
+for i in "${!CFGS[@]}"; do
+	[ "$ACTION" = create ] && [ -z "${SIZES[$i]}" ] || continue
+	sz=$(export_size "${CFGS[$i]}") || die "no SIZE given for ${CFGS[$i]} and its export's size is unknown"
+	SIZES[i]=$((sz / 4096 * 4096))
+	[ "${SIZES[$i]}" -gt 0 ] || die "export of ${CFGS[$i]} is smaller than 4096 bytes"
+done
 
 if [ $DRY = 1 ]; then
 	"batch_$ACTION"

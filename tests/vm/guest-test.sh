@@ -27,6 +27,7 @@ SERVER_KIND=flashd
 [ -r /vmtest/config ] && . /vmtest/config
 
 IQN=iqn.2024-01.org.flashd:vmtest
+CHAP_USER=flashd-vmtest CHAP_PW=vmtest-secret-42
 MiB=$((1 << 20))
 
 up() { read -r u _ </proc/uptime; echo "$u"; }
@@ -234,9 +235,11 @@ t_iscsi() {
 	log "iscsi: oversized backstore refused: $(grep -a 'refusing to open' /var/log/tcmu-runner.log | tail -n1 | sed 's/.*refusing to open: //' | cut -c1-160) ($(since "$t")s)"
 
 	t=$(up)
-	iscsi-lun.sh --iqn "$IQN" --open-access create "$cfg0" "$lun_size" "$cfg1" 64M 2>&1 | indent
+	# LUN0 without a size: iscsi-lun.sh asks the export's; CHAP required
+	CHAP_PASSWORD=$CHAP_PW iscsi-lun.sh --iqn "$IQN" --open-access --chap "$CHAP_USER" \
+		create "$cfg0" "$cfg1" 64M 2>&1 | indent
 	[ "${PIPESTATUS[0]}" = 0 ] || fail "iscsi-lun.sh create failed"
-	log "iscsi: iscsi-lun.sh create: LUN0 cfgstring=$cfg0 size=$lun_size, LUN1 cfgstring=$cfg1 size=64M ($(since "$t")s)"
+	log "iscsi: iscsi-lun.sh create: LUN0 cfgstring=$cfg0 (size from the export), LUN1 cfgstring=$cfg1 size=64M, CHAP user $CHAP_USER ($(since "$t")s)"
 
 	t=$(up)
 	iscsid || fail "iscsid"
@@ -246,8 +249,16 @@ t_iscsi() {
 	done
 	iscsiadm -m discovery -t sendtargets -p 127.0.0.1 2>&1 | indent
 	[ "${PIPESTATUS[0]}" = 0 ] || fail "iscsiadm discovery"
+	iscsiadm -m node -T "$IQN" -p 127.0.0.1 --login >/tmp/nochap.out 2>&1 &&
+		fail "a login without CHAP credentials was admitted"
+	grep -q -i "auth" /tmp/nochap.out || { indent </tmp/nochap.out; fail "login without CHAP: no authorization failure"; }
+	log "iscsi: a login without CHAP is refused: $(grep -i -m1 auth /tmp/nochap.out)"
+	iscsiadm -m node -T "$IQN" -p 127.0.0.1 -o update -n node.session.auth.authmethod -v CHAP &&
+		iscsiadm -m node -T "$IQN" -p 127.0.0.1 -o update -n node.session.auth.username -v "$CHAP_USER" &&
+		iscsiadm -m node -T "$IQN" -p 127.0.0.1 -o update -n node.session.auth.password -v "$CHAP_PW" ||
+		fail "iscsiadm: setting the CHAP credentials"
 	iscsiadm -m node -T "$IQN" -p 127.0.0.1 --login 2>&1 | indent
-	[ "${PIPESTATUS[0]}" = 0 ] || fail "iscsiadm login"
+	[ "${PIPESTATUS[0]}" = 0 ] || fail "iscsiadm login with CHAP"
 	for i in $(seq 1 150); do
 		d0=$(lun_dev 0) && d1=$(lun_dev 1) && [ -b "$d0" ] && [ -b "$d1" ] && break
 		sleep 0.1

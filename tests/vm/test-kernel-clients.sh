@@ -20,8 +20,10 @@
 #             detach; flashd restarts; re-attach and verify again.
 #      iscsi: tcmu-runner + handler_flashd.so, deploy/iscsi-lun.sh creates
 #             the user:flashd backstores (dimm1 over the default unix socket,
-#             bridged by socat, and dimm1@10.0.2.2/PORT;grace=5 over TCP)
-#             and the target; open-iscsi logs in; data, parallel writers, flashd restarted under writes and
+#             bridged by socat, its size from the export, and
+#             dimm1@10.0.2.2/PORT;grace=5 over TCP) and the target with
+#             CHAP; open-iscsi is refused without CHAP, logs in with it;
+#             data, parallel writers, flashd restarted under writes and
 #             reads (held and sent again: no I/O error, no lost write),
 #             flashd stopped (LUN1 fails after its grace) and started, mkfs +
 #             files, blkdiscard (+ -z) reading back zeros; logout and delete.
