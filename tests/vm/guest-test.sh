@@ -189,9 +189,38 @@ stats_line() { # BACKSTORE KIND -> the handler's "stats ok:" / "stats:" line (lo
 	grep -a "flashd/$1: $2:" /var/log/tcmu-runner.log | tail -n1 | sed "s/.*flashd\/$1: //"
 }
 
+# restart_under_load VERB HOW OFF_MIB MIB: host request VERB while MIB MiB
+# are written to LUN0 ($d0) at OFF_MIB with O_DSYNC and its first 16 MiB
+# (/tmp/pat) are read and compared in a loop; every command must succeed,
+# the kernel log must stay clean and the data must read back
+restart_under_load() {
+	local verb=$1 how=$2 off=$3 n=$4 t w r rc
+	t=$(up)
+	dmesg -C
+	dd if=/dev/urandom of=/tmp/rs bs=1M count="$n" status=none
+	dd if=/tmp/rs of="$d0" bs=64k seek=$((off * 16)) oflag=direct,dsync conv=notrunc \
+		status=none 2>/tmp/w0.err &
+	w=$!
+	(for i in $(seq 1 200); do
+		read_cmp "$d0" 0 $((16 * MiB)) /tmp/pat || exit 1
+	done) 2>/tmp/r0.err &
+	r=$!
+	sleep 1
+	host_request "$verb" || fail "host could not restart the server ($how)"
+	wait "$w" || fail "the writer failed across the server restart ($how): $(head -c 300 /tmp/w0.err)"
+	kill "$r" 2>/dev/null
+	wait "$r"
+	rc=$?
+	[ $rc = 1 ] && fail "a read across the server restart ($how) differs or failed: $(head -c 300 /tmp/r0.err)"
+	dmesg | grep -E -i 'I/O error|critical (target|medium|space)|Sense Key' >/tmp/dmesg.err &&
+		fail "kernel log across the server restart ($how): $(head -n 3 /tmp/dmesg.err | tr '\n' ' ')"
+	read_cmp "$d0" $((off * MiB)) $((n * MiB)) /tmp/rs || fail "writes lost across the server restart ($how)"
+	log "iscsi: server restarted ($how) under $n MiB O_DSYNC writes + reads: no I/O error, read-back OK ($(since "$t")s; handler: $(grep -a "flashd/$EXPORT1: .*reconnected" /var/log/tcmu-runner.log | tail -n1 | sed 's/.*reconnected/reconnected/'))"
+}
+
 t_iscsi() {
 	local cfs=/sys/kernel/config/target t i b d0="" d1="" rc sz lun_size c0 c1 pids
-	local cfg0=$EXPORT1 cfg1="$EXPORT1@$HOST/$NBD_PORT;grace=5" w0 r0
+	local cfg0=$EXPORT1 cfg1="$EXPORT1@$HOST/$NBD_PORT;grace=5"
 	[ -n "$EXPORT1_SIZE" ] || fail "EXPORT1_SIZE not set (run.sh config)"
 	lun_size=$((EXPORT1_SIZE / 4096 * 4096))
 
@@ -287,30 +316,13 @@ t_iscsi() {
 	read_cmp "$d0" $((32 * MiB)) $((16 * MiB)) /tmp/par || fail "parallel writers: read-back mismatch"
 	log "iscsi: 4 parallel O_DIRECT writers (16 MiB) + compare OK ($(since "$t")s)"
 
-	# flashd restarts (as systemctl restart: SIGTERM, exit, start) under a
-	# write (O_DSYNC: FUA/flush) + read load: the handler holds the
-	# commands and sends them again; no I/O error, no lost write
+	# flashd restarts under a write (O_DSYNC: FUA/flush) + read load, as
+	# systemctl restart does (SIGTERM, exit, start), then killed (SIGKILL)
+	# and started: the handler holds the commands and sends them again; no
+	# I/O error, no lost write (each write was O_DSYNC)
 	if [ "$HOST_AGENT" = 1 ]; then
-		t=$(up)
-		dmesg -C
-		dd if=/dev/urandom of=/tmp/rs bs=1M count=8 status=none
-		dd if=/tmp/rs of="$d0" bs=64k seek=$((128 * 16)) oflag=direct,dsync conv=notrunc \
-			status=none 2>/tmp/w0.err &
-		w0=$!
-		(for i in $(seq 1 200); do
-			read_cmp "$d0" 0 $((16 * MiB)) /tmp/pat || exit 1
-		done) 2>/tmp/r0.err &
-		r0=$!
-		sleep 1
-		host_request restart-server || fail "host could not restart the server"
-		wait "$w0" || fail "the writer failed across the server restart: $(head -c 300 /tmp/w0.err)"
-		kill "$r0" 2>/dev/null
-		wait "$r0"
-		[ $? = 1 ] && fail "a read across the server restart differs or failed: $(head -c 300 /tmp/r0.err)"
-		dmesg | grep -E -i 'I/O error|critical (target|medium|space)|Sense Key' >/tmp/dmesg.err &&
-			fail "kernel log across the server restart: $(head -n 3 /tmp/dmesg.err | tr '\n' ' ')"
-		read_cmp "$d0" $((128 * MiB)) $((8 * MiB)) /tmp/rs || fail "writes lost across the server restart"
-		log "iscsi: server restarted under 8 MiB O_DSYNC writes + reads: no I/O error, read-back OK ($(since "$t")s; handler: $(grep -a "flashd/$EXPORT1: .*reconnected" /var/log/tcmu-runner.log | tail -n1 | sed 's/.*reconnected/reconnected/'))"
+		restart_under_load restart-server SIGTERM 128 8
+		restart_under_load kill-restart-server SIGKILL 136 4
 	fi
 
 	# flashd goes away: LUN1 (grace=5) holds commands 5 s, then fails them

@@ -14,8 +14,9 @@
 #                   --unix DIR/flashd.sock --pidfile DIR/flashd.pid --preset test-1g
 # 3. Boots the VM once (tests/vm/run.sh nbd,iscsi) and acts as its host
 #    agent: the guest drops a request (restart-server, stop-server,
-#    start-server) into the run share, this script does it (SIGTERM, wait
-#    for the exit, start again on the same state dir and port) and answers.
+#    start-server, kill-restart-server) into the run share, this script does
+#    it (SIGTERM, or SIGKILL; wait for the exit, start again on the same
+#    state dir and port) and answers.
 #      nbd:   nbd-client attaches dimm0; mkfs.ext4, files, fsck, verify;
 #             detach; flashd restarts; re-attach and verify again.
 #      iscsi: tcmu-runner + handler_flashd.so, deploy/iscsi-lun.sh creates
@@ -23,8 +24,9 @@
 #             bridged by socat, its size from the export, and
 #             dimm1@10.0.2.2/PORT;grace=5 over TCP) and the target with
 #             CHAP; open-iscsi is refused without CHAP, logs in with it;
-#             data, parallel writers, flashd restarted under writes and
-#             reads (held and sent again: no I/O error, no lost write),
+#             data, parallel writers, flashd restarted (SIGTERM, then
+#             SIGKILL) under writes and reads (held and sent again: no I/O
+#             error, no lost write),
 #             flashd stopped (LUN1 fails after its grace) and started, mkfs +
 #             files, blkdiscard (+ -z) reading back zeros; logout and delete.
 # 4. Checks on the host that flashd's trim counter for dimm1 moved
@@ -311,7 +313,17 @@ while kill -0 "$RUNPID" 2>/dev/null; do
 				continue
 			fi
 			;;&
-		restart-server | start-server)
+		kill-restart-server)
+			if [ -n "$SPID" ] && kill -KILL "$SPID" 2>/dev/null; then
+				wait "$SPID" 2>/dev/null
+				SPID=
+				echo "=== $(date '+%F %T') killed with SIGKILL [guest request #$n]" >>"$SRVLOG"
+				note "host: $SERVER killed with SIGKILL [guest request #$n $verb]"
+			else
+				fail "host: no $SERVER to kill [guest request #$n $verb]"
+			fi
+			;;&
+		restart-server | start-server | kill-restart-server)
 			if start_server; then
 				pass "host: $SERVER started again on the same state dir and port [guest request #$n $verb]"
 				answer "$n" "ok running again, pid $SPID, took $(awk -v a="$t" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s"
