@@ -381,8 +381,9 @@ void blk_set_bad(struct ftl *f, uint32_t b, bool grown)
 	health_update(f);
 	if (f->min_usable && f->nusable < f->min_usable && !f->no_space) {
 		f->no_space = true;
-		ftl_log("out of spare blocks (%u usable, %u needed): writes now fail with ENOSPC",
-			f->nusable, f->min_usable);
+		ftl_log(FTL_LOG_ERR, "out of spare blocks (%u usable, %u needed): writes fail "
+			"with ENOSPC from now on, reads go on; copy the data off and replace the "
+			"card", f->nusable, f->min_usable);
 	}
 }
 
@@ -434,7 +435,8 @@ void health_update(struct ftl *f)
 	const char *what = h == HEALTH_READONLY ? "no spare block left: blocks can no longer be "
 						  "placed safely, writes fail (read-only); "
 						  "every unit stays readable: copy the data off"
-			   : h == HEALTH_REDUCED ? "host writes throttled to about 10 MB/s"
+			   : h == HEALTH_REDUCED ? "host writes throttled to about 10 MB/s: copy "
+						   "the data off and replace the ioDimm"
 			   : h == HEALTH_LOW     ? "warning: replace the ioDimm soon"
 						 : "healthy";
 	if (h == HEALTH_OK)
@@ -443,7 +445,8 @@ void health_update(struct ftl *f)
 		snprintf(f->health_msg, sizeof f->health_msg,
 			 "reserves %.1f%% (%u spare blocks left, %u grown bad): %s", res, spare,
 			 f->nbad_grown + f->ndoomed, what);
-	ftl_log("state %s -> %s: reserves %.1f%% (%u spare blocks left, %u grown bad, warn at "
+	ftl_log(h == HEALTH_READONLY ? FTL_LOG_ERR : h == HEALTH_OK ? FTL_LOG_NOTICE : FTL_LOG_WARNING,
+		"state %s -> %s: reserves %.1f%% (%u spare blocks left, %u grown bad, warn at "
 		"%.0f%%, write-reduced at %.0f%%): %s",
 		health_name(f->health), health_name(h), res, spare, f->nbad_grown + f->ndoomed,
 		FTL_RESERVE_WARN_PERCENT, FTL_RESERVE_REDUCED_PERCENT, what);
@@ -547,7 +550,7 @@ void band_flag_refresh(struct ftl *f, uint32_t b, const char *why)
 		return;
 	uint64_t n = f->st.refresh_marked;
 	if (n <= 10 || (n & (n - 1)) == 0)
-		ftl_log("band %u (block %u): %s; its data will be relocated (%llu bands marked for "
+		ftl_log(FTL_LOG_INFO, "band %u (block %u): %s; its data will be relocated (%llu bands marked for "
 			"refresh so far)",
 			block_band(f, b), b, why, (unsigned long long)n);
 }
@@ -560,7 +563,7 @@ void band_mark_refresh(struct ftl *f, uint32_t b, enum nand_status st, uint16_t 
 	uint32_t bi = block_band(f, b);
 	uint64_t n = f->st.refresh_marked;
 	if (n <= 10 || (n & (n - 1)) == 0)
-		ftl_log("band %u (block %u, %u erases): a read %s (%u bits in one codeword, ECC "
+		ftl_log(FTL_LOG_INFO, "band %u (block %u, %u erases): a read %s (%u bits in one codeword, ECC "
 			"corrects %u); its data will be relocated (%llu bands marked for refresh "
 			"so far)",
 			bi, b, nand_erase_count(f->dev, b),
@@ -644,7 +647,7 @@ uint32_t band_wl_pick(struct ftl *f)
 	f->st.wl_collected++;
 	uint64_t n = f->st.wl_collected;
 	if (n <= 10 || (n & (n - 1)) == 0)
-		ftl_log("wear levelling: band %u (%u erases; the most worn has %u) is collected so "
+		ftl_log(FTL_LOG_INFO, "wear levelling: band %u (%u erases; the most worn has %u) is collected so "
 			"its blocks take their share of erases (%llu such bands so far)",
 			best, cmin, emax, (unsigned long long)n);
 	return best;
@@ -763,7 +766,9 @@ static void erase_done(struct nand_op *op)
 		blk_set_free(f, b);
 	} else {
 		f->st.erase_failures++;
-		ftl_log("block %u: erase failed (%s), retired", b, nand_status_name(op->status));
+		if (!die_is_dead(f, b)) /* a dead die's blocks: its failure said it */
+			ftl_log(FTL_LOG_NOTICE, "block %u: erase failed (%s), retired (a grown bad "
+				"block: the reserves take it)", b, nand_status_name(op->status));
 		blk_set_bad(f, b, true);
 	}
 }
@@ -820,8 +825,9 @@ void blk_limits(struct ftl *f)
 	health_update(f);
 	if (f->nusable < f->min_usable && !f->no_space) {
 		f->no_space = true;
-		ftl_log("too few usable blocks (%u, %u needed): writes fail with ENOSPC",
-			f->nusable, f->min_usable);
+		ftl_log(FTL_LOG_ERR, "too few usable blocks (%u, %u needed): writes fail with "
+			"ENOSPC, reads go on; copy the data off and replace the card", f->nusable,
+			f->min_usable);
 		return;
 	}
 	/*

@@ -778,7 +778,8 @@ int cp_kick(struct ftl *f)
 			if (++c->attempts > 3)
 				ftl_fail(f, -ENOMEM, "no memory for a checkpoint header, three times");
 			else
-				ftl_log("no memory for the checkpoint header; retrying later");
+				ftl_log(FTL_LOG_WARNING, "no memory for the checkpoint header; "
+					"retrying later");
 			return 1;
 		}
 		c->next_page = 0;
@@ -1191,7 +1192,7 @@ static int cp_read(struct ftl *f, uint32_t block, const uint64_t *want_seq,
 		}
 		free(pg);
 		if (!rc && !x.error)
-			ftl_log("checkpoint at block %u: %" PRIu64 " l2p pages unreadable, rebuilt "
+			ftl_log(FTL_LOG_WARNING, "checkpoint at block %u: %" PRIu64 " l2p pages unreadable, rebuilt "
 				"from parity", block, x.nfailed);
 	}
 	free(x.failed);
@@ -1263,7 +1264,7 @@ static int cp_read_named(struct ftl *f, uint32_t block, uint32_t mirror, uint64_
 		const char *why2 = "";
 		int rc2 = cp_read(f, mirror, &seq, mode, h, hbuf, &why2);
 		if (rc2 == 0)
-			ftl_log("checkpoint header at block %u is damaged (%s); read from its copy at "
+			ftl_log(FTL_LOG_WARNING, "checkpoint header at block %u is damaged (%s); read from its copy at "
 				"block %u", block, *why, mirror);
 		else if (rc2 == -EILSEQ)
 			*why = why2;
@@ -1408,7 +1409,7 @@ static int cp_keep_prev(struct ftl *f, const struct ftl_sb *sb)
 		}
 	}
 	if (rc) {
-		ftl_log("the previous checkpoint (block %u) is not kept (%s): until the next "
+		ftl_log(FTL_LOG_WARNING, "the previous checkpoint (block %u) is not kept (%s): until the next "
 			"checkpoint commits there is none to fall back on", sb->prev_cp_block, why);
 		return 0;
 	}
@@ -1438,7 +1439,7 @@ void cp_open_room(struct ftl *f)
 	struct cp_state *c = &f->cp;
 	if (f->readonly || c->prev_hdr_block == FTL_NO_BLOCK || cp_prev_room(f))
 		return;
-	ftl_log("the previous checkpoint (block %u) is not kept: the spare blocks (%u usable, "
+	ftl_log(FTL_LOG_WARNING, "the previous checkpoint (block %u) is not kept: the spare blocks (%u usable, "
 		"%u needed) no longer hold a second checkpoint; a damaged current one would "
 		"mean a replay of the whole log", c->prev_hdr_block, f->nusable - f->ndoomed,
 		f->min_usable + f->cp_reserve);

@@ -12,16 +12,16 @@
 
 /* ---- logging ------------------------------------------------------------ */
 
-static void (*log_fn)(void *arg, const char *msg);
+static void (*log_fn)(void *arg, int level, const char *msg);
 static void *log_arg;
 
-void ftl_set_logger(void (*fn)(void *arg, const char *msg), void *arg)
+void ftl_set_logger(void (*fn)(void *arg, int level, const char *msg), void *arg)
 {
 	log_fn = fn;
 	log_arg = arg;
 }
 
-void ftl_log(const char *fmt, ...)
+void ftl_log(int level, const char *fmt, ...)
 {
 	char buf[512];
 	va_list ap;
@@ -29,7 +29,7 @@ void ftl_log(const char *fmt, ...)
 	vsnprintf(buf, sizeof buf, fmt, ap);
 	va_end(ap);
 	if (log_fn)
-		log_fn(log_arg, buf);
+		log_fn(log_arg, level, buf);
 	else
 		fprintf(stderr, "ftl: %s\n", buf);
 }
@@ -40,7 +40,8 @@ void ftl_fail(struct ftl *f, int err, const char *why)
 		return;
 	f->error = err;
 	if (!f->quiet_fail)
-		ftl_log("failed, all further I/O returns errors (%s): %s", strerror(-err), why);
+		ftl_log(FTL_LOG_ERR, "failed, every request fails from now on (%s): %s; reopening "
+			"it recovers from what is on the media", strerror(-err), why);
 }
 
 void ftl_failf(struct ftl *f, int err, const char *fmt, ...)
@@ -117,7 +118,7 @@ void ftl_crc_error(struct ftl *f, uint32_t ppa, const char *what)
 {
 	f->st.crc_errors++;
 	if (log_this_one(f->st.crc_errors))
-		ftl_log("block %u page %u: %s fails its data CRC (bit rot beyond ECC); treated as "
+		ftl_log(FTL_LOG_WARNING, "block %u page %u: %s fails its data CRC (bit rot beyond ECC); treated as "
 			"unreadable (%llu such pages so far)",
 			ppa_block(f, ppa), ppa_page(f, ppa), what,
 			(unsigned long long)f->st.crc_errors);
@@ -129,7 +130,8 @@ int ftl_check_data(struct ftl *f, const void *data, const void *spare, uint64_t 
 	if (spare_parse(f, spare, &sp) != 0 || sp.type != FTL_PG_DATA || sp.lba != unit) {
 		f->st.read_errors_uncorrectable++;
 		if (log_this_one(f->st.read_errors_uncorrectable))
-			ftl_log("unit %llu: page %u does not hold it (map or spare damaged)",
+			ftl_log(FTL_LOG_ERR, "unit %llu: page %u does not hold it (map or spare "
+				"damaged): it reads EIO until rewritten",
 				(unsigned long long)unit, ppa);
 		return -EIO;
 	}
@@ -144,7 +146,7 @@ int ftl_check_data(struct ftl *f, const void *data, const void *spare, uint64_t 
 		 * an older copy of the page (a lost write, a restored file) */
 		f->st.read_errors_uncorrectable++;
 		if (log_this_one(++f->stale_reads))
-			ftl_log("unit %llu: page %u holds an older copy (sequence %llu; its block "
+			ftl_log(FTL_LOG_ERR, "unit %llu: page %u holds an older copy (sequence %llu; its block "
 				"was written from %llu on): the storage returned a page older than "
 				"what the FTL wrote there; treated as unreadable (%llu such reads)",
 				(unsigned long long)unit, ppa, (unsigned long long)sp.seq,
@@ -760,7 +762,7 @@ static int step_checkpoint(struct open_ctx *c)
 	if (rc == 1) {
 		/* GC kept the log after the previous checkpoint: replaying it
 		 * rebuilds what the damaged one held */
-		ftl_log("%s: the log after it is replayed, so every write and trim is recovered; a "
+		ftl_log(FTL_LOG_WARNING, "%s: the log after it is replayed, so every write and trim is recovered; a "
 			"new checkpoint follows at once", c->err);
 		snprintf(f->info.notes, sizeof f->info.notes,
 			 "%s: the log after it replayed, nothing lost", c->err);
@@ -769,7 +771,7 @@ static int step_checkpoint(struct open_ctx *c)
 		/* the last resort: the log alone rebuilds every unit's newest
 		 * write; what it cannot restore are trims older than the
 		 * checkpoints whose records GC has since dropped */
-		ftl_log("%s; the map is rebuilt from the whole log instead (the last resort): every "
+		ftl_log(FTL_LOG_WARNING, "%s; the map is rebuilt from the whole log instead (the last resort): every "
 			"write is recovered, but sectors trimmed or zeroed before that checkpoint may "
 			"read their old data again until rewritten; a new checkpoint follows at once",
 			c->err);
@@ -800,7 +802,7 @@ static void seq_limit_check(struct ftl *f)
 	if (f->readonly || (f->next_seq < near && f->sb_seq < near))
 		return;
 	f->readonly = true;
-	ftl_log("sequence numbers near their limit (log %llu, superblock %llu, limit %llu): "
+	ftl_log(FTL_LOG_ERR, "sequence numbers near their limit (log %llu, superblock %llu, limit %llu): "
 		"served read-only; copy the data off and re-format the ioDimm",
 		(unsigned long long)f->next_seq, (unsigned long long)f->sb_seq,
 		(unsigned long long)FTL_SEQ_LIMIT);
@@ -992,11 +994,14 @@ void thermal_check(struct ftl *f, bool force)
 		t = FTL_THERMAL_THROTTLED; /* cannot happen with the defaults */
 	if (t == f->thermal)
 		return;
-	ftl_log("temperature %.1f C: thermal state %s -> %s%s", mc / 1000.0,
+	/* held or paced I/O resumes by itself once it cools: degraded, handled */
+	ftl_log(t == FTL_THERMAL_OK ? FTL_LOG_NOTICE : FTL_LOG_WARNING,
+		"temperature %.1f C: thermal state %s -> %s%s", mc / 1000.0,
 		ftl_thermal_name(f->thermal), ftl_thermal_name(t),
 		t == FTL_THERMAL_STOPPED ? " (host I/O held, checkpoint written, until it "
-					   "cools below 75 C)"
-		: t == FTL_THERMAL_THROTTLED ? " (host writes paced to about 40 MB/s)"
+					   "cools below 75 C: check the cooling)"
+		: t == FTL_THERMAL_THROTTLED ? " (host writes paced to about 40 MB/s: check the "
+					       "cooling)"
 					     : "");
 	uint8_t was = f->thermal;
 	f->thermal = t;
@@ -1120,30 +1125,30 @@ bool ftl_idle(struct ftl *f)
 void ftl_debug_dump(struct ftl *f)
 {
 	struct ring *u = &f->stream[STREAM_USER].ring, *g = &f->stream[STREAM_GC].ring;
-	ftl_log("state: nfree %u (user_min %u gc_min %u gc_start %u) dirty %u retire %u meta %u bad %u",
+	ftl_log(FTL_LOG_INFO, "state: nfree %u (user_min %u gc_min %u gc_start %u) dirty %u retire %u meta %u bad %u",
 		f->nfree, f->user_min, f->gc_min, f->gc_start, f->dirty.count, f->retire.count,
 		f->nmeta, f->nbad);
-	ftl_log("user ring fill %llu submit %llu done %llu retry %u stalled %d; gc ring fill %llu submit %llu done %llu stalled %d",
+	ftl_log(FTL_LOG_INFO, "user ring fill %llu submit %llu done %llu retry %u stalled %d; gc ring fill %llu submit %llu done %llu stalled %d",
 		(unsigned long long)u->fill, (unsigned long long)u->submit, (unsigned long long)u->done,
 		u->nretry, f->stream[0].stalled, (unsigned long long)g->fill,
 		(unsigned long long)g->submit, (unsigned long long)g->done, f->stream[1].stalled);
-	ftl_log("gc: examining %u of %u, credit %lld ratio %lld min_bucket %u cp phase %d req %d; trims pending %u",
+	ftl_log(FTL_LOG_INFO, "gc: examining %u of %u, credit %lld ratio %lld min_bucket %u cp phase %d req %d; trims pending %u",
 		f->gc_examining, f->gc_examining_max, (long long)f->gc_credit, (long long)f->gc_ratio,
 		f->min_bucket, f->cp.phase, f->cp.requested, f->ntrim_pend);
 	for (uint32_t i = 0; i < f->nvictims; i++) {
 		struct victim *v = &f->victims[i];
 		if (v->phase != VIC_FREE)
-			ftl_log("victim %u (%s): block %u cursor %u scans %u pending %u lost %u trim %d wait %llu",
+			ftl_log(FTL_LOG_INFO, "victim %u (%s): block %u cursor %u scans %u pending %u lost %u trim %d wait %llu",
 				i, v->phase == VIC_EXAMINING ? "examining" : "finishing", v->block,
 				v->cursor, v->scans_done, v->pending, v->nlost, v->trim_state,
 				(unsigned long long)v->wait_user_pos);
 	}
 	for (uint32_t r = 0; r < f->nrows; r++)
-		ftl_log("row %u: free bands %u, open bands: user %u cold %u gc %u cold %u", r,
+		ftl_log(FTL_LOG_INFO, "row %u: free bands %u, open bands: user %u cold %u gc %u cold %u", r,
 			f->band_free[r].count, f->stream[0].set[SET_FIRST].row[r].band,
 			f->stream[0].set[SET_COLD].row[r].band,
 			f->stream[1].set[SET_FIRST].row[r].band, f->stream[1].set[SET_COLD].row[r].band);
-	ftl_log("io: write head %p durable head %p read head %p in flight %u",
+	ftl_log(FTL_LOG_INFO, "io: write head %p durable head %p read head %p in flight %u",
 		(void *)f->wq_write.head, (void *)f->wq_durable.head, (void *)f->wq_read.head,
 		f->ios_in_flight);
 	if (f->parity)
@@ -1175,7 +1180,7 @@ int ftl_run_until(struct ftl *f, bool (*pred)(struct ftl *, void *), void *arg)
 		if (due == UINT64_MAX && f->error && !signalled)
 			return f->error;
 		if (due == UINT64_MAX && !signalled) {
-			ftl_log("stuck: nothing in flight and the awaited condition does not hold");
+			ftl_log(FTL_LOG_ERR, "stuck: nothing in flight and the awaited condition does not hold");
 			ftl_debug_dump(f);
 			return -EDEADLK;
 		}

@@ -430,8 +430,23 @@ struct ftl_stats {
 };
 void ftl_get_stats(struct ftl *f, struct ftl_stats *st);
 
-/* Where FTL messages go (default: stderr).  Process-wide. */
-void ftl_set_logger(void (*fn)(void *arg, const char *msg), void *arg);
+/*
+ * Where FTL messages go (default: stderr), with their level, syslog's
+ * numbers: ERR something is lost or stops working (the message says what
+ * to do), WARNING something wants attention (redundancy or reserves
+ * reduced, a repair), NOTICE a fault handled as designed (a grown bad block
+ * retired), INFO routine media management.  Process-wide.  A message is
+ * logged on the thread that called into the FTL, so an owner of several
+ * FTLs, each on a thread of its own (ftl.h, "Threading"), tells by the
+ * thread whose it is.
+ */
+enum ftl_log_level {
+	FTL_LOG_ERR = 3,
+	FTL_LOG_WARNING = 4,
+	FTL_LOG_NOTICE = 5,
+	FTL_LOG_INFO = 6,
+};
+void ftl_set_logger(void (*fn)(void *arg, int level, const char *msg), void *arg);
 
 /* Log the internal state (queues, cursors, GC) for debugging a hang. */
 void ftl_debug_dump_public(struct ftl *f);

@@ -843,7 +843,8 @@ void ftl_progress_foreground(struct ftl *f);
 void ftl_debug_dump(struct ftl *f);
 /* Run the medium until pred(f, arg) holds or the FTL fails (blocking). */
 int ftl_run_until(struct ftl *f, bool (*pred)(struct ftl *, void *), void *arg);
-void ftl_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A message at level (enum ftl_log_level) to the logger (ftl.h) */
+void ftl_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* spare */
 void spare_build_crc(struct ftl *f, void *spare, uint8_t type, uint32_t lba, uint64_t seq,

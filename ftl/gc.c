@@ -412,9 +412,10 @@ static void gc_read_landed(struct ftl *f, struct gc_read *rd, bool readable, boo
 		/* a dead die without parity loses thousands: name the first
 		 * ones, then count (the range is in the stats) */
 		if (f->st.lost_units <= 16)
-			ftl_log("unit %u lost: page %u unreadable during GC", rd->lba, rd->from);
+			ftl_log(FTL_LOG_ERR, "unit %u lost: page %u unreadable during GC (it reads "
+				"EIO until rewritten: restore it from a copy)", rd->lba, rd->from);
 		else if (f->st.lost_units % 4096 == 0)
-			ftl_log("%" PRIu64 " units lost so far (units %" PRIu64 " to %" PRIu64 ")",
+			ftl_log(FTL_LOG_ERR, "%" PRIu64 " units lost so far (units %" PRIu64 " to %" PRIu64 ")",
 				f->st.lost_units, f->st.lost_first, f->st.lost_last);
 		gc_read_put(f, rd);
 		return;
@@ -556,7 +557,7 @@ static void unread_hold(struct ftl *f, struct victim *v, uint32_t p)
 	}
 	if (bound <= f->cp.keep_seq || bound <= v->hold_seq)
 		return;
-	ftl_log("block %u page %u: spare unreadable during GC: the block is erased only after a "
+	ftl_log(FTL_LOG_WARNING, "block %u page %u: spare unreadable during GC: the block is erased only after a "
 		"checkpoint newer than it", v->block, p);
 	victim_hold(f, v, bound);
 }
@@ -673,7 +674,7 @@ static int victim_examine(struct ftl *f, int vi)
 				/* its trims cannot be re-logged: the block stays until
 				 * a checkpoint holds them (victim_finish), else a crash
 				 * would replay older writes of those units */
-				ftl_log("block %u page %u: trim record (seq %llu) unreadable during GC: "
+				ftl_log(FTL_LOG_WARNING, "block %u page %u: trim record (seq %llu) unreadable during GC: "
 					"the block is erased only after a checkpoint that holds it",
 					v->block, p, (unsigned long long)sp.seq);
 				victim_hold(f, v, sp.seq);
@@ -702,7 +703,8 @@ static void victim_sweep_lost(struct ftl *f, struct victim *v)
 			unit_lost(f, (uint32_t)u);
 			if (v->nlost < f->ppb)
 				v->lost[v->nlost++] = (uint32_t)u;
-			ftl_log("unit %llu lost: its page in block %u is unreadable",
+			ftl_log(FTL_LOG_ERR, "unit %llu lost: its page in block %u is unreadable (it "
+				"reads EIO until rewritten: restore it from a copy)",
 				(unsigned long long)u, v->block);
 		}
 	}
@@ -747,7 +749,7 @@ int gc_cancel_stalled(struct ftl *f)
 		r->submit = r->fill; /* everything left is SKIP now */
 	ring_release(f, r);
 	if (n)
-		ftl_log("GC out of blocks: %d relocations given back to their victims", n);
+		ftl_log(FTL_LOG_WARNING, "GC out of blocks: %d relocations given back to their victims", n);
 	return n;
 }
 
@@ -892,7 +894,7 @@ static int victim_finish(struct ftl *f, int vi)
 	victim_finished(f, v);
 	f->st.gc_blocks_collected++;
 	if (v->retire) {
-		ftl_log("block %u retired after relocating its data", b);
+		ftl_log(FTL_LOG_NOTICE, "block %u retired after relocating its data", b);
 		blk_set_bad(f, b, true);
 	} else {
 		blk_set_dirty(f, b);
@@ -1125,7 +1127,9 @@ static int victim_admit(struct ftl *f)
 			/* nothing in flight will ever free a block: the spare
 			 * capacity is gone (bad blocks ate it) */
 			f->no_space = true;
-			ftl_log("no room left to collect garbage: writes now fail with ENOSPC");
+			ftl_log(FTL_LOG_ERR, "no room left to collect garbage: writes fail with "
+				"ENOSPC from now on, reads go on; copy the data off and replace the "
+				"card");
 		}
 		return -1;
 	}

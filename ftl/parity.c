@@ -1056,8 +1056,9 @@ static void rb_finish(struct ftl *f, struct rb_ctx *x)
 		f->st.parity_rebuild_failures++;
 		uint64_t n = f->st.parity_rebuild_failures;
 		if (n <= 10 || (n & (n - 1)) == 0)
-			ftl_log("block %u page %u: rebuild from parity failed (a second member of "
-				"the stripe unreadable, or no parity) (%llu failures so far)",
+			ftl_log(FTL_LOG_NOTICE, "block %u page %u: not rebuilt from parity (another "
+				"member of its stripe unreadable too, or no parity yet): this read "
+				"fails, a later one may not (%llu so far)",
 				ppa_block(f, ppa), ppa_page(f, ppa), (unsigned long long)n);
 	}
 	rb_put(f, x);
@@ -1197,7 +1198,7 @@ void par_debug_dump(struct ftl *f)
 	uint32_t nfree = 0;
 	for (struct band_par *bp = f->par_free; bp; bp = bp->next_free)
 		nfree++;
-	ftl_log("parity: %u of %u contexts free", nfree, f->npar);
+	ftl_log(FTL_LOG_INFO, "parity: %u of %u contexts free", nfree, f->npar);
 	for (uint32_t i = 0; i < f->npar; i++) {
 		struct band_par *bp = &f->par_pool[i];
 		if (bp->band == FTL_NO_BLOCK)
@@ -1210,7 +1211,7 @@ void par_debug_dump(struct ftl *f)
 					      bp->st[k].state == PS_FILLING ? 'f' : 'p',
 					      bp->st[k].sealed ? "s" : "", bp->st[k].need);
 		buf[n] = 0;
-		ftl_log("  band %u pcol %u next %u busy %u dead %d:%s", bp->band, bp->pcol, bp->next,
+		ftl_log(FTL_LOG_INFO, "  band %u pcol %u next %u busy %u dead %d:%s", bp->band, bp->pcol, bp->next,
 			bp->busy, bp->dead, buf);
 	}
 }
@@ -1665,7 +1666,7 @@ int par_recover_dead_spares(struct ftl *f, uint32_t die,
 	}
 	free(spares);
 	if (found)
-		ftl_log("die %u dead at open: %llu log pages on it newer than the checkpoint found "
+		ftl_log(FTL_LOG_WARNING, "die %u dead at open: %llu log pages on it newer than the checkpoint found "
 			"through parity", die, (unsigned long long)found);
 	return rc;
 }
@@ -1746,15 +1747,18 @@ void die_declare_dead(struct ftl *f, uint32_t die, const char *why)
 			}
 			f->dead_rmap[die] = m;
 		} else {
-			ftl_log("die %u: no memory for its reverse map: pages GC cannot identify "
+			ftl_log(FTL_LOG_ERR, "die %u: no memory for its reverse map: pages GC cannot identify "
 				"are lost", die);
 		}
 	}
-	ftl_log("die %u failed (%s): %s; %u bands hold data on it, %u of its blocks retired "
-		"at once",
+	ftl_log(f->parity || !marked ? FTL_LOG_WARNING : FTL_LOG_ERR,
+		"die %u failed (%s): %s; %u bands hold data on it, %u of its blocks retired "
+		"at once; replace the card",
 		die, why,
-		f->parity ? "rebuilding its data from parity onto the other dies"
-			  : "no parity: the data on it is lost (reads fail with EIO)",
+		f->parity ? "rebuilding its data from parity onto the other dies (a second dead "
+			    "die in its row would lose data)"
+		: marked  ? "no parity: the data on it is lost (reads fail with EIO)"
+			  : "no parity, and no data on it",
 		marked, retired);
 	health_update(f);
 	/* the map as it is now, on other dies than this one, in a checkpoint:

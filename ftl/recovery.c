@@ -402,7 +402,7 @@ static int unread_rebuild(struct ftl *f, struct rctx *x)
 		found++;
 	}
 	if (found)
-		ftl_log("recovery: %u unreadable log pages newer than the checkpoint rebuilt from "
+		ftl_log(FTL_LOG_NOTICE, "recovery: %u unreadable log pages newer than the checkpoint rebuilt from "
 			"parity", found);
 out:
 	free(page);
@@ -454,7 +454,7 @@ static void dead_after_crash(struct ftl *f, uint32_t d, const uint32_t *cut, uin
 	if (f->parity && f->flush_ppl) {
 		/* every flush wrote partial parity into the stripes still
 		 * open: what is lost on it was never flushed */
-		ftl_log("die %u dead at open after an unclean shutdown: %u band(s) open at the "
+		ftl_log(FTL_LOG_WARNING, "die %u dead at open after an unclean shutdown: %u band(s) open at the "
 			"crash with a member on it; flushed pages there rebuilt from partial parity",
 			d, nbands);
 		return;
@@ -465,7 +465,7 @@ static void dead_after_crash(struct ftl *f, uint32_t d, const uint32_t *cut, uin
 			 "on it, their last stripes without parity", nbands);
 	else
 		snprintf(what, sizeof what, "no parity");
-	ftl_log("die %u dead at open after an unclean shutdown (%s): units whose newest version "
+	ftl_log(FTL_LOG_ERR, "die %u dead at open after an unclean shutdown (%s): units whose newest version "
 		"it held since the last checkpoint may read an older version", d, what);
 	size_t n = strlen(f->info.notes);
 	snprintf(f->info.notes + n, sizeof f->info.notes - n,
@@ -633,7 +633,7 @@ int recovery_run(struct ftl *f, const uint8_t *dead_dies, char *err, size_t errl
 			if (good)
 				trim_apply_record(f, page, e->seq);
 			else
-				ftl_log("trim record at page %u unreadable; ignored", e->ppa);
+				ftl_log(FTL_LOG_WARNING, "trim record at page %u unreadable; ignored", e->ppa);
 		}
 		if (e->seq > max_seq)
 			max_seq = e->seq;
@@ -672,7 +672,8 @@ int recovery_run(struct ftl *f, const uint8_t *dead_dies, char *err, size_t errl
 		f->blk[b].valid++;
 	}
 	if (lost) {
-		ftl_log("%llu units point at blocks without data; they read as errors",
+		ftl_log(FTL_LOG_ERR, "%llu units point at blocks without data; they read as errors "
+			"until rewritten (restore them from a copy)",
 			(unsigned long long)lost);
 		size_t n = strlen(f->info.notes);
 		snprintf(f->info.notes + n, sizeof f->info.notes - n, "%s%llu units lost (read as errors)",
@@ -761,7 +762,7 @@ int recovery_run(struct ftl *f, const uint8_t *dead_dies, char *err, size_t errl
 				x.list[ncut++] = b;
 		rc = par_recover(f, x.list, ncut, &done);
 		if (done)
-			ftl_log("parity: %u bands open at the crash had stripes without parity: "
+			ftl_log(FTL_LOG_NOTICE, "parity: %u bands open at the crash had stripes without parity: "
 				"programmed it", done);
 	}
 	for (uint32_t d = 0; !rc && d < f->ndies; d++) {

@@ -194,7 +194,9 @@ static void sb_copy_end(struct ftl *f, bool ok)
 		f->sb_copies++;
 	} else if (!f->sb_warned[i]) {
 		f->sb_warned[i] = true;
-		ftl_log("superblock block %u failed: the superblock goes on in block %u only",
+		ftl_log(FTL_LOG_WARNING, "superblock block %u failed: the superblock goes on in "
+			"block %u only (one more failure there and the ioDimm cannot record its "
+			"state: replace the card)",
 			f->sb_block[i], f->sb_block[i ^ 1]);
 	}
 	if (++f->sb_cur < 2 && !f->error) {

@@ -107,7 +107,7 @@ void trim_apply_record(struct ftl *f, const void *page, uint64_t seq)
 	struct ftl_trim_hdr h;
 	memcpy(&h, page, sizeof h);
 	if (h.magic != FTL_TRIM_MAGIC || h.nranges > trim_record_capacity(f)) {
-		ftl_log("trim record seq %llu is damaged; ignored", (unsigned long long)seq);
+		ftl_log(FTL_LOG_WARNING, "trim record seq %llu is damaged; ignored", (unsigned long long)seq);
 		return;
 	}
 	const uint8_t *p = (const uint8_t *)page + sizeof h;

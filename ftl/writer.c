@@ -445,7 +445,8 @@ void blk_program_failed(struct ftl *f, uint32_t b)
 	}
 	/* its band goes on without it (set_next_page skips it) */
 	blk_set_retiring(f, b);
-	ftl_log("block %u: program failed, retiring it", b);
+	ftl_log(FTL_LOG_NOTICE, "block %u: program failed, retiring it (a grown bad block: its "
+		"data is written elsewhere, the reserves take it)", b);
 }
 
 static void slot_program_done(struct nand_op *op)
@@ -554,7 +555,7 @@ uint64_t seq_take_slow(struct ftl *f)
 {
 	if (!f->seq_ro) {
 		f->seq_ro = true;
-		ftl_log("sequence numbers near their limit (%llu of %llu): writes are refused "
+		ftl_log(FTL_LOG_ERR, "sequence numbers near their limit (%llu of %llu): writes are refused "
 			"(read-only); copy the data off and re-format the ioDimm",
 			(unsigned long long)f->next_seq, (unsigned long long)FTL_SEQ_LIMIT);
 	}

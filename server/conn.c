@@ -198,7 +198,7 @@ struct tx {
 struct conn {
 	struct dimm *d;
 	int fd;
-	char peer[96];
+	char peer[96 + 72];        /* for the log: "dimm0: 127.0.0.1:5000" */
 	char who[256];             /* peer and identities (handoff.who) */
 	bool structured, meta_allocation;
 	bool strict;               /* bound by NBD_INFO_BLOCK_SIZE (its GO asked) */
@@ -1924,7 +1924,7 @@ void conn_adopt(struct dimm *d, struct handoff *h)
 		c->wev = event_new(d->base, h->fd, EV_WRITE, write_cb, c);
 	}
 	if (!c || !c->in || !c->rev || !c->wev) {
-		log_err("%s: out of memory", h->peer);
+		log_err("%s: %s: out of memory", d->cfg->name, h->peer);
 		tls_close(h->ssl, false);
 		close(h->fd);
 		if (c) {
@@ -1959,7 +1959,7 @@ void conn_adopt(struct dimm *d, struct handoff *h)
 	if (!c->ssl)
 		setsockopt(c->fd, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof on);
 	c->tflags = h->tflags;
-	snprintf(c->peer, sizeof c->peer, "%s", h->peer);
+	snprintf(c->peer, sizeof c->peer, "%s: %s", d->cfg->name, h->peer);
 	snprintf(c->who, sizeof c->who, "%s", h->who);
 	/* the handshake reads in small steps and stops at GO, so this is far
 	 * below INBUF_SIZE; were it not, cutting requests off would desync */

@@ -87,6 +87,16 @@ const char *dimm_mstate_name(enum dimm_mstate st)
 	return "?";
 }
 
+/* ---- the FTL's messages -------------------------------------------------- */
+
+/* The ioDimm whose thread this is (dimm_main), NULL on other threads. */
+static __thread const struct dimm *thread_dimm;
+
+void dimm_ftl_log(void *arg, int level, const char *msg)
+{
+	log_msg(level, "%s: %s", thread_dimm ? thread_dimm->cfg->name : "ftl", msg);
+}
+
 /* ---- helpers ------------------------------------------------------------ */
 
 static void dimm_arm_timer(struct dimm *d)
@@ -929,6 +939,7 @@ static void dimm_loop(struct dimm *d)
 static void *dimm_main(void *arg)
 {
 	struct dimm *d = arg;
+	thread_dimm = d;
 	char err[1024] = "";
 	int rc = 0;
 	struct event_config *ec = event_config_new();

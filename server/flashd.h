@@ -555,6 +555,10 @@ void dimm_describe(struct dimm *d, char *buf, size_t len);
 void dimm_kick(struct dimm *d);
 /* ioDimm thread (conn.c): the latency bucket of ns */
 int lat_bucket(uint64_t ns);
+/* The FTL's logger (ftl_set_logger): each message at its level, named by
+ * the ioDimm whose thread logs it (every FTL runs on its ioDimm's thread):
+ * "dimm0: die 5 failed ..." */
+void dimm_ftl_log(void *arg, int level, const char *msg);
 
 /* ---- server ------------------------------------------------------------- */
 

@@ -1524,11 +1524,6 @@ static void open_result_cb(evutil_socket_t fd, short what, void *arg)
 		event_base_loopbreak(srv.base);
 }
 
-static void ftl_logger(void *arg, const char *msg)
-{
-	log_warn("ftl: %s", msg);
-}
-
 /* ---- daemon ------------------------------------------------------------- */
 
 /*
@@ -1779,7 +1774,7 @@ int main(int argc, char **argv)
 	}
 	srv.test_hooks = getenv("FLASHD_TEST_HOOKS") && !strcmp(getenv("FLASHD_TEST_HOOKS"), "1");
 	log_init(srv.cfg.use_syslog, srv.cfg.verbose);
-	ftl_set_logger(ftl_logger, NULL);
+	ftl_set_logger(dimm_ftl_log, NULL);
 
 	/* images, the state directory and everything else flashd makes:
 	 * 0600 / 0700 by default (umask = in [server]) */

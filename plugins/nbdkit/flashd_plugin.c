@@ -275,9 +275,13 @@ static void sim_log_to_nbdkit(void *arg, const char *msg)
 	nbdkit_error("flashd: warning: %s", msg);
 }
 
-static void ftl_log_to_nbdkit(void *arg, const char *msg)
+/* Errors are shown; the rest with -v (nbdkit --verbose). */
+static void ftl_log_to_nbdkit(void *arg, int level, const char *msg)
 {
-	nbdkit_debug("flashd ftl: %s", msg);
+	if (level <= FTL_LOG_ERR)
+		nbdkit_error("flashd: %s", msg);
+	else
+		nbdkit_debug("flashd ftl: %s", msg);
 }
 
 /* Open (create, format) the image and the FTL, before nbdkit forks. */

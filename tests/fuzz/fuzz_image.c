@@ -101,7 +101,7 @@ static struct img imgs[2] = {
 };
 static char dir[64];
 
-static void quiet(void *arg, const char *msg)
+static void quiet(void *arg, int level, const char *msg)
 {
 	(void)arg;
 	if (getenv("FUZZ_IMAGE_LOG"))

@@ -18,7 +18,7 @@
 
 /* the FTL's log lines, shown only with T_VERBOSE set:
  * ftl_set_logger(quiet_log, NULL) */
-static inline void quiet_log(void *arg, const char *msg)
+static inline void quiet_log(void *arg, int level, const char *msg)
 {
 	if (getenv("T_VERBOSE"))
 		fprintf(stderr, "ftl: %s\n", msg);

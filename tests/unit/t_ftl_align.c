@@ -89,7 +89,7 @@ static uint64_t rnd_below(uint64_t n)
 	return n ? rnd() % n : 0;
 }
 
-static void quiet_log(void *arg, const char *msg)
+static void quiet_log(void *arg, int level, const char *msg)
 {
 	(void)arg;
 	(void)msg;

@@ -349,7 +349,7 @@ static void t_checkpoint(void)
 /* what the FTL logged that names the previous checkpoint (t_cp_previous) */
 static char prev_logged[512];
 
-static void log_previous(void *arg, const char *msg)
+static void log_previous(void *arg, int level, const char *msg)
 {
 	if (strstr(msg, "previous"))
 		snprintf(prev_logged, sizeof prev_logged, "%s", msg);

@@ -877,7 +877,7 @@ static void run_config(const struct config *cfg, uint64_t nops, uint64_t seed)
 	free(M.eio_ok);
 }
 
-static void quiet_log(void *arg, const char *msg)
+static void quiet_log(void *arg, int level, const char *msg)
 {
 	if (M.verbose)
 		fprintf(stderr, "ftl: %s\n", msg);

@@ -199,7 +199,7 @@ static void wear_levelling(void)
 /* the FTL's state changes as logged (block.c, health_update) */
 static char logged[8][64];
 static int nlogged;
-static void log_states(void *arg, const char *msg)
+static void log_states(void *arg, int level, const char *msg)
 {
 	(void)arg;
 	const char *arrow = strstr(msg, " -> ");
@@ -340,7 +340,7 @@ static void wear_out(void)
 static char th_logged[8][32];
 static int th_nlogged;
 
-static void log_thermal(void *arg, const char *msg)
+static void log_thermal(void *arg, int level, const char *msg)
 {
 	(void)arg;
 	const char *arrow = strstr(msg, " -> ");
