@@ -472,9 +472,11 @@ static int dimm_open_media(struct dimm *d, bool strict, char *err, size_t errlen
 					      i ? "," : "; steps:", ftl_open_step_name(i),
 					      (double)d->info.open_step_ns[i] / 1e9);
 	}
-	log_info("%s: %s; %s shutdown, opened in %.2f s (%llu pages replayed%s)", c->name, desc,
-		 d->info.was_clean ? "clean" : "unclean", (double)d->info.open_ns / 1e9,
-		 (unsigned long long)d->info.recovered_pages, steps);
+	/* a crash recovery is worth a notice: the admin may not know of the crash */
+	log_msg(d->info.was_clean ? LOG_INFO : LOG_NOTICE,
+		"%s: %s; %s shutdown, opened in %.2f s (%llu pages replayed%s)", c->name, desc,
+		d->info.was_clean ? "clean" : "unclean", (double)d->info.open_ns / 1e9,
+		(unsigned long long)d->info.recovered_pages, steps);
 	return 0;
 fail:
 	d->ftl = NULL;
@@ -611,9 +613,12 @@ static void op_progress(struct dimm *d)
 			cmd_msg(cmd, 0, "%s detached; closing the FTL failed: %s (the next attach "
 				"recovers from the media)", d->cfg->name, strerror(-rc));
 		} else {
-			log_info("%s: detached (checkpoint written, image closed)", d->cfg->name);
-			cmd_msg(cmd, 0, "%s detached: connections closed, checkpoint written, image %s "
-				"closed", d->cfg->name, d->cfg->image);
+			log_info("%s: detached (%s, image closed)", d->cfg->name,
+				 d->cfg->readonly ? "read-only: nothing written" : "checkpoint written");
+			cmd_msg(cmd, 0, "%s detached: connections closed, %s, image %s closed",
+				d->cfg->name,
+				d->cfg->readonly ? "nothing written (read-only)" : "checkpoint written",
+				d->cfg->image);
 		}
 		set_open_result(d, 0, "");
 		dimm_snapshot(d, &cmd->st);
@@ -990,7 +995,8 @@ static void *dimm_main(void *arg)
 		if (rc)
 			log_err("%s: closing the FTL failed: %s", d->cfg->name, strerror(-rc));
 		else
-			log_info("%s: closed cleanly (checkpoint written)", d->cfg->name);
+			log_info("%s: closed cleanly (%s)", d->cfg->name,
+				 d->cfg->readonly ? "read-only: nothing written" : "checkpoint written");
 	}
 	dimm_close_dev(d);
 	/* commands posted before the stop but not run: every one comes back */

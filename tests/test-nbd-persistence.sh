@@ -10,12 +10,15 @@
 #      4 KiB unit, never anything else.
 #   3. SIGKILL in the middle of a stream of writes: flushed data survives,
 #      and flashd recovers again; then a clean stop and start.
+#   4. The log of these healthy runs: each crash recovery at notice level
+#      (clean opens at info), no line at warning level or above; a
+#      read-only ioDimm's close claims no checkpoint written.
 source "$(dirname "$0")/functions.sh"
 
 M=$((1 << 20))
 # how the last start of a dimm found it: "clean" or "unclean" (flashd log)
 last_open() {
-	grep "flashd\[info\]: $1: .* shutdown, opened" "$T/flashd.log" | tail -n1 | sed -n 's/.*; \([a-z]*\) shutdown, opened.*/\1/p'
+	grep -E "flashd\[(info|notice)\]: $1: .* shutdown, opened" "$T/flashd.log" | tail -n1 | sed -n 's/.*; \([a-z]*\) shutdown, opened.*/\1/p'
 }
 start_flashd --preset test-1g --timing off
 
@@ -161,4 +164,32 @@ nbd_region_is "$FLASHD_URI0" $((300 * M)) $((8 * M)) "$T/d.img" || fail "data lo
 nbd_region_is "$FLASHD_UNIX_URI1" 0 $((48 * M)) "$T/b.img" || fail "dimm1 data lost after the restarts"
 stop_flashd
 check_flashd_log
+
+# ---- 4. the log --------------------------------------------------------------------
+# an admin filtering the journal for notices sees each crash recovery, one
+# filtering for warnings sees nothing: these runs were healthy
+L=$T/flashd.log
+n_unclean=$(grep -c 'dimm0: .*; unclean shutdown, opened' "$L" || true)
+n_notice=$(grep -cE 'flashd\[notice\]: dimm0: .*; unclean shutdown, opened' "$L" || true)
+[ "$n_unclean" = 2 ] && [ "$n_notice" = 2 ] ||
+	fail "crash recoveries of dimm0: $n_unclean, $n_notice of them logged at notice level (want 2 and 2)"
+if grep -qE 'flashd\[[a-z]+\]: dimm[01]: .*; clean shutdown, opened' "$L" &&
+	grep -E 'flashd\[[a-z]+\]: dimm[01]: .*; clean shutdown, opened' "$L" | grep -qv 'flashd\[info\]'; then
+	fail "a clean open logged above info level"
+fi
+bad=$(grep -E 'flashd\[(warning|error|crit|alert|emerg)\]' "$L" || true)
+[ -z "$bad" ] || fail "a healthy run with crashes logged at warning level or above:
+$bad"
+# a read-only ioDimm writes nothing, so its close names no checkpoint
+printf '[dimm dimm0]\npreset = test-1g\n[dimm dimm1]\npreset = test-1g\nreadonly = yes\n' >"$T/ro.conf"
+: >"$L"
+start_flashd --config "$T/ro.conf" --timing off
+nbd_region_is "$FLASHD_UNIX_URI1" 0 $((48 * M)) "$T/b.img" || fail "dimm1 data lost, read-only"
+stop_flashd
+grep -q 'dimm1: closed cleanly (read-only: nothing written)' "$L" &&
+	! grep -q 'dimm1: .*checkpoint written' "$L" ||
+	fail "the read-only dimm1's close: $(grep 'dimm1: closed' "$L")"
+grep -q 'dimm0: closed cleanly (checkpoint written)' "$L" || fail "dimm0 did not close cleanly"
+check_flashd_log
+ok "log: 2 crash recoveries at notice, nothing at warning or above; read-only dimm1 closed without a checkpoint"
 ok "persistence checks passed"
