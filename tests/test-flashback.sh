@@ -23,6 +23,12 @@
 #      `flashctl detach` and SIGTERM finish within shutdown_timeout (2 s)
 #      plus a little, giving the held write up; data flushed before reads
 #      back after attach, and after a restart (fio's data verifies).
+#   6. the log: every FTL line, and every line at notice level or above
+#      but the server's own, names its ioDimm; each fault's line is at its
+#      priority (a die rebuilt from parity and a thermal stop warnings,
+#      lost data errors saying what to do, a retired bad block a
+#      notice), and the error-level lines are only the faults'
+#      consequences; the healthy run of 1. logged no warning at all.
 # (The exact set of units a second die failure loses is checked in
 # tests/unit/t_ftl_parity.c two_dies, where the units' places are known.)
 source "$(dirname "$0")/functions.sh"
@@ -92,6 +98,12 @@ grep -q "fault_injection = yes" "$T/inj.out" || fail "the refusal does not say h
 	fail "dimm0 was not formatted with parity (parity_width = 1)"
 stop_flashd
 ok "inject refused while [server] fault_injection is off; parity_width = 1 formats with parity"
+# a healthy run (a fresh image formatted, opened, closed) logs nothing that
+# asks for attention (no superblock or checkpoint complaint on a fresh image)
+bad=$(grep -E 'flashd\[(warning|error|crit|alert|emerg)\]' "$T/flashd.log" || true)
+[ -z "$bad" ] || fail "a healthy run logged at warning level or above:
+$bad"
+ok "the healthy run logged nothing at warning level or above"
 
 start_flashd --config "$T/on.conf" --timing off
 for bad in "dimm0 die-fail 8" "dimm0 bad-block 99999" "dimm0 temperature hot" "dimm0 melt 1" "nosuch die-fail 1"; do
@@ -311,4 +323,35 @@ qemu-io -f raw -c "read -P 5 300m 64k" "$FLASHD_URI0" >/dev/null || fail "the fl
 (cd "$T" && fio "$T/reverify.fio") >"$T/reverify3.out" 2>&1 || { cat "$T/reverify3.out"; fail "fio's data does not verify after the hot stop"; }
 ok "SIGTERM at 150 C with a write held: flashd exited 0 in $took s; after a restart the flushed data and fio's verify"
 stop_flashd
-check_flashd_log
+
+# ---- 6. the log of all this ------------------------------------------------------------------
+# every line about an ioDimm's work names it, at whatever level: the FTL's
+# lines said "ftl: ..." (or nothing) on a server of three ioDimms.  Lines
+# at notice level or above are all about an ioDimm but the server's own
+# warning about fault_injection; lines of the FTL's vocabulary (a block,
+# die, band, page or unit by number, checkpoints, parity, temperature) at
+# any level (the server's "writing checkpoints" at a stop is about them
+# all).  The error-level ones are exactly the consequences the faults
+# were meant to have (data lost on dimm1 and dimm2), each saying what to
+# do; the die rebuilt from parity on dimm0 and the thermal stop, which
+# the FTL handles (I/O resumes once it cools), are warnings.
+L=$T/flashd.log
+named='flashd\[[a-z]+\]: dimm[0-2]: '
+unnamed=$({
+	grep -E 'flashd\[(notice|warning|error|crit|alert|emerg)\]: ' "$L" | grep -v 'flashd\[warning\]: \[server\] fault_injection = yes'
+	grep -E 'flashd\[[a-z]+\]: .*((block|die|band|page|unit)s? [0-9]|checkpoint (at|header)|parity|temperature)' "$L"
+} | grep -vE "$named" || true)
+[ -z "$unnamed" ] || fail "lines that do not name their ioDimm:
+$(echo "$unnamed" | head -n 20)"
+for want in 'flashd\[warning\]: dimm0: die 5 failed .*replace the card' \
+	'flashd\[error\]: dimm2: die 3 failed .*the data on it is lost.*replace the card' \
+	'flashd\[error\]: dimm1: unit [0-9]+ lost: .*restore it' \
+	'flashd\[warning\]: dimm0: temperature .* -> stopped .*check the cooling' \
+	'flashd\[warning\]: dimm0: temperature .* -> throttled .*check the cooling' \
+	'flashd\[notice\]: dimm[0-2]: block [0-9]+: program failed, retiring it .*the reserves take it'; do
+	grep -qE "$want" "$L" || fail "no line in the log matches '$want'"
+done
+expected='flashd\[error\]: (dimm1|dimm2): (unit [0-9]+ lost|[0-9]+ units lost so far|die [0-9]+ failed .*the data on it is lost)'
+grep -vE "$expected" "$L" >"$T/unexpected.log" || true
+check_flashd_log "$T/unexpected.log"
+ok "the log names the ioDimm on every line of the FTL and at notice or above; $(grep -cE "$expected" "$L") error lines, each a consequence of a fault"
