@@ -110,8 +110,8 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIB)
 	$(CC) $(CPPFLAGS_ALL) -o $@ $^ $(LDLIBS_ALL) $(LDLIBS_TEST)
 
 # unit tests of server code link the server file they test (pure code only)
-$(BUILD)/tests/t_health: $(BUILD)/obj/server/health.o
-$(BUILD)/tests/t_health-san: $(BUILD)/san/obj/server/health.o
+$(BUILD)/tests/t_health: $(BUILD)/obj/server/health.o $(BUILD)/obj/server/drbd.o
+$(BUILD)/tests/t_health-san: $(BUILD)/san/obj/server/health.o $(BUILD)/san/obj/server/drbd.o
 
 # this test makes allocations fail: malloc and aligned_alloc are wrapped
 $(BUILD)/tests/t_ftl_review $(BUILD)/tests/t_ftl_review-san: LDLIBS_TEST := -Wl,--wrap=malloc,--wrap=aligned_alloc

@@ -338,6 +338,37 @@ static void health_summary(const struct ctl_req *cr, char *buf, size_t len)
 	}
 }
 
+/*
+ * ", \"drbd\": {...}" of a DRBD lower device (drbd.c): {"device":
+ * "/dev/drbd0", "minor": 0, "resource": "r0" ("" without udev's link),
+ * "lower": "/dev/nbd0", "role", "peer_role", "connection", "disk",
+ * "peer_disk", "protocol" (as DRBD spells them, "" when it does not say),
+ * "sync_percent" (null without a resync), "sync_finish" ("" likewise)}
+ */
+static void json_drbd(struct evbuffer *b, const struct drbd_lower *l)
+{
+	evbuffer_add_printf(b, ", \"drbd\": {\"device\": \"/dev/drbd%d\", \"minor\": %d, \"resource\": ",
+			    l->minor, l->minor);
+	json_str(b, l->resource);
+	char lower[32];
+	snprintf(lower, sizeof lower, "/dev/%s", l->nbd);
+	evbuffer_add_printf(b, ", \"lower\": ");
+	json_str(b, lower);
+	const struct { const char *key, *val; } f[] = {
+		{ "role", l->role }, { "peer_role", l->peer_role }, { "connection", l->cstate },
+		{ "disk", l->disk }, { "peer_disk", l->peer_disk }, { "protocol", l->protocol },
+		{ "sync_finish", l->sync_finish },
+	};
+	for (size_t k = 0; k < sizeof f / sizeof f[0]; k++) {
+		evbuffer_add_printf(b, ", \"%s\": ", f[k].key);
+		json_str(b, f[k].val);
+	}
+	if (l->sync_permille >= 0)
+		evbuffer_add_printf(b, ", \"sync_percent\": %.1f}", l->sync_permille / 10.0);
+	else
+		evbuffer_add_printf(b, ", \"sync_percent\": null}");
+}
+
 static void json_dimm(struct ctl_req *cr, struct evbuffer *b, const struct dimm_status *st)
 {
 	char note[160];
@@ -367,6 +398,8 @@ static void json_dimm(struct ctl_req *cr, struct evbuffer *b, const struct dimm_
 	evbuffer_add_printf(b, ", \"health\": ");
 	json_health(b, &cr->h[st - cr->st]);
 	evbuffer_add_printf(b, ", \"beacon\": %s", st->beacon ? "true" : "false");
+	if (st->drbd.lower)
+		json_drbd(b, &st->drbd);
 	if (st->answered && st->attached && st->info.temp_mc != FTL_TEMP_NONE)
 		evbuffer_add_printf(b, ", \"temperature_celsius\": %.1f, \"temperature_max_celsius\": %.1f, "
 				       "\"thermal\": \"%s\"",
@@ -584,6 +617,30 @@ static void text_health(struct evbuffer *b, const struct ctl_req *cr, const stru
 	}
 }
 
+static const char *or_unknown(const char *s)
+{
+	return s[0] ? s : "unknown";
+}
+
+/* "    DRBD: /dev/nbd0 -> /dev/drbd0 (resource r0): Primary, disk UpToDate;
+ * peer Secondary, disk UpToDate; Connected, protocol C[; resync 42.0 %
+ * done, finish 0:00:12]" (its health reasons are above it) */
+static void text_drbd(struct evbuffer *b, const struct drbd_lower *l)
+{
+	evbuffer_add_printf(b, "    DRBD: /dev/%s -> /dev/drbd%d%s%s%s: %s, disk %s; peer %s, disk %s; "
+			       "%s, protocol %s",
+			    l->nbd, l->minor, l->resource[0] ? " (resource " : "", l->resource,
+			    l->resource[0] ? ")" : "", or_unknown(l->role), or_unknown(l->disk),
+			    or_unknown(l->peer_role), or_unknown(l->peer_disk), or_unknown(l->cstate),
+			    or_unknown(l->protocol));
+	if (l->sync_permille >= 0)
+		evbuffer_add_printf(b, "; %s %.1f %% done%s%s",
+				    !strncmp(l->cstate, "Verify", 6) ? "online verify" : "resync",
+				    l->sync_permille / 10.0,
+				    l->sync_finish[0] ? ", finish " : "", l->sync_finish);
+	evbuffer_add_printf(b, "\n");
+}
+
 /* One ioDimm in the manner of the vendor's fio-status (-a: all). */
 static void text_dimm(struct ctl_req *cr, struct evbuffer *b, const struct dimm_status *st, bool all)
 {
@@ -599,6 +656,8 @@ static void text_dimm(struct ctl_req *cr, struct evbuffer *b, const struct dimm_
 		evbuffer_add_printf(b, "    Beacon: on (flashctl beacon %s off)\n", st->name);
 	else if (all)
 		evbuffer_add_printf(b, "    Beacon: off\n");
+	if (st->drbd.lower)
+		text_drbd(b, &st->drbd);
 	if (!st->answered || !st->attached) {
 		evbuffer_add_printf(b, "    State: %s%s%s; %u connection(s)\n", st->state,
 				    st->error[0] ? ": " : "", st->error, st->connections);
@@ -1436,6 +1495,7 @@ void ctl_cmd_done(evutil_socket_t fd, short what, void *arg)
 				if (cmd->type == DCMD_STATUS && cmd->st.answered) {
 					cr->st[cmd->slot] = cmd->st;
 					cr->st[cmd->slot].beacon = cmd->d->beacon;
+					cr->st[cmd->slot].drbd = cmd->d->drbd;
 				}
 				cr->rc = cmd->rc;
 				snprintf(cr->msg, sizeof cr->msg, "%s", cmd->msg);

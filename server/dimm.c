@@ -144,6 +144,7 @@ void dimm_status_main(struct dimm *d, struct dimm_status *st)
 	snprintf(st->state, sizeof st->state, "%s", dimm_mstate_name(d->mstate));
 	st->attached = d->mstate == DM_ATTACHED || d->mstate == DM_CHECKPOINTING;
 	st->beacon = d->beacon;
+	st->drbd = d->drbd;
 	pthread_mutex_lock(&d->lock);
 	st->connections = d->nconns;
 	st->total_connections = d->total_conns;

@@ -55,8 +55,6 @@
 static const char *prog = "flashctl";
 
 int cmd_bench(int argc, char **argv); /* flashctl_bench.c */
-void drbd_status_text(FILE *o, const char *status, const char *dimm); /* flashctl_drbd.c */
-char *drbd_status_json(const char *status, const char *body);
 
 static void usage(FILE *out)
 {
@@ -1235,21 +1233,7 @@ static int cmd_status(int argc, char **argv)
 		free(r.body);
 		return STATUS_UNKNOWN;
 	}
-	/* on a DRBD storage node: which ioDimms are lower devices, and the
-	 * role (flashctl_drbd.c; needs flashd's status JSON) */
-	struct http_resp st = { 0 };
-	if (r.code == 200 && !access("/proc/drbd", R_OK) && !access("/etc/nbdtab", R_OK)) {
-		if (json && optind == argc)
-			st.body = strdup(r.body);
-		else if (ctl_call(opt_control(control), "GET", "/v1/status", &st, err, sizeof err) || st.code != 200)
-			st.body = (free(st.body), NULL);
-	}
-	char *with_drbd = json && st.body ? drbd_status_json(st.body, r.body) : NULL;
-	fputs(with_drbd ? with_drbd : r.body, stdout);
-	if (!json && st.body)
-		drbd_status_text(stdout, st.body, optind < argc ? argv[optind] : NULL);
-	free(with_drbd);
-	free(st.body);
+	fputs(r.body, stdout);
 	free(r.body);
 	if (r.code != 200)
 		return STATUS_UNKNOWN;

@@ -341,6 +341,48 @@ enum dimm_mstate {
 };
 const char *dimm_mstate_name(enum dimm_mstate st);
 
+/*
+ * ---- DRBD (server/drbd.c) -------------------------------------------------
+ *
+ * Whether an ioDimm's export is the lower device of a DRBD resource on this
+ * node (deploy/drbd/README.md: the kernel NBD client attaches the export
+ * over flashd's unix socket as /dev/nbdN, the disk of /dev/drbdM), and that
+ * resource's state, read on monitor.c's tick from:
+ *   /etc/nbdtab                     which export of which socket is nbdN
+ *   /sys/block/nbdN/pid             nbdN is connected
+ *   /sys/block/nbdN/holders/drbdM   DRBD minor M holds nbdN as its disk
+ *   /proc/drbd                      M's connection, roles, disk states,
+ *                                   resync progress (DRBD 8.4's format)
+ *   /dev/drbd/by-res/RES[/VOL]      M's resource name (drbd-utils' udev rules)
+ * health.c turns it into reasons; ctl.c shows it.  Strings are as DRBD
+ * spells them ("" when it does not say).
+ */
+struct drbd_lower {
+	bool lower;                /* the export is the disk of minor M here */
+	int minor;
+	char nbd[16];              /* "nbd0" */
+	char resource[64];         /* "" without udev's by-res link */
+	char cstate[24], role[16], peer_role[16], disk[16], peer_disk[16], protocol[2];
+	int sync_permille;         /* resync done (sync'ed: 42.3% -> 423); -1: none */
+	char sync_finish[16];      /* the resync's "finish: 0:01:02", or "" */
+};
+/* The line of MINOR in TEXT (/proc/drbd's content) into l's DRBD fields
+ * (not lower, minor, nbd, resource); false if TEXT has none for MINOR. */
+bool drbd_parse_proc(const char *text, int minor, struct drbd_lower *l);
+/* The minor's resource under ROOT/dev/drbd/by-res ("" ROOT: the system's). */
+void drbd_resource_name(const char *root, int minor, char *out, size_t len);
+/* The lower device state of the export EXPORT served on the unix socket
+ * SOCK, under ROOT ("" for the system; tests give a directory): false (l
+ * cleared) if it is none.  TEXT: /proc/drbd's content (without a line for
+ * the minor, as DRBD 9's, the states are ""). */
+bool drbd_lookup(const char *root, const char *text, const char *sock, const char *export,
+		 struct drbd_lower *l);
+struct server;
+/* Main thread, monitor.c's tick: every ioDimm's d->drbd afresh (cleared
+ * when DRBD is not loaded: no /proc/drbd).  Cost: a read of /proc/drbd,
+ * and only if it exists /etc/nbdtab and a few sysfs entries per ioDimm. */
+void drbd_refresh(struct server *srv);
+
 /* A snapshot of one ioDimm (status, statistics, metrics). */
 struct dimm_status {
 	char name[64], export_name[256], card[64], preset[32], state[32];
@@ -359,6 +401,7 @@ struct dimm_status {
 	uint32_t connections;
 	uint64_t total_connections;
 	bool timing;
+	struct drbd_lower drbd; /* main thread's d->drbd */
 };
 
 /*
@@ -375,7 +418,10 @@ struct dimm_status {
  *   warning   serving, but something needs attention: reserves or
  *             endurance past their threshold, temperature high or writes
  *             throttled, a rebuild from parity running, a dead die
- *             rebuilt, units lost, a damaged checkpoint
+ *             rebuilt, units lost, a damaged checkpoint; on a DRBD node,
+ *             the pair's redundancy lost for now: disconnected from the
+ *             peer, a resync running, this node's or the peer's disk not
+ *             UpToDate (the ioDimm itself serves: never worse than warning)
  *   degraded  serving less than it should: write-reduced, worn out
  *             (read-only), no space, parity lost on some stripes, thermal
  *             stop, dies failed beyond what parity covers
@@ -402,10 +448,14 @@ enum health_reason {
 	HR_LOST_UNITS,         /* warning: units unreadable (media errors) */
 	HR_CHECKPOINT_DAMAGED, /* warning: the map was rebuilt from the whole log */
 	HR_NO_ANSWER,          /* warning: the ioDimm thread did not answer */
+	HR_DRBD_DISCONNECTED,  /* warning: its DRBD resource lost the peer */
+	HR_DRBD_RESYNC,        /* warning: its DRBD resource is resyncing */
+	HR_DRBD_DISK,          /* warning: this node's DRBD disk not UpToDate */
+	HR_DRBD_PEER_DISK,     /* warning: the peer's DRBD disk not UpToDate */
 	HR_DETACHED,           /* ok (note): detached on purpose */
 	HR_BUSY,               /* ok (note): attaching, detaching, formatting */
 };
-#define HEALTH_NREASONS 19
+#define HEALTH_NREASONS 23
 
 struct health_item {
 	enum health_reason reason;
@@ -521,6 +571,7 @@ struct dimm {
 	enum dimm_mstate mstate;
 	bool exported;              /* offered to handshakes */
 	bool beacon;                /* locate LED lit (flashctl beacon; simulated) */
+	struct drbd_lower drbd;     /* as DRBD uses the export here (drbd.c alone sets it) */
 	struct dimm_monitor *mon;   /* health and history (monitor.c) */
 
 	pthread_mutex_t lock;       /* protects the fields below */

@@ -1,7 +1,7 @@
 /*
  * server/health.c - the health model (flashd.h, "health"): from a snapshot
- * of an ioDimm (its main state, FTL info and statistics) and its
- * thresholds to a state and its reasons, each with the action to take.
+ * of an ioDimm (its main state, FTL info and statistics, the DRBD
+ * resource it is the lower device of) and its thresholds to a state and its reasons, each with the action to take.
  *
  * Every view renders what health_eval returns (ctl.c: status text and JSON,
  * /metrics, the exit status flashctl status derives from them; monitor.c:
@@ -47,6 +47,10 @@ const char *health_reason_name(enum health_reason r)
 	case HR_LOST_UNITS: return "lost_units";
 	case HR_CHECKPOINT_DAMAGED: return "checkpoint_damaged";
 	case HR_NO_ANSWER: return "no_answer";
+	case HR_DRBD_DISCONNECTED: return "drbd_disconnected";
+	case HR_DRBD_RESYNC: return "drbd_resync";
+	case HR_DRBD_DISK: return "drbd_disk";
+	case HR_DRBD_PEER_DISK: return "drbd_peer_disk";
 	case HR_DETACHED: return "detached";
 	case HR_BUSY: return "busy";
 	}
@@ -212,15 +216,84 @@ static void eval_ftl(const struct dimm_status *st, const struct health_limits *l
 	}
 }
 
-void health_eval(const struct dimm_status *st, const struct health_limits *lim, struct health *h)
+static bool one_of(const char *s, const char *const *set)
+{
+	for (; *set; set++)
+		if (!strcmp(s, *set))
+			return true;
+	return false;
+}
+
+/*
+ * The reasons of a DRBD lower device (st->drbd, drbd.c): the pair lost
+ * its redundancy for now.  Warnings only: this ioDimm serves; it is the
+ * second copy that is missing or behind (deploy/drbd/README.md, "Health").
+ */
+static void eval_drbd(const struct dimm_status *st, struct health *h)
+{
+	static const char *const resync[] = { "SyncSource", "SyncTarget", "PausedSyncS", "PausedSyncT",
+		"StartingSyncS", "StartingSyncT", "WFBitMapS", "WFBitMapT", "WFSyncUUID", NULL };
+	static const char *const connected[] = { "Connected", "VerifyS", "VerifyT", NULL };
+	const struct drbd_lower *l = &st->drbd;
+	char res[96], act[512];
+	if (!l->lower || !l->cstate[0])
+		return; /* DRBD 9's /proc/drbd says nothing: no claim */
+	if (l->resource[0])
+		snprintf(res, sizeof res, "DRBD resource %.60s", l->resource);
+	else
+		snprintf(res, sizeof res, "DRBD device /dev/drbd%d", l->minor);
+	const char *rn = l->resource[0] ? l->resource : "all";
+	bool syncing = one_of(l->cstate, resync);
+	if (syncing) {
+		bool target = l->cstate[strlen(l->cstate) - 1] == 'T';
+		char done[64] = "";
+		if (l->sync_permille >= 0)
+			snprintf(done, sizeof done, ": %.1f %% done%s%s%s", l->sync_permille / 10.0,
+				 l->sync_finish[0] ? ", about " : "", l->sync_finish,
+				 l->sync_finish[0] ? " left" : "");
+		snprintf(act, sizeof act, "let it finish (cat /proc/drbd shows the progress)%s%s%s",
+			 !strncmp(l->cstate, "Paused", 6) ? "; it is paused: 'drbdadm resume-sync " : "",
+			 !strncmp(l->cstate, "Paused", 6) ? rn : "", !strncmp(l->cstate, "Paused", 6) ? "'" : "");
+		add(h, HR_DRBD_RESYNC, HEALTH_WARNING, act, "%s resyncing %s the peer (cs:%s)%s: %s", res,
+		    target ? "from" : "to", l->cstate, done,
+		    target ? "this node's copy is not usable alone until it ends"
+			   : "the peer's copy is not usable alone until it ends");
+	} else if (!one_of(l->cstate, connected)) {
+		if (!strcmp(l->cstate, "StandAlone"))
+			snprintf(act, sizeof act, "'drbdadm connect %s' on both nodes (after a split brain, "
+				 "first as deploy/drbd/README.md says)", rn);
+		else
+			snprintf(act, sizeof act, "check the peer node and the replication link; 'drbdadm "
+				 "cstate %s' on both nodes", rn);
+		add(h, HR_DRBD_DISCONNECTED, HEALTH_WARNING, act, "%s disconnected from its peer (cs:%s, "
+		    "this node %s): writes are not replicated", res, l->cstate[0] ? l->cstate : "unknown",
+		    l->role[0] ? l->role : "unknown");
+	}
+	/* a resync says what the disks are; so does DUnknown for a peer gone */
+	if (syncing)
+		return;
+	if (l->disk[0] && strcmp(l->disk, "UpToDate")) {
+		if (!strcmp(l->disk, "Diskless"))
+			snprintf(act, sizeof act, "check flashd and nbd@%s, then 'drbdadm adjust %s': DRBD "
+				 "takes this disk back and resyncs it", l->nbd, rn);
+		else
+			snprintf(act, sizeof act, "connect to a peer with an UpToDate disk ('drbdadm "
+				 "connect %s'): it resyncs this one", rn);
+		add(h, HR_DRBD_DISK, HEALTH_WARNING, act, "%s: this node's disk is %s (ds:%s/%s): %s", res,
+		    l->disk, l->disk, l->peer_disk[0] ? l->peer_disk : "?",
+		    !strcmp(l->disk, "Diskless") ? "DRBD does not use this ioDimm"
+						 : "this node's copy is not the current data");
+	}
+	if (one_of(l->cstate, connected) && l->peer_disk[0] && strcmp(l->peer_disk, "UpToDate"))
+		add(h, HR_DRBD_PEER_DISK, HEALTH_WARNING, "on the peer: check its flashd and NBD attach, "
+		    "then 'drbdadm adjust' there (it resyncs)", "%s: the peer's disk is %s (ds:%s/%s): "
+		    "writes are not replicated", res, l->peer_disk, l->disk[0] ? l->disk : "?", l->peer_disk);
+}
+
+/* The reasons of an ioDimm that is not attached, or did not answer. */
+static void eval_main(const struct dimm_status *st, struct health *h)
 {
 	char act[512];
-	h->state = HEALTH_OK;
-	h->n = 0;
-	if (st->answered && st->attached) {
-		eval_ftl(st, lim, h);
-		return;
-	}
 	if (!strcmp(st->state, "failed")) {
 		snprintf(act, sizeof act, "fix what the message says ('flashctl recover %.100s' "
 			 "reports what the image holds), then 'flashctl attach %.40s'", st->image,
@@ -238,6 +311,17 @@ void health_eval(const struct dimm_status *st, const struct health_limits *lim, 
 	} else {
 		add(h, HR_BUSY, HEALTH_OK, "", "%s: figures once that is done", st->state);
 	}
+}
+
+void health_eval(const struct dimm_status *st, const struct health_limits *lim, struct health *h)
+{
+	h->state = HEALTH_OK;
+	h->n = 0;
+	if (st->answered && st->attached)
+		eval_ftl(st, lim, h);
+	else
+		eval_main(st, h);
+	eval_drbd(st, h);
 }
 
 enum health_state health_worst(const struct health *h, int n)

@@ -18,12 +18,15 @@
  *     minutes), served as GET /v1/history: request counters, latency sums
  *     and the p99 of the interval (from the histograms' difference),
  *     garbage collection, media errors, reserves, temperature, health.
+ * The tick also reads DRBD's state of the exports that are its lower
+ * devices here (drbd.c), which the snapshots carry into health_eval.
  * Timestamps are the server's (unix ms when the snapshot came back), so a
  * client computes rates from them, not from when it happened to poll.
  * Memory: a ring and a command per ioDimm, allocated at start; nothing per
  * sample.  Cost per second and ioDimm: one snapshot on its thread
  * (ftl_get_stats, microseconds; the erase counts are recounted only after
- * 1/256 of the blocks' worth of erases).
+ * 1/256 of the blocks' worth of erases); per second, drbd_refresh (a
+ * failed open of /proc/drbd where DRBD is not loaded).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -225,6 +228,7 @@ void monitor_sample_done(struct dimm_cmd *cmd)
 	if (d->srv->shutting_down)
 		return;
 	if (cmd->st.answered) {
+		cmd->st.drbd = d->drbd; /* main thread's, like the beacon */
 		record(d, &cmd->st);
 	} else {
 		struct dimm_status st;
@@ -239,6 +243,7 @@ static void tick(evutil_socket_t fd, short what, void *arg)
 	struct server *srv = arg;
 	if (srv->shutting_down)
 		return;
+	drbd_refresh(srv);
 	bool changed = false;
 	for (int i = 0; i < srv->ndimms; i++) {
 		struct dimm *d = &srv->dimms[i];

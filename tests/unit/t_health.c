@@ -3,11 +3,15 @@
  * snapshot that causes it, at its level, with its figures and its action;
  * worst level first; thresholds from [server], overridden per [dimm]; the
  * server's state is the worst of its ioDimms'; a healthy snapshot is ok
- * with no reason at all.
+ * with no reason at all.  DRBD (server/drbd.c): /proc/drbd as DRBD 8.4
+ * prints it parsed, the nbdtab -> nbdN -> drbdM chain found in a tree made
+ * like the system's, and each state of the resource as its reason.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "server/flashd.h"
 #include "tests/unit/t.h"
@@ -61,6 +65,181 @@ static void expect(const struct health *h, enum health_state state, enum health_
 				health_state_name(h->item[i].level), h->item[i].msg, h->item[i].action);
 		exit(1);
 	}
+}
+
+/*
+ * /proc/drbd of DRBD 8.4.11 (Debian 12's drbd.ko) on the two nodes of
+ * tests/vm/test-drbd.sh: the minor lines as that test logged them, the
+ * progress lines in the format of 8.4's drbd_proc.c.
+ */
+static const char proc_synced[] =
+	"version: 8.4.11 (api:1/proto:86-101)\n"
+	"srcversion: F73C670A7EC572DB9CF3E5B \n"
+	" 0: cs:Connected ro:Primary/Secondary ds:UpToDate/UpToDate C r-----\n"
+	"    ns:1048576 nr:0 dw:24576 dr:1049620 al:8 bm:0 lo:0 pe:0 ua:0 ap:0 ep:1 wo:f oos:0\n";
+static const char proc_peer_gone[] =
+	"version: 8.4.11 (api:1/proto:86-101)\n"
+	"srcversion: F73C670A7EC572DB9CF3E5B \n"
+	" 0: cs:WFConnection ro:Primary/Unknown ds:UpToDate/DUnknown C r-----\n"
+	"    ns:0 nr:0 dw:24576 dr:2080 al:8 bm:0 lo:0 pe:0 ua:0 ap:0 ep:1 wo:f oos:24576\n";
+static const char proc_resync[] =
+	"version: 8.4.11 (api:1/proto:86-101)\n"
+	"srcversion: F73C670A7EC572DB9CF3E5B \n"
+	" 0: cs:SyncSource ro:Primary/Secondary ds:UpToDate/Inconsistent C r-----\n"
+	"    ns:13516 nr:0 dw:0 dr:14560 al:8 bm:0 lo:0 pe:2 ua:0 ap:0 ep:1 wo:f oos:88884\n"
+	"\t[==>.................] sync'ed: 13.4% (88884/102400)K\n"
+	"\tfinish: 0:00:05 speed: 16,896 (16,896) K/sec\n"
+	" 1: cs:Unconfigured\n"
+	" 2: cs:StandAlone ro:Secondary/Unknown ds:Outdated/DUnknown   r-----\n"
+	"    ns:0 nr:0 dw:0 dr:0 al:0 bm:0 lo:0 pe:0 ua:0 ap:0 ep:1 wo:f oos:0\n";
+static const char proc_diskless[] =
+	"version: 8.4.11 (api:1/proto:86-101)\n"
+	"srcversion: F73C670A7EC572DB9CF3E5B \n"
+	" 0: cs:Connected ro:Primary/Secondary ds:Diskless/UpToDate C r-----\n";
+static const char proc_peer_diskless[] =
+	"version: 8.4.11 (api:1/proto:86-101)\n"
+	"srcversion: F73C670A7EC572DB9CF3E5B \n"
+	" 0: cs:Connected ro:Primary/Secondary ds:UpToDate/Diskless C r-----\n";
+
+static void put(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	CHECK(f && fputs(text, f) >= 0 && !fclose(f));
+}
+
+/* a healthy snapshot whose export is the lower device of r0, as /proc/drbd
+ * (text) says */
+static void drbd_snapshot(struct dimm_status *st, const char *text)
+{
+	healthy(st);
+	CHECK(drbd_parse_proc(text, 0, &st->drbd));
+	st->drbd.lower = true;
+	st->drbd.minor = 0;
+	snprintf(st->drbd.nbd, sizeof st->drbd.nbd, "nbd0");
+	snprintf(st->drbd.resource, sizeof st->drbd.resource, "r0");
+}
+
+static void check_drbd(void)
+{
+	struct drbd_lower l;
+	struct dimm_status st;
+	struct health h;
+
+	/* ---- /proc/drbd ---- */
+	CHECK(drbd_parse_proc(proc_synced, 0, &l));
+	CHECK(!strcmp(l.cstate, "Connected") && !strcmp(l.role, "Primary") &&
+	      !strcmp(l.peer_role, "Secondary") && !strcmp(l.disk, "UpToDate") &&
+	      !strcmp(l.peer_disk, "UpToDate") && !strcmp(l.protocol, "C"));
+	CHECK_EQ(l.sync_permille, -1);
+	CHECK(!l.sync_finish[0]);
+	CHECK(drbd_parse_proc(proc_resync, 0, &l));
+	CHECK(!strcmp(l.cstate, "SyncSource") && !strcmp(l.peer_disk, "Inconsistent"));
+	CHECK_EQ(l.sync_permille, 134);
+	CHECK(!strcmp(l.sync_finish, "0:00:05"));
+	/* the next minors: their lines are theirs, not minor 0's */
+	CHECK(drbd_parse_proc(proc_resync, 1, &l));
+	CHECK(!strcmp(l.cstate, "Unconfigured") && !l.role[0] && !l.disk[0]);
+	CHECK(drbd_parse_proc(proc_resync, 2, &l));
+	CHECK(!strcmp(l.cstate, "StandAlone") && !strcmp(l.disk, "Outdated") && !l.protocol[0]);
+	CHECK_EQ(l.sync_permille, -1);
+	CHECK(!drbd_parse_proc(proc_synced, 1, &l));
+	CHECK(!drbd_parse_proc("", 0, &l));
+
+	/* ---- nbdtab -> nbd0 -> drbd0, in a tree like the system's ---- */
+	char root[] = "/tmp/t_health-drbd.XXXXXX", p[512];
+	CHECK(mkdtemp(root));
+	const char *dirs[] = { "etc", "sys", "sys/block", "sys/block/nbd0", "sys/block/nbd0/holders",
+			       "sys/block/nbd0/holders/drbd0", "dev", "dev/drbd", "dev/drbd/by-res" };
+	for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++) {
+		snprintf(p, sizeof p, "%s/%s", root, dirs[i]);
+		CHECK(!mkdir(p, 0755));
+	}
+	snprintf(p, sizeof p, "%s/etc/nbdtab", root);
+	put(p, "# deploy/drbd/nbdtab\n"
+	       "nbd1 192.0.2.1 dimm0\n"
+	       "nbd0 /run/flashd/flashd.sock dimm0 unix,timeout=10\n");
+	snprintf(p, sizeof p, "%s/dev/drbd/by-res/r0", root);
+	CHECK(!symlink("../../drbd0", p));
+	/* not connected yet: no /sys/block/nbd0/pid */
+	CHECK(!drbd_lookup(root, proc_synced, "/run/flashd/flashd.sock", "dimm0", &l));
+	CHECK(!l.lower);
+	snprintf(p, sizeof p, "%s/sys/block/nbd0/pid", root);
+	put(p, "812\n");
+	CHECK(drbd_lookup(root, proc_synced, "/run/flashd/flashd.sock", "dimm0", &l));
+	CHECK(l.lower && l.minor == 0 && !strcmp(l.nbd, "nbd0") && !strcmp(l.resource, "r0"));
+	CHECK(!strcmp(l.role, "Primary") && !strcmp(l.cstate, "Connected"));
+	/* another flashd's socket, another export, DRBD without minor 0 */
+	CHECK(!drbd_lookup(root, proc_synced, "/run/other/flashd.sock", "dimm0", &l));
+	CHECK(!drbd_lookup(root, proc_synced, "/run/flashd/flashd.sock", "dimm1", &l));
+	/* DRBD 9's /proc/drbd has no minor lines: the chain, states unknown */
+	CHECK(drbd_lookup(root, "version: 9.2.4 (api:2/proto:86-122)\n", "/run/flashd/flashd.sock",
+			  "dimm0", &l));
+	CHECK(l.lower && !strcmp(l.resource, "r0") && !l.cstate[0] && !l.role[0]);
+	healthy(&st);
+	st.drbd = l;
+	health_eval(&st, &defaults, &h);
+	CHECK_EQ(h.n, 0);
+	/* a resource of volumes: by-res/RES/VOL */
+	snprintf(p, sizeof p, "%s/dev/drbd/by-res/r0", root);
+	CHECK(!unlink(p) && !mkdir(p, 0755));
+	snprintf(p, sizeof p, "%s/dev/drbd/by-res/r0/0", root);
+	CHECK(!symlink("../../../drbd0", p));
+	drbd_resource_name(root, 0, l.resource, sizeof l.resource);
+	CHECK(!strcmp(l.resource, "r0"));
+	drbd_resource_name(root, 1, l.resource, sizeof l.resource);
+	CHECK(!l.resource[0]);
+	char cmd[600];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+	CHECK(!system(cmd));
+
+	/* ---- the reasons ---- */
+	drbd_snapshot(&st, proc_synced);
+	health_eval(&st, &defaults, &h);
+	CHECK_EQ(h.state, HEALTH_OK);
+	CHECK_EQ(h.n, 0);
+	/* the primary's peer is gone (VM killed): the survivor, promoted */
+	drbd_snapshot(&st, proc_peer_gone);
+	health_eval(&st, &defaults, &h);
+	expect(&h, HEALTH_WARNING, HR_DRBD_DISCONNECTED, HEALTH_WARNING,
+	       "DRBD resource r0 disconnected from its peer (cs:WFConnection, this node Primary): "
+	       "writes are not replicated", "check the peer node and the replication link");
+	CHECK_EQ(h.n, 1); /* DUnknown: no peer disk reason besides */
+	drbd_snapshot(&st, proc_resync);
+	health_eval(&st, &defaults, &h);
+	expect(&h, HEALTH_WARNING, HR_DRBD_RESYNC, HEALTH_WARNING,
+	       "DRBD resource r0 resyncing to the peer (cs:SyncSource): 13.4 % done, about 0:00:05 left",
+	       "let it finish");
+	CHECK_EQ(h.n, 1);
+	CHECK(drbd_parse_proc(proc_resync, 2, &st.drbd));
+	health_eval(&st, &defaults, &h);
+	expect(&h, HEALTH_WARNING, HR_DRBD_DISCONNECTED, HEALTH_WARNING, "(cs:StandAlone, this node "
+	       "Secondary)", "'drbdadm connect r0'");
+	expect(&h, HEALTH_WARNING, HR_DRBD_DISK, HEALTH_WARNING, "this node's disk is Outdated",
+	       "'drbdadm connect r0'");
+	/* flashd killed on the primary: DRBD detached its disk */
+	drbd_snapshot(&st, proc_diskless);
+	health_eval(&st, &defaults, &h);
+	expect(&h, HEALTH_WARNING, HR_DRBD_DISK, HEALTH_WARNING, "this node's disk is Diskless "
+	       "(ds:Diskless/UpToDate): DRBD does not use this ioDimm", "'drbdadm adjust r0'");
+	CHECK_EQ(h.n, 1);
+	drbd_snapshot(&st, proc_peer_diskless);
+	health_eval(&st, &defaults, &h);
+	expect(&h, HEALTH_WARNING, HR_DRBD_PEER_DISK, HEALTH_WARNING, "the peer's disk is Diskless",
+	       "on the peer");
+	CHECK_EQ(h.n, 1);
+	/* worse reasons of the card come first; DRBD's never make it worse
+	 * than warning */
+	drbd_snapshot(&st, proc_peer_gone);
+	st.info.state = FTL_STATE_WRITE_REDUCED;
+	health_eval(&st, &defaults, &h);
+	CHECK_EQ(h.state, HEALTH_DEGRADED);
+	CHECK_EQ(h.item[0].reason, HR_WRITE_REDUCED);
+	CHECK(find(&h, HR_DRBD_DISCONNECTED));
+	/* not a lower device: nothing, whatever its fields say */
+	drbd_snapshot(&st, proc_peer_gone);
+	st.drbd.lower = false;
+	health_eval(&st, &defaults, &h);
+	CHECK_EQ(h.n, 0);
 }
 
 int main(void)
@@ -283,6 +462,9 @@ int main(void)
 	CHECK_EQ(health_worst(all, 3), HEALTH_FAILED);
 	CHECK_EQ(health_worst(all, 0), HEALTH_OK);
 
-	printf("t_health: every reason, levels, order, thresholds and the server's state checked\n");
+	check_drbd();
+
+	printf("t_health: every reason, levels, order, thresholds and the server's state checked; "
+	       "DRBD's /proc/drbd, lower device lookup and reasons too\n");
 	return 0;
 }

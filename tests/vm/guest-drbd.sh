@@ -334,8 +334,8 @@ c_status() { # ROLE
 	local rc=0
 	flashctl status >/tmp/status.txt 2>&1 || rc=$?
 	[ $rc -le 1 ] || die "flashctl status (exit $rc): $(cat /tmp/status.txt)"
-	sed -n '/^DRBD on this node/,$p' /tmp/status.txt
-	grep -q "^  dimm0 -> /dev/nbd0 -> /dev/drbd0 (resource r0): $1, disk " /tmp/status.txt ||
+	grep '^    DRBD: ' /tmp/status.txt
+	grep -q "^    DRBD: /dev/nbd0 -> /dev/drbd0 (resource r0): $1, disk " /tmp/status.txt ||
 		die "flashctl status does not show dimm0 under r0 as $1: $(cat /tmp/status.txt)"
 	flashctl status --json | python3 -c '
 import json, sys
@@ -343,6 +343,56 @@ s = json.load(sys.stdin)
 d = [x for x in s["dimms"] if x["name"] == "dimm0"][0]["drbd"]
 print("json dimm0.drbd:", json.dumps(d, sort_keys=True))
 assert d["role"] == sys.argv[1], d' "$1" || die "flashctl status --json: no dimm0.drbd with role $1"
+}
+
+# dimm0's health as every view shows it (flashd's one model, server/health.c):
+# `flashctl status dimm0`'s exit status (0 ok, 1 warning) and text, the
+# reasons in --json, flashd_dimm_health{,_reason} in /metrics (the control
+# socket's).  REASON: the drbd_* reason dimm0 must have, or "-" for none.
+# flashd reads DRBD's state once a second: the views get 10 s to show
+# the expected one.  With WANT 0, exit 1 passes only if no reason is
+# DRBD's and each is the simulator's temperature (said so).
+c_health() { # WANT REASON
+	local want=$1 reason=$2 end rc json metrics ok=
+	end=$(($(date +%s) + 10))
+	while [ -z "$ok" ] && [ "$(date +%s)" -le "$end" ]; do
+		rc=0
+		flashctl status dimm0 >/tmp/health.txt 2>&1 || rc=$?
+		json=$(flashctl status --json dimm0 | python3 -c '
+import json, sys
+h = json.load(sys.stdin)["health"]
+print(h["state"], " ".join(r["reason"] for r in h["reasons"]) or "-")')
+		metrics=$(python3 -c '
+import http.client, socket, sys
+class C(http.client.HTTPConnection):
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.connect("/var/lib/flashd/flashd.ctl")
+c = C("localhost")
+c.request("GET", "/metrics")
+for l in c.getresponse().read().decode().splitlines():
+    if l.startswith(("flashd_dimm_health{", "flashd_dimm_health_reason{")) and "dimm=\"dimm0\"" in l and l.endswith(" 1"):
+        print(l)')
+		if [ "$reason" = - ]; then
+			! grep -q 'drbd_' <<<"$json$metrics" && [ "$rc" = "$want" ] && ok=1
+			[ "$rc" = 1 ] && [ "$want" = 0 ] && ! grep -q 'drbd_' <<<"$json$metrics" &&
+				[ -z "$(tr ' ' '\n' <<<"${json#* }" | grep -Ev '^(temperature_high|thermal_throttled)$')" ] &&
+				{ say "exit 1 from the simulator's temperature only: $json"; ok=1; }
+		else
+			[ "$rc" = "$want" ] && grep -qw "$reason" <<<"$json" &&
+				grep -q "reason=\"$reason\",level=\"warning\"} 1" <<<"$metrics" && ok=1
+		fi
+		[ -n "$ok" ] || sleep 0.5
+	done
+	sed -n '/Health:/,/^    [A-Za-z]*: /p' /tmp/health.txt | sed '$d'
+	grep '^    DRBD: ' /tmp/health.txt
+	say "exit $rc; json: $json"
+	say "$metrics"
+	[ -n "$ok" ] || die "dimm0's health: want exit $want and reason $reason in text, JSON and /metrics (drbd: $(drbd_line))"
+	if [ "$reason" != - ]; then
+		grep -q "^      DRBD resource r0[ :]" /tmp/health.txt || die "no DRBD reason in the text"
+	fi
+	true
 }
 
 c_state() {

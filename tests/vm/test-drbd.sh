@@ -25,7 +25,10 @@
 #    /dev/drbd0, and TCP alone over the link to flashd-b.  20 fdatasyncs
 #    on /dev/drbd0 must raise the FLUSH count of flashd on both nodes;
 #    flashctl status shows the DRBD resource and the role on each node
-#    (also after each promotion and switch-back below).
+#    (also after each promotion and switch-back below).  The health (its
+#    exit status, text, --json, /metrics) is a warning with the DRBD
+#    reason on the promoted survivor (drbd_disconnected) and beside a
+#    Diskless peer (drbd_peer_disk), ok again after each resync.
 # 4. VM kill: tests/vm/drbd-writer.py writes a pattern on flashd-a
 #    (fdatasync every batch, the next batch already unflushed) until the
 #    host kills flashd-a's qemu by pid (SIGKILL); flashd-b is promoted and
@@ -301,6 +304,9 @@ must b 120 promote
 must b 300 verify $SEED $BLOCKS 1-$G1F $G1MAX
 pass "VM kill: $NODE_B promoted; $(head -n 1 <<<"$OUT")"
 cmd b 60 status Primary || fail "flashctl status on the promoted $NODE_B: $CMD_ERR"
+cmd b 120 health 1 drbd_disconnected &&
+	pass "VM kill: $NODE_B's health is a warning, drbd_disconnected, in flashctl status (exit 1), --json and /metrics" ||
+	fail "health of the promoted $NODE_B: $CMD_ERR"
 G2S=$((G1MAX + 1))
 must b 600 writer-run $SEED $BLOCKS $G2S $BATCH /vmtest/writer-2.log 40
 LOG2=${RUN[b]}/share/writer-2.log
@@ -317,6 +323,9 @@ must a 900 wait-synced 900
 SYNCED=$OUT
 must a 60 state
 pass "VM kill: $NODE_A back from its disk ($(grep '^dimm0:' <<<"$OUT")), secondary, resynced from $NODE_B: $(grep -E '^(in sync|resync)' <<<"$SYNCED" | paste -sd ';' | sed 's/;/; /g')"
+cmd a 120 health 0 - && cmd b 120 health 0 - &&
+	pass "VM kill: after the resync the health is ok again on both nodes (exit 0, no DRBD reason)" ||
+	fail "health after the resync: $CMD_ERR"
 must b 60 demote
 must a 120 promote
 must a 300 verify $SEED $BLOCKS $RANGES $G2F
@@ -334,6 +343,9 @@ wait_flushed "$LOG3" 20 600 || { fail "writer 3 on $NODE_A: $(tail -n 2 "$LOG3")
 must a 60 kill-flashd
 n3=$(count_lines "$LOG3" flushed)
 must a 180 wait-diskless
+cmd b 120 health 1 drbd_peer_disk &&
+	pass "flashd SIGKILL: $NODE_B's health is a warning, drbd_peer_disk (the peer is Diskless)" ||
+	fail "health of $NODE_B with $NODE_A's disk detached: $CMD_ERR"
 if wait_flushed "$LOG3" $((n3 + 10)) 600; then
 	# the longest wait between two flushed batches: the stall while nbd0's
 	# requests waited for nbdtab's timeout before DRBD detached the disk
@@ -355,6 +367,9 @@ cmd b 60 status Primary || fail "flashctl status on the promoted $NODE_B: $CMD_E
 must a 300 reattach
 must a 900 wait-synced 900
 pass "flashd SIGKILL: $NODE_A's disk attached again, resynced from $NODE_B: $(grep -E '^(in sync|resync)' <<<"$OUT" | paste -sd ';' | sed 's/;/; /g')"
+cmd a 120 health 0 - && cmd b 120 health 0 - &&
+	pass "flashd SIGKILL: after the resync the health is ok again on both nodes" ||
+	fail "health after the second resync: $CMD_ERR"
 must b 60 demote
 must a 120 promote
 must a 300 verify $SEED $BLOCKS $RANGES $G3F
