@@ -102,10 +102,12 @@ c_attach() {
 	t=$(up)
 	# nbd-client's netlink CONNECT ("Error: CONNECT failed") failed once
 	# under TCG with flashd ready, cause not known: say so with both
-	# journals, so the next one can be found, and start the unit once more
+	# journals and the kernel's nbd lines (an open of /dev/nbd0 by another,
+	# such as udev's probe, makes the kernel refuse it: "nbd0 already in
+	# use"), so the next one can be found, and start the unit once more
 	# before giving up
 	if ! systemctl start nbd@nbd0.service; then
-		say "nbd@nbd0 did not start, again in 1 s: $(journalctl -u nbd@nbd0 -n 5 -o cat | tr '\n' ' '); flashd: $(journalctl -u flashd -n 5 -o cat | tr '\n' ' ')"
+		say "nbd@nbd0 did not start, again in 1 s: $(journalctl -u nbd@nbd0 -n 5 -o cat | tr '\n' ' '); flashd: $(journalctl -u flashd -n 5 -o cat | tr '\n' ' '); kernel: $(dmesg | grep -i 'nbd' | tail -n 5 | tr '\n' ' ')"
 		systemctl reset-failed nbd@nbd0.service
 		sleep 1
 		systemctl start nbd@nbd0.service || die "systemctl start nbd@nbd0: $(journalctl -u nbd@nbd0 -n 5 -o cat)"
