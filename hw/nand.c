@@ -11,6 +11,7 @@
 
 static const struct nand_backend backends[] = {
 	{ "sim", nand_sim_open_spec },
+	{ "mtd", nand_mtd_open },
 };
 
 int nand_open(const struct nand_spec *spec, struct nand_dev **out, char *err, size_t errlen)
@@ -20,7 +21,7 @@ int nand_open(const struct nand_spec *spec, struct nand_dev **out, char *err, si
 		if (!strcmp(backends[i].name, name))
 			return backends[i].open(spec, out, err, errlen);
 	if (err && errlen)
-		snprintf(err, errlen, "unknown NAND backend '%s' (known: sim)", name);
+		snprintf(err, errlen, "unknown NAND backend '%s' (known: sim, mtd)", name);
 	return -ENOENT;
 }
 

@@ -8,6 +8,7 @@
  *   sim  the simulated ioDimm (hw/nand_sim.c; its own controls - fault
  *        injection, timing and error models, presets - are in hw/nand_sim.h,
  *        offered when the device has NAND_CAP_SIM)
+ *   mtd  raw NAND driven by Linux through /dev/mtdN (hw/nand_mtd.c)
  * The generic layer (hw/nand.c) owns the backend table, the in-flight count
  * (dev->inflight), the status names and the clock.  A backend implements
  * struct nand_ops and an open function (hw/nand_backend.h says how); it must
@@ -155,8 +156,9 @@ typedef void (*nand_log_fn)(void *arg, const char *msg);
  * What nand_open() opens.  The fields a backend does not use are ignored.
  */
 struct nand_spec {
-	const char *backend;       /* "sim" (NULL: "sim") */
-	const char *path;          /* sim: the image file (NULL: RAM) */
+	const char *backend;       /* "sim" (NULL: "sim") or "mtd" */
+	const char *path;          /* sim: the image file (NULL: RAM);
+				    * mtd: the character device, /dev/mtdN */
 	bool readonly;             /* programs and erases refused (NAND_INVALID) */
 	bool sync_on_flush;        /* sim: nand_sync() calls fdatasync (file) */
 	nand_log_fn log;           /* notices (NULL: none) */
@@ -173,7 +175,7 @@ struct nand_spec {
  * backend, -EBUSY if another process has it open) and a message in err.
  */
 int nand_open(const struct nand_spec *spec, struct nand_dev **out, char *err, size_t errlen);
-/* The backend's name ("sim"). */
+/* The backend's name ("sim", "mtd"). */
 const char *nand_backend_name(const struct nand_dev *d);
 
 /* What a device offers beyond the operations every backend has. */

@@ -31,6 +31,17 @@ struct nand_backend {
 
 int nand_sim_open_spec(const struct nand_spec *spec, struct nand_dev **out, char *err,
 		       size_t errlen);
+int nand_mtd_open(const struct nand_spec *spec, struct nand_dev **out, char *err, size_t errlen);
+
+/*
+ * The mtd backend's spare in the free OOB bytes (hw/nand_mtd.c; here for
+ * tests): len spare bytes, then their CRC32C.  unpack: the spare read back
+ * (oob: len + 4 bytes, may be changed) into spare: 0 as written, 1 one bit
+ * corrected, -1 not trustworthy; erased (every byte 0xFF, or all but one
+ * bit) reads as erased.
+ */
+void nand_mtd_spare_pack(uint8_t *oob, const void *spare, uint32_t len);
+int nand_mtd_spare_unpack(uint8_t *oob, void *spare, uint32_t len);
 
 /* Hand a completed operation to its owner (from the backend's poll, on the
  * owner's thread). */

@@ -9,12 +9,21 @@
  * "async", a backend of this test that runs the simulator on a worker
  * thread and signals completions on an event fd, as the mtd backend does;
  * the FTL then formats, writes, closes (every operation delivered before
- * close returns) and reopens on it.
+ * close returns) and reopens on it.  The mtd backend's spare CRC (it
+ * corrects one bit flip in the free OOB bytes) on its own.  With
+ * FLASHD_TEST_NAND=/dev/mtdN also
+ * that raw NAND through the mtd backend (tests/vm: nandsim); it ERASES the
+ * blocks it uses.  FLASHD_TEST_NAND_BAD=1 says that device has a block
+ * marked bad (nandsim badblocks=): the check of NAND_BLOCK_BAD is then
+ * required.
  */
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <mtd/mtd-user.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -478,6 +487,168 @@ static void ftl_on_async(void)
 	printf("ftl on async: ok\n");
 }
 
+/* The mtd backend's spare in the free OOB bytes: every single bit flip is
+ * corrected, two or three never taken for one; erased reads as erased. */
+static void mtd_spare_crc(void)
+{
+	static const uint32_t lens[] = { 40, 74, 146 };
+	uint64_t seed = 11;
+	for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+		uint32_t len = lens[li], n = len + 4;
+		uint8_t spare[160], oob[160], good[160], back[160];
+		for (uint32_t i = 0; i < len; i++)
+			spare[i] = (uint8_t)t_rand(&seed);
+		nand_mtd_spare_pack(good, spare, len);
+		memcpy(oob, good, n);
+		CHECK_EQ(nand_mtd_spare_unpack(oob, back, len), 0);
+		CHECK(!memcmp(back, spare, len));
+		for (uint32_t bit = 0; bit < 8 * n; bit++) {
+			memcpy(oob, good, n);
+			oob[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+			memset(back, 0, len);
+			CHECK_EQ(nand_mtd_spare_unpack(oob, back, len), 1);
+			CHECK(!memcmp(back, spare, len));
+		}
+		for (int t = 0; t < 2000; t++) {
+			memcpy(oob, good, n);
+			uint32_t flips = 2 + (uint32_t)(t & 1), done = 0, at[3];
+			while (done < flips) {
+				uint32_t bit = (uint32_t)(t_rand(&seed) % (8 * n));
+				bool dup = false;
+				for (uint32_t j = 0; j < done; j++)
+					dup |= at[j] == bit;
+				if (dup)
+					continue;
+				at[done++] = bit;
+				oob[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+			}
+			CHECK_EQ(nand_mtd_spare_unpack(oob, back, len), -1);
+		}
+		/* erased, and erased but for a bit: 0xFF; two bits off: not erased */
+		memset(oob, 0xFF, n);
+		CHECK_EQ(nand_mtd_spare_unpack(oob, back, len), 0);
+		CHECK(all_ff(back, len));
+		oob[n - 1] &= 0x7F;
+		CHECK_EQ(nand_mtd_spare_unpack(oob, back, len), 1);
+		CHECK(all_ff(back, len));
+		oob[0] &= 0xFE;
+		CHECK_EQ(nand_mtd_spare_unpack(oob, back, len), -1);
+	}
+	printf("mtd spare CRC: ok\n");
+}
+
+/* Raw MEMREAD/MEMWRITE of one page (data + the whole OOB) on a second fd
+ * of the device; the kernel's answer (0 or -errno). */
+static int mtd_raw(int fd, bool write, uint64_t at, uint8_t *data, uint32_t len, uint8_t *oob,
+		   uint32_t ooblen, uint8_t mode)
+{
+	if (write) {
+		struct mtd_write_req rq = { .start = at, .len = len, .ooblen = ooblen,
+					    .usr_data = (uintptr_t)data, .usr_oob = (uintptr_t)oob,
+					    .mode = mode };
+		return ioctl(fd, MEMWRITE, &rq) < 0 ? -errno : 0;
+	}
+	struct mtd_read_req rq = { .start = at, .len = len, .ooblen = ooblen,
+				   .usr_data = (uintptr_t)data, .usr_oob = (uintptr_t)oob,
+				   .mode = mode };
+	return ioctl(fd, MEMREAD, &rq) < 0 ? -errno : 0;
+}
+
+/*
+ * What raw NAND under MTD does not do for the FTL, and the mtd backend does
+ * (on path, through d, open on it).  A page is programmed through the
+ * backend, read raw (data, ECC and free OOB bytes as on the chip), and
+ * written raw with bits changed into pages of a second block, as bit flips
+ * would: one bit in one ECC step is NAND_CORRECTED with corrected_max 1;
+ * one bit in each of two steps is corrected_bits 2 but corrected_max 1
+ * (MEMREAD's ecc_stats.max_bitflips: what the FTL's scrubbing compares
+ * with ecc_bits, whereas the kernel says EUCLEAN for any corrected bit);
+ * ecc_bits + 1 bits in one step is NAND_UNCORRECTABLE (EBADMSG); a flipped
+ * bit in the free OOB bytes comes back from the kernel unreported (no ECC
+ * there) and the backend's spare CRC corrects it.  Then the kernel's lax
+ * programs: it takes a second program of a page (and a program out of
+ * order, and one into a block marked bad, on Linux 6.1); the backend
+ * refuses them without reaching the chip (checked by check_device).
+ */
+static void mtd_ecc(struct nand_dev *d, const char *path)
+{
+	const struct nand_geometry *g = &d->geo;
+	uint32_t ps = g->page_size, ss = g->spare_size;
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	CHECK(fd >= 0);
+	struct mtd_info_user mi;
+	CHECK_EQ(ioctl(fd, MEMGETINFO, &mi), 0);
+	uint32_t oobsize = mi.oobsize, step = d->ecc_codeword_bytes, bits = d->ecc_bits;
+	CHECK(step >= 256 && ps % step == 0 && bits >= 1 && oobsize >= ss);
+	uint8_t *data = malloc(ps), *spare = malloc(ss), *rd = malloc(ps), *rs = malloc(ss);
+	uint8_t *raw = malloc(ps), *oob = malloc(oobsize), *w = malloc(ps), *woob = malloc(oobsize);
+	CHECK(data && spare && rd && rs && raw && oob && w && woob);
+	uint32_t a = good_block(d, nand_dies(g) - 1, 3);
+	uint32_t b = good_block(d, nand_dies(g) - 1, a % g->blocks_per_die + 1);
+	uint64_t pb = (uint64_t)mi.erasesize;
+	CHECK_EQ(op1(d, NAND_OP_ERASE, a, 0, NULL, NULL), NAND_OK);
+	CHECK_EQ(op1(d, NAND_OP_ERASE, b, 0, NULL, NULL), NAND_OK);
+	fill(data, ps, 71);
+	fill(spare, ss, 72);
+	CHECK_EQ(op1(d, NAND_OP_PROGRAM, a, 0, data, spare), NAND_OK);
+	CHECK_EQ(mtd_raw(fd, false, a * pb, raw, ps, oob, oobsize, MTD_OPS_RAW), 0);
+	CHECK(!memcmp(raw, data, ps)); /* software ECC: data first, then the OOB */
+
+	/* page 0: one bit; page 1: one bit in each of two steps; page 2:
+	 * ecc_bits + 1 bits in the first step */
+	for (uint32_t p = 0; p < 3; p++) {
+		memcpy(w, raw, ps);
+		uint32_t nflip = p == 0 ? 1 : p == 1 ? 2 : bits + 1;
+		for (uint32_t i = 0; i < nflip; i++) {
+			uint32_t bit = p == 1 ? i * step * 8 + 77 : 13 + i * 29;
+			w[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+		}
+		CHECK_EQ(mtd_raw(fd, true, b * pb + (uint64_t)p * ps, w, ps, oob, oobsize, MTD_OPS_RAW), 0);
+		struct nand_op op = { .type = NAND_OP_READ, .block = b, .page = p, .data = rd,
+				      .spare = rs };
+		struct done_log l;
+		run(d, &op, 1, &l);
+		if (p < 2) {
+			CHECK_EQ(op.status, NAND_CORRECTED);
+			CHECK(!memcmp(rd, data, ps) && !memcmp(rs, spare, ss));
+			CHECK_EQ(op.corrected_max, 1);
+			CHECK(op.corrected_bits >= nflip);
+		} else {
+			CHECK_EQ(op.status, NAND_UNCORRECTABLE);
+		}
+	}
+	/* page 3: one bit in the free OOB bytes (where the spare's first
+	 * bytes are in the raw OOB) */
+	uint32_t at = 0;
+	while (at + 8 <= oobsize && memcmp(oob + at, spare, 8))
+		at++;
+	CHECK(at + 8 <= oobsize);
+	memcpy(woob, oob, oobsize);
+	woob[at + 3] ^= 0x10;
+	CHECK_EQ(mtd_raw(fd, true, b * pb + 3ull * ps, raw, ps, woob, oobsize, MTD_OPS_RAW), 0);
+	/* the kernel: no error, the flip in what it returns */
+	CHECK_EQ(mtd_raw(fd, false, b * pb + 3ull * ps, rd, ps, rs, ss, MTD_OPS_AUTO_OOB), 0);
+	CHECK(memcmp(rs, spare, ss) != 0);
+	CHECK_EQ(op1(d, NAND_OP_READ, b, 3, rd, rs), NAND_CORRECTED);
+	CHECK(!memcmp(rd, data, ps) && !memcmp(rs, spare, ss));
+
+	/* the kernel programs a page twice (AND of both), the backend not */
+	memset(w, 0xFF, ps);
+	w[0] = 0x0F;
+	CHECK_EQ(mtd_raw(fd, true, b * pb + 5ull * ps, w, ps, NULL, 0, MTD_OPS_AUTO_OOB), 0);
+	w[0] = 0xF3;
+	int twice = mtd_raw(fd, true, b * pb + 5ull * ps, w, ps, NULL, 0, MTD_OPS_AUTO_OOB);
+	CHECK_EQ(op1(d, NAND_OP_PROGRAM, a, 0, data, spare), NAND_PROGRAM_FAILED);
+	printf("%s: ECC: one bit corrected (corrected_max 1), one in each of two steps (bits %s, max 1), "
+	       "%u in a step uncorrectable; a flip in the free OOB bytes passes the kernel silently, the "
+	       "spare CRC corrects it; a second program of a page: kernel %s, backend refuses\n",
+	       path, ">= 2", bits + 1, twice ? strerror(-twice) : "succeeds");
+	CHECK_EQ(op1(d, NAND_OP_ERASE, a, 0, NULL, NULL), NAND_OK);
+	CHECK_EQ(op1(d, NAND_OP_ERASE, b, 0, NULL, NULL), NAND_OK);
+	close(fd);
+	free(data), free(spare), free(rd), free(rs), free(raw), free(oob), free(w), free(woob);
+}
+
 int main(void)
 {
 	char err[512];
@@ -491,6 +662,7 @@ int main(void)
 	check_device(d, "sim (timing model)", true);
 	nand_close(d);
 
+	mtd_spare_crc();
 	d = async_open("test-64m");
 	check_device(d, "async", false);
 	nand_close(d);
@@ -499,6 +671,20 @@ int main(void)
 	struct nand_spec unknown = { .backend = "fpga" };
 	CHECK_EQ(nand_open(&unknown, &d, err, sizeof err), -ENOENT);
 	CHECK(strstr(err, "unknown NAND backend 'fpga'") != NULL);
+
+	const char *dev = getenv("FLASHD_TEST_NAND");
+	if (dev && *dev) {
+		const char *bad = getenv("FLASHD_TEST_NAND_BAD");
+		struct nand_spec mtd = { .backend = "mtd", .path = dev };
+		int rc = nand_open(&mtd, &d, err, sizeof err);
+		if (rc) {
+			fprintf(stderr, "%s: %s\n", dev, err);
+			return 1;
+		}
+		check_device(d, dev, bad && !strcmp(bad, "1"));
+		mtd_ecc(d, dev);
+		nand_close(d);
+	}
 
 	printf("ok\n");
 	return 0;
