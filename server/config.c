@@ -15,7 +15,7 @@
  *              metrics_host_names
  *              (listen = ADDR tls=MODE: that listener's TLS mode)
  *   [card NAME]  model, timing (default for its ioDimms)
- *   [dimm NAME]  card, preset, image, export, description, readonly,
+ *   [dimm NAME]  card, backend, preset, image, device, export, description, readonly,
  *              sector_size, capacity (BYTES or PCT% of stock), op, parity_width,
  *              timing, sync,
  *              tls, allow and allow_ro (repeatable; common/acl.h), list_denied,
@@ -30,7 +30,10 @@
  *     when it has no keys;
  *   - every listen address is checked here (config_finish also checks those
  *     from the command line), before any ioDimm is opened;
- *   - two ioDimms may not use the same image file, however it is named.
+ *   - backend = sim (the default) takes preset and image, backend = mtd
+ *     takes device (the MTD character device) and neither of those;
+ *   - two ioDimms may not use the same image file (or device), however it
+ *     is named.
  * The command line wins over the file for every key: main.c loads the file
  * into the configuration the command line made, and a key the command line
  * set is kept (listen: main.c keeps only the command line's addresses).
@@ -746,7 +749,22 @@ static int handler(void *user, const char *section, const char *key, const char 
 		if (!strcmp(key, "card")) {
 			free(d->card);
 			d->card = xstrdup(value);
+		} else if (!strcmp(key, "backend")) {
+			bool mtd = !strcmp(value, "mtd");
+			if (!mtd && strcmp(value, "sim") != 0)
+				BAD("backend must be sim (the simulated ioDimm) or mtd (raw NAND through "
+				    "/dev/mtdN)");
+			if (mtd && d->image && !d->device_set)
+				BAD("backend = mtd takes device = /dev/mtdN, not image");
+			if (mtd && d->preset)
+				BAD("backend = mtd takes no preset (the device says what it is)");
+			if (!mtd && d->device_set)
+				BAD("device is for backend = mtd; the simulator's file is image");
+			free(d->backend);
+			d->backend = xstrdup(value);
 		} else if (!strcmp(key, "preset")) {
+			if (d->backend && !strcmp(d->backend, "mtd"))
+				BAD("backend = mtd takes no preset (the device says what it is)");
 			free(d->preset);
 			d->preset = xstrdup(value);
 			if (!nand_preset_find(value))
@@ -754,8 +772,22 @@ static int handler(void *user, const char *section, const char *key, const char 
 		} else if (!strcmp(key, "image")) {
 			if (!value[0])
 				BAD("the image path is empty");
+			if (d->device_set)
+				BAD("give image (backend = sim) or device (backend = mtd), not both");
+			if (d->backend && !strcmp(d->backend, "mtd"))
+				BAD("backend = mtd takes device = /dev/mtdN, not image");
 			free(d->image);
 			d->image = xstrdup(value);
+		} else if (!strcmp(key, "device")) {
+			if (value[0] != '/')
+				BAD("device must be the absolute path of an MTD character device (/dev/mtdN)");
+			if (d->image && !d->device_set)
+				BAD("give image (backend = sim) or device (backend = mtd), not both");
+			if (d->backend && strcmp(d->backend, "mtd") != 0)
+				BAD("device is for backend = mtd; the simulator's file is image");
+			free(d->image);
+			d->image = xstrdup(value);
+			d->device_set = true;
 		} else if (!strcmp(key, "export")) {
 			if (!value[0])
 				BAD("the export name is empty (leave the key out to use the section name)");
@@ -1047,8 +1079,10 @@ static int check_images(struct server_cfg *cfg, char *err, size_t errlen)
 				    (im[i].exists && im[j].exists && im[i].st.st_dev == im[j].st.st_dev &&
 				     im[i].st.st_ino == im[j].st.st_ino);
 			if (same) {
-				snprintf(err, errlen, "image %s of [dimm %s] and image %s of [dimm %s] are the "
-					 "same file", cfg->dimms[j].image, cfg->dimms[j].name, d->image, d->name);
+				snprintf(err, errlen, "%s %s of [dimm %s] and %s %s of [dimm %s] are the "
+					 "same file", cfg->dimms[j].device_set ? "device" : "image",
+					 cfg->dimms[j].image, cfg->dimms[j].name,
+					 d->device_set ? "device" : "image", d->image, d->name);
 				rc = -EINVAL;
 				break;
 			}
@@ -1164,8 +1198,16 @@ int config_finish(struct server_cfg *cfg, char *err, size_t errlen)
 	}
 	for (int i = 0; i < cfg->ndimms; i++) {
 		struct dimm_cfg *d = &cfg->dimms[i];
-		if (!d->preset)
-			d->preset = xstrdup(cfg->default_preset ? cfg->default_preset : "iodimm-mlc-320");
+		if (!d->backend)
+			d->backend = xstrdup(d->device_set ? "mtd" : "sim");
+		if (!strcmp(d->backend, "mtd") && !d->device_set) {
+			snprintf(err, errlen, "[dimm %s]: backend = mtd needs device = /dev/mtdN (the raw "
+				 "NAND's MTD character device)", d->name);
+			return -EINVAL;
+		}
+		if (!d->preset) /* mtd: none (the device says what it is) */
+			d->preset = xstrdup(d->device_set ? "" : cfg->default_preset ? cfg->default_preset
+										 : "iodimm-mlc-320");
 		if (!d->export_name)
 			d->export_name = xstrdup(d->name);
 		if (!d->image) {
@@ -1224,6 +1266,7 @@ void config_free(struct server_cfg *cfg)
 		free(d->card);
 		free(d->export_name);
 		free(d->description);
+		free(d->backend);
 		free(d->preset);
 		free(d->image);
 		acl_free(&d->acl);

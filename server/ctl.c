@@ -378,6 +378,8 @@ static void json_dimm(struct ctl_req *cr, struct evbuffer *b, const struct dimm_
 	json_str(b, st->export_name);
 	evbuffer_add_printf(b, ", \"card\": ");
 	json_str(b, st->card);
+	evbuffer_add_printf(b, ", \"backend\": ");
+	json_str(b, st->backend);
 	evbuffer_add_printf(b, ", \"preset\": ");
 	json_str(b, st->preset);
 	evbuffer_add_printf(b, ", \"model\": ");
@@ -645,12 +647,14 @@ static void text_drbd(struct evbuffer *b, const struct drbd_lower *l)
 static void text_dimm(struct ctl_req *cr, struct evbuffer *b, const struct dimm_status *st, bool all)
 {
 	char note[160];
-	evbuffer_add_printf(b, "  %s: simulated ioDimm, preset %s, export '%s'\n", st->name, st->preset,
-			    st->export_name);
+	bool mtd = !strcmp(st->backend, "mtd");
+	evbuffer_add_printf(b, "  %s: %s %s, export '%s'\n", st->name,
+			    mtd ? "raw NAND (MTD), device" : "simulated ioDimm, preset",
+			    mtd ? st->image : st->preset, st->export_name);
 	if (st->model[0])
 		evbuffer_add_printf(b, "    Model: %s\n", st->model);
 	text_health(b, cr, &cr->h[st - cr->st]);
-	if (all)
+	if (all && !mtd)
 		evbuffer_add_printf(b, "    Image: %s\n", st->image);
 	if (st->beacon)
 		evbuffer_add_printf(b, "    Beacon: on (flashctl beacon %s off)\n", st->name);

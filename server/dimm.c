@@ -130,6 +130,7 @@ static void status_names(struct dimm *d, struct dimm_status *st)
 	snprintf(st->name, sizeof st->name, "%s", d->cfg->name);
 	snprintf(st->export_name, sizeof st->export_name, "%s", d->cfg->export_name);
 	snprintf(st->card, sizeof st->card, "%s", d->cfg->card ? d->cfg->card : "");
+	snprintf(st->backend, sizeof st->backend, "%s", d->cfg->backend);
 	snprintf(st->preset, sizeof st->preset, "%s", d->cfg->preset);
 	const struct nand_preset *np = nand_preset_find(d->cfg->preset);
 	snprintf(st->model, sizeof st->model, "%s", np ? np->description : "");
@@ -384,7 +385,7 @@ static int dimm_open_media(struct dimm *d, bool strict, char *err, size_t errlen
 		return -ECANCELED;
 	}
 	bool exists = stat(c->image, &st) == 0;
-	struct nand_spec ns = { .path = c->image, .preset = c->preset,
+	struct nand_spec ns = { .backend = c->backend, .path = c->image, .preset = c->preset,
 				.create = !exists, .readonly = c->readonly && exists,
 				.timing = c->timing, .sync_on_flush = c->sync, .log = sim_notice,
 				.log_arg = d };
@@ -523,7 +524,7 @@ static void cmd_format(struct dimm *d, struct dimm_cmd *cmd)
 	}
 	struct stat st;
 	bool exists = stat(c->image, &st) == 0;
-	struct nand_spec ns = { .path = c->image, .preset = c->preset,
+	struct nand_spec ns = { .backend = c->backend, .path = c->image, .preset = c->preset,
 				.create = !exists, .timing = c->timing, .sync_on_flush = true,
 				.log = sim_notice, .log_arg = d };
 	struct nand_dev *dev;
@@ -1107,7 +1108,9 @@ void dimm_describe(struct dimm *d, char *buf, size_t len)
 		snprintf(buf, len, "%s", d->cfg->description);
 		return;
 	}
-	snprintf(buf, len, "simulated ioDimm %s (%s): %s, %u-byte sectors, %.0f%% over-provisioning%s",
-		 d->cfg->name, d->cfg->preset, SIZE_TEXT((double)d->info.capacity),
+	bool mtd = !strcmp(d->cfg->backend, "mtd");
+	snprintf(buf, len, "%s %s (%s): %s, %u-byte sectors, %.0f%% over-provisioning%s",
+		 mtd ? "raw NAND" : "simulated ioDimm", d->cfg->name, mtd ? d->cfg->image : d->cfg->preset,
+		 SIZE_TEXT((double)d->info.capacity),
 		 d->info.sector_size, d->info.op_percent, d->cfg->readonly ? ", read-only" : "");
 }

@@ -18,6 +18,8 @@
  *   flashctl info IMAGE [--json]
  *   flashctl recover IMAGE [--rebuild-superblock [--sector-size N] [--capacity BYTES]]
  *   flashctl locate IMAGE OFFSET...
+ * (IMAGE: a simulator image, or raw NAND as its MTD character device,
+ * /dev/mtdN.)
  * The FTL alone:
  *   flashctl simulate --preset P [--op PCT] [--sector-size N]
  *                     [--workload uniform|hotcold:H/C] [--passes K]
@@ -88,7 +90,7 @@ static void usage(FILE *out)
 		"      read flashd's configuration file again (as SIGHUP): apply what can change\n"
 		"      while serving, list what needs a restart; a file with an error changes nothing\n"
 		"  %s version | --version\n"
-		"Image files (not in use):\n"
+		"Image files, or raw NAND as /dev/mtdN (not in use):\n"
 		"  %s format IMAGE --preset P [--sector-size 512|4096] [--capacity BYTES|PCT%%] [--op PCT]\n"
 		"         [--parity-width 0|1] [--yes]\n"
 		"      low-level format (creates IMAGE if missing).  --capacity PCT%% is a share of the\n"
@@ -107,7 +109,7 @@ static void usage(FILE *out)
 		"      sector size and capacity are needed only if no checkpoint records them\n"
 		"  %s locate IMAGE OFFSET...\n"
 		"      where the FTL keeps the 4 KiB unit of each byte offset: die, block, page and\n"
-		"      the page's NAND address\n"
+		"      the page's NAND address (on /dev/mtdN the address nanddump -s takes)\n"
 		"  %s simulate --preset P [--op PCT] [--sector-size N] [--workload uniform|hotcold:80/20]\n"
 		"           [--passes K] [--reads N] [--ram] [--timing] [--seed S] [--json]\n"
 		"           [--parity-width 0|1] [--flush-every N] [--no-flush-parity]\n"
@@ -118,8 +120,8 @@ static void usage(FILE *out)
 		"      the reviewers' protocol on the simulator's virtual clock (full-size devices\n"
 		"      fit: only page metadata is kept); prints IOPS, latency, WA and the physical bound\n"
 		"  %s presets\n",
-		prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog,
-		prog, prog);
+		prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog, prog,
+		prog);
 }
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -193,9 +195,22 @@ static void sim_notice(void *arg, const char *msg)
 	fprintf(stderr, "%s: warning: %s\n", prog, msg);
 }
 
+/* Is path a character device (raw NAND through Linux MTD: /dev/mtdN), not
+ * a simulator image? */
+static bool is_mtd_device(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 && S_ISCHR(st.st_mode);
+}
+
+/* A simulator image, or an MTD character device (as nanddump and
+ * flash_erase take it). */
 static struct nand_dev *open_image(const char *path, const char *preset, bool create, bool ro)
 {
-	struct nand_spec spec = { .path = path, .preset = preset,
+	bool mtd = is_mtd_device(path);
+	if (mtd && preset)
+		die("%s is a device (raw NAND through MTD): --preset is for simulator images", path);
+	struct nand_spec spec = { .backend = mtd ? "mtd" : "sim", .path = path, .preset = preset,
 				  .create = create, .readonly = ro, .sync_on_flush = true,
 				  .log = sim_notice };
 	struct nand_dev *d;
@@ -433,7 +448,8 @@ static int cmd_format(int argc, char **argv)
 	       path, d->preset, info.capacity / info.sector_size, info.sector_size,
 	       SIZE_TEXT((double)info.capacity), info.op_percent);
 	nand_close(d);
-	give_to_dir_owner(path);
+	if (!is_mtd_device(path))
+		give_to_dir_owner(path);
 	return 0;
 }
 
@@ -500,7 +516,8 @@ static int cmd_info(int argc, char **argv)
 	}
 	const char *unopened = rc == -ENODATA ? "not formatted" : "does not open";
 	if (json) {
-		printf("{\n  \"image\": \"%s\",\n  \"preset\": \"%s\",\n", path, d->preset);
+		printf("{\n  \"image\": \"%s\",\n  \"backend\": \"%s\",\n  \"preset\": \"%s\",\n", path,
+		       nand_backend_name(d), d->preset);
 		printf("  \"geometry\": {\"channels\": %u, \"dies_per_channel\": %u, \"planes_per_die\": %u, "
 		       "\"blocks_per_die\": %u, \"pages_per_block\": %u, \"page_size\": %u, "
 		       "\"spare_size\": %u, \"raw_bytes\": %" PRIu64 "},\n",
@@ -526,7 +543,10 @@ static int cmd_info(int argc, char **argv)
 			printf("  }\n}\n");
 		}
 	} else {
-		printf("%s: simulated ioDimm, preset %s\n", path, d->preset);
+		if (d->caps & NAND_CAP_SIM)
+			printf("%s: simulated ioDimm, preset %s\n", path, d->preset);
+		else
+			printf("%s: raw NAND (%s backend), %s\n", path, nand_backend_name(d), d->preset);
 		printf("  geometry: %u channels x %u dies, %u blocks/die, %u pages/block, %u+%u byte pages, %s raw\n",
 		       g->channels, g->dies_per_channel, g->blocks_per_die, g->pages_per_block,
 		       g->page_size, g->spare_size, SIZE_TEXT((double)nand_raw_bytes(g)));

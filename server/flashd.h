@@ -129,8 +129,11 @@ struct dimm_cfg {
 	char *card;           /* [card ...] it belongs to */
 	char *export_name;    /* NBD export name (default: NAME) */
 	char *description;
-	char *preset;
-	char *image;          /* absolute path of the NAND image */
+	char *backend;        /* "sim" (the simulated ioDimm) or "mtd" (raw NAND) */
+	char *preset;         /* sim: the simulated device; mtd: "" */
+	char *image;          /* absolute path of the NAND image (sim), or of
+			       * the MTD character device (mtd: key device) */
+	bool device_set;      /* image came from the device key */
 	bool readonly;
 	uint32_t sector_size; /* used when the image is formatted */
 	uint64_t capacity;    /* bytes; 0: use op_percent */
@@ -385,7 +388,7 @@ void drbd_refresh(struct server *srv);
 
 /* A snapshot of one ioDimm (status, statistics, metrics). */
 struct dimm_status {
-	char name[64], export_name[256], card[64], preset[32], state[32];
+	char name[64], export_name[256], card[64], backend[8], preset[32], state[32];
 	char model[128];        /* the preset's description: the card's model */
 	char image[512];
 	char error[1024];       /* why it failed, or "" */

@@ -1192,6 +1192,7 @@ static void reload_dimm(struct reload_result *r, struct dimm_cfg *a, struct dimm
 	}
 	cmp_str(r, K("card"), a->card, b->card);
 	cmp_str(r, K("export"), a->export_name, b->export_name);
+	cmp_str(r, K("backend"), a->backend, b->backend);
 	cmp_str(r, K("preset"), a->preset, b->preset);
 	cmp_str(r, K("image"), a->image, b->image);
 	if (a->readonly != b->readonly)
@@ -1460,7 +1461,7 @@ out:
  *                    is not opened, one that is opening is closed cleanly
  *                    (checkpoint) once open, and flashd exits 0.  An open
  *                    is not cut short (an image being created or formatted
- *                    is never left half-made anyway: nand_sim_open,
+ *                    is never left half-made anyway: nand_open,
  *                    ftl_format).
  *   SIGHUP           remembered: the configuration file is read again
  *                    once flashd is ready (what the file says by then is
@@ -1753,8 +1754,12 @@ int main(int argc, char **argv)
 		       srv.cfg.allow_degraded ? ", degraded start allowed" : "");
 		for (int i = 0; i < srv.cfg.ndimms; i++) {
 			struct dimm_cfg *d = &srv.cfg.dimms[i];
-			printf("  [dimm %s] export '%s', preset %s, image %s%s\n", d->name, d->export_name,
-			       d->preset, d->image, d->readonly ? ", read-only" : "");
+			if (!strcmp(d->backend, "mtd"))
+				printf("  [dimm %s] export '%s', raw NAND device %s%s\n", d->name,
+				       d->export_name, d->image, d->readonly ? ", read-only" : "");
+			else
+				printf("  [dimm %s] export '%s', preset %s, image %s%s\n", d->name,
+				       d->export_name, d->preset, d->image, d->readonly ? ", read-only" : "");
 		}
 		for (int i = 0; i < srv.cfg.nlisten; i++)
 			printf("  listen %s\n", srv.cfg.listen[i]);

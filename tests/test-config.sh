@@ -130,6 +130,34 @@ printf '[server]\nverbose = yes\n' | expect_bad "only [server]" "no [dimm NAME] 
 printf '' | expect_bad "an empty file" "no [dimm NAME] section"
 ok "repeated sections and keys are refused"
 
+# backend = sim (image, preset) or mtd (device), in any order of the keys
+printf '[dimm a]\nbackend = ubi\n' | expect_bad "backend = ubi" "backend" "'ubi'" "sim" "mtd"
+printf '[dimm a]\nbackend = mtd\n' | expect_bad "mtd without device" "[dimm a]" "device = /dev/mtdN"
+printf '[dimm a]\nbackend = mtd\nimage = a.img\n' | expect_bad "mtd, then image" "image" "'a.img'" "device"
+printf '[dimm a]\nimage = a.img\nbackend = mtd\n' | expect_bad "image, then mtd" "backend" "'mtd'" "not image"
+printf '[dimm a]\nbackend = mtd\npreset = test-1g\n' | expect_bad "mtd, then preset" "preset" "no preset"
+printf '[dimm a]\npreset = test-1g\ndevice = /dev/mtd0\nbackend = mtd\n' |
+	expect_bad "preset, then mtd" "backend" "'mtd'" "no preset"
+printf '[dimm a]\ndevice = mtd0\n' | expect_bad "relative device" "device" "'mtd0'" "absolute"
+printf '[dimm a]\nbackend = sim\ndevice = /dev/mtd0\n' | expect_bad "sim, then device" "device" "backend = mtd"
+printf '[dimm a]\ndevice = /dev/mtd0\nimage = a.img\n' | expect_bad "device and image" "image" "not both"
+printf '[dimm a]\ndevice = /dev/mtd0\n[dimm b]\ndevice = /dev/./mtd0\n' |
+	expect_bad "two ioDimms on one device" "[dimm a]" "[dimm b]" "same file"
+# a device that is not raw NAND: refused when it is opened, nothing created
+rm -rf "$T/mtd-state"
+mkdir -p "$T/mtd-state"
+printf '[dimm a]\ndevice = /dev/null\n' >"$T/mtd.conf"
+"$FLASHD" --foreground --config "$T/mtd.conf" --state-dir "$T/mtd-state" --check-config >"$T/mtd.out" 2>&1 ||
+	fail "--check-config with device = /dev/null: $(cat "$T/mtd.out")"
+grep -qF "[dimm a] export 'a', raw NAND device /dev/null" "$T/mtd.out" || fail "--check-config: $(cat "$T/mtd.out")"
+rc=0
+timeout 20 "$FLASHD" --foreground --config "$T/mtd.conf" --state-dir "$T/mtd-state" --unix "$T/mtd.sock" \
+	>"$T/mtd.out" 2>&1 || rc=$?
+cat "$T/mtd.out"
+[ $rc -ne 0 ] || fail "flashd served /dev/null as raw NAND"
+grep -qF "/dev/null is not an MTD device" "$T/mtd.out" || fail "the error does not say /dev/null is not an MTD device"
+ok "backend and device: sim and mtd keys checked in any order; a device that is not MTD is refused"
+
 printf '[dimm a]\nimage = ./x.img\n[dimm b]\nimage = x.img\n' |
 	expect_bad "./x.img and x.img" "x.img of [dimm a]" "x.img of [dimm b]" "same file"
 printf '[dimm a]\n[dimm b]\nimage = sub/../a.img\n' |
