@@ -445,6 +445,7 @@ if [ "${1:-}" = --one ]; then
 	}
 	trap stop_daemons EXIT
 	trap 'log "$CUR: killed (timeout?)"; exit 124' TERM
+	[ "$2" = nandsim ] && . /vmtest/guest-nandsim.sh # t_nandsim
 	"t_$2"
 	exit $?
 fi
@@ -458,7 +459,7 @@ IFS=, read -r -a LIST <<<"${1:-}"
 }
 for s in "${LIST[@]}"; do
 	case $s in
-	nbd | iscsi) ;;
+	nbd | iscsi | nandsim) ;;
 	*)
 		log "RESULT $s FAIL (unknown step)"
 		RC=1

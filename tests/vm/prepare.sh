@@ -18,6 +18,12 @@
 #   rootfs-systemd/ (+ .flashd-systemd-ok)  only with --systemd: a copy of
 #                                 rootfs/ plus $SYSTEMD_PKGS (chroot apt-get),
 #                                 rebuilt when rootfs/ or the list changes
+#   nandsim/ (+ .ok)              the nandsim step (tests/vm/test-nandsim.sh), apart
+#                                 so that the stamps above do not change: mod/ =
+#                                 nandsim.ko and the MTD modules it needs, in load
+#                                 order (modules.order); root/ = mtd-utils and the
+#                                 libraries flashd links that rootfs/ lacks
+#                                 (dpkg-deb -x; the guest copies it over /)
 #   runs/<stamp>/                 console logs of the newest runs (run.sh)
 #   .lock                         flock: prepare.sh exclusive, run.sh shared
 #
@@ -55,6 +61,9 @@ ROOTFS_PKGS=tcmu-runner,targetcli-fb,open-iscsi,nbd-client,dbus,kmod,iproute2,py
 # flashd links that the client rootfs lacks: libevent, libinih; drbd-utils
 # for the DRBD pair test, its legacy all-resources drbd.service disabled).
 SYSTEMD_PKGS="systemd systemd-sysv curl libevent-2.1-7 libevent-core-2.1-7 libevent-pthreads-2.1-7 libevent-openssl-2.1-7 libinih1 drbd-utils"
+# The nandsim step's extras (cache nandsim/, below): mtd-utils for mtdinfo and
+# nanddump, and the libraries flashd links that the client rootfs lacks.
+NANDSIM_PKGS=mtd-utils,libevent-2.1-7,libevent-core-2.1-7,libevent-pthreads-2.1-7,libevent-openssl-2.1-7,libinih1
 MODS="virtio_pci virtio_net virtio_blk 9pnet_virtio 9p overlay crc32c_generic nbd ext4 configfs \
 target_core_mod target_core_user iscsi_target_mod iscsi_tcp sd_mod drbd tcm_loop"
 
@@ -299,6 +308,59 @@ if [ "$WANT_SYSTEMD" = 1 ]; then
 	else
 		echo "cached: $SROOT"
 	fi
+fi
+
+# ---------------------------------------------------------------- nandsim step
+step "nandsim step (nandsim.ko + $NANDSIM_PKGS)"
+NDIR=$CACHE/nandsim
+NSTAMP="$KV $KVER $NANDSIM_PKGS"
+if [ "$(cat "$NDIR/.ok" 2>/dev/null)" != "$NSTAMP" ]; then
+	DL=$(mktemp -d "$CACHE/dl.XXXXXX")
+	trap 'rm -rf "$DL"' EXIT
+	(cd "$DL" && apt-get download -q -o APT::Sandbox::User=root "$KPKG=$KVER" ${NANDSIM_PKGS//,/ }) ||
+		die "apt-get download $KPKG=$KVER ${NANDSIM_PKGS//,/ } failed (VM_APT_UPDATE=1 refreshes the lists)"
+	dpkg-deb -x "$DL"/"$KPKG"_*.deb "$DL/k"
+	MD=$DL/k/lib/modules/$KV
+	[ -d "$MD" ] || MD=$DL/k/usr/lib/modules/$KV
+	[ -f "$MD/modules.dep" ] || depmod -b "$DL/k" "$KV"
+	rm -rf "$NDIR.new"
+	mkdir -p "$NDIR.new/mod" "$NDIR.new/root"
+	for d in "$DL"/*.deb; do
+		[[ $d == */"$KPKG"_* ]] || dpkg-deb -x "$d" "$NDIR.new/root"
+	done
+	rm -rf "$NDIR.new/root/usr/share"
+	# nandsim and what it needs, dependencies first, minus what stage 1 loads
+	declare -A NSEEN=()
+	for m in $(sed 's|^/lib/modules/[^/]*/||' "$KDIR/modules.order"); do NSEEN[$m]=1; done
+	nand_mod() {
+		local m=$1 d
+		[ -n "${NSEEN[${m%.ko*}.ko]:-}" ] && return 0
+		NSEEN[${m%.ko*}.ko]=1
+		for d in $(grep -m1 "^$m:" "$MD/modules.dep" | cut -d: -f2); do
+			nand_mod "$d"
+		done
+		local dst=$NDIR.new/mod/$(basename "${m%.ko*}").ko
+		case $m in
+		*.ko) cp "$MD/$m" "$dst" ;;
+		*.ko.xz) xz -dc "$MD/$m" >"$dst" ;;
+		*.ko.zst) zstd -qdc "$MD/$m" >"$dst" ;;
+		*.ko.gz) gzip -dc "$MD/$m" >"$dst" ;;
+		*) die "unknown module format $m" ;;
+		esac
+		basename "$dst" >>"$NDIR.new/mod/modules.order"
+	}
+	p=$(grep -m1 -E "(^|/)nandsim\.ko(\.[a-z]+)?:" "$MD/modules.dep" | cut -d: -f1) ||
+		die "no nandsim module in $KPKG"
+	nand_mod "$p"
+	echo "modules: $(paste -sd' ' "$NDIR.new/mod/modules.order")"
+	[ -x "$NDIR.new/root/usr/sbin/nanddump" ] || die "no nanddump in mtd-utils"
+	echo "$NSTAMP" >"$NDIR.new/.ok"
+	rm -rf "$NDIR"
+	mv "$NDIR.new" "$NDIR"
+	rm -rf "$DL"
+	trap - EXIT
+else
+	echo "cached: $NDIR"
 fi
 
 echo "$KV" >"$CACHE/kernel-version.tmp"

@@ -7,6 +7,8 @@
 #                               as PID 1 (tests/vm/test-systemd.sh); alone
 #   tests/vm/run.sh drbd        the same, running guest-drbd.sh: one node of
 #                               the DRBD pair (tests/vm/test-drbd.sh); alone
+#   tests/vm/run.sh nandsim     flashd on raw NAND (nandsim) inside the guest
+#                               (tests/vm/test-nandsim.sh, guest-nandsim.sh); alone
 #
 # Needs the cache from tests/vm/prepare.sh and an NBD server listening on
 # 127.0.0.1:$NBD_PORT (the guest reaches it as 10.0.2.2:$NBD_PORT through
@@ -74,12 +76,13 @@ has_step() { [[ ,$STEPS, == *,$1,* ]]; }
 
 [[ $STEPS =~ ^[a-z0-9]+(,[a-z0-9]+)*$ ]] || die "bad step list '$STEPS' (want e.g. nbd,iscsi)"
 for s in ${STEPS//,/ }; do
-	case $s in nbd | iscsi) ;; systemd | drbd) [ "$STEPS" = "$s" ] || die "the $s step runs alone" ;;
-	*) die "unknown step '$s' (known: nbd, iscsi, systemd, drbd)" ;; esac
+	case $s in nbd | iscsi) ;; systemd | drbd | nandsim) [ "$STEPS" = "$s" ] || die "the $s step runs alone" ;;
+	*) die "unknown step '$s' (known: nbd, iscsi, systemd, drbd, nandsim)" ;; esac
 done
 [[ $VM_TIMEOUT =~ ^[0-9]+$ ]] && [ "$VM_TIMEOUT" -ge 60 ] || die "bad VM_TIMEOUT=$VM_TIMEOUT"
 [ "$VM_TIMEOUT" -gt 1200 ] && VM_TIMEOUT=1200
-[[ $NBD_PORT =~ ^[0-9]+$ ]] || has_step systemd || has_step drbd || die "set NBD_PORT to the TCP port the server listens on (127.0.0.1)"
+[[ $NBD_PORT =~ ^[0-9]+$ ]] || has_step systemd || has_step drbd || has_step nandsim ||
+	die "set NBD_PORT to the TCP port the server listens on (127.0.0.1)"
 [ "$(id -u)" = 0 ] || die "run as root (the cached rootfs is root-owned)"
 [ -d "$CACHE" ] || die "no cache at $CACHE: run tests/vm/prepare.sh first"
 CACHE=$(cd "$CACHE" && pwd)
@@ -119,7 +122,7 @@ for f in "$KERNEL" "$BASE" "${STAMPS[@]}"; do
 done
 
 # A listener must be there; look without connecting.
-[ -n "$SYSTEMD_STEP" ] || [ -n "$(ss -Hltn "sport = :$NBD_PORT" 2>/dev/null)" ] ||
+[ -n "$SYSTEMD_STEP" ] || has_step nandsim || [ -n "$(ss -Hltn "sport = :$NBD_PORT" 2>/dev/null)" ] ||
 	die "nothing listens on TCP port $NBD_PORT: start the server on 127.0.0.1:$NBD_PORT first"
 
 if [ -n "${VM_RUN_DIR:-}" ]; then
@@ -148,6 +151,19 @@ if [ -n "$SYSTEMD_STEP" ]; then
 	fi
 	env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -C "$TOP" install DESTDIR="$SHARE/root" PREFIX=/usr \
 		>"$RUN/make-install.log" 2>&1 || { tail -n 20 "$RUN/make-install.log"; die "make install DESTDIR=$SHARE/root PREFIX=/usr failed"; }
+fi
+if has_step nandsim; then
+	# flashd, flashctl and the backend conformance test run in the guest
+	mkdir -p "$SHARE/bin"
+	for f in flashd flashctl tests/t_nand_conformance; do
+		[ -x "$TOP/build/$f" ] || die "no build/$f (make)"
+		install -m 0755 "$TOP/build/$f" "$SHARE/bin/"
+	done
+	install -m 0755 "$HERE/guest-nandsim.sh" "$SHARE/guest-nandsim.sh"
+	# nandsim.ko + the MTD modules, mtd-utils and flashd's libraries
+	[ -f "$CACHE/nandsim/.ok" ] || die "no $CACHE/nandsim: run tests/vm/prepare.sh"
+	cp -a "$CACHE/nandsim/mod" "$CACHE/nandsim/root" "$SHARE/" || die "copying $CACHE/nandsim failed"
+	install -m 0644 "$HERE/nandsim_crash.py" "$TOP/tests/nbd/nbdraw.py" "$SHARE/"
 fi
 if has_step iscsi; then
 	[ -f "$HANDLER_SO" ] || die "no handler at $HANDLER_SO (make build/handler_flashd.so)"
