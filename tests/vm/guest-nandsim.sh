@@ -17,7 +17,8 @@
 #      garbage (the export is full): after each restart the FTL recovered
 #      (unclean open) and every unit holds its last flushed write or a
 #      newer one (nandsim_crash.py).
-#   6. mtd-utils cross-check: flashctl locate says where units are;
+#   6. flashctl recover scans the device (valid superblock, 2 bad blocks);
+#      mtd-utils cross-check: flashctl locate says where units are;
 #      nanddump of those pages holds their data, and in the OOB the FTL's
 #      spare (unit number) with the backend's CRC.
 #   7. bit flips: the whole export read back; the FTL counted corrected
@@ -193,6 +194,12 @@ EOF
 	# ---- 6. where the FTL says, by mtd-utils
 	t=$(up)
 	flashd_stop || fail "flashd did not exit 0 on SIGTERM after the SIGKILL rounds"
+	# flashctl recover scans the device as it scans an image
+	/vmtest/bin/flashctl recover /dev/mtd0 >$NS/recover.txt 2>&1 ||
+		{ indent <$NS/recover.txt; fail "flashctl recover /dev/mtd0"; }
+	indent <$NS/recover.txt
+	grep -q 'superblock: valid' $NS/recover.txt && grep -q ' 2 bad, 0 unreadable' $NS/recover.txt ||
+		fail "flashctl recover /dev/mtd0: not a valid superblock with the 2 bad blocks"
 	# six units the last check read (unit:generation), where the FTL has them
 	head -n 1 $NS/journal | tr ' ' '\n' | grep : | awk -F: '$2 > 0' |
 		shuf -n 6 --random-source=/dev/zero >$NS/pick.txt
@@ -209,7 +216,7 @@ EOF
 		n=$((n + 1))
 	done <$NS/pick.txt
 	[ $n -ge 6 ] || fail "only $n units to look up"
-	log "nandsim: nanddump: $n units are where flashctl locate says, data and OOB spare (with its CRC) ($(since "$t")s)"
+	log "nandsim: flashctl recover: $(head -n 1 $NS/recover.txt | sed 's/^[^:]*: //'); nanddump: $n units are where flashctl locate says, data and OOB spare (with its CRC) ($(since "$t")s)"
 
 	# ---- 7. bit flips: corrected and counted
 	t=$(up)
