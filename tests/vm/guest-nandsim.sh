@@ -136,6 +136,11 @@ EOF
 	t=$(up)
 	flashd_start || { indent <$NS/flashd.log; fail "flashd did not start on /dev/mtd0"; }
 	grep 'nand0' $NS/flashd.log | tail -n 3 | indent
+	ctl status nand0 >$NS/status.txt 2>&1
+	grep -q "nand0: raw NAND (MTD), device /dev/mtd0" $NS/status.txt ||
+		{ indent <$NS/status.txt; fail "flashctl status does not show nand0 as raw NAND on /dev/mtd0"; }
+	! grep -q "Model:" $NS/status.txt ||
+		fail "flashctl status names a simulated card's model for raw NAND: $(grep Model: $NS/status.txt)"
 	log "nandsim: flashd serves /dev/mtd0 ($(since "$t")s)"
 	t=$(up)
 	nbd-client 127.0.0.1 10809 /dev/nbd0 -N nand0 >$NS/nbd.txt 2>&1 || { indent <$NS/nbd.txt; fail "nbd-client"; }
