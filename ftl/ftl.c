@@ -319,7 +319,15 @@ int ftl_geometry_init(struct ftl *f, struct nand_dev *dev, char *err, size_t err
 			 f->page_size, FTL_UNIT_SIZE);
 		return -EINVAL;
 	}
-	if (f->spare_size < sizeof(struct ftl_spare) || f->ppb < 8 || f->ppb > 4096 ||
+	/* every page the FTL programs carries its struct ftl_spare in the
+	 * spare (OOB) bytes the backend offers it (on MTD: the free OOB bytes
+	 * the ECC leaves, 78 on nandsim's 4 KiB Hamming chip) */
+	if (f->spare_size < sizeof(struct ftl_spare)) {
+		snprintf(err, errlen, "%u spare bytes per page: the FTL needs %zu (its metadata "
+			 "in every page it programs)", f->spare_size, sizeof(struct ftl_spare));
+		return -EINVAL;
+	}
+	if (f->ppb < 8 || f->ppb > 4096 ||
 	    nand_pages(&dev->geo) > L2P_MAX_PPA || f->nblocks < 16) {
 		snprintf(err, errlen, "unsupported NAND geometry");
 		return -EINVAL;

@@ -272,8 +272,43 @@ static void reformat_cut(void)
 	       "new one\n", olds, news);
 }
 
+/* expect ftl_format to refuse with RC and a message containing WHAT */
+static void format_refused(struct nand_dev *d, uint32_t parity, int rc, const char *what)
+{
+	char err[256] = "";
+	struct ftl_format_params fp = { .sector_size = 4096, .parity_width = parity };
+	int got = ftl_format(d, &fp, err, sizeof err);
+	printf("refused (%d): %s\n", got, err);
+	CHECK_EQ(got, rc);
+	CHECK(strstr(err, what));
+}
+
+/*
+ * A geometry the FTL cannot use is refused at format, before anything is
+ * written, with a message that says what is missing: the spare area must
+ * hold the FTL's metadata in every page (40 bytes; 80 with parity, whose
+ * pages also carry the XOR of their members' metadata).  A backend
+ * reports the spare bytes left for the FTL (on MTD the free OOB bytes:
+ * 78 on nandsim's 4 KiB Hamming chip).
+ */
+static void geometry_refused(void)
+{
+	struct nand_dev *d = ram_dev("test-64m", false);
+	struct nand_geometry geo = d->geo;
+	d->geo.spare_size = 32;
+	format_refused(d, 0, -EINVAL, "32 spare bytes per page: the FTL needs 40");
+	d->geo.spare_size = 78;
+	format_refused(d, 1, -ENOTSUP, "parity needs 80 spare bytes per page; this geometry has 78");
+	d->geo = geo;
+	d->geo.page_size = 16384;
+	format_refused(d, 0, -EINVAL, "page size 16384");
+	d->geo = geo;
+	nand_close(d);
+}
+
 int main(void)
 {
+	geometry_refused();
 	reformat_cut();
 	lifetime();
 	basic(4096, false);
