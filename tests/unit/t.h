@@ -39,6 +39,45 @@
 		}                                                                      \
 	} while (0)
 
+/*
+ * A test program made of named parts, each a function of its own:
+ *
+ *   static const struct t_part parts[] = { { "pages", pages }, ... };
+ *   int main(int argc, char **argv) { ...; return t_parts(argc, argv, parts, n); }
+ *
+ * No argument runs every part in order and prints "ok"; NAME runs that part
+ * alone; --list prints the names, one a line (tests/run.sh runs each part as
+ * a job of its own, so the parts of a long test run in parallel).  An
+ * unknown name is an error (exit 2), never a silent pass.
+ */
+struct t_part {
+	const char *name;
+	void (*run)(void);
+};
+
+static inline int t_parts(int argc, char **argv, const struct t_part *parts, size_t n)
+{
+	const char *only = argc > 1 ? argv[1] : NULL;
+	if (only && !strcmp(only, "--list")) {
+		for (size_t i = 0; i < n; i++)
+			printf("%s\n", parts[i].name);
+		return 0;
+	}
+	size_t ran = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (only && strcmp(only, parts[i].name))
+			continue;
+		parts[i].run();
+		ran++;
+	}
+	if (!ran) {
+		fprintf(stderr, "%s: no part named %s (--list shows them)\n", argv[0], only);
+		return 2;
+	}
+	printf("ok\n");
+	return 0;
+}
+
 static inline uint64_t t_rand(uint64_t *s)
 {
 	uint64_t x = *s;

@@ -1,5 +1,7 @@
 /*
- * t_ftl_parity - Flashback parity (parity width 1) on simulated media:
+ * t_ftl_parity - Flashback parity (parity width 1) on simulated media.
+ *
+ *   t_ftl_parity [PART | --list]     (t.h: t_parts; no PART: all of them)
  *
  *   format       parity takes one die per row: capacity and WA figures
  *   pages        uncorrectable pages, in closed bands and in the stripe
@@ -1042,52 +1044,66 @@ static void refresh_kept(int how)
 	nand_close(d);
 }
 
+static void die(void)
+{
+	die_run(false);
+}
+static void timed(void)
+{
+	die_run(true);
+}
+static void cp_dead_at_open_parity(void)
+{
+	cp_dead_at_open(1);
+}
+static void cp_dead_at_open_noparity(void)
+{
+	cp_dead_at_open(0);
+}
+static void idle_pad_both(void)
+{
+	idle_pad(false);
+	idle_pad(true);
+}
+static void write_hole_both(void)
+{
+	write_hole(false);
+	write_hole(true);
+	flush_parity_option();
+}
+static void gc_hole_both(void)
+{
+	gc_hole(false);
+	gc_hole(true);
+}
+static void refresh_kept_all(void)
+{
+	refresh_kept(KEPT_CLOSE);
+	refresh_kept(KEPT_CUT_AT_ONCE);
+	refresh_kept(KEPT_CUT_LATER);
+}
+
+static const struct t_part parts[] = {
+	{ "format", format_figures },
+	{ "pages", pages },
+	{ "die", die },
+	{ "two_dies", two_dies },
+	{ "timed", timed },
+	{ "sb_die", sb_die },
+	{ "trim_dead", trim_dead },
+	{ "sb_dead_at_open", sb_dead_at_open },
+	{ "cp_dead_at_open", cp_dead_at_open_parity },
+	{ "cp_dead_at_open_noparity", cp_dead_at_open_noparity },
+	{ "idle_pad", idle_pad_both },
+	{ "write_hole", write_hole_both },
+	{ "gc_hole", gc_hole_both },
+	{ "ppl_fails", ppl_fails },
+	{ "parity_block_fails", parity_block_fails },
+	{ "refresh_kept", refresh_kept_all },
+};
+
 int main(int argc, char **argv)
 {
-	const char *only = argc > 1 ? argv[1] : NULL;
 	ftl_set_logger(NULL, NULL);
-	if (!only || !strcmp(only, "format"))
-		format_figures();
-	if (!only || !strcmp(only, "pages"))
-		pages();
-	if (!only || !strcmp(only, "die"))
-		die_run(false);
-	if (!only || !strcmp(only, "two_dies"))
-		two_dies();
-	if (!only || !strcmp(only, "timed"))
-		die_run(true);
-	if (!only || !strcmp(only, "sb_die"))
-		sb_die();
-	if (!only || !strcmp(only, "trim_dead"))
-		trim_dead();
-	if (!only || !strcmp(only, "sb_dead_at_open"))
-		sb_dead_at_open();
-	if (!only || !strcmp(only, "cp_dead_at_open"))
-		cp_dead_at_open(1);
-	if (!only || !strcmp(only, "cp_dead_at_open_noparity"))
-		cp_dead_at_open(0);
-	if (!only || !strcmp(only, "idle_pad")) {
-		idle_pad(false);
-		idle_pad(true);
-	}
-	if (!only || !strcmp(only, "write_hole")) {
-		write_hole(false);
-		write_hole(true);
-		flush_parity_option();
-	}
-	if (!only || !strcmp(only, "gc_hole")) {
-		gc_hole(false);
-		gc_hole(true);
-	}
-	if (!only || !strcmp(only, "ppl_fails"))
-		ppl_fails();
-	if (!only || !strcmp(only, "parity_block_fails"))
-		parity_block_fails();
-	if (!only || !strcmp(only, "refresh_kept")) {
-		refresh_kept(KEPT_CLOSE);
-		refresh_kept(KEPT_CUT_AT_ONCE);
-		refresh_kept(KEPT_CUT_LATER);
-	}
-	printf("ok\n");
-	return 0;
+	return t_parts(argc, argv, parts, sizeof parts / sizeof parts[0]);
 }

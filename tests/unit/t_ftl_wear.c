@@ -1,7 +1,9 @@
 /*
  * t_ftl_wear - the FTL on wearing media, with the simulator's error model
  * on (bit errors growing with wear, retention and read disturb; grown bad
- * blocks past the rated P/E):
+ * blocks past the rated P/E).
+ *
+ *   t_ftl_wear [PART | --list]       (t.h: t_parts; no PART: all of them)
  *
  *   refresh        a band aged to its rated P/E and by years of retention
  *                  reads with its ECC margin nearly gone: the reads mark it,
@@ -689,22 +691,20 @@ static void thermal(void)
 	nand_close(d);
 }
 
+static void wear_levelling_counted(void) { wear_levelling(true); }
+static void wear_levelling_nocount(void) { wear_levelling(false); }
+
+static const struct t_part parts[] = {
+	{ "refresh", refresh },
+	{ "wear_levelling", wear_levelling_counted },
+	{ "wear_levelling_nocount", wear_levelling_nocount },
+	{ "erase_counts", erase_counts },
+	{ "wear_out", wear_out },
+	{ "thermal", thermal },
+};
+
 int main(int argc, char **argv)
 {
-	const char *only = argc > 1 ? argv[1] : NULL;
 	ftl_set_logger(NULL, NULL);
-	if (!only || !strcmp(only, "refresh"))
-		refresh();
-	if (!only || !strcmp(only, "wear_levelling"))
-		wear_levelling(true);
-	if (!only || !strcmp(only, "wear_levelling_nocount"))
-		wear_levelling(false);
-	if (!only || !strcmp(only, "erase_counts"))
-		erase_counts();
-	if (!only || !strcmp(only, "wear_out"))
-		wear_out();
-	if (!only || !strcmp(only, "thermal"))
-		thermal();
-	printf("ok\n");
-	return 0;
+	return t_parts(argc, argv, parts, sizeof parts / sizeof parts[0]);
 }
