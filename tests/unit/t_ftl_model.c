@@ -2,8 +2,11 @@
  * t_ftl_model - randomized model-based test of the FTL against a reference
  * model, with power cuts at random NAND operations.
  *
- *   t_ftl_model [-n OPS] [-s SEED] [-c CONFIG] [-v]
+ *   t_ftl_model [-n OPS] [-s SEED] [-c CONFIG] [-v] [cN | --list]
  *
+ * -c N runs configuration N alone with all OPS operations; the part cN runs
+ * it with its share of them, exactly as the whole run does (tests/run.sh
+ * runs the parts c0..c7 as jobs of their own; --list names them).
  * Operations: batches of concurrent, sector-disjoint reads, writes (some
  * FUA), trims and write-zeroes; flushes; clean reopens; power cuts at a
  * random NAND operation (also during close and during open), then reopen;
@@ -891,7 +894,13 @@ int main(int argc, char **argv)
 {
 	uint64_t nops = T_MODEL_DEFAULT_OPS, seed = 20261202;
 	int only = -1;
+	bool share = true; /* -c: all operations for that configuration */
 	int c;
+	if (argc == 2 && !strcmp(argv[1], "--list")) {
+		for (size_t i = 0; i < NCONFIGS; i++)
+			printf("c%zu\n", i);
+		return 0;
+	}
 	const char *env = getenv("T_SEED");
 	if (env)
 		seed = strtoull(env, NULL, 10);
@@ -899,12 +908,19 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 'n': nops = strtoull(optarg, NULL, 10); break;
 		case 's': seed = strtoull(optarg, NULL, 10); break;
-		case 'c': only = atoi(optarg); break;
+		case 'c': only = atoi(optarg); share = false; break;
 		case 'v': M.verbose = 1; break;
 		default:
-			fprintf(stderr, "usage: %s [-n OPS] [-s SEED] [-c CONFIG] [-v]\n", argv[0]);
-			return 2;
+			goto usage;
 		}
+	}
+	if (optind < argc) { /* a part: cN */
+		char *end;
+		if (optind + 1 != argc || argv[optind][0] != 'c' || only >= 0)
+			goto usage;
+		only = (int)strtol(argv[optind] + 1, &end, 10);
+		if (*end || end == argv[optind] + 1 || only < 0 || (size_t)only >= NCONFIGS)
+			goto usage;
 	}
 	M.prog = argv[0];
 	ftl_set_logger(quiet_log, NULL);
@@ -917,7 +933,7 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < NCONFIGS; i++) {
 		if (only >= 0 && (size_t)only != i)
 			continue;
-		uint64_t per = only >= 0 ? nops : nops / NCONFIGS + 1;
+		uint64_t per = share ? nops / NCONFIGS + 1 : nops;
 		M.again_seed = seed;
 		M.again_config = (int)i;
 		M.again_ops = per;
@@ -926,9 +942,14 @@ int main(int argc, char **argv)
 		cuts += M.cuts;
 	}
 	printf("total: %" PRIu64 " operations, %" PRIu64 " power cuts\n", total, cuts);
-	if (only < 0 && (total < nops || (nops >= 1000000 && cuts < 1000))) {
+	/* a million operations cut power at least 1000 times (a part: its share) */
+	uint64_t parts = only >= 0 ? NCONFIGS : 1;
+	if (share && (total < nops / parts || (nops >= 1000000 && cuts < 1000 / parts))) {
 		fprintf(stderr, "too few operations or power cuts\n");
 		return 1;
 	}
 	return 0;
+usage:
+	fprintf(stderr, "usage: %s [-n OPS] [-s SEED] [-c CONFIG] [-v] [cN | --list]\n", argv[0]);
+	return 2;
 }
