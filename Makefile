@@ -4,8 +4,11 @@
 #   make run        build flashd (and flashctl), then serve the embedded default
 #                   (simulated ioDrive Duo); LISTEN=HOST:PORT... instead of
 #                   127.0.0.1:10809
-#   make check      build and run every test; ends with
+#   make check      build and run every test (what CI runs); ends with
 #                   "N passed, N failed, N skipped"
+#   make check-quick  the edit-test loop: unit tests without sanitizers, the
+#                   core NBD suites (a few minutes)
+#   make check-long long explorations: the crash test on more seeds
 #   make check-drbd the DRBD pair test in two VMs (11-14 min; .ci/run runs it too)
 #   make bench      benchmark flashd against nbdkit and qemu-nbd (not part of check)
 #   make install    install programs, plugins, unit, man pages, example config
@@ -60,7 +63,7 @@ ifneq ($(wildcard plugins/tcmu/*.c),)
 PROGS += $(BUILD)/handler_flashd.so
 endif
 
-.PHONY: all run check check-drbd bench deps clean install uninstall
+.PHONY: all run check check-quick check-long check-drbd bench deps clean install uninstall
 all: $(PROGS) $(UNIT_BINS) $(SAN_BINS)
 
 # Debian packages: checked once per build directory, re-checked when deps.sh changes.
@@ -136,11 +139,19 @@ run: $(BUILD)/flashd $(BUILD)/flashctl
 	scripts/deps.sh check
 	$(strip $(BUILD)/flashd --foreground $(patsubst %,--listen %,$(LISTEN)))
 
+# tests/run.sh runs independent tests in parallel (-j N, FLASHD_TEST_JOBS);
 # FLASHD_DEPS_INSTALLED=1: a test missing a program deps.sh installs fails
 # instead of skipping (tests/functions.sh, requires)
 check: all
 	scripts/deps.sh check
 	FLASHD_DEPS_INSTALLED=1 tests/run.sh
+
+check-quick: $(PROGS) $(UNIT_BINS)
+	scripts/deps.sh check
+	FLASHD_DEPS_INSTALLED=1 tests/run.sh --quick
+
+check-long: $(UNIT_BINS)
+	tests/run.sh --long
 
 # the DRBD pair test (tests/vm/test-drbd.sh: two VMs, 11-14 min under TCG),
 # not part of check; .ci/run runs it after check.  If it skips (not root, no

@@ -27,6 +27,7 @@
 #
 # Skips (exit 77, with the reason) only when network namespaces cannot be
 # made (not root, or no CONFIG_NET_NS).
+# exclusive: 64 clients and a timed flashd load both cores
 # timeout: 400
 source "$(dirname "$0")/functions.sh"
 

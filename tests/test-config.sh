@@ -1,5 +1,6 @@
 #!/bin/bash
 # timeout: 300
+# quick
 # Strict configuration (server/config.c, common/parse.c):
 #   1. every bad configuration below makes flashd exit with status 2 within
 #      10 s, before it opens anything (the state directory is as it was: no

@@ -1,5 +1,6 @@
 #!/bin/bash
 # timeout: 300
+# exclusive: answers within 0.5 s while a load runs
 # Monitoring a running flashd (issue 13): Prometheus /metrics, flashctl
 # stats --live, and control requests that must not wait on a busy ioDimm.
 #   1. /metrics passes a strict parser of the text exposition format

@@ -25,6 +25,7 @@
 #      a refused path with ESC and CR is logged with them escaped
 #   5. images 0600, a state directory flashd makes 0700
 # timeout: 300
+# quick
 source "$(dirname "$0")/functions.sh"
 requires psktool
 

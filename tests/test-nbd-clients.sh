@@ -1,5 +1,6 @@
 #!/bin/bash
 # timeout: 300
+# quick
 # flashd driven by real NBD clients, over TCP (127.0.0.1) and the unix socket:
 #   nbdinfo --list (both exports, sizes, descriptions, block sizes)
 #   nbdinfo --map  (hole,zero when fresh and after TRIM; data after writes)

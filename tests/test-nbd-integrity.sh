@@ -1,5 +1,6 @@
 #!/bin/bash
 # timeout: 600
+# quick
 # Every request answered, every slot freed, no stall, no crash, bounded
 # shutdown (tests/nbd/raw_integrity.py):
 #   1. Large pipelined requests: two 32 MiB READs and one 32 MiB WRITE on one

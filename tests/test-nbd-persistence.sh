@@ -1,5 +1,6 @@
 #!/bin/bash
 # timeout: 300
+# quick
 # Data written through NBD survives flashd restarts:
 #   1. qemu-img convert / nbdcopy of random images into dimm0 (TCP) and dimm1
 #      (unix), SIGTERM, restart: both compare equal; nothing of dimm1 in dimm0.

@@ -1,5 +1,6 @@
 #!/bin/bash
 # timeout: 420
+# quick
 # The NBD protocol checks of tests/nbd/ against flashd (doc/proto.md of
 # NetworkBlockDevice/nbd):
 #   1. 512-byte sectors (--preset test-1g): libnbd checks of every option and

@@ -1,20 +1,31 @@
 #!/bin/bash
 # timeout: 120
+# quick
 # tests/run.sh itself, on a scratch tree of fake tests (tiny scripts in
 # place of the unit programs and shell tests), so that what make check
-# reports is what happened: exit 0 passes, 77 (tests/functions.sh: skip,
-# requires) is a skip, listed with its reason and never counted as a
-# pass, anything else fails; the last line is "N passed, N failed, N
-# skipped"; FLASHD_NO_SKIP=1 makes a skip a failure; under
-# FLASHD_DEPS_INSTALLED=1 (make check) a missing program fails; nothing
-# but skips is not a success; a test that left a part out (skip_part,
-# part_requires) and would pass is a skip listing the parts, and fails
-# when something else failed.
+# reports is what happened:
+#   1. results: exit 0 passes, 77 (tests/functions.sh: skip, requires) is
+#      a skip, listed with its reason and never counted as a pass,
+#      anything else fails; the last line is "N passed, N failed, N
+#      skipped"; FLASHD_NO_SKIP=1 makes a skip a failure; under
+#      FLASHD_DEPS_INSTALLED=1 (make check) a missing program fails;
+#      nothing but skips is not a success; a test that left a part out
+#      (skip_part, part_requires) and would pass is a skip listing the
+#      parts, and fails when something else failed;
+#   2. a program made of parts (t.h: t_parts) runs each part as a job;
+#      t_ftl_model's parts run with its own seed and with the run's seed
+#      (T_SEED=N), which no job sees in its environment;
+#   3. jobs run in parallel (three 2-second tests at once with -j 3), a
+#      test marked "# exclusive" runs with nothing else, "# timeout: N"
+#      stops a test, one marked "# long: yes" runs only when named;
+#   4. build/test-logs/times.tsv has name, seconds and result per job, and
+#      a run of some tests keeps the lines of the others.
 source "$(dirname "$0")/functions.sh"
 
 W=$T/tree
 mkdir -p "$W/tests/unit" "$W/build/tests"
 cp "$top/tests/run.sh" "$top/tests/functions.sh" "$W/tests/"
+
 fake_test() { # fake_test PATH BODY...: an executable bash script
 	local p=$1
 	shift
@@ -22,8 +33,16 @@ fake_test() { # fake_test PATH BODY...: an executable bash script
 	printf '%s\n' "$@" >>"$p"
 	chmod +x "$p"
 }
+# a trace of when each job ran: "NAME start|end EPOCHREALTIME"
+traced() { # traced NAME SECONDS: the body of a test that sleeps
+	echo "echo \"$1 start \$EPOCHREALTIME\" >>$W/trace; sleep $2; echo \"$1 end \$EPOCHREALTIME\" >>$W/trace"
+}
 
 fake_test "$W/build/tests/t_ok" 'echo fine'
+fake_test "$W/build/tests/t_parted" 'case $1 in --list) printf "a\nb\n" ;; a) echo part a ;; *) echo "part $1 fails"; exit 1 ;; esac'
+echo 'int main(int argc, char **argv) { return t_parts(argc, argv, parts, 2); }' >"$W/tests/unit/t_parted.c"
+fake_test "$W/build/tests/t_ftl_model" '[ "$1" = --list ] && { printf "c0\nc1\n"; exit 0; }' 'echo "args: $*; T_SEED=${T_SEED:-unset}"'
+echo 'if (argc == 2 && !strcmp(argv[1], "--list"))' >"$W/tests/unit/t_ftl_model.c"
 fake_test "$W/tests/test-pass.sh" 'echo all good'
 fake_test "$W/tests/test-fail.sh" 'echo boom; exit 1'
 fake_test "$W/tests/test-skip.sh" 'source "$(dirname "$0")/functions.sh"' 'skip "no widget here"' 'exit 0'
@@ -34,6 +53,12 @@ fake_test "$W/tests/test-halfbroken.sh" 'source "$(dirname "$0")/functions.sh"' 
 	'skip_part "3. the widget part (no widget here)"' 'fail "2 broke"'
 fake_test "$W/tests/test-gadget.sh" 'source "$(dirname "$0")/functions.sh"' \
 	'if part_requires "the gadget check" sh no-such-program-xyz; then echo "the gadget check ran"; fi' 'ok "the rest"'
+fake_test "$W/tests/test-slow1.sh" "$(traced slow1 2)"
+fake_test "$W/tests/test-slow2.sh" "$(traced slow2 2)"
+fake_test "$W/tests/test-slow3.sh" "$(traced slow3 2)"
+fake_test "$W/tests/test-alone.sh" '# exclusive: the fake test of exclusive' "$(traced alone 1)"
+fake_test "$W/tests/test-hang.sh" '# timeout: 1' 'sleep 30'
+fake_test "$W/tests/test-pair.sh" '# long: yes (make check-drbd)' 'echo ran >"$(dirname "$0")/pair-ran"'
 
 # run [ENV=V...] -- ARGS...: tests/run.sh in the tree, in an environment
 # without make check's settings; sets $out and $rc
@@ -49,7 +74,8 @@ want_line() { # want_line REGEX WHAT
 	grep -qE "$1" <<<"$out" || fail "$2: no line matching '$1' in the output above"
 }
 
-run -- t_ok test-pass test-skip test-needs
+# ---- 1. results -----------------------------------------------------------------
+run -- -j 2 t_ok test-pass test-skip test-needs
 [ "$(tail -n1 <<<"$out")" = "2 passed, 0 failed, 2 skipped" ] || fail "summary line: $(tail -n1 <<<"$out")"
 [ $rc -eq 0 ] || fail "a run with passes and skips only: exit $rc, want 0"
 want_line '^SKIP test-skip +[0-9.]+s  \(no widget here\)$' "the skip's own line"
@@ -88,3 +114,61 @@ run FLASHD_DEPS_INSTALLED=1 -- test-gadget
 run -- test-halfbroken test-pass
 [ "$(tail -n1 <<<"$out")" = "1 passed, 1 failed, 0 skipped" ] || fail "a part not run, then a failure: $(tail -n1 <<<"$out")"
 ok "a test that left parts out is a skip naming them, never a pass; a failure still fails"
+
+# ---- 2. parts, seeds -----------------------------------------------------------------
+run -- t_parted
+want_line '^PASS t_parted\.a ' "part a"
+want_line '^FAIL t_parted\.b ' "part b"
+[ "$(tail -n1 <<<"$out")" = "1 passed, 1 failed, 0 skipped" ] || fail "parts: $(tail -n1 <<<"$out")"
+run T_SEED=4242 -- t_ftl_model
+want_line '^t_ftl_model\.seed: seed 4242 this run' "the run's seed"
+[ "$(tail -n1 <<<"$out")" = "4 passed, 0 failed, 0 skipped" ] || fail "t_ftl_model's jobs: $(tail -n1 <<<"$out")"
+logs=$W/build/test-logs
+grep -qx 'args: c1; T_SEED=unset' "$logs/t_ftl_model.c1.log" ||
+	fail "t_ftl_model's fixed-seed part c1: $(cat "$logs/t_ftl_model.c1.log")"
+grep -qx 'args: -s 4242 c1; T_SEED=unset' "$logs/t_ftl_model.seed.c1.log" ||
+	fail "t_ftl_model.seed.c1: $(cat "$logs/t_ftl_model.seed.c1.log")"
+run -- t_ftl_model
+seed=$(sed -n 's/^t_ftl_model\.seed: seed \([0-9]*\) this run.*/\1/p' <<<"$out")
+grep -qx "args: -s $seed c0; T_SEED=unset" "$logs/t_ftl_model.seed.c0.log" ||
+	fail "t_ftl_model.seed.c0 without T_SEED: seed '$seed', $(cat "$logs/t_ftl_model.seed.c0.log")"
+ok "parts are jobs; t_ftl_model runs its seed and the run's ($seed)"
+
+# ---- 3. parallel, exclusive, timeout -----------------------------------------
+rm -f "$W/trace"
+t0=$EPOCHREALTIME
+run -- -j 3 test-slow test-alone
+secs=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+[ "$(tail -n1 <<<"$out")" = "4 passed, 0 failed, 0 skipped" ] || fail "parallel: $(tail -n1 <<<"$out")"
+# the three slow tests ran at the same time; the exclusive one with none
+$PYTHON - "$W/trace" <<'PY' || fail "not run as they should (the trace above)"
+import sys
+iv = {}
+for line in open(sys.argv[1]):
+    name, what, t = line.split()
+    iv.setdefault(name, {})[what] = float(t)
+slow = [iv["slow%d" % i] for i in (1, 2, 3)]
+if max(v["start"] for v in slow) >= min(v["end"] for v in slow):
+    sys.exit("the three slow tests did not all run at once: %s" % slow)
+a = iv["alone"]
+for name, v in iv.items():
+    if name != "alone" and v["start"] < a["end"] and a["start"] < v["end"]:
+        sys.exit("%s ran from %.2f to %.2f, alone from %.2f to %.2f" % (name, v["start"], v["end"], a["start"], a["end"]))
+PY
+run -- test-hang
+want_line '^FAIL test-hang .*timed out after 1s' "the time limit"
+run -- -j 4
+! grep -q 'test-pair' <<<"$out" && [ ! -e "$W/tests/pair-ran" ] || fail "a '# long: yes' test ran in a run of all"
+run -- test-pair
+want_line '^PASS test-pair ' "a '# long: yes' test named"
+ok "in parallel (4 tests in $secs s), exclusive alone, time limit kept"
+
+# ---- 4. times.tsv -----------------------------------------------------------------
+tsv=$W/build/test-logs/times.tsv
+run -- -j 3 t_ok test-pass test-skip test-fail
+grep -qP '^test-skip\t[0-9]+\.[0-9]\tskip$' "$tsv" || fail "times.tsv: no skip line: $(cat "$tsv")"
+grep -qP '^test-fail\t[0-9]+\.[0-9]\tfail$' "$tsv" || fail "times.tsv: no fail line"
+grep -qP '^t_ok\t[0-9]+\.[0-9]\tpass$' "$tsv" || fail "times.tsv: no pass line"
+grep -qP '^test-slow1\t[0-9]+\.[0-9]\tpass$' "$tsv" || fail "times.tsv lost an earlier run's line"
+[ "$(awk -F'\t' 'NF != 3' "$tsv" | wc -l)" = 0 ] || fail "times.tsv: a line without 3 fields: $(cat "$tsv")"
+ok "times.tsv: name, seconds, result; earlier lines kept"

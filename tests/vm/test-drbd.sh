@@ -6,6 +6,7 @@
 # flashd SIGKILLed on the primary.
 # timeout: 1800
 # long: yes (11-14 min: make check-drbd, not make check)
+# exclusive: two TCG guests with real-time timeouts
 #
 #   tests/vm/test-drbd.sh
 #
