@@ -1,5 +1,6 @@
 #!/bin/bash
 # timeout: 300
+# exclusive: a round must check 100,000 reads in 20 s
 # Reads while GC moves the same data (tests/nbd/gc_reads.py): a reply must
 # never carry another unit's data, an older version or garbage.
 #   1. Every 4 KiB block of a test-1g ioDimm (parity 1) written with a
