@@ -27,7 +27,9 @@
 # parallel, the longest first (their times from the previous run's
 # build/test-logs/times.tsv); a shell test marked "# exclusive: WHY" in its
 # header runs alone, after the others.  Per-job time limit: 1200 s, or
-# "# timeout: N" in a shell test's header.
+# "# timeout: N" in a shell test's header, both for a test alone on the
+# machine: with more jobs than cores a job that shares them gets its limit
+# times jobs/cores (1.5 for the default 3 jobs on 2 cores).
 #
 # Results.  Exit status 0 passes; 77 is a skip (the test cannot run here:
 # not root, no network namespaces...; its "SKIP: why" line is shown in the
@@ -80,9 +82,13 @@ wanted() { # wanted NAME FILE: no NAME given, or one of them in NAME or FILE
 	return 1
 }
 
+cores=$(nproc)
 add_job() { # add_job NAME FILE LIMIT EXCLUSIVE(0|1) CMD... (words without spaces)
 	wanted "$1" "$2" || return 0
-	J_NAME+=("$1") J_FILE+=("$2") J_LIMIT+=("$3") J_EXCL+=("$4")
+	local limit=$3
+	# a job beside others gets cores/slots of a core at most: more time
+	[ "$4" = 0 ] && [ "$slots" -gt "$cores" ] && limit=$(((limit * slots + cores - 1) / cores))
+	J_NAME+=("$1") J_FILE+=("$2") J_LIMIT+=("$limit") J_EXCL+=("$4")
 	shift 4
 	J_CMD+=("$*")
 }

@@ -17,7 +17,8 @@
 #      (T_SEED=N), which no job sees in its environment;
 #   3. jobs run in parallel (three 2-second tests at once with -j 3), a
 #      test marked "# exclusive" runs with nothing else, "# timeout: N"
-#      stops a test, one marked "# long: yes" runs only when named;
+#      stops a test (times jobs/cores with more jobs than cores), one
+#      marked "# long: yes" runs only when named;
 #   4. build/test-logs/times.tsv has name, seconds and result per job, and
 #      a run of some tests keeps the lines of the others.
 source "$(dirname "$0")/functions.sh"
@@ -155,13 +156,16 @@ for name, v in iv.items():
     if name != "alone" and v["start"] < a["end"] and a["start"] < v["end"]:
         sys.exit("%s ran from %.2f to %.2f, alone from %.2f to %.2f" % (name, v["start"], v["end"], a["start"], a["end"]))
 PY
-run -- test-hang
+run -- -j 1 test-hang
 want_line '^FAIL test-hang .*timed out after 1s' "the time limit"
+# twice as many jobs as cores: twice the limit for a job that shares them
+run -- -j "$((2 * $(nproc)))" test-hang
+want_line '^FAIL test-hang .*timed out after 2s' "the time limit of a job beside others"
 run -- -j 4
 ! grep -q 'test-pair' <<<"$out" && [ ! -e "$W/tests/pair-ran" ] || fail "a '# long: yes' test ran in a run of all"
 run -- test-pair
 want_line '^PASS test-pair ' "a '# long: yes' test named"
-ok "in parallel (4 tests in $secs s), exclusive alone, time limit kept"
+ok "in parallel (4 tests in $secs s), exclusive alone, time limit kept and scaled"
 
 # ---- 4. times.tsv -----------------------------------------------------------------
 tsv=$W/build/test-logs/times.tsv
