@@ -261,7 +261,7 @@ wall=$(awk -v a="$start_all" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a
 	done
 	if [ -r "$times" ]; then
 		while IFS=$'\t' read -r n s r; do
-			[ -n "${last[$n]+x}" ] && printf '%s\t%s\t%s\n' "$n" "$s" "$r"
+			if [ -n "${last[$n]+x}" ]; then printf '%s\t%s\t%s\n' "$n" "$s" "$r"; fi
 		done <"$times"
 	fi
 } >"$times.new" && mv "$times.new" "$times"

@@ -20,7 +20,8 @@
 #      stops a test (times jobs/cores with more jobs than cores), one
 #      marked "# long: yes" runs only when named;
 #   4. build/test-logs/times.tsv has name, seconds and result per job, and
-#      a run of some tests keeps the lines of the others.
+#      a run of some tests keeps the lines of the others; every run
+#      writes it.
 source "$(dirname "$0")/functions.sh"
 
 W=$T/tree
@@ -175,4 +176,9 @@ grep -qP '^test-fail\t[0-9]+\.[0-9]\tfail$' "$tsv" || fail "times.tsv: no fail l
 grep -qP '^t_ok\t[0-9]+\.[0-9]\tpass$' "$tsv" || fail "times.tsv: no pass line"
 grep -qP '^test-slow1\t[0-9]+\.[0-9]\tpass$' "$tsv" || fail "times.tsv lost an earlier run's line"
 [ "$(awk -F'\t' 'NF != 3' "$tsv" | wc -l)" = 0 ] || fail "times.tsv: a line without 3 fields: $(cat "$tsv")"
-ok "times.tsv: name, seconds, result; earlier lines kept"
+# a run of only the jobs of the last line of times.tsv updates it too
+rm -f "$tsv"
+run -- test-skip
+run FLASHD_NO_SKIP=1 -- test-skip
+grep -qP '^test-skip\t[0-9]+\.[0-9]\tfail$' "$tsv" || fail "times.tsv not updated by a run of its last job: $(cat "$tsv")"
+ok "times.tsv: name, seconds, result; earlier lines kept; every run writes it"
