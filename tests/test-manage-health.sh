@@ -1,6 +1,6 @@
 #!/bin/bash
 # timeout: 420
-# exclusive: an injected 80 C relaxes below 78 C within ~7 s; every view must see it first
+# exclusive: headless Chromium beside flashd; each view is read within seconds of a fault
 # Health that tells the truth and configuration checked early (issue 13):
 #   1. an image whose format differs from its [dimm] keys (sector_size =
 #      4096 on a 512-byte image): flashd refuses to start (exit 1), logs an
