@@ -10,8 +10,9 @@
 #               without sanitizers (t_ftl_model with 100,000 operations)
 #               and the shell tests marked "# quick" in their header
 #   --long      make check-long, long explorations: t_ftl_model on
-#               FLASHD_LONG_SEEDS (8) more seeds and each configuration
-#               alone with a million operations, t_ftl_align on more seeds
+#               FLASHD_LONG_SEEDS (8) more seeds, each configuration
+#               alone with a million operations, and its parts with the
+#               run's seed (t_ftl_model.seed.cN), t_ftl_align on more seeds
 #   NAME...     only the jobs whose name or file contains a NAME
 #
 # A shell test with a "# long: yes" line runs only when named (make
@@ -21,9 +22,10 @@
 # Jobs.  A unit program made of parts (tests/unit/t.h: t_parts, or a
 # "--list" of its own) runs each part as a job of its own
 # (t_ftl_parity.die, t_ftl_parity-san.die, ...).  t_ftl_model's parts (one
-# configuration each) run twice: with its fixed seed (the same coverage
-# every run) and with a seed that changes every run (t_ftl_model.seed.cN;
-# printed at the start; T_SEED=N repeats it).  Independent jobs run in
+# configuration each) run with its fixed seed, so that make check gives the
+# same verdict for the same commit; --long runs them again with a seed that
+# changes every run (t_ftl_model.seed.cN; printed at the start; T_SEED=N
+# repeats it).  Independent jobs run in
 # parallel, the longest first (their times from the previous run's
 # build/test-logs/times.tsv); a shell test marked "# exclusive: WHY" in its
 # header runs alone, after the others.  Per-job time limit: 1200 s, or
@@ -104,8 +106,6 @@ unit_jobs() { # unit_jobs BIN: the jobs of one unit program
 		if grep -qE 't_parts\(|"--list"' "$src" 2>/dev/null; then
 			for part in $("$bin" --list); do
 				add_job "$name.$part" "$bin" 1200 0 "$bin" "$part"
-				[ "$name" = t_ftl_model ] &&
-					add_job "$name.seed.$part" "$bin" 1200 0 "$bin" -s "$seed" "$part"
 			done
 		else
 			add_job "$name" "$bin" 1200 0 "$bin"
@@ -118,6 +118,9 @@ unit_jobs() { # unit_jobs BIN: the jobs of one unit program
 		done
 		for ((i = 0; i < 8; i++)); do
 			add_job "$name.c$i" "$bin" 3600 0 "$bin" -c "$i" -s "$seed"
+		done
+		for part in $("$bin" --list); do
+			add_job "$name.seed.$part" "$bin" 1200 0 "$bin" -s "$seed" "$part"
 		done
 		;;
 	long:t_ftl_align)

@@ -13,8 +13,9 @@
 #      (skip_part, part_requires) and would pass is a skip listing the
 #      parts, and fails when something else failed;
 #   2. a program made of parts (t.h: t_parts) runs each part as a job;
-#      t_ftl_model's parts run with its own seed and with the run's seed
-#      (T_SEED=N), which no job sees in its environment;
+#      t_ftl_model's parts run with its own seed (make check), and with
+#      the run's seed (T_SEED=N) under --long, which no job sees in its
+#      environment;
 #   3. jobs run in parallel (three 2-second tests at once with -j 3), a
 #      test marked "# exclusive" runs with nothing else, "# timeout: N"
 #      stops a test (times jobs/cores with more jobs than cores), one
@@ -123,18 +124,20 @@ want_line '^PASS t_parted\.a ' "part a"
 want_line '^FAIL t_parted\.b ' "part b"
 [ "$(tail -n1 <<<"$out")" = "1 passed, 1 failed, 0 skipped" ] || fail "parts: $(tail -n1 <<<"$out")"
 run T_SEED=4242 -- t_ftl_model
-want_line '^t_ftl_model\.seed: seed 4242 this run' "the run's seed"
-[ "$(tail -n1 <<<"$out")" = "4 passed, 0 failed, 0 skipped" ] || fail "t_ftl_model's jobs: $(tail -n1 <<<"$out")"
+[ "$(tail -n1 <<<"$out")" = "2 passed, 0 failed, 0 skipped" ] || fail "t_ftl_model's jobs: $(tail -n1 <<<"$out")"
+! grep -q 'seed' <<<"$out" || fail "make check ran t_ftl_model with a rotating seed"
 logs=$W/build/test-logs
 grep -qx 'args: c1; T_SEED=unset' "$logs/t_ftl_model.c1.log" ||
 	fail "t_ftl_model's fixed-seed part c1: $(cat "$logs/t_ftl_model.c1.log")"
+run T_SEED=4242 -- --long t_ftl_model
+want_line '^t_ftl_model\.seed: seed 4242 this run' "the run's seed"
 grep -qx 'args: -s 4242 c1; T_SEED=unset' "$logs/t_ftl_model.seed.c1.log" ||
 	fail "t_ftl_model.seed.c1: $(cat "$logs/t_ftl_model.seed.c1.log")"
-run -- t_ftl_model
+run -- --long t_ftl_model
 seed=$(sed -n 's/^t_ftl_model\.seed: seed \([0-9]*\) this run.*/\1/p' <<<"$out")
 grep -qx "args: -s $seed c0; T_SEED=unset" "$logs/t_ftl_model.seed.c0.log" ||
 	fail "t_ftl_model.seed.c0 without T_SEED: seed '$seed', $(cat "$logs/t_ftl_model.seed.c0.log")"
-ok "parts are jobs; t_ftl_model runs its seed and the run's ($seed)"
+ok "parts are jobs; t_ftl_model runs its seed, and under --long the run's ($seed)"
 
 # ---- 3. parallel, exclusive, timeout -----------------------------------------
 rm -f "$W/trace"
