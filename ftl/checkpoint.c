@@ -28,7 +28,10 @@
  * sequence number, and replay maps its units again if their pages are
  * newer than cp_seq.  That is allowed for a trim nobody flushed (contract
  * rule 2), but not after a clean close: the clean checkpoint closes the
- * pending trims into a record before it takes cp_seq (cp_kick).
+ * pending trims into a record before it takes cp_seq (cp_kick).  Nor once
+ * an open served a trim from the l2p copied: every checkpoint commits
+ * only after a programmed record holds the trims its copy shows, so the
+ * previous one and the log after it rebuild them too (CP_WRITE).
  * Cost: l2p_bytes of programming and a copy of each page; no host wait.
  */
 #include <errno.h>
@@ -840,6 +843,27 @@ int cp_kick(struct ftl *f)
 				cp_abort(f);
 				return 1;
 			}
+			/*
+			 * Invariant: every unmapping in the l2p pages copied is
+			 * in a durable trim record before the superblock names
+			 * this checkpoint.  A trim still pending when its page
+			 * was copied is in this checkpoint only; if the open
+			 * finds it damaged, the previous one and the log after
+			 * it are loaded, and without the record its units read
+			 * their old data again, after an open had read them as
+			 * trimmed (contract rule 6).  So the pending trims go
+			 * into a record now and the commit waits for it (and
+			 * any record before it) to be programmed; no wait
+			 * while nothing was trimmed since the last one was.
+			 * The record may take the last free block (floor 0,
+			 * as for a GC victim's): the pool may be waiting for
+			 * this commit to release the blocks of the checkpoint
+			 * before the previous.
+			 */
+			if (f->ntrim_pend && !trim_close_record_floor(f, 0))
+				return n; /* no slot or page yet: the ring drains */
+			if (f->stream[STREAM_USER].ring.done < f->trim_rec_end)
+				return n; /* its program completing calls again */
 			/* the pages must be durable before the superblock names
 			 * them; the sync runs beside host I/O (on an image file
 			 * it can take seconds) */

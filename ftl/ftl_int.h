@@ -648,6 +648,8 @@ struct ftl {
 	struct ftl_trim_range *trim_pend;
 	uint32_t ntrim_pend, trim_cap;
 	uint32_t trim_lo, trim_hi;  /* bounds of pending units, for a quick test */
+	uint64_t trim_rec_end;      /* user ring position after the newest trim
+	                             * record: it is durable once done >= this */
 
 	/* GC */
 	struct victim *victims;     /* [nvictims] */

@@ -95,6 +95,7 @@ bool trim_close_record_floor(struct ftl *f, uint32_t floor)
 	sl->lba = f->ntrim_pend;
 	sl->seq = seq_take(f);
 	r->fill++;
+	f->trim_rec_end = r->fill;
 	f->ntrim_pend = 0;
 	f->trim_lo = UINT32_MAX;
 	f->trim_hi = 0;

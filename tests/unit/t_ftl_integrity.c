@@ -19,6 +19,10 @@
  *   trim_unreadable  a trim record newer than the checkpoint that GC
  *               cannot read: its block waits for a checkpoint before its
  *               erase, so after a power cut the trimmed units read zeros
+ *   pending trim  a trim not in a record when a checkpoint copied the
+ *               map: that checkpoint commits only once a record holds it,
+ *               so with it damaged at the next power cut the unit still
+ *               reads zeros
  *   parity      a parity width this version cannot build is refused before
  *               anything is written; the band layout is reported
  *   async sync  on an image file, flushes and checkpoint commits wait for
@@ -358,6 +362,7 @@ static void log_previous(void *arg, int level, const char *msg)
 }
 
 static bool cp_idle(struct ftl *f, void *arg);
+static bool cp_half_written(struct ftl *f, void *arg);
 
 /*
  * A checkpoint P, units trimmed, a checkpoint C; then the band of the
@@ -557,6 +562,74 @@ static void t_trim_unreadable(bool crash_first, bool timed)
 	       "zeros\n", crash_first ? " (a block without footer, cut by a crash)" : "",
 	       timed ? "timed" : "untimed", n, ncp);
 	CHECK(ncp >= 1);
+}
+
+/* ---- a trim pending while a checkpoint copies the map --------------------------- */
+
+/*
+ * A checkpoint P with a unit mapped; the unit trimmed (not flushed: the
+ * trim is pending, in no record) before a checkpoint C copies its l2p
+ * page (with during, after C started: timed only); C commits.  A power cut: the open
+ * loads C and the unit reads zeros.  Another power cut with C's header
+ * (and its copy) damaged: the open loads P and replays the log after it,
+ * and the unit must still read zeros, the state the first open served.
+ * C's commit used to leave the trim in C only, with no record in the log
+ * after P: the old data came back.
+ */
+static void t_cp_pending_trim(bool during, bool timed)
+{
+	struct nand_dev *d = dev_new("test-64m", timed);
+	format_with(d, 4096, 0, 0);
+	struct ftl_open_params op = { .checkpoint_interval = 1ull << 40 };
+	struct ftl *f;
+	char err[256];
+	CHECK_RC(ftl_open(d, &op, &f, err, sizeof err));
+	uint64_t units = f->units, t = units - 5; /* in the last l2p page */
+	uint32_t *ver = calloc(units, sizeof *ver);
+	for (uint64_t u = 0; u < units; u++)
+		write_unit(f, u, ver[u] = 1);
+	CHECK_RC(ftl_flush_sync(f));
+	cp_request(f, false);
+	CHECK_RC(ftl_run_until(f, cp_idle, NULL));
+	uint32_t p_hdr = f->cp.cur_hdr_block;
+	if (during) {
+		cp_request(f, false);
+		CHECK_RC(ftl_run_until(f, cp_half_written, NULL));
+	}
+	CHECK_RC(ftl_trim_sync(f, t * 4096, 4096, 0));
+	ver[t] = 0;
+	if (!during)
+		cp_request(f, false);
+	CHECK_RC(ftl_run_until(f, cp_idle, NULL));
+	CHECK(f->cp.cur_hdr_block != p_hdr && f->cp.prev_hdr_block == p_hdr);
+	power_cut(f, d);
+	f = open_ok(d);
+	check_unit(f, t, 0);
+	uint32_t hdr = f->cp.cur_hdr_block, mirror = f->cp.cur_mirror;
+	CHECK(mirror != FTL_NO_BLOCK && f->cp.prev_hdr_block == p_hdr);
+	power_cut(f, d);
+	CHECK_RC(nand_sim_flip_bytes(d, (uint64_t)hdr * d->geo.pages_per_block, 40, 4));
+	CHECK_RC(nand_sim_flip_bytes(d, (uint64_t)mirror * d->geo.pages_per_block, 40, 4));
+	f = open_ok(d);
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	CHECK(info.checkpoint_damaged);
+	uint8_t b[4096], z[4096] = { 0 };
+	CHECK_RC(ftl_read_sync(f, b, t * 4096, 4096));
+	if (memcmp(b, z, sizeof b) != 0) {
+		fprintf(stderr, "cp_pending_trim%s: unit %" PRIu64 ", trimmed and read as zeros after "
+			"a power cut, reads its old data after the next one loaded the previous "
+			"checkpoint\n", during ? " (during)" : "", t);
+		exit(1);
+	}
+	for (uint64_t u = 0; u < units; u++)
+		check_unit(f, u, ver[u]);
+	CHECK_RC(ftl_close(f));
+	nand_close(d);
+	free(ver);
+	printf("ok: trim pending %s a checkpoint copied the map (%s): after a power cut and one "
+	       "with that checkpoint damaged, the unit reads zeros\n",
+	       during ? "while" : "before", timed ? "timed" : "untimed");
 }
 
 /* ---- sparse checkpoint ------------------------------------------------------- */
@@ -900,6 +973,9 @@ int main(void)
 	t_trim_unreadable(true, false);
 	t_trim_unreadable(false, true);
 	t_trim_unreadable(true, true);
+	t_cp_pending_trim(false, false);
+	t_cp_pending_trim(false, true);
+	t_cp_pending_trim(true, true); /* untimed, a checkpoint is written at once */
 	t_cp_request(false);
 	t_cp_request(true);
 	t_parity_width();
