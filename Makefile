@@ -284,6 +284,7 @@ endif
 	install -D -m 0644 $(BUILD)/man/flashd.conf.5 $(DESTDIR)$(MANDIR)/man5/flashd.conf.5
 	install -D -m 0644 conf/flashd.conf $(DESTDIR)$(DOCDIR)/flashd.conf.example
 	install -D -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
+	install -D -m 0644 -t $(DESTDIR)$(DOCDIR)/doc $(wildcard doc/*.md doc/*.png)
 	install -D -m 0644 deploy/README.md $(DESTDIR)$(DOCDIR)/README.deploy.md
 	install -D -m 0755 deploy/iscsi-lun.sh $(DESTDIR)$(DOCDIR)/examples/iscsi-lun.sh
 	install -D -m 0644 -t $(DESTDIR)$(DOCDIR)/examples/prometheus deploy/prometheus/prometheus.yml \
@@ -305,10 +306,11 @@ uninstall:
 		$(DESTDIR)$(MANDIR)/man5/flashd.conf.5
 	rm -f $(DESTDIR)$(DOCDIR)/flashd.conf.example $(DESTDIR)$(DOCDIR)/README.md \
 		$(DESTDIR)$(DOCDIR)/README.deploy.md $(DESTDIR)$(DOCDIR)/examples/iscsi-lun.sh
+	rm -f $(addprefix $(DESTDIR)$(DOCDIR)/,$(wildcard doc/*.md doc/*.png))
 	rm -f $(DESTDIR)$(DOCDIR)/examples/prometheus/prometheus.yml \
 		$(DESTDIR)$(DOCDIR)/examples/prometheus/flashd-alerts.yml \
 		$(DESTDIR)$(DOCDIR)/examples/prometheus/flashd-alerts.test.yml
-	rmdir $(DESTDIR)$(DOCDIR)/examples/prometheus $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) 2>/dev/null || true
+	rmdir $(DESTDIR)$(DOCDIR)/examples/prometheus $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR)/doc $(DESTDIR)$(DOCDIR) 2>/dev/null || true
 	@if [ -e $(DESTDIR)$(CONFDIR)/flashd.conf ]; then \
 		if cmp -s conf/flashd.conf $(DESTDIR)$(CONFDIR)/flashd.conf; then \
 			echo "rm -f $(DESTDIR)$(CONFDIR)/flashd.conf"; \

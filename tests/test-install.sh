@@ -57,7 +57,8 @@ expected="755 /usr/sbin/flashd
 644 /usr/share/doc/flashd/examples/prometheus/prometheus.yml
 644 /usr/share/doc/flashd/examples/prometheus/flashd-alerts.yml
 644 /usr/share/doc/flashd/examples/prometheus/flashd-alerts.test.yml
-644 /etc/flashd/flashd.conf"
+644 /etc/flashd/flashd.conf
+$(for f in doc/*.md doc/*.png; do echo "644 /usr/share/doc/flashd/$f"; done)"
 
 installed=$(cd "$ROOT" && find . ! -type d -printf '%m /%P\n' | sort)
 if [ "$installed" != "$(sort <<<"$expected")" ]; then

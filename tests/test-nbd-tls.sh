@@ -20,7 +20,7 @@
 #      tls = off, a second listener with tls=off: plaintext and TLS clients
 #      both served, the TLS-only export hidden and refused without TLS, the
 #      state negotiated before STARTTLS forgotten (raw_tls.py);
-#   4. README's hardened configuration, read out of README.md (only its
+#   4. the hardened configuration, read out of doc/security.md (only its
 #      listen address moved to 127.0.0.1): tls_verify_peer with tls_psk
 #      serves a client certificate of the CA (read-write, or read-only by
 #      allow_ro) and a PSK client, over TLS 1.3 and TLS 1.2, from libnbd,
@@ -311,8 +311,8 @@ check_flashd_log
 checks_passed || fail "checks failed"
 ok "tls = allowed: both kinds of client, per-export and per-listener modes"
 
-# ---- 4. README's hardened configuration, verbatim --------------------------------------------
-# The block after "**A hardened configuration**" in README.md, as an admin
+# ---- 4. doc/security.md's hardened configuration, verbatim ----------------------------------
+# The block after "## A hardened configuration" in doc/security.md, as an admin
 # copies it, next to its relative pki/server and keys.psk; only the listen
 # address changes (tests bind 127.0.0.1), its tls=required stays.
 # tls_verify_peer = yes with tls_psk: x509 clients need a certificate of the
@@ -324,16 +324,16 @@ cp -r "$PKI/server" "$H/pki/server"
 cp "$T/keys.psk" "$H/keys.psk"
 tls_cert "$PKI/ca" "$PKI/host1" client host1
 tls_cert "$PKI/ca" "$PKI/backup" client backup
-awk '/^\*\*A hardened configuration\*\*/ { found = 1; next }
+awk '/^## A hardened configuration$/ { found = 1; next }
 	found && /^    / { sub(/^    /, ""); print; started = 1; next }
 	found && started && /^$/ { print; next }
-	found && started { exit }' "$top/README.md" >"$H/readme.conf"
+	found && started { exit }' "$top/doc/security.md" >"$H/readme.conf"
 grep -q '^tls_verify_peer = yes' "$H/readme.conf" && grep -q '^tls_psk = keys.psk' "$H/readme.conf" ||
-	fail "README's hardened configuration not found, or without tls_verify_peer and tls_psk: $(cat "$H/readme.conf")"
+	fail "the hardened configuration of doc/security.md not found, or without tls_verify_peer and tls_psk: $(cat "$H/readme.conf")"
 P=$(free_port)
 sed "s/^listen = 0\.0\.0\.0:10809 /listen = 127.0.0.1:$P /" "$H/readme.conf" >"$H/flashd.conf"
 [ "$(diff "$H/readme.conf" "$H/flashd.conf" | grep -c '^>')" = 1 ] ||
-	fail "README's hardened configuration has no 'listen = 0.0.0.0:10809 tls=...' line to move to 127.0.0.1"
+	fail "the hardened configuration of doc/security.md has no 'listen = 0.0.0.0:10809 tls=...' line to move to 127.0.0.1"
 sed 's/^/    conf: /' "$H/flashd.conf"
 # start_flashd's --listen would replace the file's listener (and its mode)
 FLASHD_STATE=$T/hstate FLASHD_PORT=$P
@@ -345,7 +345,7 @@ mkdir -p "$FLASHD_STATE"
 FLASHD_PID=$!
 track_pid "$FLASHD_PID"
 for _ in $(seq 600); do
-	kill -0 "$FLASHD_PID" 2>/dev/null || fail "flashd with README's hardened configuration exited"
+	kill -0 "$FLASHD_PID" 2>/dev/null || fail "flashd with the hardened configuration of doc/security.md exited"
 	[ "$(cat "$FLASHD_STATE/flashd.pid" 2>/dev/null)" = "$FLASHD_PID" ] && break
 	sleep 0.1
 done
@@ -456,4 +456,4 @@ ok "hardened: dimm1 served on the unix socket only"
 flashd_running
 stop_flashd
 check_flashd_log
-ok "README's hardened configuration: x509 and PSK clients both"
+ok "the hardened configuration of doc/security.md: x509 and PSK clients both"
