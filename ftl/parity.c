@@ -50,7 +50,7 @@
  * a busy die; with 16 slots a GC band waiting for one made its relocations
  * fall back to the other temperature's band (writer.c), mixing hot and
  * cold data: 80/20 WA 2.766 with 16 slots, 2.516 with 64 (2.550 with the
- * parity fixed in the last column; bench, README "Flashback parity").
+ * parity fixed in the last column; bench, doc/ftl.md "Flashback parity").
  * Memory: PAR_STRIPES pages per parity context (36 contexts on the ioDimm:
  * 9 MiB).
  */

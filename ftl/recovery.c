@@ -434,7 +434,7 @@ static int rentry_cmp(const void *a, const void *b)
  * bound, as a dead die's pages cannot tell written from erased) when
  * flushes write no partial parity (flush_parity = off), nothing on the
  * other dies names those units, and they may read an older version
- * (README, "the double fault").  Not repairable here: said where the
+ * (doc/ftl.md, "the double fault").  Not repairable here: said where the
  * admin looks (log, status notes).  With partial parity only unflushed
  * writes are lost, which the durability contract allows: logged only.
  */

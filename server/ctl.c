@@ -37,7 +37,7 @@
  * control_group (default: flashd's group).  Whoever can open it may GET;
  * actions (every POST: reload too) need a peer (SO_PEERCRED) that is root,
  * flashd's user or in the socket's group (primary or supplementary), else
- * 403; each action is logged with that peer's uid and pid.  A browser reaches the socket through a forwarder (README,
+ * 403; each action is logged with that peer's uid and pid.  A browser reaches the socket through a forwarder (doc/managing.md,
  * "Dashboard"), and with it every web page it shows, so (cross_site):
  * a Host header must name the loopback (localhost, 127.0.0.0/8, [::1]),
  * and an action needs the header X-Flashd-Action (or a JSON Content-Type),
@@ -1986,7 +1986,7 @@ static bool peer_may_act(struct server *srv, struct evhttp_request *req, char *b
 
 /*
  * Did a web page send this request?  The control socket is a unix socket,
- * but a browser reaches it through a forwarder (README, "Dashboard"), and
+ * but a browser reaches it through a forwarder (doc/managing.md, "Dashboard"), and
  * then so does every page that browser shows.  Refused (true, why says
  * which), for every request: a Host, or an absolute request target's host,
  * that is not the loopback: a page of another site whose DNS name now
@@ -1998,7 +1998,7 @@ static bool peer_may_act(struct server *srv, struct evhttp_request *req, char *b
  * Sec-Fetch-Site other than same-origin or none.  Requests without Host
  * and Origin (HTTP/1.0) are not a browser's.  flashctl sends Host:
  * localhost; a flashctl of an older release sent Host: flashd and is
- * refused, so flashctl must be of flashd's release (README, Security).
+ * refused, so flashctl must be of flashd's release (doc/security.md, threat model).
  * The router checks the host of every request (cross_site_host), may_act
  * the rest for an action (cross_site_action).
  */

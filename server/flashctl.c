@@ -1865,7 +1865,7 @@ static int cmd_presets(void)
 
 /*
  * The common options may come before the command too ("flashctl --control
- * PATH status", as README writes them): --control PATH (-c PATH,
+ * PATH status", as doc/managing.md writes them): --control PATH (-c PATH,
  * --control=PATH) and --json (-j) are moved behind it, where the command's
  * own parsing takes them as if they had been written there.  Returns the
  * command's argv: the command, those options, the rest; NULL if there is

@@ -115,7 +115,7 @@ grep -q "^flashd $v (pid $FLASHD_PID, control socket $FLASHD_CTL)" "$T/version.o
 	fail "GET /v1/version"
 "$FLASHCTL" version --control "$T/nowhere.ctl" | grep -q "^flashd: cannot reach" || fail "flashctl version without a flashd"
 ok "versions: flashd, flashctl and the API say $v"
-# the common options before the command, as README writes them, or after it
+# the common options before the command, as doc/managing.md writes them, or after it
 "$FLASHCTL" --control "$FLASHD_CTL" version | grep -q "^flashd $v (pid $FLASHD_PID" || fail "flashctl --control PATH version"
 "$FLASHCTL" --control="$FLASHD_CTL" --json status dimm0 | "$PYTHON" -c '
 import json, sys
@@ -404,7 +404,7 @@ for method, url, want in [("GET", "/nope", 404), ("GET", "/v1/dimms/nosuch", 404
 PY
 
 # ---- 6b. requests a web page could send -----------------------------------------------
-# A browser reaches the control socket through a forwarder (README, "Dashboard"), and so
+# A browser reaches the control socket through a forwarder (doc/managing.md, "Dashboard"), and so
 # does every page it shows.  The forwarder here passes bytes as they are; curl sends the
 # headers such pages send.
 FWD_PORT=$(free_port)
@@ -463,7 +463,7 @@ grep -qF 'control socket: /v1/dimms/dimm0/detach\x1b[2J\x0d refused: an action n
 # DNS rebinding: a page whose name now resolves to the forwarder sends that name as Host
 refused "GET /v1/status for Host evil.example" -H "Host: evil.example:$FWD_PORT" "$FWD/v1/status"
 refused "GET /v1/status for Host x on the socket" --unix-socket "$FLASHD_CTL" http://x/v1/status
-# what a flashctl of an older release sends (README: flashctl must be of flashd's release)
+# what a flashctl of an older release sends (doc/security.md: flashctl must be of flashd's release)
 refused "an older flashctl's request (HTTP/1.0, Host: flashd)" --http1.0 -H "Host: flashd" \
 	--unix-socket "$FLASHD_CTL" http://localhost/v1/status
 refused "an absolute request target of another host" --unix-socket "$FLASHD_CTL" \

@@ -175,7 +175,7 @@ rm -f "$T/back-unix.img"
 ok "nbdcopy file -> export -> file over TCP and unix"
 # nbdcopy 1.14 zeroes what are holes in the source with WRITE_ZEROES of up
 # to 128 MiB, beyond the advertised 32 MiB maximum block size; flashd takes
-# any length for payload-less commands (README, "Limits a client sees").
+# any length for payload-less commands (doc/attaching.md, "Limits a client sees").
 # dimm1 holds data where dimm0 has holes (the qemu-io patterns, its last
 # MiB), so the compare below shows those long zeroes landed
 ! qemu-img compare -q -f raw -F raw "$FLASHD_URI0" "$FLASHD_UNIX_URI1" ||

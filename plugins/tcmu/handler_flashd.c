@@ -55,7 +55,7 @@
  * initiator, so no completed write or flush depends on one: a SYNCHRONIZE
  * CACHE covers what completed before it was sent, and those writes were
  * answered by the old server (which persists them when it stops cleanly;
- * a server killed loses what a crash loses, see README).  A command whose
+ * a server killed loses what a crash loses, see doc/durability.md).  A command whose
  * request got a real error reply (EIO, EPERM ...) is not held: it fails as
  * it would have.  Once the connection has been down for the grace period,
  * the held commands fail (HARDWARE ERROR, INTERNAL TARGET FAILURE 44/00,

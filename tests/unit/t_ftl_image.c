@@ -978,7 +978,7 @@ static uint64_t unit_ppa(struct ftl *f, uint64_t u)
  * number tells it is not the page the FTL wrote there.  The read fails,
  * while serving and after a crash (recovery reads the block's footer).
  * Detected only in blocks written since the open, or since the checkpoint
- * before it and full (README, "On-media layout", rolled-back pages).  Image
+ * before it and full (doc/on-media-layout.md, rolled-back pages).  Image
  * without parity: with parity the page is rebuilt from its stripe.
  */
 static void t_rollback(uint32_t parity)

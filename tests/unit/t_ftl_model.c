@@ -25,7 +25,7 @@
  * Power cuts go on after a die failure (since 2026-12-06; before, they
  * stopped there).  A cut while stripes holding flushed data on the failing
  * die are still open in memory was the write hole; flushes now write
- * partial parity into open stripes (README, Flashback), and GC gives its
+ * partial parity into open stripes (doc/ftl.md, Flashback parity), and GC gives its
  * own open stripes partial parity before it erases a victim whose data
  * they hold (or waits for their parity).
  * T_MODEL_NO_CUT_AFTER_DIE=1 stops the cuts at a die failure as before.
@@ -416,7 +416,7 @@ static void verify_after_reopen(bool exact)
 				fprintf(stderr, "\n  %u candidate states since\n", h->n);
 				if (M.dead_die >= 0)
 					fprintf(stderr, "  (die %d failed before this power cut: data GC "
-						"moved into stripes still open? README, Flashback)\n",
+						"moved into stripes still open? doc/ftl.md, Flashback parity)\n",
 						M.dead_die);
 				fail("unit %" PRIu64 " holds a state the durability contract forbids", u);
 			}

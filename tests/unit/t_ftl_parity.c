@@ -445,7 +445,7 @@ static void sb_dead_at_open(void)
 			CHECK_RC(ftl_flush_sync(f));
 			if (crash) {
 				/* after the pause that pads open stripes (a crash
-				 * during writes is the double fault of README) */
+				 * during writes is the double fault of doc/ftl.md) */
 				let_time_pass(f, d, 300000000ull);
 				ftl_abandon(f);
 			}
