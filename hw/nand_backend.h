@@ -43,6 +43,14 @@ int nand_mtd_open(const struct nand_spec *spec, struct nand_dev **out, char *err
 void nand_mtd_spare_pack(uint8_t *oob, const void *spare, uint32_t len);
 int nand_mtd_spare_unpack(uint8_t *oob, void *spare, uint32_t len);
 
+/*
+ * Does a page read raw (page_size data bytes, then oobsize OOB bytes) read
+ * erased: at most strength bits off 0xFF in each ECC step of step data
+ * bytes with its share of the OOB (hw/nand_mtd.c; here for tests)?  1 or 0.
+ */
+int nand_mtd_raw_erased(const uint8_t *raw, uint32_t page_size, uint32_t oobsize, uint32_t step,
+			uint32_t strength);
+
 /* Hand a completed operation to its owner (from the backend's poll, on the
  * owner's thread). */
 static inline void nand_deliver(struct nand_dev *d, struct nand_op *op)

@@ -40,8 +40,10 @@
  * program anywhere else fails NAND_PROGRAM_FAILED without reaching the chip,
  * and any program consumes its page, failed or not.  At open the write
  * pointer is found by reading: one past the last page that does not read
- * erased (raw: data and every OOB byte 0xFF, up to ecc_strength bits off),
- * found by bisection, as programs are in order.  A program cut by a power
+ * erased (raw: data and every OOB byte 0xFF, up to ecc_strength bits off in
+ * each ECC step, with its share of the OOB bytes: an erased MLC page has its
+ * bit flips too, and may have more in all than one step corrects), found by
+ * bisection, as programs are in order.  A program cut by a power
  * loss on real NAND can leave a page that reads erased and yet holds charge;
  * it is taken as erased (the FTL reads what it programs there).  A block
  * whose erase failed takes no more programs until it is erased.
@@ -516,9 +518,47 @@ static int sysfs_u32(dev_t rdev, const char *attr, uint32_t *out)
 	return 0;
 }
 
-/* Does page (raw: data and every OOB byte) read erased, up to `allow` bits
- * off?  buf: writesize + oobsize bytes.  1 yes, 0 no, -errno. */
-static int page_erased(struct mtd *m, uint32_t block, uint32_t page, uint8_t *buf, uint32_t allow)
+/* Zero bits in p[0..n): an erased byte is 0xFF. */
+static uint32_t zero_bits(const uint8_t *p, size_t n)
+{
+	uint32_t zeros = 0;
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		uint64_t v;
+		memcpy(&v, p + i, 8);
+		zeros += (uint32_t)__builtin_popcountll(~v);
+	}
+	for (; i < n; i++)
+		zeros += (uint32_t)__builtin_popcount((uint8_t)~p[i]);
+	return zeros;
+}
+
+/*
+ * Does a page read raw (data, then oobsize OOB bytes) read erased?  Judged
+ * per ECC step as the ECC would: the data in steps of step bytes, each with
+ * an equal share of the OOB bytes (the last share takes the remainder),
+ * every step at most strength bits off 0xFF.  An erased page's own bit
+ * flips are per step as a programmed page's are: the whole page may have
+ * many more than strength, and would read corrected.  step 0 or not a
+ * divisor of page_size: the page is one step.  1 yes, 0 no.
+ */
+int nand_mtd_raw_erased(const uint8_t *raw, uint32_t page_size, uint32_t oobsize, uint32_t step,
+			uint32_t strength)
+{
+	uint32_t nsteps = step && page_size % step == 0 ? page_size / step : 1;
+	uint32_t dstep = page_size / nsteps, ostep = oobsize / nsteps;
+	for (uint32_t i = 0; i < nsteps; i++) {
+		uint32_t olen = i + 1 < nsteps ? ostep : oobsize - i * ostep;
+		if (zero_bits(raw + (size_t)i * dstep, dstep) +
+			    zero_bits(raw + page_size + (size_t)i * ostep, olen) > strength)
+			return 0;
+	}
+	return 1;
+}
+
+/* Does page read erased (nand_mtd_raw_erased)?  buf: writesize + oobsize
+ * bytes.  1 yes, 0 no, -errno. */
+static int page_erased(struct mtd *m, uint32_t block, uint32_t page, uint8_t *buf)
 {
 	const struct nand_geometry *g = &m->dev.geo;
 	struct mtd_read_req rq = {
@@ -531,18 +571,8 @@ static int page_erased(struct mtd *m, uint32_t block, uint32_t page, uint8_t *bu
 	};
 	if (ioctl(m->fd, MEMREAD, &rq) < 0 && errno != EUCLEAN && errno != EBADMSG)
 		return -errno;
-	uint32_t zeros = 0;
-	size_t n = (size_t)g->page_size + m->oobsize, i = 0;
-	for (; i + 8 <= n; i += 8) {
-		uint64_t v;
-		memcpy(&v, buf + i, 8);
-		if (v != UINT64_MAX && (zeros += (uint32_t)__builtin_popcountll(~v)) > allow)
-			return 0;
-	}
-	for (; i < n; i++)
-		if ((zeros += (uint32_t)__builtin_popcount((uint8_t)~buf[i])) > allow)
-			return 0;
-	return 1;
+	return nand_mtd_raw_erased(buf, g->page_size, m->oobsize, m->dev.ecc_codeword_bytes,
+				   m->dev.ecc_bits);
 }
 
 /* Every good block's write pointer and bad mark.  Cost: a MEMGETBADBLOCK
@@ -552,7 +582,6 @@ static int scan_blocks(struct mtd *m, char *err, size_t errlen)
 {
 	const struct nand_geometry *g = &m->dev.geo;
 	uint32_t ppb = g->pages_per_block;
-	uint32_t allow = m->dev.ecc_bits; /* an erased page's own bit flips */
 	uint8_t *buf = aligned_alloc(4096, ((size_t)g->page_size + m->oobsize + 4095) & ~(size_t)4095);
 	if (!buf)
 		return -ENOMEM;
@@ -569,7 +598,7 @@ static int scan_blocks(struct mtd *m, char *err, size_t errlen)
 		if (m->bad[b])
 			continue;
 		/* programs are in order: the programmed pages are a prefix */
-		int e = page_erased(m, b, ppb - 1, buf, allow);
+		int e = page_erased(m, b, ppb - 1, buf);
 		if (e == 0) {
 			m->wp[b] = (uint16_t)ppb;
 			continue;
@@ -577,7 +606,7 @@ static int scan_blocks(struct mtd *m, char *err, size_t errlen)
 		uint32_t lo = 0, hi = ppb - 1; /* page hi reads erased; is lo the first? */
 		while (e >= 0 && lo < hi) {
 			uint32_t mid = lo + (hi - lo) / 2;
-			e = page_erased(m, b, mid, buf, allow);
+			e = page_erased(m, b, mid, buf);
 			if (e > 0)
 				hi = mid;
 			else if (e == 0)

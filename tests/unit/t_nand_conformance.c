@@ -10,7 +10,8 @@
  * thread and signals completions on an event fd, as the mtd backend does;
  * the FTL then formats, writes, closes (every operation delivered before
  * close returns) and reopens on it.  The mtd backend's spare CRC (it
- * corrects one bit flip in the free OOB bytes) on its own.  With
+ * corrects one bit flip in the free OOB bytes) and its erased-page test
+ * (bit flips judged per ECC step) on their own.  With
  * FLASHD_TEST_NAND=/dev/mtdN also
  * that raw NAND through the mtd backend (tests/vm: nandsim); it ERASES the
  * blocks it uses.  FLASHD_TEST_NAND_BAD=1 says that device has a block
@@ -649,6 +650,99 @@ static void mtd_ecc(struct nand_dev *d, const char *path)
 	free(data), free(spare), free(rd), free(rs), free(raw), free(oob), free(w), free(woob);
 }
 
+/*
+ * An erased page reads erased with bit flips spread over its ECC steps, each
+ * step within the ECC strength however many there are in all (an erased
+ * MLC page has its own flips; nandsim bitflips=); more in one step than the
+ * ECC corrects, or a programmed page, is not erased.
+ */
+static void mtd_erased_steps(void)
+{
+	enum { PS = 4096, OOB = 128, STEP = 256 };
+	static uint8_t raw[PS + OOB];
+	memset(raw, 0xFF, sizeof raw);
+	CHECK_EQ(nand_mtd_raw_erased(raw, PS, OOB, STEP, 1), 1);
+	/* one bit in every step's data: 16 in all, Hamming corrects each */
+	for (uint32_t i = 0; i < PS / STEP; i++)
+		raw[i * STEP + 5] &= 0xEF;
+	CHECK_EQ(nand_mtd_raw_erased(raw, PS, OOB, STEP, 1), 1);
+	/* and one in the last step's share of the OOB: two in that step */
+	raw[PS + OOB - 1] &= 0x7F;
+	CHECK_EQ(nand_mtd_raw_erased(raw, PS, OOB, STEP, 1), 0);
+	CHECK_EQ(nand_mtd_raw_erased(raw, PS, OOB, STEP, 2), 1);
+	/* the whole page as one step (ECC step unknown) */
+	CHECK_EQ(nand_mtd_raw_erased(raw, PS, OOB, 0, 16), 0);
+	CHECK_EQ(nand_mtd_raw_erased(raw, PS, OOB, 0, 17), 1);
+	/* two bits in one step's data */
+	memset(raw, 0xFF, sizeof raw);
+	raw[3 * STEP + 9] = 0xF6;
+	CHECK_EQ(nand_mtd_raw_erased(raw, PS, OOB, STEP, 1), 0);
+	/* programmed */
+	fill(raw, sizeof raw, 5);
+	CHECK_EQ(nand_mtd_raw_erased(raw, PS, OOB, STEP, 8), 0);
+	printf("mtd erased page: flips judged per ECC step: ok\n");
+}
+
+/*
+ * On the device (closed; path): an erased page with bit flips written raw,
+ * one in each of two ECC steps - more in all than ecc_bits, none past it in
+ * a step - reads erased at open: its block's write pointer stays 0, the
+ * first program there succeeds and reads back corrected.  (Taken as
+ * programmed, the program was refused and the FTL retired the block, at
+ * every open.)
+ */
+static void mtd_erased_flips(const char *path)
+{
+	char err[512];
+	struct nand_dev *d;
+	struct nand_spec spec = { .backend = "mtd", .path = path };
+	CHECK_RC(nand_open(&spec, &d, err, sizeof err));
+	const struct nand_geometry *g = &d->geo;
+	uint32_t ps = g->page_size, ss = g->spare_size, step = d->ecc_codeword_bytes;
+	CHECK(step >= 256 && ps % step == 0 && ps / step >= 2 && d->ecc_bits >= 1);
+	uint32_t c = good_block(d, nand_dies(g) - 1, 6);
+	CHECK_EQ(op1(d, NAND_OP_ERASE, c, 0, NULL, NULL), NAND_OK);
+	nand_close(d);
+
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	CHECK(fd >= 0);
+	struct mtd_info_user mi;
+	CHECK_EQ(ioctl(fd, MEMGETINFO, &mi), 0);
+	uint8_t *data = malloc(ps), *spare = malloc(ss), *rd = malloc(ps), *rs = malloc(ss);
+	uint8_t *w = malloc(ps), *oob = malloc(mi.oobsize);
+	CHECK(data && spare && rd && rs && w && oob);
+	/* ecc_bits + 1 flips, each in a step of its own (ecc_bits 1 on nandsim's
+	 * Hamming ECC: 2), up to the page's steps */
+	uint32_t nflip = d->ecc_bits + 1 < ps / step ? d->ecc_bits + 1 : ps / step;
+	memset(w, 0xFF, ps);
+	memset(oob, 0xFF, mi.oobsize);
+	for (uint32_t i = 0; i < nflip; i++)
+		w[i * step + 77] &= 0xFB;
+	CHECK_EQ(mtd_raw(fd, true, (uint64_t)c * mi.erasesize, w, ps, oob, mi.oobsize, MTD_OPS_RAW), 0);
+	close(fd);
+
+	CHECK_RC(nand_open(&spec, &d, err, sizeof err));
+	CHECK(!nand_factory_bad(d, c));
+	fill(data, ps, 81);
+	fill(spare, ss, 82);
+	for (uint32_t i = 0; i < nflip; i++)
+		data[i * step + 77] |= 0x04; /* programmed over the flipped bit: it stays 0 */
+	CHECK_EQ(op1(d, NAND_OP_PROGRAM, c, 0, data, spare), NAND_OK);
+	struct nand_op op = { .type = NAND_OP_READ, .block = c, .page = 0, .data = rd, .spare = rs };
+	struct done_log l;
+	run(d, &op, 1, &l);
+	CHECK_EQ(op.status, NAND_CORRECTED);
+	CHECK(!memcmp(rd, data, ps) && !memcmp(rs, spare, ss));
+	CHECK_EQ(op.corrected_max, 1);
+	CHECK(op.corrected_bits >= nflip);
+	CHECK_EQ(op1(d, NAND_OP_PROGRAM, c, 1, data, spare), NAND_OK);
+	CHECK_EQ(op1(d, NAND_OP_ERASE, c, 0, NULL, NULL), NAND_OK);
+	printf("%s: an erased page with %u bit flips, one per ECC step, reads erased at open: "
+	       "programmed, read back corrected\n", path, nflip);
+	nand_close(d);
+	free(data), free(spare), free(rd), free(rs), free(w), free(oob);
+}
+
 int main(void)
 {
 	char err[512];
@@ -663,6 +757,7 @@ int main(void)
 	nand_close(d);
 
 	mtd_spare_crc();
+	mtd_erased_steps();
 	d = async_open("test-64m");
 	check_device(d, "async", false);
 	nand_close(d);
@@ -684,6 +779,7 @@ int main(void)
 		check_device(d, dev, bad && !strcmp(bad, "1"));
 		mtd_ecc(d, dev);
 		nand_close(d);
+		mtd_erased_flips(dev);
 	}
 
 	printf("ok\n");
