@@ -3,12 +3,13 @@
  * (/dev/mtdN): the backend "mtd".
  *
  * Geometry.  MEMGETINFO gives the erase block and page sizes; sysfs
- * (/sys/dev/char/MAJ:MIN/) gives the free OOB bytes of the MTD_OPS_AUTO_OOB
- * layout (oobavail), the ECC strength and step, and the device's name.  MTD
- * tells userspace nothing of a chip's LUNs or planes, so the device is cut
- * into MTD_DIES dies of equal erase-block ranges (fewer on a small device:
- * at least MTD_MIN_BLOCKS_PER_DIE blocks each), one die per channel: the
- * FTL stripes its bands and parity across them.  Erase blocks past the last
+ * (/sys/dev/char/MAJ:MIN/) gives the device's size (MEMGETINFO's is 32-bit),
+ * the free OOB bytes of the MTD_OPS_AUTO_OOB layout (oobavail), the ECC
+ * strength and step, and the device's name.  MTD tells userspace nothing
+ * of a chip's LUNs or planes, so the device is cut into MTD_DIES dies of
+ * equal erase-block ranges (fewer on a small device: at least
+ * MTD_MIN_BLOCKS_PER_DIE blocks each), one die per channel: the FTL stripes
+ * its bands and parity across them.  Erase blocks past the last
  * whole die are not used.
  *
  * Spare.  The FTL's spare bytes go into the free OOB bytes followed by their
@@ -68,6 +69,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -489,11 +491,11 @@ static const struct nand_ops mtd_ops = {
 
 /* ---- open ------------------------------------------------------------------ */
 
-/* One value of the device's sysfs directory: 0 and buf, or -errno. */
-static int sysfs_read(dev_t rdev, const char *attr, char *buf, size_t len)
+/* One value of a sysfs directory: 0 and buf, or -errno. */
+static int sysfs_read(const char *dir, const char *attr, char *buf, size_t len)
 {
-	char path[128];
-	snprintf(path, sizeof path, "/sys/dev/char/%u:%u/%s", major(rdev), minor(rdev), attr);
+	char path[PATH_MAX];
+	snprintf(path, sizeof path, "%s/%s", dir, attr);
 	FILE *f = fopen(path, "re");
 	if (!f)
 		return -errno;
@@ -505,16 +507,90 @@ static int sysfs_read(dev_t rdev, const char *attr, char *buf, size_t len)
 	return 0;
 }
 
-static int sysfs_u32(dev_t rdev, const char *attr, uint32_t *out)
+static int sysfs_u64(const char *dir, const char *attr, uint64_t *out)
 {
 	char buf[32], *end;
-	int rc = sysfs_read(rdev, attr, buf, sizeof buf);
+	int rc = sysfs_read(dir, attr, buf, sizeof buf);
 	if (rc)
 		return rc;
-	unsigned long v = strtoul(buf, &end, 10);
-	if (end == buf || *end || v > UINT32_MAX)
+	errno = 0;
+	unsigned long long v = strtoull(buf, &end, 10);
+	if (end == buf || *end || errno)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static int sysfs_u32(const char *dir, const char *attr, uint32_t *out)
+{
+	uint64_t v;
+	int rc = sysfs_u64(dir, attr, &v);
+	if (rc)
+		return rc;
+	if (v > UINT32_MAX)
 		return -EINVAL;
 	*out = (uint32_t)v;
+	return 0;
+}
+
+/*
+ * The layout of an MTD device from MEMGETINFO (mi: type, page, OOB and
+ * erase block sizes) and its sysfs directory (size: MEMGETINFO's is 32-bit,
+ * so a device of 4 GiB or more would be taken modulo 4 GiB; oobavail,
+ * ecc_strength, ecc_step_size, name).  0, or -errno and why in err.
+ */
+int nand_mtd_layout(const char *sysdir, const struct mtd_info_user *mi,
+		    struct nand_mtd_layout *out, char *err, size_t errlen)
+{
+	*out = (struct nand_mtd_layout){ 0 };
+	if (mi->type != MTD_NANDFLASH && mi->type != MTD_MLCNANDFLASH) {
+		snprintf(err, errlen, "not raw NAND (MTD type %s)",
+			 mi->type == MTD_NORFLASH ? "NOR" : "other than NAND");
+		return -ENODEV;
+	}
+	int rc = sysfs_u64(sysdir, "size", &out->size);
+	if (rc) {
+		snprintf(err, errlen, "cannot read its size from sysfs (%s)", strerror(-rc));
+		return rc;
+	}
+	rc = sysfs_u32(sysdir, "oobavail", &out->oobavail);
+	if (rc) {
+		snprintf(err, errlen, "cannot read its oobavail from sysfs (%s)", strerror(-rc));
+		return rc;
+	}
+	(void)sysfs_u32(sysdir, "ecc_strength", &out->ecc_strength);
+	(void)sysfs_u32(sysdir, "ecc_step_size", &out->ecc_step);
+	(void)sysfs_read(sysdir, "name", out->name, sizeof out->name);
+	if (!mi->writesize || !mi->erasesize || mi->erasesize % mi->writesize ||
+	    mi->erasesize / mi->writesize > UINT16_MAX || mi->writesize % 512 || mi->oobsize > 4096) {
+		snprintf(err, errlen, "unsupported NAND geometry");
+		return -EINVAL;
+	}
+	if (out->oobavail <= MTD_SPARE_CRC || out->oobavail > mi->oobsize) {
+		snprintf(err, errlen, "%s free OOB bytes per page: too few for spare data and its CRC",
+			 out->oobavail ? "only a few" : "no");
+		return -EINVAL;
+	}
+	uint64_t nblocks = out->size / mi->erasesize;
+	if (nblocks > UINT32_MAX) {
+		snprintf(err, errlen, "too many erase blocks (%llu)", (unsigned long long)nblocks);
+		return -EINVAL;
+	}
+	uint32_t ndies = MTD_DIES;
+	while (ndies > 1 && nblocks / ndies < MTD_MIN_BLOCKS_PER_DIE)
+		ndies /= 2;
+	out->geo = (struct nand_geometry){ .channels = ndies, .dies_per_channel = 1,
+					   .planes_per_die = 1,
+					   .blocks_per_die = (uint32_t)(nblocks / ndies),
+					   .pages_per_block = mi->erasesize / mi->writesize,
+					   .page_size = mi->writesize,
+					   .spare_size = out->oobavail - MTD_SPARE_CRC };
+	if (!out->geo.blocks_per_die) {
+		snprintf(err, errlen, "no erase blocks");
+		return -EINVAL;
+	}
+	out->erasesize = mi->erasesize;
+	out->oobsize = mi->oobsize;
 	return 0;
 }
 
@@ -662,49 +738,25 @@ int nand_mtd_open(const struct nand_spec *spec, struct nand_dev **out, char *err
 	if (ioctl(m->fd, MEMGETINFO, &mi) < 0)
 		return fail_open(m, err, errlen, -ENODEV, "%s is not an MTD device (MEMGETINFO: %s)",
 				 path, strerror(errno));
-	if (mi.type != MTD_NANDFLASH && mi.type != MTD_MLCNANDFLASH)
-		return fail_open(m, err, errlen, -ENODEV, "%s is not raw NAND (MTD type %s)", path,
-				 mi.type == MTD_NORFLASH ? "NOR" : "other than NAND");
-	uint32_t oobavail = 0, ecc_strength = 0, ecc_step = 0;
-	char name[64] = "";
-	int rc = sysfs_u32(st.st_rdev, "oobavail", &oobavail);
+	char sysdir[64], why[256];
+	snprintf(sysdir, sizeof sysdir, "/sys/dev/char/%u:%u", major(st.st_rdev), minor(st.st_rdev));
+	struct nand_mtd_layout lay;
+	int rc = nand_mtd_layout(sysdir, &mi, &lay, why, sizeof why);
 	if (rc)
-		return fail_open(m, err, errlen, rc, "%s: cannot read its oobavail from sysfs (%s)", path,
-				 strerror(-rc));
-	(void)sysfs_u32(st.st_rdev, "ecc_strength", &ecc_strength);
-	(void)sysfs_u32(st.st_rdev, "ecc_step_size", &ecc_step);
-	(void)sysfs_read(st.st_rdev, "name", name, sizeof name);
-
-	if (!mi.writesize || !mi.erasesize || mi.erasesize % mi.writesize ||
-	    mi.erasesize / mi.writesize > UINT16_MAX || mi.writesize % 512 || mi.oobsize > 4096)
-		return fail_open(m, err, errlen, -EINVAL, "%s: unsupported NAND geometry%s", path, "");
-	if (oobavail <= MTD_SPARE_CRC || oobavail > mi.oobsize)
-		return fail_open(m, err, errlen, -EINVAL,
-				 "%s: %s free OOB bytes per page: too few for spare data and its CRC", path,
-				 oobavail ? "only a few" : "no");
-	uint32_t nblocks = (uint32_t)(mi.size / mi.erasesize), ndies = MTD_DIES;
-	while (ndies > 1 && nblocks / ndies < MTD_MIN_BLOCKS_PER_DIE)
-		ndies /= 2;
-	struct nand_geometry *g = &m->dev.geo;
-	*g = (struct nand_geometry){ .channels = ndies, .dies_per_channel = 1, .planes_per_die = 1,
-				     .blocks_per_die = nblocks / ndies,
-				     .pages_per_block = mi.erasesize / mi.writesize,
-				     .page_size = mi.writesize,
-				     .spare_size = oobavail - MTD_SPARE_CRC };
-	if (!g->blocks_per_die)
-		return fail_open(m, err, errlen, -EINVAL, "%s: no erase blocks%s", path, "");
-	m->erasesize = mi.erasesize;
-	m->oobsize = mi.oobsize;
-	m->oobavail = oobavail;
-	m->blocks_used = nand_blocks(g);
+		return fail_open(m, err, errlen, rc, "%s: %s", path, why);
+	m->dev.geo = lay.geo;
+	m->erasesize = lay.erasesize;
+	m->oobsize = lay.oobsize;
+	m->oobavail = lay.oobavail;
+	m->blocks_used = nand_blocks(&lay.geo);
 	m->dev.ops = &mtd_ops;
 	m->dev.priv = m;
 	m->dev.caps = 0;
-	m->dev.ecc_bits = ecc_strength;
-	m->dev.ecc_codeword_bytes = ecc_step;
-	snprintf(m->dev.preset, sizeof m->dev.preset, "mtd:%s", name[0] ? name : "?");
+	m->dev.ecc_bits = lay.ecc_strength;
+	m->dev.ecc_codeword_bytes = lay.ecc_step;
+	snprintf(m->dev.preset, sizeof m->dev.preset, "mtd:%.27s", lay.name[0] ? lay.name : "?");
 
-	uint32_t n = m->blocks_used;
+	uint32_t n = m->blocks_used, ndies = nand_dies(&lay.geo);
 	m->wp = calloc(n, sizeof *m->wp);
 	m->erase_failed = calloc(n, 1);
 	m->bad = calloc(n, 1);
@@ -712,7 +764,6 @@ int nand_mtd_open(const struct nand_spec *spec, struct nand_dev **out, char *err
 	m->dies = calloc(ndies, sizeof *m->dies);
 	if (!m->wp || !m->erase_failed || !m->bad || !m->erases || !m->dies)
 		return fail_open(m, err, errlen, -ENOMEM, "%s: out of memory%s", path, "");
-	char why[256];
 	rc = scan_blocks(m, why, sizeof why);
 	if (rc)
 		return fail_open(m, err, errlen, rc, "%s: %s", path, why);
@@ -723,7 +774,7 @@ int nand_mtd_open(const struct nand_spec *spec, struct nand_dev **out, char *err
 		struct mtd_die *die = &m->dies[i];
 		die->m = m;
 		die->index = i;
-		die->oob = malloc(oobavail);
+		die->oob = malloc(lay.oobavail);
 		if (!die->oob) {
 			mtd_stop_workers(m);
 			return fail_open(m, err, errlen, -ENOMEM, "%s: out of memory%s", path, "");
@@ -737,7 +788,7 @@ int nand_mtd_open(const struct nand_spec *spec, struct nand_dev **out, char *err
 					 strerror(e));
 		}
 		die->started = true;
-		char tn[16];
+		char tn[24]; /* a thread name: up to 15 characters (i < MTD_DIES) */
 		snprintf(tn, sizeof tn, "flashd-mtd%u", i);
 		pthread_setname_np(die->thread, tn);
 	}

@@ -10,8 +10,9 @@
  * thread and signals completions on an event fd, as the mtd backend does;
  * the FTL then formats, writes, closes (every operation delivered before
  * close returns) and reopens on it.  The mtd backend's spare CRC (it
- * corrects one bit flip in the free OOB bytes) and its erased-page test
- * (bit flips judged per ECC step) on their own.  With
+ * corrects one bit flip in the free OOB bytes), its erased-page test
+ * (bit flips judged per ECC step) and its layout from MEMGETINFO and sysfs
+ * (a fake sysfs directory: devices of 4 GiB and more) on their own.  With
  * FLASHD_TEST_NAND=/dev/mtdN also
  * that raw NAND through the mtd backend (tests/vm: nandsim); it ERASES the
  * blocks it uses.  FLASHD_TEST_NAND_BAD=1 says that device has a block
@@ -683,6 +684,79 @@ static void mtd_erased_steps(void)
 	printf("mtd erased page: flips judged per ECC step: ok\n");
 }
 
+static void put_attr(const char *dir, const char *attr, const char *value)
+{
+	char path[256];
+	snprintf(path, sizeof path, "%s/%s", dir, attr);
+	FILE *f = fopen(path, "w");
+	CHECK(f);
+	fprintf(f, "%s\n", value);
+	CHECK(fclose(f) == 0);
+}
+
+/*
+ * The mtd backend's layout from MEMGETINFO and a sysfs directory (a fake
+ * one: nandsim of 4 GiB and more is too big for the test VM): the size is
+ * sysfs's, 64-bit; MEMGETINFO's is 32-bit and says 0 for 4 GiB, 1 GiB for
+ * 5 GiB.
+ */
+static void mtd_layout_sysfs(void)
+{
+	char dir[] = "/tmp/flashd-t-mtdsysfs.XXXXXX";
+	CHECK(mkdtemp(dir) != NULL);
+	static const struct {
+		uint64_t size;
+		uint32_t dies, blocks_per_die;
+	} cases[] = {
+		{ 64ull << 20, 4, 64 },
+		{ 4ull << 30, 4, 4096 },
+		{ (5ull << 30) + (3ull << 18), 4, 5120 }, /* 3 blocks past whole dies */
+		{ 24ull << 18, 1, 24 },
+	};
+	put_attr(dir, "oobavail", "78");
+	put_attr(dir, "ecc_strength", "1");
+	put_attr(dir, "ecc_step_size", "256");
+	put_attr(dir, "name", "NAND simulator partition 0");
+	struct mtd_info_user mi = { .type = MTD_NANDFLASH, .erasesize = 256 << 10,
+				    .writesize = 4096, .oobsize = 128 };
+	struct nand_mtd_layout lay;
+	char err[256], v[32];
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		snprintf(v, sizeof v, "%llu", (unsigned long long)cases[i].size);
+		put_attr(dir, "size", v);
+		mi.size = (uint32_t)cases[i].size; /* MEMGETINFO's */
+		int rc = nand_mtd_layout(dir, &mi, &lay, err, sizeof err);
+		if (rc)
+			fprintf(stderr, "size %s: %s\n", v, err);
+		CHECK_EQ(rc, 0);
+		CHECK_EQ(lay.size, cases[i].size);
+		CHECK_EQ(nand_dies(&lay.geo), cases[i].dies);
+		CHECK_EQ(lay.geo.blocks_per_die, cases[i].blocks_per_die);
+		CHECK_EQ(lay.geo.pages_per_block, 64);
+		CHECK_EQ(lay.geo.page_size, 4096);
+		CHECK_EQ(lay.geo.spare_size, 78 - 4);
+		CHECK(lay.ecc_strength == 1 && lay.ecc_step == 256 && lay.oobsize == 128);
+		CHECK(!strcmp(lay.name, "NAND simulator partition 0"));
+	}
+	/* NOR; no size in sysfs */
+	mi.type = MTD_NORFLASH;
+	CHECK_EQ(nand_mtd_layout(dir, &mi, &lay, err, sizeof err), -ENODEV);
+	CHECK(strstr(err, "NOR") != NULL);
+	mi.type = MTD_MLCNANDFLASH;
+	char path[256];
+	snprintf(path, sizeof path, "%s/size", dir);
+	CHECK(unlink(path) == 0);
+	CHECK_EQ(nand_mtd_layout(dir, &mi, &lay, err, sizeof err), -ENOENT);
+	CHECK(strstr(err, "size") != NULL);
+	static const char *const attrs[] = { "oobavail", "ecc_strength", "ecc_step_size", "name" };
+	for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++) {
+		snprintf(path, sizeof path, "%s/%s", dir, attrs[i]);
+		CHECK(unlink(path) == 0);
+	}
+	CHECK(rmdir(dir) == 0);
+	printf("mtd layout: the size from sysfs (4 GiB and more): ok\n");
+}
+
 /*
  * On the device (closed; path): an erased page with bit flips written raw,
  * one in each of two ECC steps - more in all than ecc_bits, none past it in
@@ -758,6 +832,7 @@ int main(void)
 
 	mtd_spare_crc();
 	mtd_erased_steps();
+	mtd_layout_sysfs();
 	d = async_open("test-64m");
 	check_device(d, "async", false);
 	nand_close(d);
