@@ -52,6 +52,14 @@ int nand_mtd_raw_erased(const uint8_t *raw, uint32_t page_size, uint32_t oobsize
 			uint32_t strength);
 
 /*
+ * A MEMREAD's result (0 or -errno) as the read's status (hw/nand_mtd.c;
+ * here for tests): NAND_OK (0, -EUCLEAN), NAND_UNCORRECTABLE (-EBADMSG; and
+ * -EIO, the page could not be read), NAND_IO_ERROR (anything else: the
+ * device gone, no memory...).
+ */
+enum nand_status nand_mtd_read_status(int rc);
+
+/*
  * The layout of an MTD device (hw/nand_mtd.c; here for tests): from mi
  * (MEMGETINFO: type, page, OOB and erase block sizes) and the device's
  * sysfs directory sysdir (/sys/dev/char/MAJ:MIN: size - 64-bit, where

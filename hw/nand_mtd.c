@@ -56,6 +56,10 @@
  * failed and keeps its own record (a mark would move the superblock, which
  * the FTL finds on the first good blocks).
  *
+ * Read errors.  -EIO from MEMREAD is that page's (NAND_UNCORRECTABLE); an
+ * error that says the device or the request failed is NAND_IO_ERROR
+ * (nand_mtd_read_status).
+ *
  * ECC.  MEMREAD returns -EBADMSG when a step was beyond the ECC
  * (NAND_UNCORRECTABLE) and -EUCLEAN as soon as one bit was corrected,
  * whatever bitflip_threshold says.  A read that corrected bits is
@@ -185,6 +189,29 @@ int nand_mtd_spare_unpack(uint8_t *oob, void *spare, uint32_t len)
 
 /* ---- the operations (on the die's worker) ---------------------------------- */
 
+/*
+ * A MEMREAD's result (0 or -errno) as the read's status, ECC counts aside
+ * (-EUCLEAN is NAND_OK here: the counts say what was corrected).  -EBADMSG:
+ * a step was beyond the ECC.  -EIO: the driver could not read this page (a
+ * chip or controller error on it): the page is lost as an uncorrectable one
+ * is - the FTL rebuilds it from parity or reports its units lost - and the
+ * device is not failed for it.  Anything else (the device gone: ENODEV,
+ * ENXIO; no memory; a bad request) is the backend failing: NAND_IO_ERROR.
+ */
+enum nand_status nand_mtd_read_status(int rc)
+{
+	switch (rc) {
+	case 0:
+	case -EUCLEAN:
+		return NAND_OK;
+	case -EBADMSG:
+	case -EIO:
+		return NAND_UNCORRECTABLE;
+	default:
+		return NAND_IO_ERROR;
+	}
+}
+
 static enum nand_status mtd_read(struct mtd *m, struct mtd_die *die, struct nand_op *op)
 {
 	const struct nand_geometry *g = &m->dev.geo;
@@ -199,11 +226,10 @@ static enum nand_status mtd_read(struct mtd *m, struct mtd_die *die, struct nand
 		.mode = MTD_OPS_AUTO_OOB,
 	};
 	int rc = ioctl(m->fd, MEMREAD, &rq) < 0 ? -errno : 0;
-	if (rc == -EBADMSG)
-		return NAND_UNCORRECTABLE;
-	if (rc && rc != -EUCLEAN) {
-		op->err = rc;
-		return NAND_IO_ERROR;
+	enum nand_status st = nand_mtd_read_status(rc);
+	if (st != NAND_OK) {
+		op->err = st == NAND_IO_ERROR ? rc : 0;
+		return st;
 	}
 	uint32_t bits = rq.ecc_stats.corrected_bitflips, worst = rq.ecc_stats.max_bitflips;
 	if (op->spare) {

@@ -11,8 +11,9 @@
  * the FTL then formats, writes, closes (every operation delivered before
  * close returns) and reopens on it.  The mtd backend's spare CRC (it
  * corrects one bit flip in the free OOB bytes), its erased-page test
- * (bit flips judged per ECC step) and its layout from MEMGETINFO and sysfs
- * (a fake sysfs directory: devices of 4 GiB and more) on their own.  With
+ * (bit flips judged per ECC step), its layout from MEMGETINFO and sysfs
+ * (a fake sysfs directory: devices of 4 GiB and more) and its read errors'
+ * statuses on their own.  With
  * FLASHD_TEST_NAND=/dev/mtdN also
  * that raw NAND through the mtd backend (tests/vm: nandsim); it ERASES the
  * blocks it uses.  FLASHD_TEST_NAND_BAD=1 says that device has a block
@@ -684,6 +685,26 @@ static void mtd_erased_steps(void)
 	printf("mtd erased page: flips judged per ECC step: ok\n");
 }
 
+/*
+ * The mtd backend's read errors: -EIO is the page's (uncorrectable: the FTL
+ * rebuilds it from parity or reports the unit lost), not the device's
+ * (NAND_IO_ERROR stops the ioDimm); an error that means the device is gone
+ * or the request failed is the device's.  (nandsim has no way to make a
+ * page's read return -EIO: its gravepages= corrupt the data, which is
+ * EBADMSG.)
+ */
+static void mtd_read_errors(void)
+{
+	CHECK_EQ(nand_mtd_read_status(0), NAND_OK);
+	CHECK_EQ(nand_mtd_read_status(-EUCLEAN), NAND_OK);
+	CHECK_EQ(nand_mtd_read_status(-EBADMSG), NAND_UNCORRECTABLE);
+	CHECK_EQ(nand_mtd_read_status(-EIO), NAND_UNCORRECTABLE);
+	static const int gone[] = { ENODEV, ENXIO, ESHUTDOWN, ENOMEM, EFAULT, EINVAL, EOPNOTSUPP };
+	for (size_t i = 0; i < sizeof gone / sizeof gone[0]; i++)
+		CHECK_EQ(nand_mtd_read_status(-gone[i]), NAND_IO_ERROR);
+	printf("mtd read errors: EIO the page's, ENODEV... the device's: ok\n");
+}
+
 static void put_attr(const char *dir, const char *attr, const char *value)
 {
 	char path[256];
@@ -833,6 +854,7 @@ int main(void)
 	mtd_spare_crc();
 	mtd_erased_steps();
 	mtd_layout_sysfs();
+	mtd_read_errors();
 	d = async_open("test-64m");
 	check_device(d, "async", false);
 	nand_close(d);
