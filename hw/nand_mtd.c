@@ -62,7 +62,10 @@
  *
  * ECC.  MEMREAD returns -EBADMSG when a step was beyond the ECC
  * (NAND_UNCORRECTABLE) and -EUCLEAN as soon as one bit was corrected,
- * whatever bitflip_threshold says.  A read that corrected bits is
+ * whatever bitflip_threshold says (mtdchar's MEMREAD sets its code from the
+ * request's ecc_stats; it is the kernel's own mtd_read_oob() that says
+ * -EUCLEAN only from bitflip_threshold on).  The backend goes by the
+ * counts, not the code.  A read that corrected bits is
  * NAND_CORRECTED with corrected_bits = ecc_stats.corrected_bitflips and
  * corrected_max = ecc_stats.max_bitflips (the worst step): the FTL compares
  * corrected_max with ecc_bits (= ecc_strength) to decide on relocating.
@@ -124,6 +127,9 @@ struct mtd {
 	pthread_mutex_t qmu;          /* the dies' queues and stop */
 	bool stop;
 	pthread_mutex_t cmu;          /* the completion list and the event fd */
+	/* the completion list: changed under cmu; done_head is also read
+	 * without it (poll and next_due: is anything there?), so it is
+	 * stored atomically (release) and loaded so (acquire) */
 	struct nand_op *done_head, *done_tail;
 };
 
@@ -328,7 +334,7 @@ static void complete(struct mtd *m, struct nand_op *op)
 	if (m->done_tail) {
 		m->done_tail->next = op;
 	} else {
-		m->done_head = op;
+		__atomic_store_n(&m->done_head, op, __ATOMIC_RELEASE);
 		uint64_t one = 1;
 		if (write(m->dev.event_fd, &one, sizeof one) < 0) {
 			/* an eventfd write fails only on overflow: it is readable */
@@ -395,7 +401,8 @@ static int mtd_poll(struct nand_dev *d, uint64_t now_ns)
 		return 0;
 	pthread_mutex_lock(&m->cmu);
 	struct nand_op *op = m->done_head;
-	m->done_head = m->done_tail = NULL;
+	__atomic_store_n(&m->done_head, NULL, __ATOMIC_RELEASE);
+	m->done_tail = NULL;
 	if (op) {
 		uint64_t v;
 		if (read(d->event_fd, &v, sizeof v) < 0) {

@@ -26,6 +26,8 @@
 #include <stdbool.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <mtd/mtd-user.h>
 #include <time.h>
 #include <unistd.h>
@@ -565,7 +567,8 @@ static int mtd_raw(int fd, bool write, uint64_t at, uint8_t *data, uint32_t len,
  * would: one bit in one ECC step is NAND_CORRECTED with corrected_max 1;
  * one bit in each of two steps is corrected_bits 2 but corrected_max 1
  * (MEMREAD's ecc_stats.max_bitflips: what the FTL's scrubbing compares
- * with ecc_bits, whereas the kernel says EUCLEAN for any corrected bit);
+ * with ecc_bits, whereas the kernel says EUCLEAN for any corrected bit,
+ * even with bitflip_threshold above the flips);
  * ecc_bits + 1 bits in one step is NAND_UNCORRECTABLE (EBADMSG); a flipped
  * bit in the free OOB bytes comes back from the kernel unreported (no ECC
  * there) and the backend's spare CRC corrects it.  Then the kernel's lax
@@ -620,6 +623,31 @@ static void mtd_ecc(struct nand_dev *d, const char *path)
 			CHECK_EQ(op.status, NAND_UNCORRECTABLE);
 		}
 	}
+	/* bitflip_threshold above the worst step's flips (page 0: 1): MEMREAD
+	 * still says EUCLEAN (mtdchar sets its code from the request's
+	 * counts), and the backend, which goes by the counts, NAND_CORRECTED */
+	struct stat st;
+	CHECK_EQ(fstat(fd, &st), 0);
+	char thr_path[96], thr_old[32] = "";
+	snprintf(thr_path, sizeof thr_path, "/sys/dev/char/%u:%u/bitflip_threshold",
+		 major(st.st_rdev), minor(st.st_rdev));
+	FILE *f = fopen(thr_path, "r");
+	CHECK(f && fgets(thr_old, sizeof thr_old, f));
+	fclose(f);
+	f = fopen(thr_path, "w");
+	CHECK(f);
+	fprintf(f, "%u\n", bits + 1);
+	CHECK(fclose(f) == 0);
+	int kernel = mtd_raw(fd, false, b * pb, rd, ps, rs, ss, MTD_OPS_AUTO_OOB);
+	enum nand_status st0 = op1(d, NAND_OP_READ, b, 0, rd, rs);
+	f = fopen(thr_path, "w");
+	CHECK(f);
+	fputs(thr_old, f);
+	CHECK(fclose(f) == 0);
+	CHECK_EQ(kernel, -EUCLEAN);
+	CHECK_EQ(st0, NAND_CORRECTED);
+	CHECK(!memcmp(rd, data, ps) && !memcmp(rs, spare, ss));
+
 	/* page 3: one bit in the free OOB bytes (where the spare's first
 	 * bytes are in the raw OOB) */
 	uint32_t at = 0;
@@ -642,10 +670,11 @@ static void mtd_ecc(struct nand_dev *d, const char *path)
 	w[0] = 0xF3;
 	int twice = mtd_raw(fd, true, b * pb + 5ull * ps, w, ps, NULL, 0, MTD_OPS_AUTO_OOB);
 	CHECK_EQ(op1(d, NAND_OP_PROGRAM, a, 0, data, spare), NAND_PROGRAM_FAILED);
-	printf("%s: ECC: one bit corrected (corrected_max 1), one in each of two steps (bits %s, max 1), "
+	printf("%s: ECC: one bit corrected (corrected_max 1; MEMREAD says EUCLEAN with "
+	       "bitflip_threshold %u too), one in each of two steps (bits %s, max 1), "
 	       "%u in a step uncorrectable; a flip in the free OOB bytes passes the kernel silently, the "
 	       "spare CRC corrects it; a second program of a page: kernel %s, backend refuses\n",
-	       path, ">= 2", bits + 1, twice ? strerror(-twice) : "succeeds");
+	       path, bits + 1, ">= 2", bits + 1, twice ? strerror(-twice) : "succeeds");
 	CHECK_EQ(op1(d, NAND_OP_ERASE, a, 0, NULL, NULL), NAND_OK);
 	CHECK_EQ(op1(d, NAND_OP_ERASE, b, 0, NULL, NULL), NAND_OK);
 	close(fd);
