@@ -889,6 +889,15 @@ int main(void)
 	nand_close(d);
 	ftl_on_async();
 
+	/* the simulator's presets, through the generic layer */
+	CHECK(nand_preset_description("test-64m-bad") != NULL);
+	CHECK(!nand_preset_description("fpga") && !nand_preset_description(NULL));
+	size_t npresets = 0;
+	bool mlc = false;
+	for (const char *name; (name = nand_preset_name(npresets)); npresets++)
+		mlc |= !strcmp(name, "iodimm-mlc-320") && nand_preset_description(name)[0];
+	CHECK(npresets >= 8 && mlc);
+
 	struct nand_spec unknown = { .backend = "fpga" };
 	CHECK_EQ(nand_open(&unknown, &d, err, sizeof err), -ENOENT);
 	CHECK(strstr(err, "unknown NAND backend 'fpga'") != NULL);
