@@ -1,6 +1,7 @@
 /*
  * hw/nand.c - the generic NAND layer: the backend table, opening and
- * closing a device, status names and the clock.  (The in-flight count is
+ * closing a device, the simulator's preset names, status names and the
+ * clock.  (The in-flight count is
  * kept by nand_submit in hw/nand.h and nand_deliver in hw/nand_backend.h.)
  */
 #include <stdio.h>
@@ -8,6 +9,7 @@
 #include <time.h>
 
 #include "hw/nand_backend.h"
+#include "hw/nand_sim.h" /* the presets */
 
 static const struct nand_backend backends[] = {
 	{ "sim", nand_sim_open_spec },
@@ -34,6 +36,18 @@ void nand_close(struct nand_dev *d)
 {
 	if (d)
 		d->ops->close(d);
+}
+
+const char *nand_preset_name(size_t i)
+{
+	const struct nand_preset *p = nand_preset_at(i);
+	return p ? p->name : NULL;
+}
+
+const char *nand_preset_description(const char *name)
+{
+	const struct nand_preset *p = name ? nand_preset_find(name) : NULL;
+	return p ? p->description : NULL;
 }
 
 uint64_t nand_now_ns(void)

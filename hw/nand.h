@@ -171,6 +171,14 @@ struct nand_spec {
 };
 
 /*
+ * The simulator's presets (what spec.preset names; the rest of each is in
+ * hw/nand_sim.h): the i-th one's name (NULL past the end), and a preset's
+ * one-line description (NULL: no such preset).
+ */
+const char *nand_preset_name(size_t i);
+const char *nand_preset_description(const char *name);
+
+/*
  * Open a device: 0 and *out, or a negative errno (-ENOENT for an unknown
  * backend, -EBUSY if another process has it open) and a message in err.
  */

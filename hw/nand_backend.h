@@ -43,6 +43,43 @@ int nand_mtd_open(const struct nand_spec *spec, struct nand_dev **out, char *err
 void nand_mtd_spare_pack(uint8_t *oob, const void *spare, uint32_t len);
 int nand_mtd_spare_unpack(uint8_t *oob, void *spare, uint32_t len);
 
+/*
+ * Does a page read raw (page_size data bytes, then oobsize OOB bytes) read
+ * erased: at most strength bits off 0xFF in each ECC step of step data
+ * bytes with its share of the OOB (hw/nand_mtd.c; here for tests)?  1 or 0.
+ */
+int nand_mtd_raw_erased(const uint8_t *raw, uint32_t page_size, uint32_t oobsize, uint32_t step,
+			uint32_t strength);
+
+/*
+ * A MEMREAD's result (0 or -errno) as the read's status (hw/nand_mtd.c;
+ * here for tests): NAND_OK (0, -EUCLEAN), NAND_UNCORRECTABLE (-EBADMSG; and
+ * -EIO, the page could not be read), NAND_IO_ERROR (anything else: the
+ * device gone, no memory...).
+ */
+enum nand_status nand_mtd_read_status(int rc);
+
+/*
+ * The layout of an MTD device (hw/nand_mtd.c; here for tests): from mi
+ * (MEMGETINFO: type, page, OOB and erase block sizes) and the device's
+ * sysfs directory sysdir (/sys/dev/char/MAJ:MIN: size - 64-bit, where
+ * MEMGETINFO's is 32-bit -, oobavail, ecc_strength, ecc_step_size, name).
+ * 0, or a negative errno and why in err.
+ */
+struct mtd_info_user;
+struct nand_mtd_layout {
+	struct nand_geometry geo;  /* the dies the FTL sees */
+	uint64_t size;             /* bytes */
+	uint64_t erasesize;
+	uint32_t oobsize;          /* all OOB bytes per page */
+	uint32_t oobavail;         /* free OOB bytes per page (spare + CRC) */
+	uint32_t ecc_strength;     /* bits per ECC step (0: unknown) */
+	uint32_t ecc_step;         /* data bytes per ECC step (0: unknown) */
+	char name[64];
+};
+int nand_mtd_layout(const char *sysdir, const struct mtd_info_user *mi,
+		    struct nand_mtd_layout *out, char *err, size_t errlen);
+
 /* Hand a completed operation to its owner (from the backend's poll, on the
  * owner's thread). */
 static inline void nand_deliver(struct nand_dev *d, struct nand_op *op)

@@ -3,12 +3,13 @@
  * (/dev/mtdN): the backend "mtd".
  *
  * Geometry.  MEMGETINFO gives the erase block and page sizes; sysfs
- * (/sys/dev/char/MAJ:MIN/) gives the free OOB bytes of the MTD_OPS_AUTO_OOB
- * layout (oobavail), the ECC strength and step, and the device's name.  MTD
- * tells userspace nothing of a chip's LUNs or planes, so the device is cut
- * into MTD_DIES dies of equal erase-block ranges (fewer on a small device:
- * at least MTD_MIN_BLOCKS_PER_DIE blocks each), one die per channel: the
- * FTL stripes its bands and parity across them.  Erase blocks past the last
+ * (/sys/dev/char/MAJ:MIN/) gives the device's size (MEMGETINFO's is 32-bit),
+ * the free OOB bytes of the MTD_OPS_AUTO_OOB layout (oobavail), the ECC
+ * strength and step, and the device's name.  MTD tells userspace nothing
+ * of a chip's LUNs or planes, so the device is cut into MTD_DIES dies of
+ * equal erase-block ranges (fewer on a small device: at least
+ * MTD_MIN_BLOCKS_PER_DIE blocks each), one die per channel: the FTL stripes
+ * its bands and parity across them.  Erase blocks past the last
  * whole die are not used.
  *
  * Spare.  The FTL's spare bytes go into the free OOB bytes followed by their
@@ -40,8 +41,10 @@
  * program anywhere else fails NAND_PROGRAM_FAILED without reaching the chip,
  * and any program consumes its page, failed or not.  At open the write
  * pointer is found by reading: one past the last page that does not read
- * erased (raw: data and every OOB byte 0xFF, up to ecc_strength bits off),
- * found by bisection, as programs are in order.  A program cut by a power
+ * erased (raw: data and every OOB byte 0xFF, up to ecc_strength bits off in
+ * each ECC step, with its share of the OOB bytes: an erased MLC page has its
+ * bit flips too, and may have more in all than one step corrects), found by
+ * bisection, as programs are in order.  A program cut by a power
  * loss on real NAND can leave a page that reads erased and yet holds charge;
  * it is taken as erased (the FTL reads what it programs there).  A block
  * whose erase failed takes no more programs until it is erased.
@@ -53,9 +56,16 @@
  * failed and keeps its own record (a mark would move the superblock, which
  * the FTL finds on the first good blocks).
  *
+ * Read errors.  -EIO from MEMREAD is that page's (NAND_UNCORRECTABLE); an
+ * error that says the device or the request failed is NAND_IO_ERROR
+ * (nand_mtd_read_status).
+ *
  * ECC.  MEMREAD returns -EBADMSG when a step was beyond the ECC
  * (NAND_UNCORRECTABLE) and -EUCLEAN as soon as one bit was corrected,
- * whatever bitflip_threshold says.  A read that corrected bits is
+ * whatever bitflip_threshold says (mtdchar's MEMREAD sets its code from the
+ * request's ecc_stats; it is the kernel's own mtd_read_oob() that says
+ * -EUCLEAN only from bitflip_threshold on).  The backend goes by the
+ * counts, not the code.  A read that corrected bits is
  * NAND_CORRECTED with corrected_bits = ecc_stats.corrected_bitflips and
  * corrected_max = ecc_stats.max_bitflips (the worst step): the FTL compares
  * corrected_max with ecc_bits (= ecc_strength) to decide on relocating.
@@ -66,6 +76,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -116,6 +127,9 @@ struct mtd {
 	pthread_mutex_t qmu;          /* the dies' queues and stop */
 	bool stop;
 	pthread_mutex_t cmu;          /* the completion list and the event fd */
+	/* the completion list: changed under cmu; done_head is also read
+	 * without it (poll and next_due: is anything there?), so it is
+	 * stored atomically (release) and loaded so (acquire) */
 	struct nand_op *done_head, *done_tail;
 };
 
@@ -181,6 +195,29 @@ int nand_mtd_spare_unpack(uint8_t *oob, void *spare, uint32_t len)
 
 /* ---- the operations (on the die's worker) ---------------------------------- */
 
+/*
+ * A MEMREAD's result (0 or -errno) as the read's status, ECC counts aside
+ * (-EUCLEAN is NAND_OK here: the counts say what was corrected).  -EBADMSG:
+ * a step was beyond the ECC.  -EIO: the driver could not read this page (a
+ * chip or controller error on it): the page is lost as an uncorrectable one
+ * is - the FTL rebuilds it from parity or reports its units lost - and the
+ * device is not failed for it.  Anything else (the device gone: ENODEV,
+ * ENXIO; no memory; a bad request) is the backend failing: NAND_IO_ERROR.
+ */
+enum nand_status nand_mtd_read_status(int rc)
+{
+	switch (rc) {
+	case 0:
+	case -EUCLEAN:
+		return NAND_OK;
+	case -EBADMSG:
+	case -EIO:
+		return NAND_UNCORRECTABLE;
+	default:
+		return NAND_IO_ERROR;
+	}
+}
+
 static enum nand_status mtd_read(struct mtd *m, struct mtd_die *die, struct nand_op *op)
 {
 	const struct nand_geometry *g = &m->dev.geo;
@@ -195,11 +232,10 @@ static enum nand_status mtd_read(struct mtd *m, struct mtd_die *die, struct nand
 		.mode = MTD_OPS_AUTO_OOB,
 	};
 	int rc = ioctl(m->fd, MEMREAD, &rq) < 0 ? -errno : 0;
-	if (rc == -EBADMSG)
-		return NAND_UNCORRECTABLE;
-	if (rc && rc != -EUCLEAN) {
-		op->err = rc;
-		return NAND_IO_ERROR;
+	enum nand_status st = nand_mtd_read_status(rc);
+	if (st != NAND_OK) {
+		op->err = st == NAND_IO_ERROR ? rc : 0;
+		return st;
 	}
 	uint32_t bits = rq.ecc_stats.corrected_bitflips, worst = rq.ecc_stats.max_bitflips;
 	if (op->spare) {
@@ -298,7 +334,7 @@ static void complete(struct mtd *m, struct nand_op *op)
 	if (m->done_tail) {
 		m->done_tail->next = op;
 	} else {
-		m->done_head = op;
+		__atomic_store_n(&m->done_head, op, __ATOMIC_RELEASE);
 		uint64_t one = 1;
 		if (write(m->dev.event_fd, &one, sizeof one) < 0) {
 			/* an eventfd write fails only on overflow: it is readable */
@@ -365,7 +401,8 @@ static int mtd_poll(struct nand_dev *d, uint64_t now_ns)
 		return 0;
 	pthread_mutex_lock(&m->cmu);
 	struct nand_op *op = m->done_head;
-	m->done_head = m->done_tail = NULL;
+	__atomic_store_n(&m->done_head, NULL, __ATOMIC_RELEASE);
+	m->done_tail = NULL;
 	if (op) {
 		uint64_t v;
 		if (read(d->event_fd, &v, sizeof v) < 0) {
@@ -487,11 +524,11 @@ static const struct nand_ops mtd_ops = {
 
 /* ---- open ------------------------------------------------------------------ */
 
-/* One value of the device's sysfs directory: 0 and buf, or -errno. */
-static int sysfs_read(dev_t rdev, const char *attr, char *buf, size_t len)
+/* One value of a sysfs directory: 0 and buf, or -errno. */
+static int sysfs_read(const char *dir, const char *attr, char *buf, size_t len)
 {
-	char path[128];
-	snprintf(path, sizeof path, "/sys/dev/char/%u:%u/%s", major(rdev), minor(rdev), attr);
+	char path[PATH_MAX];
+	snprintf(path, sizeof path, "%s/%s", dir, attr);
 	FILE *f = fopen(path, "re");
 	if (!f)
 		return -errno;
@@ -503,22 +540,134 @@ static int sysfs_read(dev_t rdev, const char *attr, char *buf, size_t len)
 	return 0;
 }
 
-static int sysfs_u32(dev_t rdev, const char *attr, uint32_t *out)
+static int sysfs_u64(const char *dir, const char *attr, uint64_t *out)
 {
 	char buf[32], *end;
-	int rc = sysfs_read(rdev, attr, buf, sizeof buf);
+	int rc = sysfs_read(dir, attr, buf, sizeof buf);
 	if (rc)
 		return rc;
-	unsigned long v = strtoul(buf, &end, 10);
-	if (end == buf || *end || v > UINT32_MAX)
+	errno = 0;
+	unsigned long long v = strtoull(buf, &end, 10);
+	if (end == buf || *end || errno)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static int sysfs_u32(const char *dir, const char *attr, uint32_t *out)
+{
+	uint64_t v;
+	int rc = sysfs_u64(dir, attr, &v);
+	if (rc)
+		return rc;
+	if (v > UINT32_MAX)
 		return -EINVAL;
 	*out = (uint32_t)v;
 	return 0;
 }
 
-/* Does page (raw: data and every OOB byte) read erased, up to `allow` bits
- * off?  buf: writesize + oobsize bytes.  1 yes, 0 no, -errno. */
-static int page_erased(struct mtd *m, uint32_t block, uint32_t page, uint8_t *buf, uint32_t allow)
+/*
+ * The layout of an MTD device from MEMGETINFO (mi: type, page, OOB and
+ * erase block sizes) and its sysfs directory (size: MEMGETINFO's is 32-bit,
+ * so a device of 4 GiB or more would be taken modulo 4 GiB; oobavail,
+ * ecc_strength, ecc_step_size, name).  0, or -errno and why in err.
+ */
+int nand_mtd_layout(const char *sysdir, const struct mtd_info_user *mi,
+		    struct nand_mtd_layout *out, char *err, size_t errlen)
+{
+	*out = (struct nand_mtd_layout){ 0 };
+	if (mi->type != MTD_NANDFLASH && mi->type != MTD_MLCNANDFLASH) {
+		snprintf(err, errlen, "not raw NAND (MTD type %s)",
+			 mi->type == MTD_NORFLASH ? "NOR" : "other than NAND");
+		return -ENODEV;
+	}
+	int rc = sysfs_u64(sysdir, "size", &out->size);
+	if (rc) {
+		snprintf(err, errlen, "cannot read its size from sysfs (%s)", strerror(-rc));
+		return rc;
+	}
+	rc = sysfs_u32(sysdir, "oobavail", &out->oobavail);
+	if (rc) {
+		snprintf(err, errlen, "cannot read its oobavail from sysfs (%s)", strerror(-rc));
+		return rc;
+	}
+	(void)sysfs_u32(sysdir, "ecc_strength", &out->ecc_strength);
+	(void)sysfs_u32(sysdir, "ecc_step_size", &out->ecc_step);
+	(void)sysfs_read(sysdir, "name", out->name, sizeof out->name);
+	if (!mi->writesize || !mi->erasesize || mi->erasesize % mi->writesize ||
+	    mi->erasesize / mi->writesize > UINT16_MAX || mi->writesize % 512 || mi->oobsize > 4096) {
+		snprintf(err, errlen, "unsupported NAND geometry");
+		return -EINVAL;
+	}
+	if (out->oobavail <= MTD_SPARE_CRC || out->oobavail > mi->oobsize) {
+		snprintf(err, errlen, "%s free OOB bytes per page: too few for spare data and its CRC",
+			 out->oobavail ? "only a few" : "no");
+		return -EINVAL;
+	}
+	uint64_t nblocks = out->size / mi->erasesize;
+	if (nblocks > UINT32_MAX) {
+		snprintf(err, errlen, "too many erase blocks (%llu)", (unsigned long long)nblocks);
+		return -EINVAL;
+	}
+	uint32_t ndies = MTD_DIES;
+	while (ndies > 1 && nblocks / ndies < MTD_MIN_BLOCKS_PER_DIE)
+		ndies /= 2;
+	out->geo = (struct nand_geometry){ .channels = ndies, .dies_per_channel = 1,
+					   .planes_per_die = 1,
+					   .blocks_per_die = (uint32_t)(nblocks / ndies),
+					   .pages_per_block = mi->erasesize / mi->writesize,
+					   .page_size = mi->writesize,
+					   .spare_size = out->oobavail - MTD_SPARE_CRC };
+	if (!out->geo.blocks_per_die) {
+		snprintf(err, errlen, "no erase blocks");
+		return -EINVAL;
+	}
+	out->erasesize = mi->erasesize;
+	out->oobsize = mi->oobsize;
+	return 0;
+}
+
+/* Zero bits in p[0..n): an erased byte is 0xFF. */
+static uint32_t zero_bits(const uint8_t *p, size_t n)
+{
+	uint32_t zeros = 0;
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		uint64_t v;
+		memcpy(&v, p + i, 8);
+		zeros += (uint32_t)__builtin_popcountll(~v);
+	}
+	for (; i < n; i++)
+		zeros += (uint32_t)__builtin_popcount((uint8_t)~p[i]);
+	return zeros;
+}
+
+/*
+ * Does a page read raw (data, then oobsize OOB bytes) read erased?  Judged
+ * per ECC step as the ECC would: the data in steps of step bytes, each with
+ * an equal share of the OOB bytes (the last share takes the remainder),
+ * every step at most strength bits off 0xFF.  An erased page's own bit
+ * flips are per step as a programmed page's are: the whole page may have
+ * many more than strength, and would read corrected.  step 0 or not a
+ * divisor of page_size: the page is one step.  1 yes, 0 no.
+ */
+int nand_mtd_raw_erased(const uint8_t *raw, uint32_t page_size, uint32_t oobsize, uint32_t step,
+			uint32_t strength)
+{
+	uint32_t nsteps = step && page_size % step == 0 ? page_size / step : 1;
+	uint32_t dstep = page_size / nsteps, ostep = oobsize / nsteps;
+	for (uint32_t i = 0; i < nsteps; i++) {
+		uint32_t olen = i + 1 < nsteps ? ostep : oobsize - i * ostep;
+		if (zero_bits(raw + (size_t)i * dstep, dstep) +
+			    zero_bits(raw + page_size + (size_t)i * ostep, olen) > strength)
+			return 0;
+	}
+	return 1;
+}
+
+/* Does page read erased (nand_mtd_raw_erased)?  buf: writesize + oobsize
+ * bytes.  1 yes, 0 no, -errno. */
+static int page_erased(struct mtd *m, uint32_t block, uint32_t page, uint8_t *buf)
 {
 	const struct nand_geometry *g = &m->dev.geo;
 	struct mtd_read_req rq = {
@@ -531,18 +680,8 @@ static int page_erased(struct mtd *m, uint32_t block, uint32_t page, uint8_t *bu
 	};
 	if (ioctl(m->fd, MEMREAD, &rq) < 0 && errno != EUCLEAN && errno != EBADMSG)
 		return -errno;
-	uint32_t zeros = 0;
-	size_t n = (size_t)g->page_size + m->oobsize, i = 0;
-	for (; i + 8 <= n; i += 8) {
-		uint64_t v;
-		memcpy(&v, buf + i, 8);
-		if (v != UINT64_MAX && (zeros += (uint32_t)__builtin_popcountll(~v)) > allow)
-			return 0;
-	}
-	for (; i < n; i++)
-		if ((zeros += (uint32_t)__builtin_popcount((uint8_t)~buf[i])) > allow)
-			return 0;
-	return 1;
+	return nand_mtd_raw_erased(buf, g->page_size, m->oobsize, m->dev.ecc_codeword_bytes,
+				   m->dev.ecc_bits);
 }
 
 /* Every good block's write pointer and bad mark.  Cost: a MEMGETBADBLOCK
@@ -552,7 +691,6 @@ static int scan_blocks(struct mtd *m, char *err, size_t errlen)
 {
 	const struct nand_geometry *g = &m->dev.geo;
 	uint32_t ppb = g->pages_per_block;
-	uint32_t allow = m->dev.ecc_bits; /* an erased page's own bit flips */
 	uint8_t *buf = aligned_alloc(4096, ((size_t)g->page_size + m->oobsize + 4095) & ~(size_t)4095);
 	if (!buf)
 		return -ENOMEM;
@@ -569,7 +707,7 @@ static int scan_blocks(struct mtd *m, char *err, size_t errlen)
 		if (m->bad[b])
 			continue;
 		/* programs are in order: the programmed pages are a prefix */
-		int e = page_erased(m, b, ppb - 1, buf, allow);
+		int e = page_erased(m, b, ppb - 1, buf);
 		if (e == 0) {
 			m->wp[b] = (uint16_t)ppb;
 			continue;
@@ -577,7 +715,7 @@ static int scan_blocks(struct mtd *m, char *err, size_t errlen)
 		uint32_t lo = 0, hi = ppb - 1; /* page hi reads erased; is lo the first? */
 		while (e >= 0 && lo < hi) {
 			uint32_t mid = lo + (hi - lo) / 2;
-			e = page_erased(m, b, mid, buf, allow);
+			e = page_erased(m, b, mid, buf);
 			if (e > 0)
 				hi = mid;
 			else if (e == 0)
@@ -633,49 +771,25 @@ int nand_mtd_open(const struct nand_spec *spec, struct nand_dev **out, char *err
 	if (ioctl(m->fd, MEMGETINFO, &mi) < 0)
 		return fail_open(m, err, errlen, -ENODEV, "%s is not an MTD device (MEMGETINFO: %s)",
 				 path, strerror(errno));
-	if (mi.type != MTD_NANDFLASH && mi.type != MTD_MLCNANDFLASH)
-		return fail_open(m, err, errlen, -ENODEV, "%s is not raw NAND (MTD type %s)", path,
-				 mi.type == MTD_NORFLASH ? "NOR" : "other than NAND");
-	uint32_t oobavail = 0, ecc_strength = 0, ecc_step = 0;
-	char name[64] = "";
-	int rc = sysfs_u32(st.st_rdev, "oobavail", &oobavail);
+	char sysdir[64], why[256];
+	snprintf(sysdir, sizeof sysdir, "/sys/dev/char/%u:%u", major(st.st_rdev), minor(st.st_rdev));
+	struct nand_mtd_layout lay;
+	int rc = nand_mtd_layout(sysdir, &mi, &lay, why, sizeof why);
 	if (rc)
-		return fail_open(m, err, errlen, rc, "%s: cannot read its oobavail from sysfs (%s)", path,
-				 strerror(-rc));
-	(void)sysfs_u32(st.st_rdev, "ecc_strength", &ecc_strength);
-	(void)sysfs_u32(st.st_rdev, "ecc_step_size", &ecc_step);
-	(void)sysfs_read(st.st_rdev, "name", name, sizeof name);
-
-	if (!mi.writesize || !mi.erasesize || mi.erasesize % mi.writesize ||
-	    mi.erasesize / mi.writesize > UINT16_MAX || mi.writesize % 512 || mi.oobsize > 4096)
-		return fail_open(m, err, errlen, -EINVAL, "%s: unsupported NAND geometry%s", path, "");
-	if (oobavail <= MTD_SPARE_CRC || oobavail > mi.oobsize)
-		return fail_open(m, err, errlen, -EINVAL,
-				 "%s: %s free OOB bytes per page: too few for spare data and its CRC", path,
-				 oobavail ? "only a few" : "no");
-	uint32_t nblocks = (uint32_t)(mi.size / mi.erasesize), ndies = MTD_DIES;
-	while (ndies > 1 && nblocks / ndies < MTD_MIN_BLOCKS_PER_DIE)
-		ndies /= 2;
-	struct nand_geometry *g = &m->dev.geo;
-	*g = (struct nand_geometry){ .channels = ndies, .dies_per_channel = 1, .planes_per_die = 1,
-				     .blocks_per_die = nblocks / ndies,
-				     .pages_per_block = mi.erasesize / mi.writesize,
-				     .page_size = mi.writesize,
-				     .spare_size = oobavail - MTD_SPARE_CRC };
-	if (!g->blocks_per_die)
-		return fail_open(m, err, errlen, -EINVAL, "%s: no erase blocks%s", path, "");
-	m->erasesize = mi.erasesize;
-	m->oobsize = mi.oobsize;
-	m->oobavail = oobavail;
-	m->blocks_used = nand_blocks(g);
+		return fail_open(m, err, errlen, rc, "%s: %s", path, why);
+	m->dev.geo = lay.geo;
+	m->erasesize = lay.erasesize;
+	m->oobsize = lay.oobsize;
+	m->oobavail = lay.oobavail;
+	m->blocks_used = nand_blocks(&lay.geo);
 	m->dev.ops = &mtd_ops;
 	m->dev.priv = m;
 	m->dev.caps = 0;
-	m->dev.ecc_bits = ecc_strength;
-	m->dev.ecc_codeword_bytes = ecc_step;
-	snprintf(m->dev.preset, sizeof m->dev.preset, "mtd:%s", name[0] ? name : "?");
+	m->dev.ecc_bits = lay.ecc_strength;
+	m->dev.ecc_codeword_bytes = lay.ecc_step;
+	snprintf(m->dev.preset, sizeof m->dev.preset, "mtd:%.27s", lay.name[0] ? lay.name : "?");
 
-	uint32_t n = m->blocks_used;
+	uint32_t n = m->blocks_used, ndies = nand_dies(&lay.geo);
 	m->wp = calloc(n, sizeof *m->wp);
 	m->erase_failed = calloc(n, 1);
 	m->bad = calloc(n, 1);
@@ -683,7 +797,6 @@ int nand_mtd_open(const struct nand_spec *spec, struct nand_dev **out, char *err
 	m->dies = calloc(ndies, sizeof *m->dies);
 	if (!m->wp || !m->erase_failed || !m->bad || !m->erases || !m->dies)
 		return fail_open(m, err, errlen, -ENOMEM, "%s: out of memory%s", path, "");
-	char why[256];
 	rc = scan_blocks(m, why, sizeof why);
 	if (rc)
 		return fail_open(m, err, errlen, rc, "%s: %s", path, why);
@@ -694,7 +807,7 @@ int nand_mtd_open(const struct nand_spec *spec, struct nand_dev **out, char *err
 		struct mtd_die *die = &m->dies[i];
 		die->m = m;
 		die->index = i;
-		die->oob = malloc(oobavail);
+		die->oob = malloc(lay.oobavail);
 		if (!die->oob) {
 			mtd_stop_workers(m);
 			return fail_open(m, err, errlen, -ENOMEM, "%s: out of memory%s", path, "");
@@ -708,7 +821,7 @@ int nand_mtd_open(const struct nand_spec *spec, struct nand_dev **out, char *err
 					 strerror(e));
 		}
 		die->started = true;
-		char tn[16];
+		char tn[24]; /* a thread name: up to 15 characters (i < MTD_DIES) */
 		snprintf(tn, sizeof tn, "flashd-mtd%u", i);
 		pthread_setname_np(die->thread, tn);
 	}

@@ -63,7 +63,7 @@
 #include <arpa/inet.h>
 
 #include "common/parse.h"
-#include "hw/nand_sim.h" /* presets */
+#include "hw/nand.h"
 #include "server/flashd.h"
 
 /* Limits of the [server] numbers. */
@@ -767,7 +767,7 @@ static int handler(void *user, const char *section, const char *key, const char 
 				BAD("backend = mtd takes no preset (the device says what it is)");
 			free(d->preset);
 			d->preset = xstrdup(value);
-			if (!nand_preset_find(value))
+			if (!nand_preset_description(value))
 				BAD("unknown preset (see 'flashctl presets')");
 		} else if (!strcmp(key, "image")) {
 			if (!value[0])

@@ -133,9 +133,9 @@ static void status_names(struct dimm *d, struct dimm_status *st)
 	snprintf(st->backend, sizeof st->backend, "%s", d->cfg->backend);
 	snprintf(st->preset, sizeof st->preset, "%s", d->cfg->preset);
 	/* a preset describes a simulated card; raw NAND has no preset */
-	const struct nand_preset *np = strcmp(d->cfg->backend, "sim") ? NULL
-					 : nand_preset_find(d->cfg->preset);
-	snprintf(st->model, sizeof st->model, "%s", np ? np->description : "");
+	const char *model = strcmp(d->cfg->backend, "sim") ? NULL
+			    : nand_preset_description(d->cfg->preset);
+	snprintf(st->model, sizeof st->model, "%s", model ? model : "");
 	snprintf(st->image, sizeof st->image, "%s", d->cfg->image);
 	st->readonly = d->cfg->readonly;
 	st->timing = d->cfg->timing;

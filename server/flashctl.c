@@ -51,7 +51,7 @@
 #include "common/parse.h"
 #include "common/units.h"
 #include "ftl/ftl.h"
-#include "hw/nand_sim.h" /* presets */
+#include "hw/nand.h"
 #include "server/version.h"
 
 static const char *prog = "flashctl";
@@ -1856,10 +1856,9 @@ static int cmd_version(int argc, char **argv)
 
 static int cmd_presets(void)
 {
-	for (size_t i = 0; nand_preset_at(i); i++) {
-		const struct nand_preset *p = nand_preset_at(i);
-		printf("%-16s %s\n", p->name, p->description);
-	}
+	const char *name;
+	for (size_t i = 0; (name = nand_preset_name(i)); i++)
+		printf("%-16s %s\n", name, nand_preset_description(name));
 	return 0;
 }
 

@@ -59,7 +59,7 @@
 #include <event2/thread.h>
 
 #include "common/parse.h"
-#include "hw/nand_sim.h" /* presets */
+#include "hw/nand.h"
 #include "server/flashd.h"
 
 #define DEFAULT_CONFIG "/etc/flashd/flashd.conf"
@@ -1644,10 +1644,10 @@ int main(int argc, char **argv)
 		case 'u': cli.unix_path = strdup(optarg); break;
 		case 'C': cli.control_path = strdup(optarg); break;
 		case 'p':
-			if (!nand_preset_find(optarg)) {
+			if (!nand_preset_description(optarg)) {
 				fprintf(stderr, "flashd: unknown preset '%s'; known presets:\n", optarg);
-				for (size_t i = 0; nand_preset_at(i); i++)
-					fprintf(stderr, "  %s\n", nand_preset_at(i)->name);
+				for (size_t i = 0; nand_preset_name(i); i++)
+					fprintf(stderr, "  %s\n", nand_preset_name(i));
 				return 2;
 			}
 			cli.default_preset = strdup(optarg);

@@ -32,7 +32,7 @@
 #include "common/parse.h"
 #include "common/units.h"
 #include "ftl/ftl.h"
-#include "hw/nand_sim.h" /* presets */
+#include "hw/nand.h"
 
 #define MAX_REQUEST (32u << 20)
 
@@ -209,7 +209,7 @@ static int flashd_config(const char *key, const char *value)
 		return image ? 0 : -1;
 	}
 	if (!strcmp(key, "preset")) {
-		if (!nand_preset_find(value)) {
+		if (!nand_preset_description(value)) {
 			nbdkit_error("flashd: unknown preset '%s'", value);
 			return -1;
 		}
@@ -492,8 +492,8 @@ static const char *flashd_export_description(void *h)
 static void flashd_dump_plugin(void)
 {
 	printf("flashd_presets=");
-	for (size_t i = 0; nand_preset_at(i); i++)
-		printf("%s%s", i ? "," : "", nand_preset_at(i)->name);
+	for (size_t i = 0; nand_preset_name(i); i++)
+		printf("%s%s", i ? "," : "", nand_preset_name(i));
 	printf("\n");
 }
 

@@ -10,7 +10,10 @@
  * thread and signals completions on an event fd, as the mtd backend does;
  * the FTL then formats, writes, closes (every operation delivered before
  * close returns) and reopens on it.  The mtd backend's spare CRC (it
- * corrects one bit flip in the free OOB bytes) on its own.  With
+ * corrects one bit flip in the free OOB bytes), its erased-page test
+ * (bit flips judged per ECC step), its layout from MEMGETINFO and sysfs
+ * (a fake sysfs directory: devices of 4 GiB and more) and its read errors'
+ * statuses on their own.  With
  * FLASHD_TEST_NAND=/dev/mtdN also
  * that raw NAND through the mtd backend (tests/vm: nandsim); it ERASES the
  * blocks it uses.  FLASHD_TEST_NAND_BAD=1 says that device has a block
@@ -23,6 +26,8 @@
 #include <stdbool.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <mtd/mtd-user.h>
 #include <time.h>
 #include <unistd.h>
@@ -562,7 +567,8 @@ static int mtd_raw(int fd, bool write, uint64_t at, uint8_t *data, uint32_t len,
  * would: one bit in one ECC step is NAND_CORRECTED with corrected_max 1;
  * one bit in each of two steps is corrected_bits 2 but corrected_max 1
  * (MEMREAD's ecc_stats.max_bitflips: what the FTL's scrubbing compares
- * with ecc_bits, whereas the kernel says EUCLEAN for any corrected bit);
+ * with ecc_bits, whereas the kernel says EUCLEAN for any corrected bit,
+ * even with bitflip_threshold above the flips);
  * ecc_bits + 1 bits in one step is NAND_UNCORRECTABLE (EBADMSG); a flipped
  * bit in the free OOB bytes comes back from the kernel unreported (no ECC
  * there) and the backend's spare CRC corrects it.  Then the kernel's lax
@@ -617,6 +623,31 @@ static void mtd_ecc(struct nand_dev *d, const char *path)
 			CHECK_EQ(op.status, NAND_UNCORRECTABLE);
 		}
 	}
+	/* bitflip_threshold above the worst step's flips (page 0: 1): MEMREAD
+	 * still says EUCLEAN (mtdchar sets its code from the request's
+	 * counts), and the backend, which goes by the counts, NAND_CORRECTED */
+	struct stat st;
+	CHECK_EQ(fstat(fd, &st), 0);
+	char thr_path[96], thr_old[32] = "";
+	snprintf(thr_path, sizeof thr_path, "/sys/dev/char/%u:%u/bitflip_threshold",
+		 major(st.st_rdev), minor(st.st_rdev));
+	FILE *f = fopen(thr_path, "r");
+	CHECK(f && fgets(thr_old, sizeof thr_old, f));
+	fclose(f);
+	f = fopen(thr_path, "w");
+	CHECK(f);
+	fprintf(f, "%u\n", bits + 1);
+	CHECK(fclose(f) == 0);
+	int kernel = mtd_raw(fd, false, b * pb, rd, ps, rs, ss, MTD_OPS_AUTO_OOB);
+	enum nand_status st0 = op1(d, NAND_OP_READ, b, 0, rd, rs);
+	f = fopen(thr_path, "w");
+	CHECK(f);
+	fputs(thr_old, f);
+	CHECK(fclose(f) == 0);
+	CHECK_EQ(kernel, -EUCLEAN);
+	CHECK_EQ(st0, NAND_CORRECTED);
+	CHECK(!memcmp(rd, data, ps) && !memcmp(rs, spare, ss));
+
 	/* page 3: one bit in the free OOB bytes (where the spare's first
 	 * bytes are in the raw OOB) */
 	uint32_t at = 0;
@@ -639,14 +670,201 @@ static void mtd_ecc(struct nand_dev *d, const char *path)
 	w[0] = 0xF3;
 	int twice = mtd_raw(fd, true, b * pb + 5ull * ps, w, ps, NULL, 0, MTD_OPS_AUTO_OOB);
 	CHECK_EQ(op1(d, NAND_OP_PROGRAM, a, 0, data, spare), NAND_PROGRAM_FAILED);
-	printf("%s: ECC: one bit corrected (corrected_max 1), one in each of two steps (bits %s, max 1), "
+	printf("%s: ECC: one bit corrected (corrected_max 1; MEMREAD says EUCLEAN with "
+	       "bitflip_threshold %u too), one in each of two steps (bits %s, max 1), "
 	       "%u in a step uncorrectable; a flip in the free OOB bytes passes the kernel silently, the "
 	       "spare CRC corrects it; a second program of a page: kernel %s, backend refuses\n",
-	       path, ">= 2", bits + 1, twice ? strerror(-twice) : "succeeds");
+	       path, bits + 1, ">= 2", bits + 1, twice ? strerror(-twice) : "succeeds");
 	CHECK_EQ(op1(d, NAND_OP_ERASE, a, 0, NULL, NULL), NAND_OK);
 	CHECK_EQ(op1(d, NAND_OP_ERASE, b, 0, NULL, NULL), NAND_OK);
 	close(fd);
 	free(data), free(spare), free(rd), free(rs), free(raw), free(oob), free(w), free(woob);
+}
+
+/*
+ * An erased page reads erased with bit flips spread over its ECC steps, each
+ * step within the ECC strength however many there are in all (an erased
+ * MLC page has its own flips; nandsim bitflips=); more in one step than the
+ * ECC corrects, or a programmed page, is not erased.
+ */
+static void mtd_erased_steps(void)
+{
+	enum { PS = 4096, OOB = 128, STEP = 256 };
+	static uint8_t raw[PS + OOB];
+	memset(raw, 0xFF, sizeof raw);
+	CHECK_EQ(nand_mtd_raw_erased(raw, PS, OOB, STEP, 1), 1);
+	/* one bit in every step's data: 16 in all, Hamming corrects each */
+	for (uint32_t i = 0; i < PS / STEP; i++)
+		raw[i * STEP + 5] &= 0xEF;
+	CHECK_EQ(nand_mtd_raw_erased(raw, PS, OOB, STEP, 1), 1);
+	/* and one in the last step's share of the OOB: two in that step */
+	raw[PS + OOB - 1] &= 0x7F;
+	CHECK_EQ(nand_mtd_raw_erased(raw, PS, OOB, STEP, 1), 0);
+	CHECK_EQ(nand_mtd_raw_erased(raw, PS, OOB, STEP, 2), 1);
+	/* the whole page as one step (ECC step unknown) */
+	CHECK_EQ(nand_mtd_raw_erased(raw, PS, OOB, 0, 16), 0);
+	CHECK_EQ(nand_mtd_raw_erased(raw, PS, OOB, 0, 17), 1);
+	/* two bits in one step's data */
+	memset(raw, 0xFF, sizeof raw);
+	raw[3 * STEP + 9] = 0xF6;
+	CHECK_EQ(nand_mtd_raw_erased(raw, PS, OOB, STEP, 1), 0);
+	/* programmed */
+	fill(raw, sizeof raw, 5);
+	CHECK_EQ(nand_mtd_raw_erased(raw, PS, OOB, STEP, 8), 0);
+	printf("mtd erased page: flips judged per ECC step: ok\n");
+}
+
+/*
+ * The mtd backend's read errors: -EIO is the page's (uncorrectable: the FTL
+ * rebuilds it from parity or reports the unit lost), not the device's
+ * (NAND_IO_ERROR stops the ioDimm); an error that means the device is gone
+ * or the request failed is the device's.  (nandsim has no way to make a
+ * page's read return -EIO: its gravepages= corrupt the data, which is
+ * EBADMSG.)
+ */
+static void mtd_read_errors(void)
+{
+	CHECK_EQ(nand_mtd_read_status(0), NAND_OK);
+	CHECK_EQ(nand_mtd_read_status(-EUCLEAN), NAND_OK);
+	CHECK_EQ(nand_mtd_read_status(-EBADMSG), NAND_UNCORRECTABLE);
+	CHECK_EQ(nand_mtd_read_status(-EIO), NAND_UNCORRECTABLE);
+	static const int gone[] = { ENODEV, ENXIO, ESHUTDOWN, ENOMEM, EFAULT, EINVAL, EOPNOTSUPP };
+	for (size_t i = 0; i < sizeof gone / sizeof gone[0]; i++)
+		CHECK_EQ(nand_mtd_read_status(-gone[i]), NAND_IO_ERROR);
+	printf("mtd read errors: EIO the page's, ENODEV... the device's: ok\n");
+}
+
+static void put_attr(const char *dir, const char *attr, const char *value)
+{
+	char path[256];
+	snprintf(path, sizeof path, "%s/%s", dir, attr);
+	FILE *f = fopen(path, "w");
+	CHECK(f);
+	fprintf(f, "%s\n", value);
+	CHECK(fclose(f) == 0);
+}
+
+/*
+ * The mtd backend's layout from MEMGETINFO and a sysfs directory (a fake
+ * one: nandsim of 4 GiB and more is too big for the test VM): the size is
+ * sysfs's, 64-bit; MEMGETINFO's is 32-bit and says 0 for 4 GiB, 1 GiB for
+ * 5 GiB.
+ */
+static void mtd_layout_sysfs(void)
+{
+	char dir[] = "/tmp/flashd-t-mtdsysfs.XXXXXX";
+	CHECK(mkdtemp(dir) != NULL);
+	static const struct {
+		uint64_t size;
+		uint32_t dies, blocks_per_die;
+	} cases[] = {
+		{ 64ull << 20, 4, 64 },
+		{ 4ull << 30, 4, 4096 },
+		{ (5ull << 30) + (3ull << 18), 4, 5120 }, /* 3 blocks past whole dies */
+		{ 24ull << 18, 1, 24 },
+	};
+	put_attr(dir, "oobavail", "78");
+	put_attr(dir, "ecc_strength", "1");
+	put_attr(dir, "ecc_step_size", "256");
+	put_attr(dir, "name", "NAND simulator partition 0");
+	struct mtd_info_user mi = { .type = MTD_NANDFLASH, .erasesize = 256 << 10,
+				    .writesize = 4096, .oobsize = 128 };
+	struct nand_mtd_layout lay;
+	char err[256], v[32];
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		snprintf(v, sizeof v, "%llu", (unsigned long long)cases[i].size);
+		put_attr(dir, "size", v);
+		mi.size = (uint32_t)cases[i].size; /* MEMGETINFO's */
+		int rc = nand_mtd_layout(dir, &mi, &lay, err, sizeof err);
+		if (rc)
+			fprintf(stderr, "size %s: %s\n", v, err);
+		CHECK_EQ(rc, 0);
+		CHECK_EQ(lay.size, cases[i].size);
+		CHECK_EQ(nand_dies(&lay.geo), cases[i].dies);
+		CHECK_EQ(lay.geo.blocks_per_die, cases[i].blocks_per_die);
+		CHECK_EQ(lay.geo.pages_per_block, 64);
+		CHECK_EQ(lay.geo.page_size, 4096);
+		CHECK_EQ(lay.geo.spare_size, 78 - 4);
+		CHECK(lay.ecc_strength == 1 && lay.ecc_step == 256 && lay.oobsize == 128);
+		CHECK(!strcmp(lay.name, "NAND simulator partition 0"));
+	}
+	/* NOR; no size in sysfs */
+	mi.type = MTD_NORFLASH;
+	CHECK_EQ(nand_mtd_layout(dir, &mi, &lay, err, sizeof err), -ENODEV);
+	CHECK(strstr(err, "NOR") != NULL);
+	mi.type = MTD_MLCNANDFLASH;
+	char path[256];
+	snprintf(path, sizeof path, "%s/size", dir);
+	CHECK(unlink(path) == 0);
+	CHECK_EQ(nand_mtd_layout(dir, &mi, &lay, err, sizeof err), -ENOENT);
+	CHECK(strstr(err, "size") != NULL);
+	static const char *const attrs[] = { "oobavail", "ecc_strength", "ecc_step_size", "name" };
+	for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++) {
+		snprintf(path, sizeof path, "%s/%s", dir, attrs[i]);
+		CHECK(unlink(path) == 0);
+	}
+	CHECK(rmdir(dir) == 0);
+	printf("mtd layout: the size from sysfs (4 GiB and more): ok\n");
+}
+
+/*
+ * On the device (closed; path): an erased page with bit flips written raw,
+ * one in each of two ECC steps - more in all than ecc_bits, none past it in
+ * a step - reads erased at open: its block's write pointer stays 0, the
+ * first program there succeeds and reads back corrected.  (Taken as
+ * programmed, the program was refused and the FTL retired the block, at
+ * every open.)
+ */
+static void mtd_erased_flips(const char *path)
+{
+	char err[512];
+	struct nand_dev *d;
+	struct nand_spec spec = { .backend = "mtd", .path = path };
+	CHECK_RC(nand_open(&spec, &d, err, sizeof err));
+	const struct nand_geometry *g = &d->geo;
+	uint32_t ps = g->page_size, ss = g->spare_size, step = d->ecc_codeword_bytes;
+	CHECK(step >= 256 && ps % step == 0 && ps / step >= 2 && d->ecc_bits >= 1);
+	uint32_t c = good_block(d, nand_dies(g) - 1, 6);
+	CHECK_EQ(op1(d, NAND_OP_ERASE, c, 0, NULL, NULL), NAND_OK);
+	nand_close(d);
+
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	CHECK(fd >= 0);
+	struct mtd_info_user mi;
+	CHECK_EQ(ioctl(fd, MEMGETINFO, &mi), 0);
+	uint8_t *data = malloc(ps), *spare = malloc(ss), *rd = malloc(ps), *rs = malloc(ss);
+	uint8_t *w = malloc(ps), *oob = malloc(mi.oobsize);
+	CHECK(data && spare && rd && rs && w && oob);
+	/* ecc_bits + 1 flips, each in a step of its own (ecc_bits 1 on nandsim's
+	 * Hamming ECC: 2), up to the page's steps */
+	uint32_t nflip = d->ecc_bits + 1 < ps / step ? d->ecc_bits + 1 : ps / step;
+	memset(w, 0xFF, ps);
+	memset(oob, 0xFF, mi.oobsize);
+	for (uint32_t i = 0; i < nflip; i++)
+		w[i * step + 77] &= 0xFB;
+	CHECK_EQ(mtd_raw(fd, true, (uint64_t)c * mi.erasesize, w, ps, oob, mi.oobsize, MTD_OPS_RAW), 0);
+	close(fd);
+
+	CHECK_RC(nand_open(&spec, &d, err, sizeof err));
+	CHECK(!nand_factory_bad(d, c));
+	fill(data, ps, 81);
+	fill(spare, ss, 82);
+	for (uint32_t i = 0; i < nflip; i++)
+		data[i * step + 77] |= 0x04; /* programmed over the flipped bit: it stays 0 */
+	CHECK_EQ(op1(d, NAND_OP_PROGRAM, c, 0, data, spare), NAND_OK);
+	struct nand_op op = { .type = NAND_OP_READ, .block = c, .page = 0, .data = rd, .spare = rs };
+	struct done_log l;
+	run(d, &op, 1, &l);
+	CHECK_EQ(op.status, NAND_CORRECTED);
+	CHECK(!memcmp(rd, data, ps) && !memcmp(rs, spare, ss));
+	CHECK_EQ(op.corrected_max, 1);
+	CHECK(op.corrected_bits >= nflip);
+	CHECK_EQ(op1(d, NAND_OP_PROGRAM, c, 1, data, spare), NAND_OK);
+	CHECK_EQ(op1(d, NAND_OP_ERASE, c, 0, NULL, NULL), NAND_OK);
+	printf("%s: an erased page with %u bit flips, one per ECC step, reads erased at open: "
+	       "programmed, read back corrected\n", path, nflip);
+	nand_close(d);
+	free(data), free(spare), free(rd), free(rs), free(w), free(oob);
 }
 
 int main(void)
@@ -663,10 +881,22 @@ int main(void)
 	nand_close(d);
 
 	mtd_spare_crc();
+	mtd_erased_steps();
+	mtd_layout_sysfs();
+	mtd_read_errors();
 	d = async_open("test-64m");
 	check_device(d, "async", false);
 	nand_close(d);
 	ftl_on_async();
+
+	/* the simulator's presets, through the generic layer */
+	CHECK(nand_preset_description("test-64m-bad") != NULL);
+	CHECK(!nand_preset_description("fpga") && !nand_preset_description(NULL));
+	size_t npresets = 0;
+	bool mlc = false;
+	for (const char *name; (name = nand_preset_name(npresets)); npresets++)
+		mlc |= !strcmp(name, "iodimm-mlc-320") && nand_preset_description(name)[0];
+	CHECK(npresets >= 8 && mlc);
 
 	struct nand_spec unknown = { .backend = "fpga" };
 	CHECK_EQ(nand_open(&unknown, &d, err, sizeof err), -ENOENT);
@@ -684,6 +914,7 @@ int main(void)
 		check_device(d, dev, bad && !strcmp(bad, "1"));
 		mtd_ecc(d, dev);
 		nand_close(d);
+		mtd_erased_flips(dev);
 	}
 
 	printf("ok\n");
