@@ -272,10 +272,14 @@ static void nand_event_cb(evutil_socket_t fd, short what, void *arg)
 /* ---- opening ------------------------------------------------------------ */
 
 /* What the backend noticed and repaired while opening the medium. */
-static void sim_notice(void *arg, const char *msg)
+/* The NAND backend's lines, at their priority (nand.h: syslog's numbers),
+ * named by the ioDimm. */
+_Static_assert(NAND_LOG_ERR == LOG_ERR && NAND_LOG_WARNING == LOG_WARNING &&
+	       NAND_LOG_NOTICE == LOG_NOTICE && NAND_LOG_INFO == LOG_INFO, "nand.h's levels are syslog's");
+static void dimm_nand_log(void *arg, int level, const char *msg)
 {
 	struct dimm *d = arg;
-	log_warn("%s: %s", d->cfg->name, msg);
+	log_msg(level, "%s: %s", d->cfg->name, msg);
 }
 
 static void describe_format(const struct ftl_info *fi, char *buf, size_t len)
@@ -389,7 +393,7 @@ static int dimm_open_media(struct dimm *d, bool strict, char *err, size_t errlen
 	bool exists = stat(c->image, &st) == 0;
 	struct nand_spec ns = { .backend = c->backend, .path = c->image, .preset = c->preset,
 				.create = !exists, .readonly = c->readonly && exists,
-				.timing = c->timing, .sync_on_flush = c->sync, .log = sim_notice,
+				.timing = c->timing, .sync_on_flush = c->sync, .log = dimm_nand_log,
 				.log_arg = d };
 	int rc = nand_open(&ns, &d->dev, err, errlen);
 	if (rc) {
@@ -528,7 +532,7 @@ static void cmd_format(struct dimm *d, struct dimm_cmd *cmd)
 	bool exists = stat(c->image, &st) == 0;
 	struct nand_spec ns = { .backend = c->backend, .path = c->image, .preset = c->preset,
 				.create = !exists, .timing = c->timing, .sync_on_flush = true,
-				.log = sim_notice, .log_arg = d };
+				.log = dimm_nand_log, .log_arg = d };
 	struct nand_dev *dev;
 	char err[512] = "";
 	int rc = nand_open(&ns, &dev, err, sizeof err);
