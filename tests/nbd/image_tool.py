@@ -14,6 +14,7 @@ u64 seq, u64 format id, u32 reserved, u32 crc.
     python3 image_tool.py IMAGE damage-superblocks         # every sb page's magic
     python3 image_tool.py IMAGE set-wp BLOCK VALUE         # 2 bytes of the table
     python3 image_tool.py IMAGE set-version 1              # as an older flashd wrote it
+    python3 image_tool.py IMAGE set-newest-seq SEQ         # of the newest data page
     python3 image_tool.py IMAGE flip-units U [U ...]       # newest page of each unit
     python3 image_tool.py IMAGE damage-checkpoint-page     # one map page's data
     python3 image_tool.py IMAGE damage-checkpoint          # page 0 of every map and parity block
@@ -27,6 +28,15 @@ import zlib
 
 SPARE_MAGIC = 0x4C544653
 PG_DATA, PG_TRIM, PG_CKPT, PG_SB = 1, 2, 3, 4
+
+
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 & -(crc & 1))
+    return crc ^ 0xFFFFFFFF
 
 
 class Image:
@@ -101,6 +111,21 @@ def main():
         struct.pack_into("<I", im.m, 8, int(args[0]))
         struct.pack_into("<I", im.m, 184, zlib.crc32(im.m[:184]))
         print("image version %d" % int(args[0]))
+    elif cmd == "set-newest-seq":
+        # the log sequence number in the spare of the newest data page
+        # (after a crash: the log replay reads it), its spare CRC made valid
+        newest = None
+        for b in range(im.nblocks):
+            for ppa in im.programmed(b):
+                sp = im.spare(ppa)
+                if sp and sp["type"] == PG_DATA and (newest is None or sp["seq"] > newest[0]):
+                    newest = (sp["seq"], ppa)
+        if newest is None:
+            sys.exit("no data page")
+        o = im.slot_off(newest[1]) + im.page_size
+        struct.pack_into("<Q", im.m, o + 16, int(args[0]))
+        struct.pack_into("<I", im.m, o + 36, crc32c(im.m[o:o + 36]))
+        print("page %d: sequence %d -> %d" % (newest[1], newest[0], int(args[0])))
     elif cmd == "flip-units":
         want = {int(u) for u in args}
         newest = {}
