@@ -1363,6 +1363,7 @@ void ftl_get_info(struct ftl *f, struct ftl_info *info)
 	info->band_width = f->row_width;
 	info->parity_width = f->parity;
 	info->was_clean = f->was_clean;
+	info->writes_nothing = f->readonly;
 	info->error = f->error;
 	if (f->error)
 		info->state = FTL_STATE_FAILED;

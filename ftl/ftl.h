@@ -344,6 +344,12 @@ struct ftl_info {
 	/* and each of its steps, in order (ftl_open_step_name) */
 	uint64_t open_step_ns[FTL_OPEN_STEPS];
 	enum ftl_state state;
+	/* the FTL writes nothing to the media, so a close writes no
+	 * checkpoint: opened read-only, or read-only since open found
+	 * sequence numbers near their limit.  (Read-only for host writes
+	 * only, worn out or numbers reaching the limit while serving, still
+	 * writes checkpoints.) */
+	bool writes_nothing;
 	int error;                 /* sticky error, 0 if none */
 	/* the current checkpoint was damaged: open loaded the previous one
 	 * and replayed the log after it, or, neither loadable, rebuilt the

@@ -149,8 +149,21 @@ enum nand_op_flags {
 
 struct nand_dev;
 
-/* Where a backend reports what it noticed and repaired at open. */
-typedef void (*nand_log_fn)(void *arg, const char *msg);
+/*
+ * Where a backend reports what it noticed and repaired (at open, and its
+ * error model's grown bad blocks), at a priority with syslog's numbers, as
+ * the FTL's (ftl.h, enum ftl_log_level): WARNING something wants attention
+ * (an image repaired), NOTICE a fault the layers above handle as designed
+ * (a block grown bad), INFO routine (an image upgraded).  The message names
+ * the image or block, not its owner: the callback adds that.
+ */
+enum nand_log_level {
+	NAND_LOG_ERR = 3,
+	NAND_LOG_WARNING = 4,
+	NAND_LOG_NOTICE = 5,
+	NAND_LOG_INFO = 6,
+};
+typedef void (*nand_log_fn)(void *arg, int level, const char *msg);
 
 /*
  * What nand_open() opens.  The fields a backend does not use are ignored.
@@ -161,7 +174,7 @@ struct nand_spec {
 				    * mtd: the character device, /dev/mtdN */
 	bool readonly;             /* programs and erases refused (NAND_INVALID) */
 	bool sync_on_flush;        /* sim: nand_sync() calls fdatasync (file) */
-	nand_log_fn log;           /* notices (NULL: none) */
+	nand_log_fn log;           /* what it noticed (NULL: none) */
 	void *log_arg;
 	/* the simulator's (backend "sim"; more in hw/nand_sim.h) */
 	const char *preset;        /* the simulated device; needed to create */

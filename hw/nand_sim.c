@@ -287,8 +287,8 @@ static void header_seal(struct sim *s)
 	s->hdr->ext_crc = crc32_plain(&s->hdr->seed, sizeof s->hdr->seed);
 }
 
-static void sim_log(struct sim *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sim_log(struct sim *s, const char *fmt, ...)
+static void sim_log(struct sim *s, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void sim_log(struct sim *s, int level, const char *fmt, ...)
 {
 	if (!s->log)
 		return;
@@ -297,7 +297,7 @@ static void sim_log(struct sim *s, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(buf, sizeof buf, fmt, ap);
 	va_end(ap);
-	s->log(s->log_arg, buf);
+	s->log(s->log_arg, level, buf);
 }
 
 /*
@@ -660,7 +660,7 @@ static enum nand_status media_program(struct sim *s, struct nand_op *op, bool in
 		/* worn out: grown bad, programs fail from now on */
 		b.flags |= SB_FAIL_PROGRAM;
 		s->em_st.program_fails++;
-		sim_log(s, "error model: block %u grown bad: program of page %u failed at erase count %u",
+		sim_log(s, NAND_LOG_NOTICE, "error model: block %u grown bad: program of page %u failed at erase count %u",
 			op->block, op->page, b.erase_count);
 	}
 	if (interrupted || die_failed(s, op->block) || (b.flags & (SB_FAIL_PROGRAM | SB_ERASE_TORN))) {
@@ -770,7 +770,7 @@ static enum nand_status media_erase(struct sim *s, struct nand_op *op, bool inte
 		b.flags |= SB_FAIL_ERASE;
 		blk_store(s, op->block, b);
 		s->em_st.erase_fails++;
-		sim_log(s, "error model: block %u grown bad: erase failed at erase count %u",
+		sim_log(s, NAND_LOG_NOTICE, "error model: block %u grown bad: erase failed at erase count %u",
 			op->block, b.erase_count);
 	}
 	if (die_failed(s, op->block) || (b.flags & SB_FAIL_ERASE))
@@ -1460,7 +1460,7 @@ static int table_check(struct sim *s, const struct nand_preset *p, const char *p
 	if (p)
 		factory_bad_draw(s, p, s->hdr->seed, mark_in_bitmap, factory);
 	else
-		sim_log(s, "%s: preset %s is unknown: factory bad marks of rebuilt entries are lost",
+		sim_log(s, NAND_LOG_WARNING, "%s: preset %s is unknown: factory bad marks of rebuilt entries are lost",
 			path, s->hdr->preset);
 	for (uint32_t b = 0; b < n; b++) {
 		struct sim_block e = s->blocks[b];
@@ -1480,7 +1480,7 @@ static int table_check(struct sim *s, const struct nand_preset *p, const char *p
 					break;
 				}
 		}
-		sim_log(s, "%s: block table entry of block %u fails its checksum (write pointer %u, "
+		sim_log(s, NAND_LOG_WARNING, "%s: block table entry of block %u fails its checksum (write pointer %u, "
 			   "erase count %u as stored); rebuilt from the pages: write pointer %u, "
 			   "erase count %u%s",
 			path, b, e.wp, e.erase_count, r.wp, r.erase_count,
@@ -1854,7 +1854,7 @@ int nand_sim_open(const struct nand_sim_config *cfg, struct nand_dev **out, char
 				seterr(err, errlen, "cannot upgrade %s: %s", cfg->path, strerror(-rc));
 				goto fail;
 			}
-			sim_log(s, "%s: upgraded the image to version %d (checksummed block table)",
+			sim_log(s, NAND_LOG_INFO, "%s: upgraded the image to version %d (checksummed block table)",
 				cfg->path, SIM_VERSION);
 		}
 	}

@@ -107,7 +107,7 @@ struct nand_sim_config {
 	 * die instead of the preset's (0: the preset's), for scaled-down
 	 * studies and tests with the preset's dies, pages and timing */
 	uint32_t blocks_per_die;
-	nand_log_fn log;           /* notices (NULL: none) */
+	nand_log_fn log;           /* what it noticed (NULL: none) */
 	void *log_arg;
 	/* The error model of the preset (struct nand_reliability): bit errors
 	 * growing with wear, retention time and read disturb, ECC up to a

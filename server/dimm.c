@@ -237,11 +237,16 @@ void dimm_post(struct dimm *d, struct dimm_cmd *cmd)
 	event_active(d->wake_ev, EV_READ, 0);
 }
 
-/* Close the FTL (a checkpoint unless it failed); the device stays open.
- * Counters that start again at each open are carried over. */
-static int dimm_close_ftl(struct dimm *d)
+/* Close the FTL (a checkpoint unless it failed or writes nothing); the
+ * device stays open.  Counters that start again at each open are carried
+ * over.  *what (if not NULL): what a successful close wrote, for the log. */
+static int dimm_close_ftl(struct dimm *d, const char **what)
 {
 	struct ftl_stats s;
+	struct ftl_info fi;
+	ftl_get_info(d->ftl, &fi);
+	if (what) /* not the configuration's readonly: the FTL may have made itself read-only */
+		*what = fi.writes_nothing ? "read-only: nothing written" : "checkpoint written";
 	ftl_get_stats(d->ftl, &s);
 	d->gc_base_pages += s.gc_pages_relocated;
 	d->gc_base_blocks += s.gc_blocks_collected;
@@ -272,10 +277,14 @@ static void nand_event_cb(evutil_socket_t fd, short what, void *arg)
 /* ---- opening ------------------------------------------------------------ */
 
 /* What the backend noticed and repaired while opening the medium. */
-static void sim_notice(void *arg, const char *msg)
+/* The NAND backend's lines, at their priority (nand.h: syslog's numbers),
+ * named by the ioDimm. */
+_Static_assert(NAND_LOG_ERR == LOG_ERR && NAND_LOG_WARNING == LOG_WARNING &&
+	       NAND_LOG_NOTICE == LOG_NOTICE && NAND_LOG_INFO == LOG_INFO, "nand.h's levels are syslog's");
+static void dimm_nand_log(void *arg, int level, const char *msg)
 {
 	struct dimm *d = arg;
-	log_warn("%s: %s", d->cfg->name, msg);
+	log_msg(level, "%s: %s", d->cfg->name, msg);
 }
 
 static void describe_format(const struct ftl_info *fi, char *buf, size_t len)
@@ -389,7 +398,7 @@ static int dimm_open_media(struct dimm *d, bool strict, char *err, size_t errlen
 	bool exists = stat(c->image, &st) == 0;
 	struct nand_spec ns = { .backend = c->backend, .path = c->image, .preset = c->preset,
 				.create = !exists, .readonly = c->readonly && exists,
-				.timing = c->timing, .sync_on_flush = c->sync, .log = sim_notice,
+				.timing = c->timing, .sync_on_flush = c->sync, .log = dimm_nand_log,
 				.log_arg = d };
 	int rc = nand_open(&ns, &d->dev, err, errlen);
 	if (rc) {
@@ -458,7 +467,7 @@ static int dimm_open_media(struct dimm *d, bool strict, char *err, size_t errlen
 				       nand_event_cb, d);
 		if (!d->nand_ev || event_add(d->nand_ev, NULL) < 0) {
 			snprintf(err, errlen, "cannot watch the NAND backend's completions");
-			dimm_close_ftl(d);
+			dimm_close_ftl(d, NULL);
 			rc = -ENOMEM;
 			goto fail;
 		}
@@ -528,7 +537,7 @@ static void cmd_format(struct dimm *d, struct dimm_cmd *cmd)
 	bool exists = stat(c->image, &st) == 0;
 	struct nand_spec ns = { .backend = c->backend, .path = c->image, .preset = c->preset,
 				.create = !exists, .timing = c->timing, .sync_on_flush = true,
-				.log = sim_notice, .log_arg = d };
+				.log = dimm_nand_log, .log_arg = d };
 	struct nand_dev *dev;
 	char err[512] = "";
 	int rc = nand_open(&ns, &dev, err, sizeof err);
@@ -610,19 +619,17 @@ static void op_progress(struct dimm *d)
 			return;
 		d->op = NULL;
 		evtimer_del(d->op_ev);
-		int rc = dimm_close_ftl(d);
+		const char *what;
+		int rc = dimm_close_ftl(d, &what);
 		dimm_close_dev(d);
 		if (rc) {
 			log_err("%s: detached; closing the FTL failed: %s", d->cfg->name, strerror(-rc));
 			cmd_msg(cmd, 0, "%s detached; closing the FTL failed: %s (the next attach "
 				"recovers from the media)", d->cfg->name, strerror(-rc));
 		} else {
-			log_info("%s: detached (%s, image closed)", d->cfg->name,
-				 d->cfg->readonly ? "read-only: nothing written" : "checkpoint written");
+			log_info("%s: detached (%s, image closed)", d->cfg->name, what);
 			cmd_msg(cmd, 0, "%s detached: connections closed, %s, image %s closed",
-				d->cfg->name,
-				d->cfg->readonly ? "nothing written (read-only)" : "checkpoint written",
-				d->cfg->image);
+				d->cfg->name, what, d->cfg->image);
 		}
 		set_open_result(d, 0, "");
 		dimm_snapshot(d, &cmd->st);
@@ -995,12 +1002,12 @@ static void *dimm_main(void *arg)
 		d->op = NULL;
 	}
 	if (d->ftl) {
-		rc = dimm_close_ftl(d);
+		const char *what;
+		rc = dimm_close_ftl(d, &what);
 		if (rc)
 			log_err("%s: closing the FTL failed: %s", d->cfg->name, strerror(-rc));
 		else
-			log_info("%s: closed cleanly (%s)", d->cfg->name,
-				 d->cfg->readonly ? "read-only: nothing written" : "checkpoint written");
+			log_info("%s: closed cleanly (%s)", d->cfg->name, what);
 	}
 	dimm_close_dev(d);
 	/* commands posted before the stop but not run: every one comes back */

@@ -190,9 +190,38 @@ static double now_s(void)
 
 /* ---- format / info -------------------------------------------------------- */
 
-static void sim_notice(void *arg, const char *msg)
+/* The image the offline commands opened (open_image), which their FTL and
+ * NAND lines are about; NULL before one is open. */
+static const char *log_subject;
+
+_Static_assert((int)NAND_LOG_ERR == (int)FTL_LOG_ERR && (int)NAND_LOG_WARNING == (int)FTL_LOG_WARNING &&
+	       (int)NAND_LOG_NOTICE == (int)FTL_LOG_NOTICE && (int)NAND_LOG_INFO == (int)FTL_LOG_INFO,
+	       "nand.h's and ftl.h's levels are the same numbers");
+
+/* An FTL or NAND line on stderr as Linux tools print theirs, its level
+ * spelt out: "flashctl: IMAGE: warning: ..." (the simulator's lines that
+ * begin with the image's path lose that repetition). */
+static void print_log(int level, const char *msg)
 {
-	fprintf(stderr, "%s: warning: %s\n", prog, msg);
+	const char *lv = level <= FTL_LOG_ERR ? "error" : level == FTL_LOG_WARNING ? "warning"
+						 : level == FTL_LOG_NOTICE ? "notice" : "info";
+	size_t n = log_subject ? strlen(log_subject) : 0;
+	if (n && !strncmp(msg, log_subject, n) && !strncmp(msg + n, ": ", 2))
+		msg += n + 2;
+	if (log_subject)
+		fprintf(stderr, "%s: %s: %s: %s\n", prog, log_subject, lv, msg);
+	else
+		fprintf(stderr, "%s: %s: %s\n", prog, lv, msg);
+}
+
+static void nand_log_print(void *arg, int level, const char *msg)
+{
+	print_log(level, msg);
+}
+
+static void ftl_log_print(void *arg, int level, const char *msg)
+{
+	print_log(level, msg);
 }
 
 /* Is path a character device (raw NAND through Linux MTD: /dev/mtdN), not
@@ -212,8 +241,9 @@ static struct nand_dev *open_image(const char *path, const char *preset, bool cr
 		die("%s is a device (raw NAND through MTD): --preset is for simulator images", path);
 	struct nand_spec spec = { .backend = mtd ? "mtd" : "sim", .path = path, .preset = preset,
 				  .create = create, .readonly = ro, .sync_on_flush = true,
-				  .log = sim_notice };
+				  .log = nand_log_print };
 	struct nand_dev *d;
+	log_subject = path;
 	char err[512];
 	int rc = nand_open(&spec, &d, err, sizeof err);
 	if (rc == -EBUSY)
@@ -1907,6 +1937,7 @@ int main(int argc, char **argv)
 	}
 	const char *cmd = argv[0];
 	argc--;
+	ftl_set_logger(ftl_log_print, NULL);
 	if (strcmp(cmd, "format") == 0)
 		return cmd_format(argc, argv);
 	if (strcmp(cmd, "info") == 0)

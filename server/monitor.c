@@ -10,8 +10,10 @@
  * health_eval (health.c), so the health kept here is the one the views
  * compute, at most a second old:
  *   - a change is logged: "dimm0: health ok -> degraded: <first reason>;
- *     action: ..." at warning level when it got worse, notice when better,
- *     and a reason that appears without changing the state at warning;
+ *     action: ..." at err level when it became failed (nothing is
+ *     served: act now), warning when it got worse otherwise, notice when
+ *     better, and a reason that appears without changing the state at
+ *     warning;
  *   - systemd hears it (server_update_status: STATUS= names the state and
  *     each ioDimm that is not ok or not served, with its first reason);
  *   - the figures go into the ioDimm's ring of HISTORY_SAMPLES (five
@@ -134,7 +136,10 @@ static void log_change(const struct dimm *d, const struct health *was, const str
 			return;
 		}
 		const struct health_item *it = &now->item[0];
-		log_msg(now->state > was->state ? LOG_WARNING : LOG_NOTICE, "%s: health %s -> %s: %s%s%s",
+		int prio = now->state == HEALTH_FAILED ? LOG_ERR
+			   : now->state > was->state  ? LOG_WARNING
+						      : LOG_NOTICE;
+		log_msg(prio, "%s: health %s -> %s: %s%s%s",
 			name, health_state_name(was->state), health_state_name(now->state), it->msg,
 			it->action[0] ? "; action: " : "", it->action);
 		return;

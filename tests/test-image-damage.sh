@@ -5,13 +5,16 @@
 #   1. every superblock page of dimm0 damaged: flashd refuses to start
 #      (exit 1) with an error naming `flashctl recover`; with
 #      --allow-degraded it starts, says it is degraded (status, log
-#      warning), serves dimm1 and refuses dimm0; it writes nothing to the
-#      image; `flashctl recover --rebuild-superblock` runs on the image
-#      while flashd serves dimm1 (a failed ioDimm's image is not held open),
-#      and `flashctl attach dimm0` then serves all the data again
+#      warning, its health -> failed at err), serves dimm1 and refuses
+#      dimm0; it writes nothing to the image; `flashctl recover
+#      --rebuild-superblock` runs on the image while flashd serves dimm1 (a
+#      failed ioDimm's image is not held open), and `flashctl attach dimm0`
+#      then serves all the data again
 #   1b. two bytes of the block table changed (the write pointer of the
-#      superblock's block): detected, rebuilt from the pages, reported, data
-#      intact, no format
+#      superblock's block): detected, rebuilt from the pages, reported (by
+#      flashctl info as "flashctl: IMAGE: warning: ...", by flashd at
+#      warning, naming dimm0), data intact, no format; then the image's
+#      header says version 1: flashd upgrades it, a routine line at info
 #   2. bytes flipped in three data pages (where `flashctl locate` says the
 #      FTL has them): reads of those units fail with EIO, every other unit
 #      reads right, crc_errors counts them, the log says so
@@ -90,6 +93,16 @@ grep -q -- "--rebuild-superblock" "$T/recover.out" || fail "recover does not nam
 nbd_region_is "$FLASHD_URI0" 0 $((24 << 20)) "$DATA" || fail "dimm0 data after the rebuild"
 [ "$(flashd_status | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["degraded"])')" = False ] ||
 	fail "status still says degraded after the attach"
+# nothing of dimm0 was served: its health line is an error, the way back a
+# notice (the health monitor looks once a second)
+for _ in $(seq 1 50); do
+	grep -q "dimm0: health failed -> ok" "$T/flashd.log" && break
+	sleep 0.1
+done
+grep -q "flashd\[error\]: dimm0: health ok -> failed: did not open" "$T/flashd.log" ||
+	fail "dimm0's health -> failed is not logged at err: $(grep 'dimm0: health' "$T/flashd.log")"
+grep -q "flashd\[notice\]: dimm0: health failed -> ok" "$T/flashd.log" ||
+	fail "dimm0's health failed -> ok is not logged at notice: $(grep 'dimm0: health' "$T/flashd.log")"
 stop_flashd
 start_flashd --config "$T/flashd.conf" --timing off
 nbd_region_is "$FLASHD_URI0" 0 $((24 << 20)) "$DATA" || fail "dimm0 data after a restart"
@@ -98,16 +111,32 @@ ok "superblock rebuilt by flashctl recover while flashd ran, attached: all data 
 
 # ---- 1b: block table entry changed ----------------------------------------------
 $TOOL "$IMG" set-wp 0 0 || fail "changing the block table"
+# an offline look (read-only: repaired in memory) says it as a warning
+"$FLASHCTL" info "$IMG" >/dev/null 2>"$T/info-tbl.err" || fail "flashctl info after a block table change: $(cat "$T/info-tbl.err")"
+grep -q "^flashctl: $IMG: warning: block table entry of block 0 fails its checksum" "$T/info-tbl.err" ||
+	fail "flashctl info does not say 'flashctl: $IMG: warning: block table entry ...': $(cat "$T/info-tbl.err")"
 log_lines=$(wc -l <"$T/flashd.log")
 start_flashd --config "$T/flashd.conf" --timing off
 tail -n +$((log_lines + 1)) "$T/flashd.log" >"$T/start2.log"
 grep -q "dimm0: formatting" "$T/start2.log" && fail "flashd formatted after a block table change"
-grep -q "block table entry of block 0 fails its checksum" "$T/start2.log" ||
-	fail "the damaged block table entry is not reported:
+grep -q "flashd\[warning\]: dimm0: $IMG: block table entry of block 0 fails its checksum" "$T/start2.log" ||
+	fail "the damaged block table entry is not reported at warning, naming dimm0:
 $(cat "$T/start2.log")"
 nbd_region_is "$FLASHD_URI0" 0 $((24 << 20)) "$DATA" || fail "dimm0 data after the table damage"
 stop_flashd
-ok "block table damage detected, rebuilt from the pages, reported; data intact"
+# an image of an older flashd is upgraded: routine, not a warning
+$TOOL "$IMG" set-version 1 >/dev/null || fail "setting the image version"
+log_lines=$(wc -l <"$T/flashd.log")
+start_flashd --config "$T/flashd.conf" --timing off
+tail -n +$((log_lines + 1)) "$T/flashd.log" >"$T/start3.log"
+grep -q "flashd\[info\]: dimm0: $IMG: upgraded the image to version 2" "$T/start3.log" ||
+	fail "the image upgrade is not logged at info, naming dimm0: $(grep -a "upgraded" "$T/start3.log")"
+if grep -E 'flashd\[(warning|error|crit|alert|emerg)\]' "$T/start3.log"; then
+	fail "warnings when opening an upgraded image (above)"
+fi
+nbd_region_is "$FLASHD_URI0" 0 $((24 << 20)) "$DATA" || fail "dimm0 data after the upgrade"
+stop_flashd
+ok "block table damage detected, rebuilt from the pages, reported at warning (flashd and flashctl); an image upgrade at info; data intact"
 
 # ---- 2: flipped data bits ------------------------------------------------------------
 # units 10, 500 and 3000 (4 KiB each) of dimm0: flashctl locate says where

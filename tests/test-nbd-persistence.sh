@@ -13,7 +13,9 @@
 #      and flashd recovers again; then a clean stop and start.
 #   4. The log of these healthy runs: each crash recovery at notice level
 #      (clean opens at info), no line at warning level or above; a
-#      read-only ioDimm's close claims no checkpoint written.
+#      read-only ioDimm's close claims no checkpoint written, whether the
+#      configuration made it read-only or the FTL did (the newest page's
+#      sequence number set near the limit after a crash: served read-only).
 source "$(dirname "$0")/functions.sh"
 
 M=$((1 << 20))
@@ -192,5 +194,20 @@ grep -q 'dimm1: closed cleanly (read-only: nothing written)' "$L" &&
 	fail "the read-only dimm1's close: $(grep 'dimm1: closed' "$L")"
 grep -q 'dimm0: closed cleanly (checkpoint written)' "$L" || fail "dimm0 did not close cleanly"
 check_flashd_log
-ok "log: 2 crash recoveries at notice, nothing at warning or above; read-only dimm1 closed without a checkpoint"
+# the FTL serves dimm0 read-only on its own (numbers near their limit,
+# found by the replay after a crash): its close writes nothing either
+start_flashd --config "$T/ro.conf" --timing off
+nbdsh_sys -u "$FLASHD_URI0" -c "h.pwrite(b'x' * 65536, 760 << 20); h.flush()" || fail "writing dimm0"
+kill_flashd
+"$PYTHON" "$NBD_CHECKS/image_tool.py" "$FLASHD_STATE/dimm0.img" set-newest-seq $(((1 << 62) - 1)) >/dev/null ||
+	fail "setting the sequence number of dimm0's newest page"
+: >"$L"
+start_flashd --config "$T/ro.conf" --timing off
+grep -q 'flashd\[error\]: dimm0: sequence numbers near their limit .*served read-only' "$L" ||
+	fail "dimm0 is not served read-only: $(grep 'dimm0: ' "$L" | head -n 5)"
+stop_flashd
+grep -q 'dimm0: closed cleanly (read-only: nothing written)' "$L" &&
+	! grep -q 'dimm0: .*checkpoint written' "$L" ||
+	fail "the close of dimm0, read-only since its open: $(grep 'dimm0: closed' "$L")"
+ok "log: 2 crash recoveries at notice, nothing at warning or above; read-only dimm1, and dimm0 read-only since its open, closed without a checkpoint"
 ok "persistence checks passed"

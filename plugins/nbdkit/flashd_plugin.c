@@ -269,10 +269,16 @@ static int flashd_config_complete(void)
 	return 0;
 }
 
-/* What the simulator repaired at open: worth seeing without -v. */
-static void sim_log_to_nbdkit(void *arg, const char *msg)
+/* What the simulator repaired at open is worth seeing without -v; the
+ * rest (an image upgraded, a block grown bad) with -v. */
+static void sim_log_to_nbdkit(void *arg, int level, const char *msg)
 {
-	nbdkit_error("flashd: warning: %s", msg);
+	if (level <= NAND_LOG_ERR)
+		nbdkit_error("flashd: %s", msg);
+	else if (level == NAND_LOG_WARNING)
+		nbdkit_error("flashd: warning: %s", msg);
+	else
+		nbdkit_debug("flashd nand: %s", msg);
 }
 
 /* Errors are shown; the rest with -v (nbdkit --verbose). */

@@ -1,8 +1,9 @@
 """image_tool.py - damage a simulated ioDimm image the way a disk, a
 careless admin or bit rot would, for the image-damage tests.
 
-The image layout (hw/nand_sim.c): a 4 KiB header (geometry at offset 16,
-data_off at 104, slot_size at 112), the block table at 4096 (16 bytes per
+The image layout (hw/nand_sim.c): a 4 KiB header (u32 version at offset
+8, geometry at 16, data_off at 104, slot_size at 112, the CRC-32 of the
+bytes before it at 184), the block table at 4096 (16 bytes per
 block: u16 write pointer, u16 torn page, u8 flags, 3 pad, u32 erase count,
 u32 crc), then one slot per page: page_size data bytes, then the spare.
 The FTL's spare (ftl/media.h): u32 magic "SFTL", u8 type (1 data, 2 trim,
@@ -12,6 +13,8 @@ u64 seq, u64 format id, u32 reserved, u32 crc.
     python3 image_tool.py IMAGE superblock-pages           # how many programmed
     python3 image_tool.py IMAGE damage-superblocks         # every sb page's magic
     python3 image_tool.py IMAGE set-wp BLOCK VALUE         # 2 bytes of the table
+    python3 image_tool.py IMAGE set-version 1              # as an older flashd wrote it
+    python3 image_tool.py IMAGE set-newest-seq SEQ         # of the newest data page
     python3 image_tool.py IMAGE flip-units U [U ...]       # newest page of each unit
     python3 image_tool.py IMAGE damage-checkpoint-page     # one map page's data
     python3 image_tool.py IMAGE damage-checkpoint          # page 0 of every map and parity block
@@ -21,9 +24,19 @@ import hashlib
 import mmap
 import struct
 import sys
+import zlib
 
 SPARE_MAGIC = 0x4C544653
 PG_DATA, PG_TRIM, PG_CKPT, PG_SB = 1, 2, 3, 4
+
+
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 & -(crc & 1))
+    return crc ^ 0xFFFFFFFF
 
 
 class Image:
@@ -92,6 +105,27 @@ def main():
         old = im.wp(block)
         struct.pack_into("<H", im.m, 4096 + 16 * block, value)
         print("block %d write pointer %d -> %d" % (block, old, value))
+    elif cmd == "set-version":
+        # version 1 differs from 2 only in the CRCs of the table entries,
+        # which a version 1 open ignores, and the seed after the header CRC
+        struct.pack_into("<I", im.m, 8, int(args[0]))
+        struct.pack_into("<I", im.m, 184, zlib.crc32(im.m[:184]))
+        print("image version %d" % int(args[0]))
+    elif cmd == "set-newest-seq":
+        # the log sequence number in the spare of the newest data page
+        # (after a crash: the log replay reads it), its spare CRC made valid
+        newest = None
+        for b in range(im.nblocks):
+            for ppa in im.programmed(b):
+                sp = im.spare(ppa)
+                if sp and sp["type"] == PG_DATA and (newest is None or sp["seq"] > newest[0]):
+                    newest = (sp["seq"], ppa)
+        if newest is None:
+            sys.exit("no data page")
+        o = im.slot_off(newest[1]) + im.page_size
+        struct.pack_into("<Q", im.m, o + 16, int(args[0]))
+        struct.pack_into("<I", im.m, o + 36, crc32c(im.m[o:o + 36]))
+        print("page %d: sequence %d -> %d" % (newest[1], newest[0], int(args[0])))
     elif cmd == "flip-units":
         want = {int(u) for u in args}
         newest = {}

@@ -197,9 +197,11 @@ static void timing(void)
 
 static int t_nlog;
 static char t_lastlog[512];
-static void t_log(void *arg, const char *msg)
+static int t_lastlevel;
+static void t_log(void *arg, int level, const char *msg)
 {
 	t_nlog++;
+	t_lastlevel = level;
 	snprintf(t_lastlog, sizeof t_lastlog, "%s", msg);
 }
 
@@ -314,6 +316,7 @@ static void table_damage(void)
 	CHECK_EQ(nand_sim_table_repairs(d), 1);
 	CHECK_EQ(t_nlog, 1);
 	CHECK(strstr(t_lastlog, "block 9"));
+	CHECK_EQ(t_lastlevel, NAND_LOG_WARNING); /* a repair wants attention */
 	/* rebuilt from the pages: pages 0-2 still readable, page 3 erased and
 	 * programmable; the erase count is taken as the die's highest (3) */
 	CHECK_EQ(run(d, NAND_OP_READ, 9, 2, rd, NULL), NAND_OK);

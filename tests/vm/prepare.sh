@@ -46,7 +46,9 @@ MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 SUITE=${DEBIAN_SUITE:-bookworm}
 # Guest userland.  libnbd0: handler_flashd.so links it.  socat: bridges the
 # handler's default unix socket (/run/flashd/flashd.sock) to the host's TCP port.
-ROOTFS_PKGS=tcmu-runner,targetcli-fb,open-iscsi,nbd-client,dbus,kmod,iproute2,python3-dbus,python3-gi,e2fsprogs,util-linux,libnbd0,socat,procps
+# fio: the verify jobs across flashd's restarts (iscsi step).  The rootfs
+# stamp holds this list: a change rebuilds rootfs/ (and rootfs-systemd/).
+ROOTFS_PKGS=fio,tcmu-runner,targetcli-fb,open-iscsi,nbd-client,dbus,kmod,iproute2,python3-dbus,python3-gi,e2fsprogs,util-linux,libnbd0,socat,procps
 # Guest kernel modules (their dependencies are added from modules.dep):
 #   virtio_pci virtio_net 9pnet_virtio 9p overlay  boot, network, rootfs + share over 9p
 #   virtio_blk      the DRBD test's persistent disk per node (/var/lib/private)

@@ -25,9 +25,11 @@
 #             bridged by socat, its size from the export, and
 #             dimm1@10.0.2.2/PORT;grace=5 over TCP) and the target with
 #             CHAP; open-iscsi is refused without CHAP, logs in with it;
-#             data, parallel writers, flashd restarted (SIGTERM, then
-#             SIGKILL) under writes and reads (held and sent again: no I/O
-#             error, no lost write),
+#             data, parallel writers, flashd restarted (SIGTERM, as
+#             systemctl restart does, then SIGKILL) under a fio verify job
+#             (libaio, O_DIRECT + O_SYNC 64k writes, crc32c headers read
+#             back after the restart, and again after both) and reads:
+#             held and sent again, no I/O error, no lost write,
 #             flashd stopped (LUN1 fails after its grace) and started, mkfs +
 #             files, blkdiscard (+ -z) reading back zeros; logout and delete.
 # 4. Checks on the host that flashd's trim counter for dimm1 moved
@@ -284,8 +286,10 @@ fi
 # ---------------------------------------------------------------- 3. the VM
 export FLASHD_VM_CACHE=${FLASHD_VM_CACHE:-/var/cache/flashd-vm}
 SHARE=$WORK/vm/share
+# the iscsi step took 5 to 8 min on a busy 2-core host (the
+# fio jobs' FUA writes): 10 min per step, 20 for the VM
 VM_RUN_DIR=$WORK/vm NBD_PORT=$PORT EXPORT0=dimm0 EXPORT1=dimm1 EXPORT1_SIZE=$SIZE1 \
-	HOST_AGENT=1 SERVER_KIND=$SERVER setpriv --pdeathsig TERM -- tests/vm/run.sh nbd,iscsi &
+	HOST_AGENT=1 SERVER_KIND=$SERVER TEST_TIMEOUT=${TEST_TIMEOUT:-600} VM_TIMEOUT=${VM_TIMEOUT:-1200} setpriv --pdeathsig TERM -- tests/vm/run.sh nbd,iscsi &
 RUNPID=$!
 
 # host agent: answer the guest's requests until the VM is done
