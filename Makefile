@@ -10,7 +10,10 @@
 #                   core NBD suites (a few minutes)
 #   make check-long long explorations: the crash test on more seeds
 #   make check-drbd the DRBD pair test in two VMs (11-14 min; .ci/run runs it too)
-#   make bench      benchmark flashd against nbdkit and qemu-nbd (not part of check)
+#   make bench      benchmark flashd against nbdkit and qemu-nbd, then the
+#                   timing-model rows (not part of check; about 17 min)
+#   make bench-timing  the timing-model rows alone: flashd against flashctl
+#                   bench on the simulated Duo (about 5 min)
 #   make install    install programs, plugins, unit, man pages, example config
 #                   (PREFIX=/usr/local, DESTDIR=; see "Installing" below)
 #   make uninstall  remove what make install installed (same PREFIX and DESTDIR)
@@ -63,7 +66,7 @@ ifneq ($(wildcard plugins/tcmu/*.c),)
 PROGS += $(BUILD)/handler_flashd.so
 endif
 
-.PHONY: all run check check-quick check-long check-drbd bench deps clean install uninstall
+.PHONY: all run check check-quick check-long check-drbd bench bench-timing deps clean install uninstall
 all: $(PROGS) $(UNIT_BINS) $(SAN_BINS)
 
 # Debian packages: checked once per build directory, re-checked when deps.sh changes.
@@ -160,11 +163,18 @@ check-drbd: all
 	scripts/deps.sh check
 	tests/run.sh test-drbd
 
+# the timing-model rows run after the rest, never beside it (one recipe:
+# make -j cannot overlap them); bench-timing runs them alone
 bench: all
 	scripts/deps.sh bench
 	tests/bench/run.sh
 	$(BUILD)/sendpath --mb 1024
 	$(BUILD)/sendpath --mb 1024 --unix
+	tests/bench/run.sh --timing
+
+bench-timing: all
+	scripts/deps.sh bench
+	tests/bench/run.sh --timing
 
 # ---- Fuzzing (tests/fuzz/) -------------------------------------------------
 #

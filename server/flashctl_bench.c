@@ -6,7 +6,7 @@
  *                  [--workload randwrite|randread|rw70|seqwrite|seqread]
  *                  [--qd N] [--precondition PASSES] [--duration SECONDS]
  *                  [--interval SECONDS] [--seed S] [--hotcold W/S] [--parity-width 0|1]
- *                  [--csv FILE] [--json]
+ *                  [--span SIZE] [--fresh] [--csv FILE] [--json]
  *
  * The medium keeps only page metadata (hw/nand.h: metadata_only), so a
  * full-size ioDimm fits in memory (56 bytes per page), and its timing model
@@ -27,6 +27,13 @@
  *   channels / ((2 WA - 1) x)                                      (channel time)
  * and the measured IOPS as a share of the lower.  The brief's formula,
  * which leaves the transfers out, is printed too.
+ *
+ * --span SIZE confines every phase (fill, preconditioning, workload) to the
+ * first SIZE bytes, as fio's --size; --fresh skips the fill and the
+ * preconditioning: the workload's first pass on a freshly formatted device
+ * (write workloads only: reads of never-written sectors return zeros
+ * without touching the NAND).  Together they give the same start as a
+ * fresh flashd driven by fio (tests/bench/bench.py --timing).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -180,7 +187,7 @@ struct bench {
 	struct nand_dev *dev;
 	struct ftl *f;
 	struct ftl_info info;
-	uint64_t units;
+	uint64_t units;          /* the units the workload addresses: --span */
 	uint64_t seed;
 	enum wl wl;
 	uint32_t bs;             /* bytes per request */
@@ -369,10 +376,10 @@ int cmd_bench(int argc, char **argv)
 {
 	const char *preset = NULL, *csv_path = NULL;
 	double op = 0, passes = 2, duration = 30, interval = 1; /* op 0: the device's stock */
-	uint64_t v, seed = 1, qd = 128, bpd = 0, bs = 0;
+	uint64_t v, seed = 1, qd = 128, bpd = 0, bs = 0, span = 0; /* span 0: the capacity */
 	uint32_t sector = 4096;
 	enum wl wl = WL_RANDWRITE;
-	bool json = false;
+	bool json = false, fresh = false;
 	double hot_w = 0, hot_s = 0;
 	static const struct option opts[] = {
 		{ "preset", required_argument, 0, 'p' },
@@ -391,13 +398,15 @@ int cmd_bench(int argc, char **argv)
 		{ "full-data", no_argument, 0, 'F' },
 		{ "hotcold", required_argument, 0, 'H' },
 		{ "parity-width", required_argument, 0, 'P' },
+		{ "span", required_argument, 0, 'z' },
+		{ "fresh", no_argument, 0, 'f' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
 	int c;
 	bool full_data = false;
 	uint64_t parity = 0;
-	while ((c = getopt_long(argc, argv, "p:o:b:B:w:S:q:k:d:i:s:c:jFH:P:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "p:o:b:B:w:S:q:k:d:i:s:c:jFH:P:z:fh", opts, NULL)) != -1) {
 		switch (c) {
 		case 'p': preset = optarg; break;
 		case 'o':
@@ -460,13 +469,18 @@ int cmd_bench(int argc, char **argv)
 			if (parse_uint(optarg, 0, 1, &parity))
 				bdie("bad --parity-width '%s': 0 or 1", optarg);
 			break;
+		case 'z':
+			if (parse_byte_size(optarg, 1u << 20, UINT64_MAX, &span) || span % (1u << 20))
+				bdie("bad --span '%s': a multiple of 1M", optarg);
+			break;
+		case 'f': fresh = true; break;
 		case 'h':
 			printf("usage: flashctl bench --preset P [--op PCT] [--sector-size 512|4096]\n"
 			       "         [--blocks-per-die N] [--workload randwrite|randread|rw70|seqwrite|seqread|\n"
 			       "          fileserver|webserver]\n"
 			       "         [--bs SIZE] [--qd N] [--precondition PASSES] [--duration SECONDS]\n"
 			       "         [--interval SECONDS] [--seed S] [--hotcold W/S] [--parity-width 0|1]\n"
-			       "         [--csv FILE] [--json]\n");
+			       "         [--span SIZE] [--fresh] [--csv FILE] [--json]\n");
 			return 0;
 		default: return 2;
 		}
@@ -475,6 +489,9 @@ int cmd_bench(int argc, char **argv)
 		bdie("--preset is needed");
 	if (optind != argc)
 		bdie("unexpected argument '%s'", argv[optind]);
+	if (fresh && wl != WL_RANDWRITE && wl != WL_SEQWRITE)
+		bdie("--fresh needs a write workload (randwrite, seqwrite): reads of never-written "
+		     "sectors do not touch the NAND; for reads, --span SIZE fills only SIZE");
 	if (!bs)
 		bs = (wl == WL_SEQWRITE || wl == WL_SEQREAD) ? 2u << 20 : 4096;
 
@@ -494,6 +511,14 @@ int cmd_bench(int argc, char **argv)
 		bdie("open: %s", err);
 	ftl_get_info(b.f, &b.info);
 	b.units = b.info.units;
+	if (span) {
+		if (span / 4096 > b.info.units)
+			bdie("--span %" PRIu64 " is larger than the capacity (%" PRIu64 " bytes)", span,
+			     b.info.capacity);
+		b.units = span / 4096;
+	}
+	if ((uint64_t)bs / 4096 > b.units)
+		bdie("--bs is larger than the span");
 	if (hot_w > 0) {
 		b.hot_w = hot_w / 100;
 		b.hot_units = (uint64_t)(hot_s / 100 * (double)b.units);
@@ -518,9 +543,10 @@ int cmd_bench(int argc, char **argv)
 	const struct nand_geometry *g = &b.dev->geo;
 	const struct nand_preset *pr = nand_preset_find(preset);
 	fprintf(stderr, "bench: %s, %u dies, %u blocks/die, %s user, %u-byte sectors, %.1f%% OP, "
-			"parity %u, %s %" PRIu64 " B QD%" PRIu64 "\n",
+			"parity %u, %s %" PRIu64 " B QD%" PRIu64 " over %s%s\n",
 		preset, nand_dies(g), g->blocks_per_die, SIZE_TEXT((double)b.info.capacity), sector,
-		b.info.op_percent, b.info.parity_width, wl_name(wl), bs, qd);
+		b.info.op_percent, b.info.parity_width, wl_name(wl), bs, qd,
+		SIZE_TEXT((double)b.units * 4096), fresh ? ", fresh" : "");
 
 	if (csv_path) {
 		csv = fopen(csv_path, "w");
@@ -533,11 +559,12 @@ int cmd_bench(int argc, char **argv)
 	double t0 = (double)nand_now_ns();
 	uint32_t save_bs = b.bs;
 	b.bs = 128 << 10;
-	run(&b, WL_SEQWRITE, b.units * 4096 / b.bs, 0, 0, NULL, NULL);
+	if (!fresh)
+		run(&b, WL_SEQWRITE, b.units * 4096 / b.bs, 0, 0, NULL, NULL);
 	b.bs = save_bs;
 	enum wl pre = (wl == WL_SEQWRITE || wl == WL_SEQREAD) ? WL_SEQWRITE : WL_RANDWRITE;
 	/* (run() with no op count and no deadline would never stop) */
-	if (pre == WL_RANDWRITE && passes > 0) {
+	if (!fresh && pre == WL_RANDWRITE && passes > 0) {
 		b.bs = 4096;
 		iv_prev = take(&b, nand_now(b.dev));
 		memset(&b.lat_iv, 0, sizeof b.lat_iv);
@@ -598,7 +625,8 @@ int cmd_bench(int argc, char **argv)
 		printf("{\"preset\": \"%s\", \"dies\": %u, \"blocks_per_die\": %u, \"capacity_bytes\": %" PRIu64
 		       ", \"sector_size\": %u, \"op_percent\": %.2f, \"parity_width\": %u, "
 		       "\"workload\": \"%s\", \"bs\": %u, "
-		       "\"qd\": %" PRIu64 ", \"precondition_passes\": %g, \"duration_s\": %.3f, "
+		       "\"qd\": %" PRIu64 ", \"span_bytes\": %" PRIu64 ", \"fresh\": %s, "
+		       "\"precondition_passes\": %g, \"duration_s\": %.3f, "
 		       "\"iops\": %.0f, \"mb_per_s\": %.1f, \"lat_mean_ms\": %.3f, \"lat_sd_ms\": %.3f, "
 		       "\"lat_p99_ms\": %.3f, \"lat_max_ms\": %.3f, \"interval_lat_sd_max_ms\": %.3f, "
 		       "\"interval_iops_min\": %.0f, \"interval_iops_max\": %.0f, "
@@ -606,7 +634,8 @@ int cmd_bench(int argc, char **argv)
 		       "\"bound_die_iops\": %.0f, \"bound_channel_iops\": %.0f, \"bound_iops\": %.0f, "
 		       "\"share_of_bound\": %.3f, \"bound_brief_iops\": %.0f, \"failed\": %" PRIu64 "}\n",
 		       preset, nand_dies(g), g->blocks_per_die, b.info.capacity, sector,
-		       b.info.op_percent, b.info.parity_width, wl_name(wl), b.bs, qd, passes, secs, iops,
+		       b.info.op_percent, b.info.parity_width, wl_name(wl), b.bs, qd, b.units * 4096,
+		       fresh ? "true" : "false", fresh ? 0 : passes, secs, iops,
 		       mb_s,
 		       lat_mean(&b.lat_all) / 1e6, lat_sd(&b.lat_all) / 1e6,
 		       (double)lat_pct(&b.lat_all, 0.99) / 1e6, (double)b.lat_all.max / 1e6,
@@ -614,8 +643,9 @@ int cmd_bench(int argc, char **argv)
 		       isinf(chan_bound) ? -1.0 : chan_bound, bound, bound > 0 ? iops / bound : 0,
 		       brief_bound, b.failed);
 	} else {
-		printf("%s, %.1f%% OP, %u-byte sectors, %s %u B at QD%" PRIu64 ", %.1f s virtual:\n",
-		       preset, b.info.op_percent, sector, wl_name(wl), b.bs, qd, secs);
+		printf("%s, %.1f%% OP, %u-byte sectors, %s %u B at QD%" PRIu64 " over %s%s, %.1f s "
+		       "virtual:\n", preset, b.info.op_percent, sector, wl_name(wl), b.bs, qd,
+		       SIZE_TEXT((double)b.units * 4096), fresh ? " (fresh)" : "", secs);
 		printf("  %.0f IOPS (%.1f MB/s); latency mean %.3f ms, sd %.3f ms, p99 %.3f ms, max %.3f ms\n",
 		       iops, mb_s, lat_mean(&b.lat_all) / 1e6, lat_sd(&b.lat_all) / 1e6,
 		       (double)lat_pct(&b.lat_all, 0.99) / 1e6, (double)b.lat_all.max / 1e6);

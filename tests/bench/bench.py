@@ -3,7 +3,9 @@
 
   make bench            (or: tests/bench/run.sh [--runtime SECONDS] [--reps N] [--only JOB,...]
                                              [--no-qemu] [--skip-ftl] [--skip-duo] [--flashd BIN]
-                                             [--baseline BIN])
+                                             [--baseline BIN] [--quick])
+  make bench-timing     (or: tests/bench/run.sh --timing [--runtime SECONDS] [--reps N]
+                                                      [--only JOB,...] [--flashd BIN] [--quick])
 
 Starts, on 127.0.0.1 and with their data on tmpfs (/dev/shm):
   flashd       the simulated ioDimm (preset test-1g, timing model off)
@@ -28,7 +30,30 @@ one noisy run does not decide.  nbdkit runs with its default --threads.
 Default total: about 12 minutes on 2 cores.  Also: the in-process FTL benchmark
 (flashctl simulate on RAM media) and flashd's resident memory serving the
 default ioDrive Duo.  Everything goes to build/bench.json as well.
-Peers that are not installed are skipped with a message.
+Peers that are not installed are skipped with a message.  --quick: one run
+of 2 s per job, to check that it works.
+
+--timing runs the timing-model rows instead (make bench runs both, one
+after the other): the simulated Duo as `make run` serves it (the embedded
+default: two ioDimms, iodimm-mlc-320, its stock format) with the timing
+model on, driven by fio over NBD, beside `flashctl bench` on the virtual
+clock for the same preset, format, workload and start.  The start is a
+fresh format on both sides: every fio run gets a flashd of its own with a
+new state directory (on tmpfs), and its bench runs with --fresh (writes:
+the first pass, no garbage collection) or --span 1G (reads: the first GiB
+filled sequentially, then read at random or in order); the bench's figure
+is the same every time (a deterministic virtual clock), so it runs once
+per job, for the fio runtime in virtual seconds.  The table shows the
+median of the fio runs, the bench's figure and the ratio, the mean latency
+of both, the cores flashd (all its threads) and fio kept busy, and the CPU
+bound: the rate at which flashd and fio together would keep every core
+busy, as a ratio to the bench's figure (below 1.00 this machine cannot
+reach the simulated card's speed, whatever the daemon does with its
+time).  The two-ioDimm job's bench figure is twice the one-ioDimm one: the
+ioDimms share nothing in the model.  About 5 minutes with the defaults on
+2 cores, paced by the model and the Duo's start-up; the bench side needs
+about 3.5 GiB of memory (page metadata of a full-size ioDimm), the fio
+side up to 3 GiB of tmpfs at a time.  JSON: build/bench-timing.json.
 """
 import argparse
 import json
@@ -115,12 +140,15 @@ def cpu_s(pid):
 
 
 def fio(uri, name, params, runtime, tmp, size=None, pid=None):
-    """One fio run; with pid (the server's), also the CPU both sides used:
+    """One fio run; uri may be a list: one fio job per URI, all at once, the
+    figures summed.  With pid (the server's), also the CPU both sides used:
     srv_cores and fio_cores are CPU seconds over wall seconds of the whole
     run (start-up and ramp included), i.e. how many cores each kept busy."""
     out = os.path.join(tmp, "fio-%s.json" % name)
-    args = ["fio", "--name=" + name, "--ioengine=nbd", "--uri=" + uri, "--output-format=json",
-            "--output=" + out, "--group_reporting", "--percentile_list=50:99"]
+    uris = uri if isinstance(uri, list) else [uri]
+    # options before the first --name apply to every job
+    args = ["fio", "--ioengine=nbd", "--output-format=json", "--output=" + out,
+            "--group_reporting", "--percentile_list=50:99"]
     if size:
         args += ["--size=%d" % size]
     else:
@@ -130,6 +158,8 @@ def fio(uri, name, params, runtime, tmp, size=None, pid=None):
             args += ["--size=%d" % SIZE]
     for k, v in params.items():
         args.append("--%s=%s" % (k, v))
+    for i, u in enumerate(uris):
+        args += ["--name=%s%s" % (name, "-%d" % i if len(uris) > 1 else ""), "--uri=" + u]
     t0, c0 = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
     s0 = cpu_s(pid) if pid else 0.0
     subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -138,7 +168,7 @@ def fio(uri, name, params, runtime, tmp, size=None, pid=None):
     with open(out) as f:
         job = json.load(f)["jobs"][0]  # group_reporting: all numjobs summed
     r = {}
-    iops = bw = 0.0
+    iops = bw = mb = 0.0
     lat_n = 0
     mean = p99 = 0.0
     for d in ("read", "write"):
@@ -147,6 +177,7 @@ def fio(uri, name, params, runtime, tmp, size=None, pid=None):
             continue
         iops += x["iops"]
         bw += x["bw_bytes"] / (1 << 20)
+        mb += x["bw_bytes"] / 1e6
         cl = x["clat_ns"]
         lat = x["lat_ns"]
         n = x["total_ios"]
@@ -155,6 +186,7 @@ def fio(uri, name, params, runtime, tmp, size=None, pid=None):
         p99 = max(p99, cl.get("percentile", {}).get("99.000000", 0))
     r["iops"] = iops
     r["mib_s"] = bw
+    r["mb_s"] = mb
     r["lat_mean_us"] = mean / lat_n / 1000 if lat_n else 0
     r["lat_p99_us"] = p99 / 1000
     if pid and wall > 0:
@@ -223,8 +255,18 @@ def main():
     ap.add_argument("--no-qemu", action="store_true", help="leave qemu-nbd out")
     ap.add_argument("--skip-ftl", action="store_true", help="skip the in-process FTL benchmark")
     ap.add_argument("--skip-duo", action="store_true", help="skip the default-Duo memory check")
+    ap.add_argument("--timing", action="store_true",
+                    help="the timing-model rows (flashd against flashctl bench) instead")
+    ap.add_argument("--quick", action="store_true", help="one run of 2 s per job: does it work?")
     a = ap.parse_args()
+    if a.quick:
+        a.runtime, a.reps, a.qemu_reps = 2, 1, 1
+    if a.timing:
+        timing_rows(a)
+        return
     jobs = [j for j in JOBS if not a.only or j[0] in a.only.split(",")]
+    if not jobs:
+        sys.exit("--only: no such job (jobs: %s)" % ", ".join(j[0] for j in JOBS))
 
     m = machine()
     print("machine: %d cores, %s, kernel %s" % (m["cores"], m["cpu"], m["kernel"]))
@@ -392,6 +434,197 @@ def duo(result, shm):
     finally:
         stop_all()
         shutil.rmtree(tmp2, ignore_errors=True)
+
+
+# ---- the timing model: flashd against flashctl bench ------------------------------
+
+SPAN = 1 << 30  # what the read jobs read, filled first (both sides): --span 1G
+TIMING_JOBS = [
+    # name, fio parameters, metric, flashctl bench workload options, ioDimms, fill SPAN first
+    ("randwrite-4k-qd32", dict(rw="randwrite", bs="4k", iodepth=32), "iops",
+     ["--workload", "randwrite", "--bs", "4K", "--qd", "32", "--fresh"], 1, False),
+    ("write-1m-qd8", dict(rw="write", bs="1m", iodepth=8), "bw",
+     ["--workload", "seqwrite", "--bs", "1M", "--qd", "8", "--fresh"], 1, False),
+    ("read-1m-qd8", dict(rw="read", bs="1m", iodepth=8, size=SPAN), "bw",
+     ["--workload", "seqread", "--bs", "1M", "--qd", "8", "--span", "1G",
+      "--precondition", "0"], 1, True),
+    ("randread-4k-qd1", dict(rw="randread", bs="4k", iodepth=1, size=SPAN), "iops",
+     ["--workload", "randread", "--bs", "4K", "--qd", "1", "--span", "1G",
+      "--precondition", "0"], 1, True),
+    # both ioDimms at once: one fio job (one connection) per ioDimm
+    ("randwrite-4k-qd32-2dimm", dict(rw="randwrite", bs="4k", iodepth=32), "iops",
+     ["--workload", "randwrite", "--bs", "4K", "--qd", "32", "--fresh"], 2, False),
+]
+
+
+def start_duo(flashd, tmp, log, n):
+    """flashd serving the embedded default (`make run`'s Duo) with the timing
+    model on, from a new state directory: both ioDimms freshly formatted.
+    Returns the process, the state directory, the port and the seconds it
+    took to be ready (flashd writes its pidfile when every ioDimm is open)."""
+    state = os.path.join(tmp, "duo%d" % n)
+    os.mkdir(state)
+    port = free_port()
+    pidfile = os.path.join(state, "flashd.pid")
+    p = subprocess.Popen([flashd, "--no-config", "--foreground", "--state-dir", state, "--listen",
+                          "127.0.0.1:%d" % port, "--pidfile", pidfile, "--timing", "on"],
+                         stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    procs.append(p)
+    t0 = time.monotonic()
+    while time.monotonic() < t0 + 300:
+        if p.poll() is not None:
+            raise RuntimeError("flashd exited with status %s (log: %s)" % (p.returncode, log.name))
+        try:
+            with open(pidfile) as f:
+                if f.read().strip() == str(p.pid):
+                    return p, state, port, time.monotonic() - t0
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("flashd did not become ready in 300 s")
+
+
+def stop_duo(p, state):
+    p.send_signal(signal.SIGTERM)
+    if p.wait(120) != 0:
+        raise RuntimeError("flashd exited with status %d after SIGTERM" % p.returncode)
+    procs.remove(p)
+    shutil.rmtree(state, ignore_errors=True)
+
+
+def duo_format(state):
+    """preset, sector size, capacity and OP of dimm0 and dimm1, as flashd
+    reports them; both must be alike, with the timing model on"""
+    st = json.loads(subprocess.run([os.path.join(BUILD, "flashctl"), "status", "--control",
+                                    os.path.join(state, "flashd.ctl"), "--json"],
+                                   capture_output=True, text=True).stdout)
+    dimms = {d["name"]: d for d in st["dimms"]}
+    fmt = []
+    for name in ("dimm0", "dimm1"):
+        d = dimms[name]
+        if not d["timing"]:
+            raise RuntimeError("%s runs without the timing model" % name)
+        f = d["format"]
+        fmt.append((d["preset"], f["sector_size"], f["capacity_bytes"], round(f["op_percent"], 2)))
+    if fmt[0] != fmt[1]:
+        raise RuntimeError("the ioDimms differ: %s" % fmt)
+    return dict(zip(("preset", "sector_size", "capacity_bytes", "op_percent"), fmt[0]))
+
+
+def timing_rows(a):
+    jobs = [j for j in TIMING_JOBS if not a.only or j[0] in a.only.split(",")]
+    if not jobs:
+        sys.exit("--only: no such job (timing jobs: %s)" % ", ".join(j[0] for j in TIMING_JOBS))
+    if not shutil.which("fio"):
+        sys.exit("fio is needed (scripts/deps.sh bench)")
+    m = machine()
+    print("machine: %d cores, %s, kernel %s" % (m["cores"], m["cpu"], m["kernel"]))
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    tmp = tempfile.mkdtemp(prefix="flashd-timing.", dir=shm)
+    log = open(os.path.join(tmp, "flashd.log"), "w")
+    result = {"machine": m, "runtime_s": a.runtime, "reps": a.reps, "jobs": {},
+              "loadavg_start": os.getloadavg()}
+    runs = {job[0]: [] for job in jobs}
+    fmt = None
+    n = 0
+    print("timing model on: %d fio runs of %d+1 s, each against a freshly started and formatted "
+          "Duo ..." % (a.reps * len(jobs), a.runtime))
+    try:
+        # rep-major, as above: a slow minute hits one run of every job
+        for rep in range(a.reps):
+            for job, params, kind, _, ndimms, fill in jobs:
+                p, state, port, ready_s = start_duo(a.flashd, tmp, log, n)
+                n += 1
+                if not fmt:
+                    fmt = duo_format(state)
+                uris = ["nbd://127.0.0.1:%d/dimm%d" % (port, i) for i in range(ndimms)]
+                if fill:
+                    fio(uris[0], "fill", dict(rw="write", bs="1m", iodepth=8), 0, tmp, size=SPAN)
+                prm = dict(params)
+                prm.setdefault("size", fmt["capacity_bytes"])
+                r = fio(uris if ndimms > 1 else uris[0], job, prm, a.runtime, tmp, pid=p.pid)
+                r["duo_ready_s"] = ready_s
+                runs[job].append(r)
+                stop_duo(p, state)
+                sys.stdout.write(".")
+                sys.stdout.flush()
+        print()
+    finally:
+        stop_all()
+        log.close()
+    result["format"] = fmt
+
+    # the virtual clock: once per workload (deterministic), one ioDimm
+    print("flashctl bench on the virtual clock (%s, %d-byte sectors, %.2f %% OP, %d s virtual per "
+          "job) ..." % (fmt["preset"], fmt["sector_size"], fmt["op_percent"], a.runtime))
+    benches = {}
+    cmds = {}
+    for job, params, kind, wl, ndimms, fill in jobs:
+        cmd = [os.path.join(BUILD, "flashctl"), "bench", "--preset", fmt["preset"], "--sector-size",
+               str(fmt["sector_size"]), "--op", "%.2f" % fmt["op_percent"], "--duration",
+               str(a.runtime)] + wl
+        key = " ".join(cmd[1:])
+        cmds[job] = "flashctl " + key
+        if key not in benches:
+            benches[key] = json.loads(subprocess.run(cmd + ["--json"], check=True, capture_output=True,
+                                                     text=True).stdout)
+            if benches[key]["capacity_bytes"] != fmt["capacity_bytes"]:
+                raise RuntimeError("flashctl bench formats %d bytes, flashd %d: not the same format" %
+                                   (benches[key]["capacity_bytes"], fmt["capacity_bytes"]))
+            if benches[key]["failed"]:
+                raise RuntimeError("flashctl bench: %d requests failed" % benches[key]["failed"])
+
+    # ---- table ------------------------------------------------------------------
+    result["loadavg_end"] = os.getloadavg()
+    cores = os.cpu_count()
+    print("\ntiming model on, 2 x %s (%d-byte sectors, %.2f GiB, %.0f %% OP each), a fresh format "
+          "per run; fio: median of %d runs of %d s (spread = (max-min)/median); bench: flashctl "
+          "bench, same preset, format, workload and start, %d s virtual; MB/s decimal; load "
+          "average %.2f at start, %.2f at end" % (
+              fmt["preset"], fmt["sector_size"], fmt["capacity_bytes"] / (1 << 30), fmt["op_percent"],
+              a.reps, a.runtime, a.runtime, result["loadavg_start"][0], result["loadavg_end"][0]))
+    print("%-24s %11s %11s %8s %9s %9s %8s %7s %5s %5s %6s" % (
+        "job", "IOPS|MB/s", "bench", "x bench", "mean us", "bench us", "lat x", "spread", "srv",
+        "fio", "bound"))
+    for job, params, kind, wl, ndimms, fill in jobs:
+        key = "iops" if kind == "iops" else "mb_s"
+        rl = runs[job]
+        srt = sorted(rl, key=lambda r: r[key])
+        r = dict(srt[(len(srt) - 1) // 2])  # median (lower one if even)
+        r["reps"] = [x[key] for x in rl]
+        r["min"], r["max"] = srt[0][key], srt[-1][key]
+        bj = benches[cmds[job][len("flashctl "):]]
+        # both ioDimms: each its own dies, channels and thread in the model
+        bv = ndimms * (bj["iops"] if kind == "iops" else bj["mb_per_s"])
+        blat = bj["lat_mean_ms"] * 1000
+        v = r[key]
+        r["bench"] = bv
+        r["bench_lat_mean_us"] = blat
+        r["ratio_to_bench"] = v / bv if bv else 0
+        r["lat_ratio_to_bench"] = r["lat_mean_us"] / blat if blat else 0
+        # the rate at which flashd and fio together would keep every core busy
+        busy = r["srv_cores"] + r["fio_cores"]
+        r["cpu_bound_to_bench"] = v * cores / busy / bv if busy and bv else 0
+        r["bench_command"] = cmds[job] + ("  (x2: both ioDimms)" if ndimms > 1 else "")
+        r["bench_result"] = bj
+        result["jobs"][job] = {"metric": kind, "params": params, "dimms": ndimms,
+                               "fill_bytes": SPAN if fill else 0, "result": r}
+        print("%-24s %11s %11s %8.2f %9.1f %9.1f %8.2f %6.0f%% %5.2f %5.2f %6.2f" % (
+            job, "%.0f" % v, "%.0f" % bv, r["ratio_to_bench"], r["lat_mean_us"], blat,
+            r["lat_ratio_to_bench"], 100 * (r["max"] - r["min"]) / v if v else 0, r["srv_cores"],
+            r["fio_cores"], r["cpu_bound_to_bench"]))
+    print("\nbench commands (the fio side: the same rw, bs and iodepth, ioengine=nbd, one "
+          "connection per ioDimm; reads over the first GiB, written first with 1 MiB at QD8):")
+    for job, _, _, _, ndimms, _ in jobs:
+        print("  %-24s %s" % (job, result["jobs"][job]["result"]["bench_command"]))
+    ready = sorted(r["duo_ready_s"] for rl in runs.values() for r in rl)
+    print("the Duo's start-up (format and open of both ioDimms): median %.1f s, at most %.1f s" %
+          (ready[(len(ready) - 1) // 2], ready[-1]))
+    os.makedirs(BUILD, exist_ok=True)
+    with open(os.path.join(BUILD, "bench-timing.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    print("\nresults: build/bench-timing.json")
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
