@@ -124,7 +124,7 @@ void ftl_crc_error(struct ftl *f, uint32_t ppa, const char *what)
 			(unsigned long long)f->st.crc_errors);
 }
 
-int ftl_check_data(struct ftl *f, const void *data, const void *spare, uint64_t unit, uint32_t ppa)
+int ftl_check_data(struct ftl *f, uint32_t data_crc, const void *spare, uint64_t unit, uint32_t ppa)
 {
 	struct ftl_spare sp;
 	if (spare_parse(f, spare, &sp) != 0 || sp.type != FTL_PG_DATA || sp.lba != unit) {
@@ -135,7 +135,7 @@ int ftl_check_data(struct ftl *f, const void *data, const void *spare, uint64_t 
 				(unsigned long long)unit, ppa);
 		return -EIO;
 	}
-	if (crc32c(0, data, f->page_size) != sp.data_crc) {
+	if (data_crc != sp.data_crc) {
 		f->st.read_errors_uncorrectable++;
 		ftl_crc_error(f, ppa, "data page");
 		return -EIO;

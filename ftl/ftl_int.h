@@ -832,8 +832,10 @@ void ftl_nand_submit(struct ftl *f, struct nand_op *op);
 bool ftl_op_stops(struct ftl *f, const struct nand_op *op);
 /* Check a data page read from the medium against its spare: 0, or -EIO
  * (counted and logged) when the spare does not name unit or the data fails
- * its CRC32C. */
-int ftl_check_data(struct ftl *f, const void *data, const void *spare, uint64_t unit, uint32_t ppa);
+ * its CRC32C.  data_crc: the CRC32C of the data as read, summed by the
+ * medium in its copy (NAND_OPF_DATA_CRC) or by the caller, so the check
+ * costs no pass over the page of its own. */
+int ftl_check_data(struct ftl *f, uint32_t data_crc, const void *spare, uint64_t unit, uint32_t ppa);
 /* Count and log (rate-limited) a page whose data failed its CRC32C. */
 void ftl_crc_error(struct ftl *f, uint32_t ppa, const char *what);
 void *ftl_alloc(struct ftl *f, size_t size);      /* zeroed, counted in ram_bytes */

@@ -380,7 +380,7 @@ static void gc_read_done(struct nand_op *op)
 		if (readable)
 			rd->data_crc = sp.data_crc;
 	}
-	if (readable && crc32c(0, rd->buf, f->page_size) != rd->data_crc) {
+	if (readable && op->data_crc != rd->data_crc) {
 		/* bit rot beyond ECC: relocating it would make it look good */
 		ftl_crc_error(f, rd->from, "data page being relocated by GC");
 		readable = false;
@@ -643,6 +643,7 @@ static int victim_examine(struct ftl *f, int vi)
 			op->page = p;
 			op->data = rd->buf;
 			op->spare = rd->crc_from_rebuild ? rd->spare : NULL;
+			op->flags = NAND_OPF_DATA_CRC; /* summed in the medium's copy */
 			op->done = gc_read_done;
 			op->priv = rd;
 			v->pending++;

@@ -96,13 +96,14 @@ static void read_finish_one(struct ftl *f, struct ftl_io *io)
 }
 
 /*
- * The verdict on a read of unit's page ppa into data: 0 or an error.  The
+ * The verdict on a read of unit's page ppa (with NAND_OPF_DATA_CRC: the
+ * medium summed the data in its copy, op->data_crc): 0 or an error.  The
  * spare must name the unit, the data must match the CRC32C in the spare (a
  * CORRECTED read is checked too: ECC can miscorrect), and the page must not
  * be older than its block's last erase (blk_min_seq).
  */
-static int read_verdict(struct ftl *f, const struct nand_op *op, const void *data,
-			const void *spare, uint64_t unit, uint32_t ppa)
+static int read_verdict(struct ftl *f, const struct nand_op *op, const void *spare,
+			uint64_t unit, uint32_t ppa)
 {
 	if (op->status != NAND_OK && op->status != NAND_CORRECTED && ftl_op_stops(f, op))
 		return f->error;
@@ -116,7 +117,7 @@ static int read_verdict(struct ftl *f, const struct nand_op *op, const void *dat
 		blk_read_health(f, ppa_block(f, ppa), op->status, op->corrected_max);
 		return -EIO;
 	}
-	return ftl_check_data(f, data, spare, unit, ppa);
+	return ftl_check_data(f, op->data_crc, spare, unit, ppa);
 }
 
 /* reads again after an uncorrectable read, before parity or EIO */
@@ -158,7 +159,8 @@ static void rop_rebuilt(struct ftl *f, struct rb_req *rq, int status)
 	if (!err && f->error)
 		err = f->error;
 	if (!err)
-		err = ftl_check_data(f, rq->data, ro->spare, ro->unit, ro->expect);
+		err = ftl_check_data(f, crc32c(0, rq->data, f->page_size), ro->spare, ro->unit,
+				     ro->expect);
 	if (err && rop_moved(f, ro))
 		return;
 	rop_finish(f, ro, err);
@@ -168,7 +170,7 @@ static void rop_done(struct nand_op *op)
 {
 	struct rop *ro = op->priv;
 	struct ftl *f = ro->f;
-	int err = read_verdict(f, op, op->data, ro->spare, ro->unit, ro->expect);
+	int err = read_verdict(f, op, ro->spare, ro->unit, ro->expect);
 
 	if (err == -EIO && f->parity && rop_moved(f, ro))
 		return;
@@ -226,6 +228,7 @@ static void rop_submit(struct ftl *f, struct rop *ro, uint32_t ppa, void *data)
 	op->page = ppa_page(f, ppa);
 	op->data = data;
 	op->spare = ro->spare;
+	op->flags = NAND_OPF_DATA_CRC;
 	op->done = rop_done;
 	op->priv = ro;
 	ro->rebuilt = false;
@@ -264,9 +267,11 @@ static void read_continue(struct ftl *f, struct ftl_io *io)
 			uint8_t *spare = f->read_now_spare;
 			f->st.nand_pages_read++;
 			struct nand_op now = { .block = ppa_block(f, e), .page = ppa_page(f, e) };
-			now.status = f->read_now(f->dev, now.block, now.page, dst, spare);
+			/* one pass over the page: copied into the host's buffer
+			 * and summed together (data_crc) */
+			now.status = f->read_now(f->dev, now.block, now.page, dst, spare, &now.data_crc);
 			now.corrected_max = f->dev->last_corrected_max;
-			int err = read_verdict(f, &now, dst, spare, u, e);
+			int err = read_verdict(f, &now, spare, u, e);
 			if (err && (f->parity || now.status == NAND_UNCORRECTABLE) && !f->error &&
 			    f->rop_free) {
 				/* read again, or rebuilt from its stripe: through a

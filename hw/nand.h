@@ -115,6 +115,11 @@ struct nand_op {
 	enum nand_op_type type;
 	uint32_t block;
 	uint32_t page;             /* page in block */
+	/* reads with NAND_OPF_DATA_CRC, set before done() is called when the
+	 * status is NAND_OK or NAND_CORRECTED and data is not NULL: the
+	 * CRC32C (crc32c(0, data, page_size)) of the bytes delivered in data,
+	 * summed as they are copied (one pass; fills what was padding) */
+	uint32_t data_crc;
 	void *data;                /* page_size bytes */
 	void *spare;               /* spare_size bytes */
 	uint32_t flags;            /* NAND_OPF_* */
@@ -138,13 +143,16 @@ struct nand_op {
 	uint64_t ticket;
 };
 
-/* Program flags. */
+/* Operation flags. */
 enum nand_op_flags {
-	/* the page holds metadata whose bytes matter beyond their checksum
-	 * (superblock, checkpoint, trim record): backends that keep only
-	 * metadata (the simulator's metadata_only mode) keep these pages whole;
-	 * others ignore the flag */
+	/* program: the page holds metadata whose bytes matter beyond their
+	 * checksum (superblock, checkpoint, trim record): backends that keep
+	 * only metadata (the simulator's metadata_only mode) keep these pages
+	 * whole; others ignore the flag */
 	NAND_OPF_META = 1 << 0,
+	/* read: set op->data_crc (every backend does; the caller then checks
+	 * the page without another pass over it) */
+	NAND_OPF_DATA_CRC = 1 << 1,
 };
 
 struct nand_dev;
@@ -244,10 +252,12 @@ struct nand_ops {
 	 * NAND_CAP_READ_NOW.  Execute a read at once and return its status
 	 * instead of queueing a completion.  Same semantics as a submitted
 	 * NAND_OP_READ, which sees every operation submitted before it.  Cost:
-	 * the page copy; no queueing, no completion callback.
+	 * the page copy; no queueing, no completion callback.  data_crc not
+	 * NULL: as a read with NAND_OPF_DATA_CRC, *data_crc is the CRC32C of
+	 * the data (summed in the copy: the same one pass).
 	 */
 	enum nand_status (*read_now)(struct nand_dev *dev, uint32_t block, uint32_t page,
-				     void *data, void *spare);
+				     void *data, void *spare, uint32_t *data_crc);
 	/*
 	 * NAND_CAP_READ_NOW.  A hint: this page is read_now's next; start
 	 * moving it towards the CPU (the simulator: one prefetch instruction
@@ -373,7 +383,7 @@ static inline void nand_wait_until(struct nand_dev *d, uint64_t t_ns)
 void nand_close(struct nand_dev *d);
 
 typedef enum nand_status (*nand_read_now_t)(struct nand_dev *, uint32_t, uint32_t, void *,
-					     void *);
+					     void *, uint32_t *);
 typedef void (*nand_read_soon_t)(struct nand_dev *, uint32_t, uint32_t);
 /* The backend's read_soon, or NULL (no NAND_CAP_READ_NOW). */
 static inline nand_read_soon_t nand_read_soon_fn(const struct nand_dev *d)

@@ -237,6 +237,8 @@ static enum nand_status mtd_read(struct mtd *m, struct mtd_die *die, struct nand
 		op->err = st == NAND_IO_ERROR ? rc : 0;
 		return st;
 	}
+	if (op->data && (op->flags & NAND_OPF_DATA_CRC))
+		op->data_crc = crc32c(0, op->data, g->page_size); /* the kernel copied it */
 	uint32_t bits = rq.ecc_stats.corrected_bitflips, worst = rq.ecc_stats.max_bitflips;
 	if (op->spare) {
 		int s = nand_mtd_spare_unpack(die->oob, op->spare, g->spare_size);

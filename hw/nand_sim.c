@@ -575,11 +575,15 @@ static void fill_garbage(struct sim *s, struct nand_op *op)
 		}
 }
 
+/* Reads with NAND_OPF_DATA_CRC: the common one (a programmed page of RAM
+ * media or a mapped image) sums the data in its copy (crc32c_copy); the
+ * others - erased pages, metadata_only - sum what they delivered after. */
 static enum nand_status media_read(struct sim *s, struct nand_op *op)
 {
 	const struct nand_geometry *g = &s->dev.geo;
 	struct sim_block *b = &s->blocks[op->block];
 	uint64_t ppa = (uint64_t)op->block * g->pages_per_block + op->page;
+	bool want_crc = op->data && (op->flags & NAND_OPF_DATA_CRC);
 
 	if (b->flags & SB_FACTORY_BAD)
 		return NAND_BLOCK_BAD;
@@ -597,6 +601,8 @@ static enum nand_status media_read(struct sim *s, struct nand_op *op)
 			memset(op->data, 0xFF, g->page_size);
 		if (op->spare)
 			memset(op->spare, 0xFF, g->spare_size);
+		if (want_crc)
+			op->data_crc = crc32c(0, op->data, g->page_size);
 		return NAND_OK;
 	}
 	if (s->metadata_only) {
@@ -614,9 +620,13 @@ static enum nand_status media_read(struct sim *s, struct nand_op *op)
 			memcpy(op->spare, m, s->meta_keep);
 			memset((uint8_t *)op->spare + s->meta_keep, 0xFF, g->spare_size - s->meta_keep);
 		}
+		if (want_crc)
+			op->data_crc = crc32c(0, op->data, g->page_size);
 	} else {
 		const uint8_t *src = ram_slot(s, ppa);
-		if (op->data)
+		if (want_crc)
+			op->data_crc = crc32c_copy(0, op->data, src, g->page_size);
+		else if (op->data)
 			memcpy(op->data, src, g->page_size);
 		if (op->spare)
 			memcpy(op->spare, src + g->page_size, g->spare_size);
@@ -1295,11 +1305,14 @@ static void sim_read_soon(struct nand_dev *d, uint32_t block, uint32_t page)
 }
 
 static enum nand_status sim_read_now(struct nand_dev *d, uint32_t block, uint32_t page,
-				     void *data, void *spare)
+				     void *data, void *spare, uint32_t *data_crc)
 {
 	struct nand_op op = { .type = NAND_OP_READ, .block = block, .page = page,
-			      .data = data, .spare = spare };
+			      .data = data, .spare = spare,
+			      .flags = data_crc ? NAND_OPF_DATA_CRC : 0 };
 	sim_execute(to_sim(d), &op);
+	if (data_crc)
+		*data_crc = op.data_crc;
 	return op.status;
 }
 

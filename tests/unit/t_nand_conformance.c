@@ -3,7 +3,8 @@
  * every backend through nand_open() alone: erased pages read 0xFF (data and
  * spare), programs in order, each page once, a refused program writes
  * nothing, per-die completion order, the status codes of invalid addresses
- * and bad blocks, the in-flight count and the event fd.
+ * and bad blocks, the in-flight count and the event fd, and the data CRC
+ * a read returns with NAND_OPF_DATA_CRC.
  *
  * Always: the simulator (RAM, untimed and with its timing model), and
  * "async", a backend of this test that runs the simulator on a worker
@@ -32,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/crc32c.h"
 #include "ftl/ftl.h"
 #include "hw/nand_backend.h"
 #include "tests/unit/t.h"
@@ -81,6 +83,31 @@ static enum nand_status op1(struct nand_dev *d, enum nand_op_type type, uint32_t
 static bool good_read(enum nand_status st)
 {
 	return st == NAND_OK || st == NAND_CORRECTED;
+}
+
+/* A read with NAND_OPF_DATA_CRC of a page expected to hold want (data):
+ * the data come back and data_crc is their CRC32C; the same through
+ * read_now where the backend has it. */
+static void check_read_crc(struct nand_dev *d, uint32_t block, uint32_t page, const uint8_t *want,
+			   uint8_t *rd, uint8_t *rs)
+{
+	uint32_t ps = d->geo.page_size;
+	uint32_t crc = crc32c(0, want, ps);
+	struct nand_op op = { .type = NAND_OP_READ, .block = block, .page = page, .data = rd,
+			      .spare = rs, .flags = NAND_OPF_DATA_CRC, .data_crc = ~crc };
+	struct done_log l;
+	memset(rd, 0, ps);
+	run(d, &op, 1, &l);
+	CHECK(good_read(op.status) && !memcmp(rd, want, ps));
+	CHECK_EQ(op.data_crc, crc);
+	nand_read_now_t read_now = nand_read_now_fn(d);
+	if (read_now) {
+		uint32_t now_crc = ~crc;
+		memset(rd, 0, ps);
+		CHECK(good_read(read_now(d, block, page, rd, rs, &now_crc)));
+		CHECK(!memcmp(rd, want, ps));
+		CHECK_EQ(now_crc, crc);
+	}
 }
 
 static bool all_ff(const uint8_t *p, size_t n)
@@ -148,7 +175,11 @@ static void check_device(struct nand_dev *d, const char *what, bool must_have_ba
 		memset(rs, 0, ss);
 		CHECK(good_read(op1(d, NAND_OP_READ, b, p, NULL, rs)));
 		CHECK(!memcmp(rs, spare, ss));
+		/* the data's CRC32C, summed by the backend (NAND_OPF_DATA_CRC) */
+		check_read_crc(d, b, p, data, rd, rs);
 	}
+	memset(d2, 0xFF, ps);
+	check_read_crc(d, b, ppb - 1, d2, rd, rs); /* erased */
 
 	/* program-once: page 1 again fails and leaves it as it was */
 	fill(d2, ps, 7);
@@ -324,6 +355,7 @@ static void *async_main(void *arg)
 		op->err = in.err;
 		op->corrected_bits = in.corrected_bits;
 		op->corrected_max = in.corrected_max;
+		op->data_crc = in.data_crc;
 		op->next = NULL;
 		pthread_mutex_lock(&a->mu);
 		if (a->dtail) {
