@@ -871,6 +871,10 @@ int cp_kick(struct ftl *f)
 		if (!c->requested)
 			return 0;
 		c->requested = false;
+		/* the one before was not the last (a close that came while a
+		 * periodic one was being written, or a request during the
+		 * closing one): the eraser makes this one's blocks free */
+		c->wear_final = false;
 		c->phase = CP_QUIESCE;
 		return 1;
 	case CP_QUIESCE: /* waiting for free blocks to write it to */

@@ -490,7 +490,8 @@ struct cp_state {
 	uint32_t wear_cap, wear_pages;
 	/* the closing checkpoint has laid its counts out: no erase is issued
 	 * from then on (eraser_kick), so a clean reopen loads them exactly
-	 * (the blocks left dirty are erased after it) */
+	 * (the blocks left dirty are erased after it); cleared when another
+	 * checkpoint starts (it was not the last) or the attempt fails */
 	bool wear_final;
 	/* cp_load -> recovery: the loaded counts' map of blocks erased since
 	 * their data as old as cp_seq (media.h, ftl_cp_wear); NULL: none */
