@@ -233,14 +233,15 @@ static void blk_move(struct ftl *f, uint32_t b, enum blk_state to)
 int blk_init(struct ftl *f)
 {
 	f->blk = ftl_alloc(f, (size_t)f->nblocks * sizeof *f->blk);
+	f->erases = ftl_alloc(f, (size_t)f->nblocks * sizeof *f->erases);
 	f->blk_max_seq = ftl_alloc(f, (size_t)f->nblocks * sizeof *f->blk_max_seq);
 	f->blk_min_seq = ftl_alloc(f, (size_t)f->nblocks * sizeof *f->blk_min_seq);
 	f->band = ftl_alloc(f, (size_t)f->nbands * sizeof *f->band);
 	f->band_free = ftl_alloc(f, f->nrows * sizeof *f->band_free);
 	f->nbuckets = f->row_width * f->data_pages + 1;
 	f->band_bucket = ftl_alloc(f, (size_t)f->nbuckets * sizeof *f->band_bucket);
-	if (!f->blk || !f->blk_max_seq || !f->blk_min_seq || !f->band || !f->band_free ||
-	    !f->band_bucket)
+	if (!f->blk || !f->erases || !f->blk_max_seq || !f->blk_min_seq || !f->band ||
+	    !f->band_free || !f->band_bucket)
 		return -ENOMEM;
 	for (uint32_t b = 0; b < f->nblocks; b++)
 		f->blk[b].next = f->blk[b].prev = FTL_NO_BLOCK;
@@ -385,6 +386,43 @@ void blk_set_bad(struct ftl *f, uint32_t b, bool grown)
 			"with ENOSPC from now on, reads go on; copy the data off and replace the "
 			"card", f->nusable, f->min_usable);
 	}
+}
+
+/* ---- erase counts ------------------------------------------------------- */
+
+void blk_erase_counted(struct ftl *f, uint32_t b)
+{
+	if (f->erases[b] < UINT32_MAX)
+		f->erases[b]++;
+}
+
+void blk_erases_set(struct ftl *f, uint32_t b, uint32_t count)
+{
+	f->erases[b] = count;
+}
+
+/*
+ * The medium's count, where it keeps one, is a floor: it saw every erase,
+ * those of a crash's last moments too (the FTL's figure can be behind by
+ * the erases since the checkpoint it loaded) and those of a flashd that
+ * kept no counts.  A medium without counts (raw NAND) has only the FTL's.
+ * O(nblocks), once per open.
+ */
+void blk_erases_open(struct ftl *f)
+{
+	if (!(f->dev->caps & NAND_CAP_ERASE_COUNTS))
+		return;
+	uint32_t raised = 0;
+	for (uint32_t b = 0; b < f->nblocks; b++) {
+		uint32_t ec = nand_erase_count(f->dev, b);
+		if (ec > f->erases[b]) {
+			raised += f->erases[b] != 0;
+			f->erases[b] = ec;
+		}
+	}
+	if (raised)
+		ftl_log(FTL_LOG_INFO, "erase counts: %u blocks had more erases on the medium's counters than in "
+			"the FTL's; the medium's taken", raised);
 }
 
 /* ---- endurance ---------------------------------------------------------- */
@@ -566,7 +604,7 @@ void band_mark_refresh(struct ftl *f, uint32_t b, enum nand_status st, uint16_t 
 		ftl_log(FTL_LOG_INFO, "band %u (block %u, %u erases): a read %s (%u bits in one codeword, ECC "
 			"corrects %u); its data will be relocated (%llu bands marked for refresh "
 			"so far)",
-			bi, b, nand_erase_count(f->dev, b),
+			bi, b, blk_erases(f, b),
 			"neared the ECC limit", cmax, f->dev->ecc_bits, (unsigned long long)n);
 }
 
@@ -596,7 +634,7 @@ static uint32_t band_erase_count(struct ftl *f, uint32_t bi)
 	for (uint32_t c = 0; c < f->row_width; c++) {
 		uint32_t b = band_block(f, bi, c);
 		if (f->blk[b].state != BLK_BAD && !blk_is_sb(f, b))
-			return nand_erase_count(f->dev, b);
+			return blk_erases(f, b);
 	}
 	return 0;
 }
@@ -668,7 +706,7 @@ uint32_t band_alloc(struct ftl *f, uint32_t row, enum blk_state st, bool worn)
 		for (uint32_t c = 0; c < f->row_width && ec == UINT32_MAX; c++) {
 			uint32_t b = band_block(f, bi, c);
 			if (f->blk[b].state == BLK_FREE)
-				ec = nand_erase_count(f->dev, b);
+				ec = blk_erases(f, b);
 		}
 		if (worn && ec != UINT32_MAX)
 			ec = UINT32_MAX - 1 - ec;
@@ -776,7 +814,7 @@ static void erase_done(struct nand_op *op)
 int eraser_kick(struct ftl *f)
 {
 	int n = 0;
-	if (f->error || f->readonly)
+	if (f->error || f->readonly || f->cp.wear_final)
 		return 0;
 	while (f->dirty.count && f->nerase_free) {
 		uint32_t b = blist_pop(f, &f->dirty);
@@ -789,6 +827,7 @@ int eraser_kick(struct ftl *f)
 		op->done = erase_done;
 		op->priv = f;
 		op->priv2 = i;
+		blk_erase_counted(f, b); /* when issued: the checkpoint's counts hold it */
 		ftl_nand_submit(f, op);
 		n++;
 	}

@@ -73,6 +73,108 @@ uint32_t cp_hdr_pages(const struct ftl *f, uint32_t nblocks, uint32_t nopen, uin
 	return (uint32_t)((bytes + f->page_size - 1) / f->page_size);
 }
 
+/* words of the erase counts' map of blocks erased since (media.h) */
+static uint32_t cp_fresh_words(const struct ftl *f)
+{
+	return (f->nblocks + 31) / 32;
+}
+
+/* pages of the erase counts (media.h, ftl_cp_wear) with nexc pairs */
+static uint32_t cp_wear_pages(const struct ftl *f, uint32_t nexc)
+{
+	size_t bytes = sizeof(struct ftl_cp_wear) +
+		       sizeof(uint32_t) * ((size_t)f->nbands + cp_fresh_words(f) + 2 * nexc);
+	return (uint32_t)((bytes + f->page_size - 1) / f->page_size);
+}
+
+/*
+ * Lay out the erase counts in wear_buf's first `pages` pages (at least
+ * cp_wear_pages(f, 0)): a count per band (its first member that is neither
+ * bad nor a superblock block), the map of blocks that hold nothing as old
+ * as cp_seq (erased: free, being erased, or written only since; the
+ * erase before is in their count), then a pair for every other block
+ * (not bad) whose count differs, as many as fit.  A superblock block is
+ * counted with the erase the commit's update will start in it (sb_next at the end: the
+ * update erases it first), so the counts a checkpoint loads include its
+ * own commit's.  Returns the pairs laid out.  O(nblocks).
+ */
+static uint32_t cp_fill_wear(struct ftl *f, uint32_t pages)
+{
+	struct cp_state *c = &f->cp;
+	uint32_t nfresh = cp_fresh_words(f);
+	uint32_t max_exc = (uint32_t)(((size_t)pages * f->page_size - sizeof(struct ftl_cp_wear)) /
+				      sizeof(uint32_t) - f->nbands - nfresh) / 2;
+	uint32_t *band = (uint32_t *)(c->wear_buf + sizeof(struct ftl_cp_wear));
+	for (uint32_t bi = 0; bi < f->nbands; bi++) {
+		band[bi] = 0;
+		for (uint32_t col = 0; col < f->row_width; col++) {
+			uint32_t b = band_block(f, bi, col);
+			if (f->blk[b].state != BLK_BAD && !blk_is_sb(f, b)) {
+				band[bi] = blk_erases(f, b);
+				break;
+			}
+		}
+	}
+	uint32_t *fresh = band + f->nbands;
+	memset(fresh, 0, nfresh * sizeof(uint32_t));
+	for (uint32_t b = 0; b < f->nblocks; b++) {
+		uint8_t st = f->blk[b].state;
+		uint64_t oldest = f->blk_min_seq[b];
+		if (st == BLK_FREE || st == BLK_ERASING ||
+		    ((st == BLK_OPEN || st == BLK_CLOSED || st == BLK_VICTIM) && oldest &&
+		     oldest > c->cp_seq))
+			fresh[b / 32] |= 1u << (b % 32);
+	}
+	uint32_t *exc = fresh + nfresh, nexc = 0;
+	for (uint32_t b = 0; b < f->nblocks && nexc < max_exc; b++) {
+		if (f->blk[b].state == BLK_BAD)
+			continue; /* erased no more: its count matters no more */
+		uint32_t ec = blk_erases(f, b);
+		for (int i = 0; i < 2; i++)
+			if (b == f->sb_block[i] && f->sb_next[i] >= f->ppb)
+				ec++;
+		if (ec == band[block_band(f, b)])
+			continue;
+		exc[2 * nexc] = b;
+		exc[2 * nexc + 1] = ec;
+		nexc++;
+	}
+	struct ftl_cp_wear w;
+	memset(&w, 0, sizeof w);
+	memcpy(w.magic, FTL_WEAR_MAGIC, 8);
+	w.version = FTL_MEDIA_VERSION;
+	w.size = sizeof w;
+	w.format_id = f->format_id;
+	w.cp_seq = c->cp_seq;
+	w.nbands = f->nbands;
+	w.nexc = nexc;
+	w.words_crc = crc32c(0, band, ((size_t)f->nbands + nfresh + 2 * nexc) * sizeof(uint32_t));
+	w.crc = crc32c(0, &w, offsetof(struct ftl_cp_wear, crc));
+	memcpy(c->wear_buf, &w, sizeof w);
+	size_t used = sizeof w + sizeof(uint32_t) * ((size_t)f->nbands + nfresh + 2 * nexc);
+	memset(c->wear_buf + used, 0xFF, (size_t)pages * f->page_size - used);
+	return nexc;
+}
+
+/*
+ * How many pages the erase counts take in this checkpoint (wear_pages; 0
+ * if not even the band counts fit in the `room` pages the header block has
+ * left): those of the pairs now and as many more as the blocks erased
+ * before the pages are laid out again at their submission (a band's erases
+ * in flight: about one per die) may add.
+ */
+static void cp_size_wear(struct ftl *f, uint32_t room)
+{
+	struct cp_state *c = &f->cp;
+	if (room > c->wear_cap)
+		room = c->wear_cap;
+	c->wear_pages = 0;
+	if (!room || cp_wear_pages(f, 0) > room)
+		return;
+	uint32_t pages = cp_wear_pages(f, cp_fill_wear(f, room) + 2 * f->ndies + 16);
+	c->wear_pages = pages < room ? pages : room;
+}
+
 /* header and l2p blocks; in rows of two or more dies (cp_state.with_parity)
  * also the header's copy and a parity block per group (a band's l2p blocks:
  * at least one per band) */
@@ -152,6 +254,14 @@ int cp_init(struct ftl *f)
 		c->hdr_cap = f->ppb;
 	c->hdr_buf = aligned_alloc(4096, (size_t)c->hdr_cap * f->page_size);
 	if (!c->hdr_buf)
+		return -ENOMEM;
+	/* the erase counts: a count per band and room for a pair per 32
+	 * blocks erased apart (superblock blocks, blocks that failed), at most
+	 * the header block's pages after the header's first */
+	c->wear_cap = cp_wear_pages(f, f->nblocks / 32 + 64);
+	if (c->wear_cap > f->ppb - 1)
+		c->wear_cap = f->ppb - 1;
+	if (c->wear_cap && !(c->wear_buf = ftl_alloc_pages(f, (size_t)c->wear_cap * f->page_size)))
 		return -ENOMEM;
 	for (uint32_t i = 0; i < c->nops; i++)
 		c->free_idx[i] = i;
@@ -330,6 +440,7 @@ static int cp_build_header(struct ftl *f)
 		c->hdr_cap = c->hdr_pages;
 	}
 	memset(c->hdr_buf, 0xFF, (size_t)c->hdr_pages * f->page_size);
+	cp_size_wear(f, f->ppb - c->hdr_pages);
 
 	uint32_t *lists = (uint32_t *)(c->hdr_buf + sizeof(struct ftl_cp_hdr));
 	uint32_t k = 0;
@@ -496,6 +607,17 @@ static void cp_submit_hdr(struct ftl *f, uint32_t k)
 		   crc32c(0, data, f->page_size));
 }
 
+/* Erase-count page w: in the header block, after the header's pages. */
+static void cp_submit_wear(struct ftl *f, uint32_t w)
+{
+	struct cp_state *c = &f->cp;
+	uint32_t oi;
+	struct cp_op *co = cp_take_op(c, &oi);
+	const uint8_t *data = c->wear_buf + (size_t)w * f->page_size;
+	cp_program(f, co, oi, c->hdr_block, c->hdr_pages + w, data, FTL_CP_WEAR_LBA,
+		   crc32c(0, data, f->page_size));
+}
+
 /*
  * Parity: add the j-th l2p page written (data, its crc) to its stripe, the
  * pages at row j / nblocks of its group.  A group's columns are written in
@@ -586,6 +708,7 @@ static void cp_abort(struct ftl *f)
 	}
 	c->phase = CP_IDLE;
 	c->requested = true;
+	c->wear_final = false;
 	/* an attempt that found (and retired) bad blocks made progress: a
 	 * dead die costs one attempt per band of its row that the pool hands
 	 * out; three attempts in a row without one fail, as do 64 in all */
@@ -748,6 +871,10 @@ int cp_kick(struct ftl *f)
 		if (!c->requested)
 			return 0;
 		c->requested = false;
+		/* the one before was not the last (a close that came while a
+		 * periodic one was being written, or a request during the
+		 * closing one): the eraser makes this one's blocks free */
+		c->wear_final = false;
 		c->phase = CP_QUIESCE;
 		return 1;
 	case CP_QUIESCE: /* waiting for free blocks to write it to */
@@ -803,6 +930,7 @@ int cp_kick(struct ftl *f)
 		 */
 		uint32_t per_page = f->page_size / sizeof(uint32_t), skipped = 0;
 		uint32_t hdr_total = c->hdr_pages * (c->hdr_mirror != FTL_NO_BLOCK ? 2 : 1);
+		uint32_t all_total = hdr_total + c->wear_pages;
 		while (!c->error && cp_may_submit(c)) {
 			if (c->par_pending) {
 				/* a stripe is complete: its parity before the
@@ -832,12 +960,24 @@ int cp_kick(struct ftl *f)
 			cp_submit_parity(f);
 			n++;
 		}
-		while (!c->error && c->sealed && !c->par_pending && c->hdr_next < hdr_total &&
+		while (!c->error && c->sealed && !c->par_pending && c->hdr_next < all_total &&
 		       cp_may_submit(c)) {
-			cp_submit_hdr(f, c->hdr_next++);
+			uint32_t k = c->hdr_next++;
+			if (k < hdr_total) {
+				cp_submit_hdr(f, k);
+			} else {
+				/* the counts as of now, every erase issued so far
+				 * in; the closing checkpoint's are final: no erase
+				 * is issued after them (eraser_kick) */
+				if (k == hdr_total) {
+					cp_fill_wear(f, c->wear_pages);
+					c->wear_final = c->clean;
+				}
+				cp_submit_wear(f, k - hdr_total);
+			}
 			n++;
 		}
-		bool submitted = c->sealed && !c->par_pending && c->hdr_next == hdr_total;
+		bool submitted = c->sealed && !c->par_pending && c->hdr_next == all_total;
 		if ((submitted || c->error) && !c->ops_in_flight) {
 			if (c->error) {
 				cp_abort(f);
@@ -1297,6 +1437,76 @@ static int cp_read_named(struct ftl *f, uint32_t block, uint32_t mirror, uint64_
 	return rc;
 }
 
+/*
+ * The erase counts after the header pages of the checkpoint in block (h):
+ * applied if they are there and check out, else every count stays 0 (a
+ * checkpoint of a version before them, or their pages unreadable) and
+ * blk_erases_open takes the medium's where it keeps them.  Cost: their
+ * pages' reads (a count per band) and O(nblocks).
+ */
+static void cp_wear_load(struct ftl *f, uint32_t block, const struct ftl_cp_hdr *h)
+{
+	struct cp_state *c = &f->cp;
+	const char *why = NULL;
+	uint32_t room = f->ppb - h->hdr_pages;
+	uint8_t *buf = room ? aligned_alloc(4096, (size_t)room * f->page_size) : NULL;
+	uint8_t *spare = malloc(f->spare_size);
+	struct ftl_cp_wear w = { .nbands = 0 };
+	uint32_t npages = 1;
+	for (uint32_t p = 0; buf && spare && p < npages; p++) {
+		struct nand_op op = { .type = NAND_OP_READ, .block = block, .page = h->hdr_pages + p,
+				      .data = buf + (size_t)p * f->page_size, .spare = spare };
+		enum nand_status st = nand_op_sync(f->dev, &op);
+		struct ftl_spare sp;
+		if (st != NAND_OK && st != NAND_CORRECTED) {
+			why = "a page of them unreadable";
+			break;
+		}
+		if (spare_parse(f, spare, &sp) || sp.type != FTL_PG_CKPT ||
+		    sp.lba != FTL_CP_WEAR_LBA || sp.seq != h->cp_seq) {
+			why = p ? "a page of them missing" : "none in the checkpoint";
+			break;
+		}
+		if (p)
+			continue;
+		memcpy(&w, buf, sizeof w);
+		if (memcmp(w.magic, FTL_WEAR_MAGIC, 8) || w.version != FTL_MEDIA_VERSION ||
+		    w.size != sizeof w || w.crc != crc32c(0, &w, offsetof(struct ftl_cp_wear, crc)) ||
+		    w.format_id != f->format_id || w.cp_seq != h->cp_seq || w.nbands != f->nbands ||
+		    w.nexc > f->nblocks || cp_wear_pages(f, w.nexc) > room) {
+			why = "their header does not check out";
+			break;
+		}
+		npages = cp_wear_pages(f, w.nexc);
+	}
+	const uint32_t *band = buf ? (const uint32_t *)(buf + sizeof w) : NULL;
+	uint32_t nfresh = cp_fresh_words(f);
+	const uint32_t *exc = band ? band + w.nbands + nfresh : NULL;
+	if (!buf || !spare)
+		why = "no memory to read them";
+	else if (!why && w.words_crc != crc32c(0, band, ((size_t)w.nbands + nfresh + 2 * w.nexc) * 4))
+		why = "their checksum does not match";
+	for (uint32_t i = 0; !why && i < w.nexc; i++)
+		if (exc[2 * i] >= f->nblocks)
+			why = "a block number out of range";
+	free(c->load_fresh);
+	c->load_fresh = NULL;
+	if (!why) {
+		for (uint32_t b = 0; b < f->nblocks; b++)
+			blk_erases_set(f, b, band[block_band(f, b)]);
+		for (uint32_t i = 0; i < w.nexc; i++)
+			blk_erases_set(f, exc[2 * i], exc[2 * i + 1]);
+		/* for recovery (without: it counts less closely) */
+		if ((c->load_fresh = malloc(nfresh * sizeof(uint32_t))))
+			memcpy(c->load_fresh, band + w.nbands, nfresh * sizeof(uint32_t));
+	} else {
+		ftl_log(FTL_LOG_NOTICE, "checkpoint at block %u: no erase counts (%s); they start from %s", block,
+			why, f->dev->caps & NAND_CAP_ERASE_COUNTS ? "the medium's" : "0");
+	}
+	free(buf);
+	free(spare);
+}
+
 /* The checkpoint whose header is in block (h, hbuf: read and loaded into
  * the l2p) is current: its blocks META, the blocks open at its cp_seq
  * flagged, its bad, doomed and refresh lists and counters applied. */
@@ -1355,6 +1565,7 @@ static void cp_apply(struct ftl *f, uint32_t block, const struct ftl_cp_hdr *hp,
 	f->st.nand_pages_read = h.stats_nand_pages_read;
 	f->st.host_read_ops = h.stats_host_read_ops;
 	f->st.host_write_ops = h.stats_host_write_ops;
+	cp_wear_load(f, block, &h);
 }
 
 struct own_ctx {

@@ -243,6 +243,7 @@ static void free_all(struct ftl *f)
 	free(f->cp.hdr_buf);
 	free(f->cp.load_doomed);
 	free(f->cp.load_refresh);
+	free(f->cp.load_fresh);
 	free(f);
 }
 
@@ -822,8 +823,10 @@ static void seq_limit_check(struct ftl *f)
 static int step_recovery(struct open_ctx *c)
 {
 	int rc = recovery_run(c->f, c->sb.dead_dies, c->err, c->errlen);
-	if (!rc)
+	if (!rc) {
 		seq_limit_check(c->f);
+		blk_erases_open(c->f);
+	}
 	return rc;
 }
 
@@ -1445,7 +1448,7 @@ void ftl_get_stats(struct ftl *f, struct ftl_stats *st)
 		for (uint32_t b = 0; b < f->nblocks; b++) {
 			if (f->blk[b].state == BLK_BAD)
 				continue;
-			uint32_t ec = nand_erase_count(f->dev, b);
+			uint32_t ec = blk_erases(f, b);
 			emin = ec < emin ? ec : emin;
 			emax = ec > emax ? ec : emax;
 			esum += ec;

@@ -482,6 +482,20 @@ struct cp_state {
 	/* cp_load -> recovery: blocks the checkpoint lists as doomed */
 	uint32_t *load_doomed;
 	uint32_t nload_doomed;
+	/* the erase counts (media.h, ftl_cp_wear): wear_pages pages (0: they
+	 * do not fit), sized when the header is built, laid out in wear_buf
+	 * (wear_cap pages, allocated at open) when the first is submitted,
+	 * programmed after the header pages */
+	uint8_t *wear_buf;
+	uint32_t wear_cap, wear_pages;
+	/* the closing checkpoint has laid its counts out: no erase is issued
+	 * from then on (eraser_kick), so a clean reopen loads them exactly
+	 * (the blocks left dirty are erased after it); cleared when another
+	 * checkpoint starts (it was not the last) or the attempt fails */
+	bool wear_final;
+	/* cp_load -> recovery: the loaded counts' map of blocks erased since
+	 * their data as old as cp_seq (media.h, ftl_cp_wear); NULL: none */
+	uint32_t *load_fresh;
 	/* cp_load -> recovery: bands marked for refresh (FTL_CP_REFRESH) */
 	uint32_t *load_refresh;
 	uint32_t nload_refresh;
@@ -533,6 +547,12 @@ struct ftl {
 	struct blk *blk;
 	struct blist dirty;         /* to erase */
 	struct blist retire;        /* RETIRING blocks waiting for GC */
+	/* [nblocks]: erases of each block the FTL knows of (block.c owns
+	 * them): its own, counted when issued, from the checkpoint at open,
+	 * +1 for a block recovery finds erased or rewritten since it, and
+	 * never below the medium's count where it keeps one
+	 * (NAND_CAP_ERASE_COUNTS) */
+	uint32_t *erases;
 	uint64_t *blk_max_seq;      /* [nblocks]: newest log page programmed
 	                             * into it since it was last erased (0 if
 	                             * none since open) */
@@ -878,6 +898,17 @@ void blk_set_free(struct ftl *f, uint32_t b);      /* erased */
 void blk_set_dirty(struct ftl *f, uint32_t b);     /* needs an erase */
 void blk_set_closed(struct ftl *f, uint32_t b);
 void blk_set_bad(struct ftl *f, uint32_t b, bool grown);
+/* Block b's erase count (f->erases); an erase of it was issued (counted
+ * whatever its outcome: the cells wore); a count loaded from a checkpoint */
+static inline uint32_t blk_erases(const struct ftl *f, uint32_t b)
+{
+	return f->erases[b];
+}
+void blk_erase_counted(struct ftl *f, uint32_t b);
+void blk_erases_set(struct ftl *f, uint32_t b, uint32_t count);
+/* At open, after recovery: no count below the medium's (where it keeps
+ * them). */
+void blk_erases_open(struct ftl *f);
 /* counted as lost by the reserves from now on, before it is retired (a
  * dead die's blocks still holding data); the caller updates health */
 void blk_doom(struct ftl *f, uint32_t b);

@@ -649,7 +649,14 @@ static int victim_examine(struct ftl *f, int vi)
 			v->pending++;
 			f->st.nand_pages_read++;
 			ftl_nand_submit(f, op);
-		} else if (rc == 0 && sp.type == FTL_PG_TRIM && sp.seq > f->cp.keep_seq) {
+		} else if (rc == 0 && sp.type == FTL_PG_TRIM &&
+			   (sp.seq > f->cp.keep_seq || v->trim_state != 0)) {
+			/* a read of this record started (trim_state: of the
+			 * page at the cursor) is seen through even if a commit
+			 * moved keep_seq past it meanwhile: left in trim_buf,
+			 * it was re-logged at the next record instead of that
+			 * one's ranges, which were lost (a fallback to the
+			 * previous checkpoint then mapped their units again) */
 			if (v->trim_state == 0) {
 				struct nand_op *op = &v->trim_op;
 				op->type = NAND_OP_READ;

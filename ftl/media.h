@@ -250,6 +250,41 @@ struct __attribute__((packed)) ftl_cp_hdr {
 #define FTL_CP_PARITY_LBA 0xFFFFFFFFu
 _Static_assert(sizeof(struct ftl_cp_hdr) == 160, "ftl_cp_hdr is on media");
 
+/*
+ * Erase counts (since 2026-12-07): the pages of the header block after
+ * the header's hdr_pages (not in its copy; a version before ignores them,
+ * so the header's format is unchanged) hold the FTL's erase count of every
+ * block, which raw NAND does not keep: struct ftl_cp_wear, then uint32_t
+ * band[nbands] (the count of the band's first member that is neither bad
+ * nor a superblock block: its members are erased together), then
+ * uint32_t fresh[(blocks + 31) / 32] (bit b % 32 of word b / 32: block b
+ * held nothing as old as cp_seq when the counts were taken, its last
+ * erase counted: after a crash, a block erased or rewritten since that
+ * does not have its bit was erased since, recovery.c), then nexc pairs
+ * uint32_t block, count for the blocks (not bad) whose count differs from
+ * their band's (superblock blocks, blocks erased apart).  The counts are
+ * taken when the pages are submitted, every erase issued by then in.
+ * Spare: type FTL_PG_CKPT, lba FTL_CP_WEAR_LBA, seq cp_seq.  Pairs that
+ * do not fit in the block are left out (those blocks load their band's
+ * count); a checkpoint without the region (older, or unreadable) loads
+ * none, and the counts start from the medium's (NAND_CAP_ERASE_COUNTS)
+ * or from 0.
+ */
+#define FTL_WEAR_MAGIC "FLASHWER"
+#define FTL_CP_WEAR_LBA 0xFFFFFFFEu
+struct __attribute__((packed)) ftl_cp_wear {
+	char magic[8];
+	uint32_t version;
+	uint32_t size;           /* sizeof(struct ftl_cp_wear) */
+	uint64_t format_id;
+	uint64_t cp_seq;         /* the header's */
+	uint32_t nbands;
+	uint32_t nexc;
+	uint32_t words_crc;      /* crc32c of the nbands + 2 * nexc words */
+	uint32_t crc;            /* crc32c of the bytes before it */
+};
+_Static_assert(sizeof(struct ftl_cp_wear) == 48, "ftl_cp_wear is on media");
+
 /* Trim record page: ranges of units that became unmapped (or lost). */
 struct __attribute__((packed)) ftl_trim_range {
 	uint32_t start;

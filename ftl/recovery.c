@@ -285,16 +285,33 @@ static void first_result(struct ftl *f, void *ctx, uint64_t i, struct nand_op *o
 		return;
 	}
 	int rc = spare_parse(f, op->spare, &sp);
-	if (rc == -ENODATA)
+	bool fresh = false; /* erased, or written only since cp_seq */
+	if (rc == -ENODATA) {
 		x->cls[b] = RC_FREE;
-	else if (rc != 0 ||
+		fresh = true;
+	} else if (rc != 0 ||
 		 (sp.type != FTL_PG_DATA && sp.type != FTL_PG_TRIM && sp.type != FTL_PG_PARITY &&
-		  sp.type != FTL_PG_PPL))
+		  sp.type != FTL_PG_PPL)) {
 		x->cls[b] = RC_DIRTY;
-	else if (sp.seq > f->cp.cur_seq || cp_open)
+	} else if (sp.seq > f->cp.cur_seq || cp_open) {
 		x->cls[b] = RC_SCAN;
-	else
+		fresh = sp.seq > f->cp.cur_seq;
+	} else {
 		x->cls[b] = RC_DATA;
+	}
+	/*
+	 * After a crash, the erase counts are the checkpoint's: a block fresh
+	 * now that held older data when they were laid out (its bit clear in
+	 * their map) was erased since, once at least.  Each block's count is
+	 * then at most its erases since the checkpoint - 1 behind, never
+	 * ahead.  Without the map (counts from a checkpoint without them),
+	 * a block written since counts one erase (one too many if it was
+	 * free at it).  A clean close issues no erase after its counts.
+	 */
+	const uint32_t *map = f->cp.load_fresh;
+	if (fresh && !f->was_clean &&
+	    (map ? !(map[b / 32] & (1u << (b % 32))) : x->cls[b] == RC_SCAN && !cp_open))
+		blk_erase_counted(f, b);
 }
 
 /* page i / nlist of block i % nlist: consecutive reads on different dies */
@@ -735,6 +752,8 @@ int recovery_run(struct ftl *f, const uint8_t *dead_dies, char *err, size_t errl
 	free(f->cp.load_doomed);
 	f->cp.load_doomed = NULL;
 	f->cp.nload_doomed = 0;
+	free(f->cp.load_fresh);
+	f->cp.load_fresh = NULL;
 	/* bands the checkpoint lists as marked for refresh: marked again
 	 * (through a member that is not a superblock block) */
 	for (uint32_t i = 0; i < f->cp.nload_refresh; i++) {

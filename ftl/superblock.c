@@ -182,6 +182,7 @@ static void sb_copy_start(struct ftl *f)
 	op->block = f->sb_block[f->sb_cur];
 	op->done = sb_erase_done;
 	op->priv = f;
+	blk_erase_counted(f, op->block); /* when issued (cp_fill_wear counts on it) */
 	ftl_nand_submit(f, op);
 }
 

@@ -313,7 +313,7 @@ static void golden_survey(void)
 			break;
 		case FTL_PG_CKPT:
 			if (sp.seq == cp_seq_now && sp.lba != 0 && sp.lba != FTL_CP_PARITY_LBA &&
-			    l2p_page == UINT32_MAX)
+			    sp.lba != FTL_CP_WEAR_LBA && l2p_page == UINT32_MAX)
 				l2p_page = ppa;
 			break;
 		}

@@ -23,6 +23,10 @@
  *               map: that checkpoint commits only once a record holds it,
  *               so with it damaged at the next power cut the unit still
  *               reads zeros
+ *   trim read and keep_seq  GC's read of a trim record in flight when a
+ *               commit moves keep_seq past it: the victim's later record
+ *               is still re-logged, so its units read zeros after a
+ *               fallback to the previous checkpoint
  *   parity      a parity width this version cannot build is refused before
  *               anything is written; the band layout is reported
  *   async sync  on an image file, flushes and checkpoint commits wait for
@@ -632,6 +636,154 @@ static void t_cp_pending_trim(bool during, bool timed)
 	       during ? "while" : "before", timed ? "timed" : "untimed");
 }
 
+/* ---- a trim record's read in flight when a commit moves keep_seq past it ---- */
+
+/*
+ * The simulator's ops wrapped to hold back one read (block h_block, page
+ * h_page) until the test submits it: a read slower than a checkpoint's
+ * commit, at a chosen moment.
+ */
+static const struct nand_ops *h_real;
+static struct nand_ops h_ops;
+static uint32_t h_block, h_page;
+static struct nand_op *h_held;
+
+static int h_submit(struct nand_dev *d, struct nand_op *op)
+{
+	if (!h_held && op->type == NAND_OP_READ && op->block == h_block && op->page == h_page) {
+		h_held = op;
+		return 0;
+	}
+	return h_real->submit(d, op);
+}
+
+/* the newest trim record still in the user ring: its ppa, and its seq */
+static uint32_t newest_trim(struct ftl *f, uint64_t *seq)
+{
+	struct ring *r = &f->stream[STREAM_USER].ring;
+	uint32_t ppa = UINT32_MAX;
+	*seq = 0;
+	for (uint64_t pos = r->fill; pos > r->done - (r->done > r->nslots ? r->nslots : r->done); ) {
+		struct slot *sl = ring_slot(r, --pos);
+		if (sl->type == FTL_PG_TRIM && sl->seq > *seq) {
+			*seq = sl->seq;
+			ppa = sl->ppa;
+		}
+	}
+	CHECK(ppa != UINT32_MAX);
+	return ppa;
+}
+
+static bool block_not_victim(struct ftl *f, void *arg)
+{
+	return f->blk[*(uint32_t *)arg].state != BLK_VICTIM;
+}
+
+/*
+ * Block B holds trim record R1 (before checkpoint P1) and, further on, R2
+ * (after P1).  Checkpoint C is requested and B's band marked for refresh:
+ * GC reads R1 (newer than keep_seq, P0's), and C commits while that read
+ * is in flight, moving keep_seq to P1's, past R1 but not R2.  GC must
+ * re-log R2's ranges before B is erased.  A power cut with C's header (and
+ * its copy) damaged: the open loads P1 and replays the log after it, and
+ * the units R2 trimmed (flushed) must read zeros.  GC used to skip R1 on
+ * its next visit with the read's buffer left, re-log that buffer (R1's
+ * ranges) at R2 and drop R2's: their old data came back.
+ */
+static void t_trim_read_keep_seq(void)
+{
+	struct nand_dev *d = dev_new("test-64m", false);
+	format_with(d, 4096, 0, 0);
+	struct ftl_open_params op = { .checkpoint_interval = 1ull << 40 };
+	struct ftl *f;
+	char err[256];
+	CHECK_RC(ftl_open(d, &op, &f, err, sizeof err));
+	uint64_t units = f->units, seed = 17, a0 = 100, b0 = 2000, hot0 = 4000, hot = 1000;
+	uint32_t *ver = calloc(units, sizeof *ver);
+	for (uint64_t u = 0; u < units; u++)
+		write_unit(f, u, ver[u] = 1);
+	CHECK_RC(ftl_flush_sync(f));
+	cp_request(f, false); /* P0 */
+	CHECK_RC(ftl_run_until(f, cp_idle, NULL));
+	/* R1: units a0.. trimmed */
+	CHECK_RC(ftl_trim_sync(f, a0 * 4096, 16 * 4096, 0));
+	CHECK_RC(ftl_flush_sync(f));
+	for (uint64_t u = a0; u < a0 + 16; u++)
+		ver[u] = 0;
+	uint64_t s1, s2;
+	uint32_t r1 = newest_trim(f, &s1), b = ppa_block(f, r1);
+	cp_request(f, false); /* P1 */
+	CHECK_RC(ftl_run_until(f, cp_idle, NULL));
+	uint64_t p1 = f->cp.cur_seq;
+	CHECK(f->cp.keep_seq < s1 && s1 <= p1); /* P1 holds R1 */
+	/* R2: records of one unit each until one lands in B */
+	uint32_t r2 = UINT32_MAX;
+	for (uint64_t u = b0; u < b0 + 256 && r2 == UINT32_MAX; u++) {
+		CHECK_RC(ftl_trim_sync(f, u * 4096, 4096, 0));
+		CHECK_RC(ftl_flush_sync(f));
+		ver[u] = 0;
+		uint32_t ppa = newest_trim(f, &s2);
+		if (ppa_block(f, ppa) == b)
+			r2 = ppa;
+	}
+	CHECK(r2 != UINT32_MAX && s2 > p1);
+	/* the read of R1 by GC is held back */
+	h_real = d->ops;
+	h_ops = *d->ops;
+	h_ops.submit = h_submit;
+	h_block = b;
+	h_page = (uint32_t)(r1 - ppa_make(f, b, 0));
+	h_held = NULL;
+	d->ops = &h_ops;
+	band_flag_refresh(f, b, NULL);
+	/* writes until B's band is closed and GC reads R1 */
+	for (uint64_t w = 0; !h_held; w++) {
+		CHECK(w < 8 * units);
+		uint64_t u = hot0 + t_rand(&seed) % hot;
+		write_unit(f, u, ++ver[u]);
+	}
+	CHECK(f->cp.cur_seq == p1 && f->cp.keep_seq < s1);
+	cp_request(f, false); /* C */
+	CHECK_RC(ftl_run_until(f, cp_idle, NULL));
+	CHECK(f->cp.cur_seq > p1 && f->cp.keep_seq == p1); /* C committed */
+	CHECK(f->blk[b].state == BLK_VICTIM);
+	CHECK_RC(h_real->submit(d, h_held));
+	d->ops = h_real;
+	CHECK_RC(ftl_run_until(f, block_not_victim, &b));
+	CHECK_RC(ftl_flush_sync(f));
+	uint32_t hdr = f->cp.cur_hdr_block, mirror = f->cp.cur_mirror;
+	CHECK(mirror != FTL_NO_BLOCK);
+	power_cut(f, d);
+	CHECK_RC(nand_sim_flip_bytes(d, (uint64_t)hdr * d->geo.pages_per_block, 40, 4));
+	CHECK_RC(nand_sim_flip_bytes(d, (uint64_t)mirror * d->geo.pages_per_block, 40, 4));
+	f = open_ok(d);
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	CHECK(info.checkpoint_damaged && f->cp.cur_seq == p1);
+	uint8_t buf[4096], z[4096] = { 0 };
+	uint64_t back = 0, t2 = 0;
+	for (uint64_t u = b0; u < b0 + 256; u++) {
+		if (ver[u])
+			continue;
+		t2++;
+		back += ftl_read_sync(f, buf, u * 4096, 4096) != 0 || memcmp(buf, z, sizeof buf) != 0;
+	}
+	if (back) {
+		fprintf(stderr, "trim_read_keep_seq: %" PRIu64 " of %" PRIu64 " units trimmed by a "
+			"record GC collected read old data or fail after the current checkpoint "
+			"was damaged\n", back, t2);
+		exit(1);
+	}
+	for (uint64_t u = 0; u < units; u++)
+		check_unit(f, u, ver[u]);
+	CHECK_RC(ftl_close(f));
+	nand_close(d);
+	free(ver);
+	printf("ok: trim record read in flight while a commit moved keep_seq past it: the later "
+	       "record of its block re-logged, %" PRIu64 " units read zeros after a fallback to "
+	       "the previous checkpoint\n", t2);
+}
+
 /* ---- sparse checkpoint ------------------------------------------------------- */
 
 
@@ -976,6 +1128,7 @@ int main(void)
 	t_cp_pending_trim(false, false);
 	t_cp_pending_trim(false, true);
 	t_cp_pending_trim(true, true); /* untimed, a checkpoint is written at once */
+	t_trim_read_keep_seq();
 	t_cp_request(false);
 	t_cp_request(true);
 	t_parity_width();

@@ -11,6 +11,13 @@
  *   wear_levelling cold bands (written once, never again) on young blocks
  *                  while the rest of the device is worn: GC takes the cold
  *                  bands as victims so they take their share of erases
+ *   wear_levelling_nocount  the same on a medium that keeps no erase counts
+ *                  (raw NAND): the FTL's own counts even the wear
+ *   erase_counts   on a medium without counts, the FTL's counts survive a
+ *                  clean reopen exactly and a crash within their bound;
+ *                  a checkpoint without them (an older flashd's) opens
+ *   close_mid_checkpoint  a close while a periodic checkpoint is written:
+ *                  the eraser runs again for close's own, which ends
  *   wear_out       a small device driven to the end of its life: online,
  *                  write-reduced, read-only; every transition checked, and
  *                  every unit still reads its last data
@@ -19,7 +26,9 @@
  *                  everything goes on once it has cooled below 75 C; a
  *                  close while stopped does not wait for the cooling
  */
-#include "ftl/ftl.h"
+#include <math.h>
+
+#include "ftl/ftl_int.h"
 #include "hw/nand_sim.h"
 #include "tests/unit/t.h"
 #include "tests/unit/fixture.h"
@@ -125,6 +134,40 @@ static void refresh(void)
 	free(ver);
 }
 
+/*
+ * Raw NAND (the MTD backend) keeps no erase counts: the simulator with its
+ * counter hidden from the FTL (erase_count 0, no NAND_CAP_ERASE_COUNTS);
+ * the test reads the hidden one as the truth.
+ */
+static const struct nand_ops *sim_ops;
+static struct nand_ops nocount_ops;
+
+static uint32_t nocount_erase_count(struct nand_dev *d, uint32_t block)
+{
+	return 0;
+}
+
+static void hide_counts(struct nand_dev *d)
+{
+	sim_ops = d->ops;
+	nocount_ops = *d->ops;
+	nocount_ops.erase_count = nocount_erase_count;
+	d->ops = &nocount_ops;
+	d->caps &= ~(uint32_t)NAND_CAP_ERASE_COUNTS;
+}
+
+static void show_counts(struct nand_dev *d)
+{
+	d->ops = sim_ops;
+	d->caps |= NAND_CAP_ERASE_COUNTS;
+}
+
+/* the medium's erases of block k, hidden from the FTL or not */
+static uint32_t medium_count(struct nand_dev *d, uint32_t k)
+{
+	return d->ops == &nocount_ops ? sim_ops->erase_count(d, k) : nand_erase_count(d, k);
+}
+
 /* erase counts of the blocks that hold data (not bad, not the superblock
  * blocks: block 0 of dies 0 and 1) */
 static void erase_spread(struct nand_dev *d, uint32_t *emin, uint32_t *emax)
@@ -135,16 +178,19 @@ static void erase_spread(struct nand_dev *d, uint32_t *emin, uint32_t *emax)
 	for (uint32_t k = 0; k < nb; k++) {
 		if (k == 0 || k == bpd)
 			continue;
-		uint32_t ec = nand_erase_count(d, k);
+		uint32_t ec = medium_count(d, k);
 		*emin = ec < *emin ? ec : *emin;
 		*emax = ec > *emax ? ec : *emax;
 	}
 }
 
-static void wear_levelling(void)
+static void wear_levelling(bool medium_counts)
 {
+	const char *what = medium_counts ? "wear levelling" : "wear levelling (no medium counts)";
 	struct nand_dev *d = dev_aging("test-16m", false, 5);
 	format(d, 20);
+	if (!medium_counts)
+		hide_counts(d);
 	struct ftl *f = open_ok(d);
 	struct ftl_info info;
 	ftl_get_info(f, &info);
@@ -172,9 +218,9 @@ static void wear_levelling(void)
 	} while (emax < 3 * spread);
 	struct ftl_stats st;
 	ftl_get_stats(f, &st);
-	printf("wear levelling: %" PRIu64 " writes to the hot half: erase counts %u..%u (threshold "
-	       "%u), %" PRIu64 " bands collected for wear levelling, WA %.2f\n",
-	       writes, emin, emax, spread, st.wl_collected, st.write_amplification);
+	printf("%s: %" PRIu64 " writes to the hot half: erase counts %u..%u (threshold %u), "
+	       "%" PRIu64 " bands collected for wear levelling, WA %.2f\n",
+	       what, writes, emin, emax, spread, st.wl_collected, st.write_amplification);
 	CHECK(st.wl_collected > 0);
 	/* the cold blocks took their share: within the threshold and the
 	 * erases of a check interval or two */
@@ -186,6 +232,238 @@ static void wear_levelling(void)
 	CHECK_RC(ftl_close(f));
 	nand_close(d);
 	free(ver);
+}
+
+/* The medium's erase counts over the blocks ftl_get_stats counts (not
+ * bad; no grown bad blocks without the error model), less base[] (the
+ * counts at format; NULL: none). */
+struct counts {
+	uint32_t min, max, n;
+	uint64_t sum;
+};
+
+static void medium_counts(struct nand_dev *d, const uint32_t *base, struct counts *c)
+{
+	*c = (struct counts){ .min = UINT32_MAX };
+	for (uint32_t k = 0; k < nand_blocks(&d->geo); k++) {
+		if (nand_factory_bad(d, k))
+			continue;
+		uint32_t ec = medium_count(d, k) - (base ? base[k] : 0);
+		c->min = ec < c->min ? ec : c->min;
+		c->max = ec > c->max ? ec : c->max;
+		c->sum += ec;
+		c->n++;
+	}
+}
+
+/* The FTL's counts (ftl_get_stats) are the medium's (c) exactly. */
+static void check_counts_exact(struct ftl *f, const struct counts *c, const char *what)
+{
+	struct ftl_stats st;
+	ftl_get_stats(f, &st);
+	printf("erase counts %s: the FTL's %u..%u mean %.3f, the medium's %u..%u mean %.3f\n", what,
+	       st.erase_min, st.erase_max, st.erase_avg, c->min, c->max, (double)c->sum / c->n);
+	CHECK_EQ(st.erase_min, c->min);
+	CHECK_EQ(st.erase_max, c->max);
+	CHECK(fabs(st.erase_avg * c->n - (double)c->sum) < 0.5);
+}
+
+/* What a flashd from before the erase counts writes: every checkpoint
+ * header block rewritten without the pages of counts after its header
+ * (the header pages are the same, so this is the older format).  The
+ * simulator counts that erase too. */
+static void strip_counts(struct nand_dev *d)
+{
+	uint32_t ppb = d->geo.pages_per_block, ps = d->geo.page_size, ss = d->geo.spare_size;
+	uint8_t *data = malloc((size_t)ppb * ps), *spare = malloc((size_t)ppb * ss);
+	uint32_t stripped = 0;
+	for (uint32_t b = 0; b < nand_blocks(&d->geo); b++) {
+		uint32_t p = 0;
+		for (; p < ppb; p++) {
+			struct nand_op rd = { .type = NAND_OP_READ, .block = b, .page = p,
+					      .data = data + (size_t)p * ps,
+					      .spare = spare + (size_t)p * ss };
+			if (nand_op_sync(d, &rd) != NAND_OK)
+				break;
+			struct ftl_spare sp;
+			memcpy(&sp, spare + (size_t)p * ss, sizeof sp);
+			if (sp.magic != FTL_SPARE_MAGIC || sp.type != FTL_PG_CKPT)
+				break;
+			if (sp.lba == FTL_CP_WEAR_LBA)
+				break;
+		}
+		if (p == ppb || p == 0)
+			continue;
+		struct ftl_spare sp;
+		memcpy(&sp, spare + (size_t)p * ss, sizeof sp);
+		if (sp.magic != FTL_SPARE_MAGIC || sp.type != FTL_PG_CKPT || sp.lba != FTL_CP_WEAR_LBA)
+			continue;
+		struct nand_op er = { .type = NAND_OP_ERASE, .block = b };
+		CHECK_EQ(nand_op_sync(d, &er), NAND_OK);
+		for (uint32_t k = 0; k < p; k++) {
+			struct nand_op pr = { .type = NAND_OP_PROGRAM, .block = b, .page = k,
+					      .flags = NAND_OPF_META, .data = data + (size_t)k * ps,
+					      .spare = spare + (size_t)k * ss };
+			CHECK_EQ(nand_op_sync(d, &pr), NAND_OK);
+		}
+		stripped++;
+	}
+	CHECK(stripped > 0);
+	free(data);
+	free(spare);
+}
+
+/*
+ * Erase counts on a medium that keeps none (the simulator's hidden): the
+ * FTL's own, in its checkpoints.
+ *  - a clean close and reopen: exactly the medium's erases since the format
+ *  - a crash: counts from the last checkpoint, plus one for every block
+ *    recovery finds erased or rewritten since it (that held older data
+ *    then), so each block's count is between what it was at that
+ *    checkpoint and the truth: behind by at most its erases since - 1
+ *  - a checkpoint without counts (an older flashd's) opens, the counts
+ *    starting from 0, or from the medium's where it keeps them, and the
+ *    next checkpoint holds them
+ */
+static void erase_counts(void)
+{
+	struct nand_dev *d = dev_new("test-16m", false);
+	format(d, 20);
+	hide_counts(d);
+	uint32_t nb = nand_blocks(&d->geo);
+	uint32_t *base = calloc(nb, sizeof *base), *before = calloc(nb, sizeof *before);
+	for (uint32_t k = 0; k < nb; k++)
+		base[k] = medium_count(d, k);
+	struct ftl *f = open_ok(d);
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	uint64_t units = info.units, seed = 7;
+	uint32_t *ver = calloc(units, sizeof *ver);
+	churn(f, ver, units, 12 * units, &seed);
+	settle(f);
+	CHECK_RC(ftl_close(f));
+	/* (the open erases blocks the close left dirty: counted by both) */
+	f = open_ok(d);
+	struct counts m;
+	medium_counts(d, base, &m);
+	CHECK(m.max >= 20);
+	check_counts_exact(f, &m, "after a clean reopen");
+	verify(f, ver, units, false);
+
+	/* a crash: a checkpoint, then writes (more than a checkpoint's worth
+	 * would start another), flushed and settled, and no close */
+	CHECK_RC(ftl_close(f));
+	struct ftl_open_params op = { .checkpoint_interval = 1000 * units };
+	f = open_with(d, &op);
+	churn(f, ver, units, 2 * units, &seed);
+	settle(f);
+	for (uint32_t k = 0; k < nb; k++)
+		before[k] = medium_count(d, k) - base[k];
+	uint64_t ticket = ftl_checkpoint_request(f);
+	int r;
+	while (!(r = ftl_checkpoint_poll(f, ticket)))
+		ftl_poll(f);
+	CHECK_EQ(r, 1);
+	churn(f, ver, units, 2 * units, &seed);
+	CHECK_RC(ftl_flush_sync(f));
+	settle(f);
+	ftl_abandon(f);
+	struct counts truth;
+	medium_counts(d, base, &truth);
+	uint64_t floor = 0;
+	for (uint32_t k = 0; k < nb; k++)
+		floor += nand_factory_bad(d, k) ? 0 : before[k];
+	f = open_ok(d);
+	verify(f, ver, units, false);
+	struct ftl_stats st;
+	ftl_get_stats(f, &st);
+	double sum = st.erase_avg * truth.n;
+	printf("erase counts after a crash: the FTL's %u..%u, %.0f erases in all; the medium's "
+	       "%u..%u, %" PRIu64 " (%" PRIu64 " since the checkpoint)\n",
+	       st.erase_min, st.erase_max, sum, truth.min, truth.max, truth.sum,
+	       truth.sum - floor);
+	CHECK(truth.sum - floor > 0);
+	CHECK(sum >= (double)floor - 0.5);
+	CHECK(sum > (double)floor + 0.5); /* recovery counted blocks written since */
+	CHECK(sum <= (double)truth.sum + 0.5);
+	CHECK(st.erase_max <= truth.max);
+	CHECK_RC(ftl_close(f));
+
+	/* a checkpoint without counts: they start from 0 ... */
+	strip_counts(d);
+	f = open_ok(d);
+	verify(f, ver, units, false);
+	ftl_get_stats(f, &st);
+	printf("erase counts from a checkpoint without them: %u..%u\n", st.erase_min, st.erase_max);
+	CHECK(st.erase_max <= 1); /* 1: a block the close left dirty, erased by the open */
+	CHECK_RC(ftl_close(f));
+	/* ... or from the medium's, which then persist in the FTL's */
+	strip_counts(d);
+	show_counts(d);
+	f = open_ok(d);
+	verify(f, ver, units, false);
+	medium_counts(d, NULL, &m);
+	check_counts_exact(f, &m, "from the medium's, a checkpoint without them");
+	CHECK_RC(ftl_close(f));
+	hide_counts(d);
+	f = open_ok(d);
+	medium_counts(d, NULL, &m);
+	check_counts_exact(f, &m, "kept by the FTL from then on");
+	verify(f, ver, units, false);
+	CHECK_RC(ftl_close(f));
+	nand_close(d);
+	free(ver);
+	free(base);
+	free(before);
+}
+
+/*
+ * A close while a periodic checkpoint is being written (timed, test-64m at
+ * 20 %, counts hidden as on raw NAND): the close's request marks that
+ * checkpoint clean too, and its counts stop the eraser (no erase after the
+ * last checkpoint's counts); but close's own checkpoint follows and needs
+ * the blocks that commit released, erased.  The one before the last must
+ * not leave the eraser stopped: the close ends, and a reopen finds every
+ * unit and the counts exact.
+ */
+static bool cp_writing(struct ftl *f, void *arg)
+{
+	return f->cp.phase == CP_WRITE && !f->cp.sealed;
+}
+
+static void close_mid_checkpoint(void)
+{
+	struct nand_dev *d = dev_new("test-64m", true);
+	format(d, 20);
+	hide_counts(d);
+	uint32_t nb = nand_blocks(&d->geo);
+	uint32_t *base = calloc(nb, sizeof *base);
+	for (uint32_t k = 0; k < nb; k++)
+		base[k] = medium_count(d, k);
+	struct ftl *f = open_ok(d);
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	uint64_t units = info.units, seed = 7;
+	uint32_t *ver = calloc(units, sizeof *ver);
+	churn(f, ver, units, 5 * units, &seed);
+	cp_request(f, false); /* as a periodic one */
+	CHECK_RC(ftl_run_until(f, cp_writing, NULL));
+	uint32_t dirty = f->dirty.count;
+	int rc = ftl_close(f);
+	if (rc) {
+		fprintf(stderr, "close_mid_checkpoint: a close while a checkpoint was being written "
+			"(%u blocks dirty) returned %d\n", dirty, rc);
+		exit(1);
+	}
+	f = open_ok(d);
+	verify(f, ver, units, false);
+	struct counts m;
+	medium_counts(d, base, &m);
+	check_counts_exact(f, &m, "after a close during a checkpoint");
+	CHECK_RC(ftl_close(f));
+	nand_close(d);
+	free(ver);
+	free(base);
 }
 
 /*
@@ -464,9 +742,15 @@ static void thermal(void)
 	nand_close(d);
 }
 
+static void wear_levelling_counted(void) { wear_levelling(true); }
+static void wear_levelling_nocount(void) { wear_levelling(false); }
+
 static const struct t_part parts[] = {
 	{ "refresh", refresh },
-	{ "wear_levelling", wear_levelling },
+	{ "wear_levelling", wear_levelling_counted },
+	{ "wear_levelling_nocount", wear_levelling_nocount },
+	{ "erase_counts", erase_counts },
+	{ "close_mid_checkpoint", close_mid_checkpoint },
 	{ "wear_out", wear_out },
 	{ "thermal", thermal },
 };
