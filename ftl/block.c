@@ -101,12 +101,27 @@ static struct blist *band_list_of(struct ftl *f, uint32_t bi)
 	return NULL;
 }
 
+/*
+ * With parity, a band left with one member while its row has two or more
+ * live dies (the others holes: bad blocks, or a superblock block, as in
+ * band 0 of each row of test-64m, two dies wide) holds no data: a lone
+ * member has no parity, so one bad page of it lost its units.  It is not
+ * counted in nfree and band_alloc gives it to checkpoints only (their
+ * pages have their own copy and fallbacks).  A row with a dead die and no
+ * other live one has nothing better: its bands take data as before.
+ * O(row width) with dead dies, else O(1).
+ */
+static bool band_lone(const struct ftl *f, uint32_t bi)
+{
+	return f->parity && f->band[bi].members < 2 && row_live_width(f, band_row(f, bi)) >= 2;
+}
+
 /* Put band bi where its members' states say (see struct band). */
 static void band_sync(struct ftl *f, uint32_t bi)
 {
 	struct band *bd = &f->band[bi];
 	uint32_t idle = (uint32_t)bd->n_free + bd->n_dirty;
-	uint16_t counted = bd->members && idle == bd->members ? bd->members : 0;
+	uint16_t counted = bd->members && idle == bd->members && !band_lone(f, bi) ? bd->members : 0;
 	f->nfree = f->nfree - bd->counted + counted;
 	bd->counted = counted;
 	uint8_t list = BAND_LIST_NONE;
@@ -695,13 +710,16 @@ uint32_t band_wl_pick(struct ftl *f)
  * longest free (dynamic wear levelling; bounded: a row of a full-size
  * ioDimm has thousands of free bands when it is young), or with the most
  * (worn: for data GC found cold, which will rest there).  A band's members
- * are erased together, so its first member stands for all. */
+ * are erased together, so its first member stands for all.  A lone band
+ * (band_lone) only for a checkpoint (st BLK_META). */
 #define ALLOC_LOOK 64
 uint32_t band_alloc(struct ftl *f, uint32_t row, enum blk_state st, bool worn)
 {
 	struct blist *l = &f->band_free[row];
 	uint32_t best = FTL_NO_BLOCK, best_ec = UINT32_MAX, looked = 0;
 	for (uint32_t bi = l->head; bi != FTL_NO_BLOCK && looked++ < ALLOC_LOOK; bi = f->band[bi].next) {
+		if (st != BLK_META && band_lone(f, bi))
+			continue; /* no parity for data there */
 		uint32_t ec = UINT32_MAX;
 		for (uint32_t c = 0; c < f->row_width && ec == UINT32_MAX; c++) {
 			uint32_t b = band_block(f, bi, c);

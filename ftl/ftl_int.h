@@ -99,7 +99,8 @@ struct blist {
  * `members` <= row_width blocks.  Blocks keep their own states; a band's
  * place follows from how many members are in each state class:
  *   band_free[row]   - every member FREE (allocatable)
- *   counted in nfree - every member FREE, DIRTY or ERASING
+ *   counted in nfree - every member FREE, DIRTY or ERASING, and not a
+ *                      lone band with parity (block.c, band_lone)
  *   band_bucket[v]   - a GC candidate: some member CLOSED, every other
  *                      member FREE, DIRTY or ERASING; v = valid
  * GC collects the CLOSED members of a band together, so a band's blocks are
