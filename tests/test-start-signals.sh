@@ -96,7 +96,13 @@ interrupted_start() {
 	fi
 	grep -q "flashd\[info\]: stopped" "$log" || { cat "$log"; fail "SIG$sig at '$when': no 'stopped' line"; }
 	if grep -q "received SIG$sig while starting" "$log"; then
-		WHERE="while starting; then: $(grep -v 'received SIG' "$log" | grep -o 'formatting\|opened in\|not opened\|closed cleanly' | tr '\n' ' ')"
+		# nothing to show when the signal came before any ioDimm's open
+		# began (grep -o fails: pipefail and set -e would end the test
+		# without a word)
+		WHERE="while starting; then: $(grep -v 'received SIG' "$log" | grep -o 'formatting\|opened in\|not opened\|closed cleanly' | tr '\n' ' ' || true)"
+		if [ "$WHERE" = "while starting; then: " ]; then
+			WHERE="while starting, before any ioDimm's open"
+		fi
 	else
 		WHERE="once ready"
 	fi
@@ -142,7 +148,10 @@ stop_flashd
 echo "first starts:$steps"
 grep -q "received SIGTERM while starting" "$T/flashd.log" || fail "no SIGTERM came while starting"
 grep -q "received SIGINT while starting" "$T/flashd.log" || fail "no SIGINT came while starting"
-grep -q "dimm0: not opened (flashd is stopping)" "$T/flashd.log" || fail "no signal came before the image was opened"
+case $steps in
+*"not opened"* | *"before any ioDimm's open"*) ;;
+*) fail "no signal came before the image was opened" ;;
+esac
 grep -q "dimm0: formatting" "$T/flashd.log" || fail "no start formatted the image"
 ok "first starts stopped at each step: exit 0, the image absent or whole, the next start serves it"
 
