@@ -2,14 +2,17 @@
 # guest-systemd.sh - the checks of the systemd VM test (tests/vm/test-systemd.sh),
 # run inside the VM by flashd-vmtest@systemd.service with systemd as PID 1, on the
 # tree `make install DESTDIR=... PREFIX=/usr` installed (deploy/flashd.service
-# as /lib/systemd/system/flashd.service, /usr/sbin/flashd, /usr/bin/flashctl).
+# as /lib/systemd/system/flashd.service, /usr/sbin/flashd, /usr/bin/flashctl,
+# handler_flashd.so where tcmu-runner loads handlers, the example
+# iscsi-lun.sh); the iSCSI check uses guest-lib.sh's fio functions.
 #
 # Console markers, read by run.sh (written to /dev/console, and to
 # /vmtest/logs/systemd.log):
 #   "@@ t=<uptime> systemd: PASS|FAIL <check>"   one per check
 #   "@@ t=<uptime> RESULT systemd PASS|FAIL ..."  the verdict
 #   "@@ t=<uptime> ALL DONE rc=N"                 the end (the unit then powers off)
-# The journal of the boot is saved as /vmtest/logs/journal.txt.
+# The journal of the boot is saved as /vmtest/logs/journal.txt, tcmu-runner's
+# log as /vmtest/logs/tcmu-runner.log.
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 LC_ALL=C.UTF-8 HOME=/root
 
 CONF=/etc/flashd/flashd.conf
@@ -49,6 +52,7 @@ finish() {
 		log "RESULT systemd FAIL $NFAIL of $((NPASS + NFAIL)) checks failed:${FAILED#;}"
 	fi
 	journalctl -b --no-pager -o short-monotonic >/vmtest/logs/journal.txt 2>&1
+	cp -f /var/log/tcmu-runner.log /vmtest/logs/ 2>/dev/null
 	log "ALL DONE rc=$NFAIL"
 	sync
 	exit "$NFAIL"
@@ -182,7 +186,104 @@ else
 	journal_tail
 fi
 
-# ---- 5. clean stop
+# ---- 5. iSCSI: `systemctl restart flashd` under an initiator's fio verify job
+# Set up as an admin does: tcmu-runner.service (enabled; make install put
+# handler_flashd.so where it loads handlers), the installed iscsi-lun.sh
+# makes LUN0 = dimm1 over flashd's default socket /run/flashd/flashd.sock
+# (the handler holds commands up to 20 s while flashd is unreachable),
+# open-iscsi logs in over 127.0.0.1 (iscsid.socket).  fio (guest-lib.sh:
+# O_SYNC 64k writes with crc32c headers, read back) runs across `systemctl
+# restart flashd`: no error, every block read back, again by a verify-only
+# pass, no I/O error in the kernel log, and the handler held commands.
+ISCSI_LUN=/usr/share/doc/flashd/examples/iscsi-lun.sh
+IQN=iqn.2024-01.org.flashd:vmsystemd
+LUN_CFG=dimm1
+RESTART_MIB=4
+# restart_flashd: what the admin types; the old flashd must exit cleanly
+# (systemd: "Deactivated successfully"; a manual restart resets NRestarts,
+# so that cannot tell) and the unit be active again with a new main PID
+# (RESTARTED = "pid A -> B in S s")
+restart_flashd() {
+	local pid t s i
+	pid=$(prop MainPID)
+	t=$(up)
+	s=$(date +%s)
+	timeout 150 systemctl restart flashd && [ "$(prop ActiveState)" = active ] &&
+		[ "$(prop MainPID)" != "$pid" ] && [ "$(prop MainPID)" != 0 ] || return 1
+	RESTARTED="pid $pid -> $(prop MainPID) in $(awk -v a="$t" -v b="$(up)" 'BEGIN { printf "%.1f", b - a }') s"
+	for i in $(seq 1 25); do
+		journalctl -u flashd --since "@$s" -o cat --no-pager | grep -q 'Deactivated successfully' && return 0
+		sleep 0.2
+	done
+	echo "systemctl restart flashd: the old flashd (pid $pid) did not exit cleanly:" >/dev/console
+	journal_tail 10
+	return 1
+}
+iscsi_restart() {
+	local d='' i t v
+	systemctl start tcmu-runner # enabled: normally up since the boot
+	if ! systemctl is-active -q tcmu-runner || ! grep -q 'Handler flashd is registered' /var/log/tcmu-runner.log; then
+		fail "tcmu-runner.service $(systemctl show -P ActiveState tcmu-runner) with handler flashd: $(grep -o 'Handler [^ ]* is registered' /var/log/tcmu-runner.log | tr '\n' ' ')"
+		return 1
+	fi
+	if ! "$ISCSI_LUN" --iqn "$IQN" --portal 127.0.0.1:3260 --open-access create "$LUN_CFG" >/tmp/lun.out 2>&1; then
+		indent </tmp/lun.out
+		fail "$ISCSI_LUN create $LUN_CFG"
+		return 1
+	fi
+	if ! { iscsiadm -m discovery -t sendtargets -p 127.0.0.1 &&
+		iscsiadm -m node -T "$IQN" -p 127.0.0.1 --login; } >/tmp/iscsiadm.out 2>&1; then
+		indent </tmp/iscsiadm.out
+		fail "iscsiadm discovery and login on 127.0.0.1"
+		return 1
+	fi
+	for i in $(seq 1 150); do
+		d=$(lun_dev 0) && [ -b "$d" ] && break
+		sleep 0.1
+	done
+	[ -b "$d" ] || { fail "no disk for LUN0 after the login"; return 1; }
+	pass "tcmu-runner.service + iscsi-lun.sh create '$LUN_CFG' + iscsiadm login: LUN0 $d, $(blockdev --getsize64 "$d") bytes"
+
+	dmesg -C
+	t=$(up)
+	if ! fio_restart "$d" sysrestart 0 "$RESTART_MIB" restart_flashd; then
+		fail "systemctl restart flashd under fio: $FIO_ERR"
+		journal_tail 20
+		return 1
+	fi
+	[[ $FIO_SUM == *", $((RESTART_MIB * 16)) writes, $((RESTART_MIB * 16)) blocks verified" ]] ||
+		fail "fio across the restart: $FIO_SUM, want $((RESTART_MIB * 16)) writes and as many blocks verified"
+	pass "systemctl restart flashd ($RESTARTED, the old one deactivated successfully) under a fio verify job ($RESTART_MIB MiB of O_SYNC 64k writes): fio: $FIO_SUM ($(awk -v a="$t" -v b="$(up)" 'BEGIN { printf "%.1f", b - a }') s; handler: $(grep -a "flashd/dimm1: .*reconnected" /var/log/tcmu-runner.log | tail -n1 | sed 's/.*reconnected/reconnected/'))"
+	# every block once more, read by a fresh fio
+	fio_job "$d" sysrestart 0 "$RESTART_MIB" --verify_only && v=$(fio_summary sysrestart 2>&1) &&
+		[[ $v == *" $((RESTART_MIB * 16)) blocks verified" ]] &&
+		pass "fio verify-only pass after the restart: $v" ||
+		fail "fio verify-only pass after the restart: $(fio_failed sysrestart), want $((RESTART_MIB * 16)) blocks verified"
+	if kernel_io_errors >/tmp/dmesg.err; then
+		fail "kernel log across the restart: $(head -n 3 /tmp/dmesg.err | tr '\n' ' ')"
+	else
+		pass "no I/O error in the kernel log across the restart"
+	fi
+}
+. /vmtest/guest-lib.sh
+iscsi_restart
+# logout and delete: the handler logs its counters when the LUN closes
+iscsiadm -m node -T "$IQN" -p 127.0.0.1 --logout >/tmp/iscsiadm.out 2>&1
+"$ISCSI_LUN" --iqn "$IQN" delete "$LUN_CFG" >>/tmp/iscsiadm.out 2>&1 ||
+	{ indent </tmp/iscsiadm.out; fail "iscsiadm logout + $ISCSI_LUN delete $LUN_CFG"; }
+for i in $(seq 1 50); do # tcmu-runner closes the device after the delete
+	c=$(stats_line dimm1 stats)
+	[ -n "$c" ] && break
+	sleep 0.2
+done
+if [[ $c =~ failed\ ([0-9]+)\ rejected\ ([0-9]+).*held\ ([0-9]+)\ expired\ ([0-9]+) ]] &&
+	[ "${BASH_REMATCH[1]}${BASH_REMATCH[2]}" = 00 ] && [ "${BASH_REMATCH[3]}" -ge 1 ] && [ "${BASH_REMATCH[4]}" = 0 ]; then
+	pass "the handler held commands across the restart, failed none: $c"
+else
+	fail "the handler's counters, want failed 0, rejected 0, held >= 1, expired 0: '$c'"
+fi
+
+# ---- 6. clean stop
 if timeout 150 systemctl stop flashd && [ "$(prop ActiveState)" = inactive ] &&
 	[ "$(prop ExecMainStatus)" = 0 ] && [ "$(prop Result)" = success ]; then
 	pass "systemctl stop flashd: inactive, ExecMainStatus=0, Result=success"
@@ -191,7 +292,7 @@ else
 	journal_tail
 fi
 
-# ---- 6. degraded start: dimm1's image unreadable for the service's user
+# ---- 7. degraded start: dimm1's image unreadable for the service's user
 img=$(readlink -f "$STATE")/dimm1.img
 if [ -f "$img" ] && chmod 000 "$img"; then
 	if timeout 120 systemctl start flashd; then

@@ -178,88 +178,29 @@ t_nbd() {
 #   LUN 1: cfgstring EXPORT1@HOST/NBD_PORT;grace=5 (the handler's TCP form;
 #          rtslib refuses ':' in a cfgstring, hence host/port; commands are
 #          held 5 s while flashd is down, LUN 0 has the default 20 s), 64 MiB
-lun_dev() { # LUN -> /dev/sdX
-	local b
-	for b in /sys/class/iscsi_session/session*/device/target*/*:*:*:"$1"/block/*; do
-		[ -e "$b" ] && { echo "/dev/${b##*/}"; return 0; }
-	done
-	return 1
-}
-stats_line() { # BACKSTORE KIND -> the handler's "stats ok:" / "stats:" line (logged at close)
-	grep -a "flashd/$1: $2:" /var/log/tcmu-runner.log | tail -n1 | sed "s/.*flashd\/$1: //"
-}
+# lun_dev, stats_line, fio_job, fio_restart ...: guest-lib.sh
 
-# fio_job NAME OFF_MIB MIB [fio options]: fio on LUN0 ($d0), MIB MiB at
-# OFF_MIB: random 64k writes (libaio, O_DIRECT + O_SYNC: each write is FUA,
-# so a completed write must survive even a SIGKILL), 8 in flight, each block
-# carrying a crc32c header that fio reads back and checks once the writes
-# are done (verify_fatal: the first mismatch ends the job).  The same NAME,
-# offsets and seed with --verify_only check the blocks again later.
-# Output and a one-line summary (fio_summary) in /tmp/fio-NAME.{json,log}.
-fio_job() {
-	local name=$1 off=$2 n=$3
-	shift 3
-	fio --name="$name" --filename="$d0" --ioengine=libaio --direct=1 --sync=1 \
-		--rw=randwrite --bs=64k --iodepth=8 --offset=$((off * MiB)) --size=$((n * MiB)) \
-		--randrepeat=1 --randseed=$((off + 36)) --verify=crc32c --verify_fatal=1 --do_verify=1 \
-		--output-format=json --output="/tmp/fio-$name.json" "$@" >"/tmp/fio-$name.log" 2>&1
-}
-fio_summary() { # NAME -> "errors E, W writes, R blocks verified"; exit 1 on an error
-	python3 - "/tmp/fio-$1.json" <<'PY'
-import json, sys
-try:
-    text = open(sys.argv[1]).read()  # fio may put notes before the JSON
-    jobs = json.loads(text[text.index("{"):])["jobs"]
-except Exception as e:
-    sys.exit("no fio JSON output (%s)" % e)
-err = sum(j["error"] for j in jobs)
-w = sum(j["write"]["total_ios"] for j in jobs)
-r = sum(j["read"]["total_ios"] for j in jobs)
-print("errors %d, %d writes, %d blocks verified" % (err, w, r))
-sys.exit(1 if err or r == 0 else 0)
-PY
-}
-fio_failed() { # NAME -> fio's error lines, short
-	{ grep -a -i -E 'error|verify|bad|crc|fail' "/tmp/fio-$1.log"; fio_summary "$1" 2>&1; } |
-		head -n 4 | tr '\n' ' ' | cut -c1-400
-}
-
-# restart_under_load VERB HOW OFF_MIB MIB: host request VERB while a fio
-# job (fio_job) writes MIB MiB to LUN0 ($d0) at OFF_MIB, rate-limited so the
-# restart falls inside its writes, and the first 16 MiB (/tmp/pat) are read
-# and compared in a loop; every command must succeed, fio's read-back after
-# the restart must find every completed write, and the kernel log must stay
-# clean
+# restart_under_load VERB HOW OFF_MIB MIB: host request VERB under a fio
+# verify job (fio_restart) writing MIB MiB to LUN0 ($d0) at OFF_MIB, while
+# the first 16 MiB (/tmp/pat) are read and compared in a loop; every command
+# must succeed, fio's read-back after the restart must find every completed
+# write, and the kernel log must stay clean
 restart_under_load() {
-	local verb=$1 how=$2 off=$3 n=$4 t w r rc w0 i
+	local verb=$1 how=$2 off=$3 n=$4 t r rc
 	t=$(up)
 	dmesg -C
-	w0=$(awk '{print $5}' "/sys/block/${d0#/dev/}/stat") # writes completed
-	fio_job "restart-$how" "$off" "$n" --rate=,1m &
-	w=$!
 	(for i in $(seq 1 200); do
 		read_cmp "$d0" 0 $((16 * MiB)) /tmp/pat || exit 1
 	done) 2>/tmp/r0.err &
 	r=$!
-	# fio takes seconds to start under TCG: restart once its first writes
-	# are done, so that the next ones meet the restart
-	for i in $(seq 1 600); do
-		[ "$(awk '{print $5}' "/sys/block/${d0#/dev/}/stat")" -ge $((w0 + 2)) ] && break
-		kill -0 "$w" 2>/dev/null || break
-		sleep 0.1
-	done
-	[ "$i" -lt 600 ] && kill -0 "$w" 2>/dev/null ||
-		fail "fio wrote nothing to $d0 within 60 s, or ended before the restart ($how): $(fio_failed "restart-$how")"
-	host_request "$verb" || fail "host could not restart the server ($how)"
-	wait "$w" || fail "fio failed across the server restart ($how): $(fio_failed "restart-$how")"
-	fio_summary "restart-$how" >/tmp/fio.sum || fail "fio across the server restart ($how): $(cat /tmp/fio.sum)"
+	fio_restart "$d0" "restart-$how" "$off" "$n" host_request "$verb" || fail "$how: $FIO_ERR"
 	kill "$r" 2>/dev/null
 	wait "$r"
 	rc=$?
 	[ $rc = 1 ] && fail "a read across the server restart ($how) differs or failed: $(head -c 300 /tmp/r0.err)"
-	dmesg | grep -E -i 'I/O error|critical (target|medium|space)|Sense Key' >/tmp/dmesg.err &&
+	kernel_io_errors >/tmp/dmesg.err &&
 		fail "kernel log across the server restart ($how): $(head -n 3 /tmp/dmesg.err | tr '\n' ' ')"
-	log "iscsi: server restarted ($how) under a fio verify job ($n MiB of O_SYNC 64k writes + reads): no I/O error, fio: $(cat /tmp/fio.sum) ($(since "$t")s; handler: $(grep -a "flashd/$EXPORT1: .*reconnected" /var/log/tcmu-runner.log | tail -n1 | sed 's/.*reconnected/reconnected/'))"
+	log "iscsi: server restarted ($how) under a fio verify job ($n MiB of O_SYNC 64k writes + reads): no I/O error, fio: $FIO_SUM ($(since "$t")s; handler: $(grep -a "flashd/$EXPORT1: .*reconnected" /var/log/tcmu-runner.log | tail -n1 | sed 's/.*reconnected/reconnected/'))"
 }
 
 t_iscsi() {
@@ -369,9 +310,9 @@ t_iscsi() {
 		restart_under_load kill-restart-server SIGKILL 136 4
 		# both jobs' blocks once more, after both restarts: nothing lost later
 		t=$(up)
-		fio_job restart-SIGTERM 128 8 --verify_only || fail "fio verify-only after both restarts: $(fio_failed restart-SIGTERM)"
+		fio_job "$d0" restart-SIGTERM 128 8 --verify_only || fail "fio verify-only after both restarts: $(fio_failed restart-SIGTERM)"
 		fio_summary restart-SIGTERM >/tmp/fio.sum || fail "fio verify-only (SIGTERM's blocks): $(cat /tmp/fio.sum)"
-		fio_job restart-SIGKILL 136 4 --verify_only || fail "fio verify-only after both restarts: $(fio_failed restart-SIGKILL)"
+		fio_job "$d0" restart-SIGKILL 136 4 --verify_only || fail "fio verify-only after both restarts: $(fio_failed restart-SIGKILL)"
 		fio_summary restart-SIGKILL >>/tmp/fio.sum || fail "fio verify-only (SIGKILL's blocks): $(tail -n1 /tmp/fio.sum)"
 		log "iscsi: fio verify-only pass over both jobs' blocks: $(paste -sd';' /tmp/fio.sum) ($(since "$t")s)"
 	fi
@@ -489,6 +430,7 @@ save_logs() { # STEP: runner log and kernel log into the share, for the host
 if [ "${1:-}" = --one ]; then
 	CUR=$2
 	PATH=/vmtest:$PATH # iscsi-lun.sh
+	. /vmtest/guest-lib.sh
 	stop_daemons() {
 		[ -n "${RUNNER:-}" ] && kill "$RUNNER" 2>/dev/null
 		[ -n "${SOCAT:-}" ] && kill "$SOCAT" 2>/dev/null

@@ -27,8 +27,10 @@
 #   VM_RUN_DIR       this run's directory (default $FLASHD_VM_CACHE/runs/<stamp>;
 #                    the newest 10 of those are kept): console.log, the
 #                    initramfs, and share/ = the guest's /vmtest (9p, rw):
-#                    guest-test.sh, iscsi-lun.sh, handlers/, config, the
-#                    host requests req.N / answers ack.N, logs/ from the guest
+#                    guest-test.sh, guest-lib.sh (the iSCSI and fio shell
+#                    functions the guests share), iscsi-lun.sh, handlers/,
+#                    config, the host requests req.N / answers ack.N, logs/
+#                    from the guest
 #   NBD_PORT         required (not for systemd): the server's TCP port on 127.0.0.1
 #   EXPORT0, EXPORT1 export names for the nbd and iscsi steps (dimm0, dimm1)
 #   EXPORT1_SIZE     bytes of EXPORT1 (default: asked with nbdinfo --size)
@@ -141,6 +143,7 @@ mkdir -p "$SHARE/handlers" "$SHARE/logs"
 
 # ---- what the guest gets on /vmtest
 install -m 0755 "$HERE/guest-test.sh" "$SHARE/guest-test.sh"
+install -m 0644 "$HERE/guest-lib.sh" "$SHARE/guest-lib.sh"
 install -m 0755 "$TOP/deploy/iscsi-lun.sh" "$SHARE/iscsi-lun.sh"
 if [ -n "$SYSTEMD_STEP" ]; then
 	install -m 0755 "$HERE/guest-$SYSTEMD_STEP.sh" "$SHARE/guest-$SYSTEMD_STEP.sh"

@@ -16,9 +16,12 @@
 #    VM's tmpfs overlay, adds flashd-vmtest@systemd.service and switch_roots into
 #    /lib/systemd/systemd; that oneshot unit runs guest-systemd.sh (the
 #    checks: start with Type=notify, flashctl status, /metrics, nbd-client
-#    data across `systemctl kill -s KILL` + Restart=on-failure, reload, a
-#    clean stop, a refused and an allowed degraded start, journalctl -p err)
-#    and powers the VM off.  Results: console markers + the share's logs/.
+#    data across `systemctl kill -s KILL` + Restart=on-failure, reload, an
+#    iSCSI LUN (tcmu-runner.service, the installed iscsi-lun.sh, open-iscsi
+#    on 127.0.0.1) kept by a fio verify job across `systemctl restart
+#    flashd`, a clean stop, a refused and an allowed degraded start,
+#    journalctl -p err) and powers the VM off.  Results: console markers +
+#    the share's logs/.
 # Needs no TCP port on the host (the VM's flashd listens on the guest's own
 # 127.0.0.1:10809).
 #
@@ -26,7 +29,8 @@
 # does; tests/run.sh counts it as skipped): not root, qemu cannot run TCG,
 # or the rootfs-systemd cache is missing and cannot be built because the
 # Debian mirror is unreachable.  Anything else that goes wrong is a FAIL.
-# Logs: build/test-logs/vm-systemd/ (prepare, console, journal, checks).
+# Logs: build/test-logs/vm-systemd/ (prepare, console, journal, checks,
+# tcmu-runner.log).
 set -uo pipefail
 
 cd "$(dirname "$0")/../.." || exit 2
