@@ -946,12 +946,11 @@ static void process_metrics(struct evbuffer *b)
 	}
 }
 
-static void metrics_text(struct ctl_req *cr, struct evbuffer *b)
+/* The server's families: build, connections, buffers, health, process_*. */
+static void metrics_server(struct ctl_req *cr, struct evbuffer *b)
 {
 	struct server *srv = cr->srv;
 	int n = srv->ndimms;
-	const struct dimm_status *S = cr->st;
-	char lab[96];
 
 	prom_family(b, "flashd_build_info", "gauge", "flashd version (always 1)");
 	evbuffer_add_printf(b, "flashd_build_info{version=\"%s\"} 1\n", FLASHD_VERSION);
@@ -981,6 +980,15 @@ static void metrics_text(struct ctl_req *cr, struct evbuffer *b)
 		evbuffer_add_printf(b, "flashd_health{state=\"%s\"} %d\n", health_state_name(k),
 				    k == (int)worst);
 	process_metrics(b);
+}
+
+/* Each ioDimm's state, health and its reasons, export, beacon, connections. */
+static void metrics_dimm_states(struct ctl_req *cr, struct evbuffer *b)
+{
+	struct server *srv = cr->srv;
+	int n = srv->ndimms;
+	const struct dimm_status *S = cr->st;
+	char lab[96];
 
 	prom_family(b, "flashd_dimm_state", "gauge", "1 for the state the ioDimm is in, 0 for the others");
 	for (int i = 0; i < n; i++) {
@@ -1024,8 +1032,14 @@ static void metrics_text(struct ctl_req *cr, struct evbuffer *b)
 	for (int i = 0; i < n; i++)
 		prom_sample(b, "flashd_dimm_connections_total", &S[i], NULL, "%llu",
 			    (unsigned long long)S[i].total_connections);
+}
 
-	/* server I/O counters: since flashd started */
+/* The server's I/O counters (since flashd started): requests, errors,
+ * bytes, latency histograms, garbage collection. */
+static void metrics_requests(struct evbuffer *b, const struct dimm_status *S, int n)
+{
+	char lab[96];
+
 	prom_family(b, "flashd_dimm_requests_total", "counter", "NBD requests answered, by command");
 	for (int i = 0; i < n; i++)
 		for (int k = 0; S[i].answered && k < IOK_N; k++) {
@@ -1068,8 +1082,13 @@ static void metrics_text(struct ctl_req *cr, struct evbuffer *b)
 		if (S[i].answered)
 			prom_sample(b, "flashd_dimm_gc_blocks_collected_total", &S[i], NULL, "%llu",
 				    (unsigned long long)S[i].gc_blocks_collected);
+}
 
-	/* the FTL: format, lifetime counters (kept in checkpoints), health */
+/* The FTL's format, lifetime counters (kept in checkpoints) and wear. */
+static void metrics_ftl_wear(struct evbuffer *b, const struct dimm_status *S, int n)
+{
+	char lab[96];
+
 	prom_family(b, "flashd_dimm_capacity_bytes", "gauge", "user capacity of the format");
 	for (int i = 0; i < n; i++)
 		if (FTL_OK(&S[i]))
@@ -1151,6 +1170,14 @@ static void metrics_text(struct ctl_req *cr, struct evbuffer *b)
 		if (FTL_OK(&S[i]))
 			prom_sample(b, "flashd_dimm_endurance_used_ratio", &S[i], NULL, "%.6f",
 				    endurance_used(&S[i].stats) / 100);
+}
+
+/* The FTL's health: temperature, dead dies and parity, reserves, media
+ * errors, lost data, memory. */
+static void metrics_ftl_health(struct evbuffer *b, const struct dimm_status *S, int n)
+{
+	char lab[96];
+
 	prom_family(b, "flashd_dimm_temperature_celsius", "gauge", "controller temperature (the simulator's sensor)");
 	for (int i = 0; i < n; i++)
 		if (FTL_OK(&S[i]) && S[i].info.temp_mc != FTL_TEMP_NONE)
@@ -1231,6 +1258,17 @@ static void metrics_text(struct ctl_req *cr, struct evbuffer *b)
 		if (S[i].answered)
 			prom_sample(b, "flashd_dimm_ram_peak_bytes", &S[i], NULL, "%llu",
 				    (unsigned long long)S[i].ram_peak);
+}
+
+/* The whole exposition, family after family (the order is the output's). */
+static void metrics_text(struct ctl_req *cr, struct evbuffer *b)
+{
+	int n = cr->srv->ndimms;
+	metrics_server(cr, b);
+	metrics_dimm_states(cr, b);
+	metrics_requests(b, cr->st, n);
+	metrics_ftl_wear(b, cr->st, n);
+	metrics_ftl_health(b, cr->st, n);
 }
 
 /* ---- requests ------------------------------------------------------------ */
@@ -1739,134 +1777,154 @@ static void do_beacon(struct evhttp_request *req, struct evkeyvalq *q, struct di
 	evbuffer_free(b);
 }
 
-/* POST /v1/dimms/NAME/ACTION; by: who asks (may_act), logged with it */
-static void do_action(struct server *srv, struct evhttp_request *req, struct evkeyvalq *q,
-		      struct dimm *d, const char *verb, const char *by)
+/* What an action's query asks for beside its verb (format, test-stall,
+ * inject), for its command. */
+struct action_params {
+	struct dimm_format_req fmt;
+	uint64_t stall_ms;
+	enum inject_kind inject;
+	int64_t inject_value;
+};
+
+/* The command of verb in *t; false if there is none (answered 404).
+ * beacon is no command: do_action serves it before. */
+static bool action_type(struct server *srv, struct evhttp_request *req, const char *verb,
+			enum dimm_cmd_type *t)
 {
-	const char *name = d->cfg->name;
-	char msg[1536];
-	enum dimm_cmd_type t;
 	if (!strcmp(verb, "attach"))
-		t = DCMD_ATTACH;
+		*t = DCMD_ATTACH;
 	else if (!strcmp(verb, "detach"))
-		t = DCMD_DETACH;
+		*t = DCMD_DETACH;
 	else if (!strcmp(verb, "format"))
-		t = DCMD_FORMAT;
+		*t = DCMD_FORMAT;
 	else if (!strcmp(verb, "checkpoint"))
-		t = DCMD_CHECKPOINT;
+		*t = DCMD_CHECKPOINT;
 	else if (!strcmp(verb, "test-stall") && srv->test_hooks)
-		t = DCMD_STALL;
+		*t = DCMD_STALL;
 	else if (!strcmp(verb, "inject"))
-		t = DCMD_INJECT;
-	else if (!strcmp(verb, "beacon")) {
-		do_beacon(req, q, d, by);
-		return;
-	} else {
+		*t = DCMD_INJECT;
+	else {
+		char msg[1536];
 		snprintf(msg, sizeof msg, "unknown action '%s' (attach, detach, format, checkpoint, beacon, "
 			 "inject)", verb);
 		send_error(req, 404, "Not Found", msg);
-		return;
+		return false;
 	}
-	if (srv->shutting_down) {
-		send_error(req, 503, "Service Unavailable", "flashd is shutting down");
-		return;
-	}
-	struct dimm_format_req fmt = { .parity_width = -1 };
-	uint64_t stall_ms = 0;
-	if (t == DCMD_FORMAT && format_params(q, &fmt, msg, sizeof msg)) {
+	return true;
+}
+
+/* The parameters of command t from the query into p; false if refused
+ * (answered: 400 bad parameter, 403 fault injection off, 409 inject into
+ * an ioDimm not attached). */
+static bool action_params(struct server *srv, struct evhttp_request *req, struct evkeyvalq *q,
+			  struct dimm *d, enum dimm_cmd_type t, struct action_params *p)
+{
+	char msg[1536];
+	if (t == DCMD_FORMAT && format_params(q, &p->fmt, msg, sizeof msg)) {
 		send_error(req, 400, "Bad Request", msg);
-		return;
+		return false;
 	}
 	if (t == DCMD_STALL) {
 		const char *v = evhttp_find_header(q, "ms");
-		if (!v || parse_uint(v, 1, 60000, &stall_ms)) {
+		if (!v || parse_uint(v, 1, 60000, &p->stall_ms)) {
 			send_error(req, 400, "Bad Request", "ms: 1 to 60000");
-			return;
+			return false;
 		}
 	}
-	enum inject_kind inj = INJ_DIE_FAIL;
-	int64_t inj_value = 0;
-	if (t == DCMD_INJECT) {
-		if (srv->cfg.fault_injection != 1) {
-			send_error(req, 403, "Forbidden",
-				   "fault injection is off: it is for simulated ioDimms in tests; set "
-				   "[server] fault_injection = yes in the configuration and restart flashd");
-			return;
-		}
-		if (inject_params(q, &inj, &inj_value, msg, sizeof msg)) {
-			send_error(req, 400, "Bad Request", msg);
-			return;
-		}
-		if (d->mstate != DM_ATTACHED) {
-			snprintf(msg, sizeof msg, "%s is not attached (%s): nothing to inject into", name,
-				 dimm_mstate_name(d->mstate));
-			send_error(req, 409, "Conflict", msg);
-			return;
-		}
+	if (t != DCMD_INJECT)
+		return true;
+	if (srv->cfg.fault_injection != 1) {
+		send_error(req, 403, "Forbidden",
+			   "fault injection is off: it is for simulated ioDimms in tests; set "
+			   "[server] fault_injection = yes in the configuration and restart flashd");
+		return false;
 	}
-	enum dimm_mstate st = d->mstate, next = st;
-	bool idle = st == DM_ATTACHED || st == DM_DETACHED || st == DM_FAILED;
-	bool done_already = false;
-	if (!idle) {
-		snprintf(msg, sizeof msg, "%s is busy: %s; try again when that is done", name,
+	if (inject_params(q, &p->inject, &p->inject_value, msg, sizeof msg)) {
+		send_error(req, 400, "Bad Request", msg);
+		return false;
+	}
+	if (d->mstate != DM_ATTACHED) {
+		snprintf(msg, sizeof msg, "%s is not attached (%s): nothing to inject into", d->cfg->name,
+			 dimm_mstate_name(d->mstate));
+		send_error(req, 409, "Conflict", msg);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * The main state command t moves d into while it runs (*next), from an
+ * idle state; or nothing to do (*done_already, msg says why: attach of an
+ * attached ioDimm, detach of one not attached).  False if refused
+ * (answered: 409 busy or not in a state for t, 400 format without
+ * confirm=yes).
+ */
+static bool action_next_state(struct evhttp_request *req, struct evkeyvalq *q, struct dimm *d,
+			      enum dimm_cmd_type t, enum dimm_mstate *next, bool *done_already,
+			      char *msg, size_t len)
+{
+	const char *name = d->cfg->name;
+	enum dimm_mstate st = d->mstate;
+	*next = st;
+	*done_already = false;
+	if (st != DM_ATTACHED && st != DM_DETACHED && st != DM_FAILED) {
+		snprintf(msg, len, "%s is busy: %s; try again when that is done", name,
 			 dimm_mstate_name(st));
 		send_error(req, 409, "Conflict", msg);
-		return;
+		return false;
 	}
 	switch (t) {
 	case DCMD_ATTACH:
 		if (st == DM_ATTACHED) {
-			snprintf(msg, sizeof msg, "%s is attached already", name);
-			done_already = true;
+			snprintf(msg, len, "%s is attached already", name);
+			*done_already = true;
 		}
-		next = DM_ATTACHING;
+		*next = DM_ATTACHING;
 		break;
 	case DCMD_DETACH:
 		if (st != DM_ATTACHED) {
-			snprintf(msg, sizeof msg, "%s is not attached (%s)", name, dimm_mstate_name(st));
-			done_already = true;
+			snprintf(msg, len, "%s is not attached (%s)", name, dimm_mstate_name(st));
+			*done_already = true;
 		}
-		next = DM_DETACHING;
+		*next = DM_DETACHING;
 		break;
 	case DCMD_FORMAT:
 		if (st == DM_ATTACHED) {
-			snprintf(msg, sizeof msg, "%s is attached: detach it first (flashctl detach %s); "
+			snprintf(msg, len, "%s is attached: detach it first (flashctl detach %s); "
 				 "a format erases every sector", name, name);
 			send_error(req, 409, "Conflict", msg);
-			return;
+			return false;
 		}
 		if (!query_flag(q, "confirm", "yes")) {
-			snprintf(msg, sizeof msg, "a format erases every sector of %s: add confirm=yes to "
+			snprintf(msg, len, "a format erases every sector of %s: add confirm=yes to "
 				 "the request (flashctl format %s --yes)", name, name);
 			send_error(req, 400, "Bad Request", msg);
-			return;
+			return false;
 		}
-		next = DM_FORMATTING;
+		*next = DM_FORMATTING;
 		break;
 	case DCMD_CHECKPOINT:
 		if (st != DM_ATTACHED) {
-			snprintf(msg, sizeof msg, "%s is not attached (%s): nothing to checkpoint", name,
+			snprintf(msg, len, "%s is not attached (%s): nothing to checkpoint", name,
 				 dimm_mstate_name(st));
 			send_error(req, 409, "Conflict", msg);
-			return;
+			return false;
 		}
-		next = DM_CHECKPOINTING;
+		*next = DM_CHECKPOINTING;
 		break;
 	default:
 		break;
 	}
-	struct ctl_req *cr = ctl_req_new(srv, req, CK_ACTION);
-	if (!cr)
-		return;
-	cr->target = d;
-	cr->action = t;
-	cr->before = st;
-	if (done_already) {
-		snprintf(cr->msg, sizeof cr->msg, "%s", msg);
-		ctl_answer(cr);
-		ctl_req_free(cr);
-		return;
-	}
+	return true;
+}
+
+/* Post command t with p to cr's ioDimm, which enters next; the reply goes
+ * out when the command is back (ctl_cmd_done).  by: who asks, logged. */
+static void action_post(struct ctl_req *cr, struct evkeyvalq *q, const struct action_params *p,
+			enum dimm_mstate next, const char *verb, const char *by)
+{
+	struct dimm *d = cr->target;
+	enum dimm_cmd_type t = cr->action;
 	struct dimm_cmd *cmd = calloc(1, sizeof *cmd);
 	if (!cmd) {
 		cr->rc = -ENOMEM;
@@ -1877,10 +1935,10 @@ static void do_action(struct server *srv, struct evhttp_request *req, struct evk
 	}
 	cmd->type = t;
 	cmd->owner = cr;
-	cmd->fmt = fmt;
-	cmd->stall_ms = (uint32_t)stall_ms;
-	cmd->inject = inj;
-	cmd->inject_value = inj_value;
+	cmd->fmt = p->fmt;
+	cmd->stall_ms = (uint32_t)p->stall_ms;
+	cmd->inject = p->inject;
+	cmd->inject_value = p->inject_value;
 	cmd->force = query_flag(q, "force", "yes");
 	cmd->slot = d->index;
 	if (t == DCMD_DETACH) {
@@ -1890,12 +1948,49 @@ static void do_action(struct server *srv, struct evhttp_request *req, struct evk
 	}
 	d->mstate = next;
 	if (t != DCMD_STALL)
-		log_info("%s: %s%s requested over the control socket by %s", name, verb,
+		log_info("%s: %s%s requested over the control socket by %s", d->cfg->name, verb,
 			 cmd->force && t == DCMD_DETACH ? " (force)" : "", by);
 	if (t != DCMD_STALL && t != DCMD_INJECT)
-		server_update_status(srv);
+		server_update_status(d->srv);
 	cr->pending = 1;
 	dimm_post(d, cmd);
+}
+
+/* POST /v1/dimms/NAME/ACTION; by: who asks (may_act), logged with it */
+static void do_action(struct server *srv, struct evhttp_request *req, struct evkeyvalq *q,
+		      struct dimm *d, const char *verb, const char *by)
+{
+	char msg[1536];
+	enum dimm_cmd_type t;
+	if (!strcmp(verb, "beacon")) {
+		do_beacon(req, q, d, by);
+		return;
+	}
+	if (!action_type(srv, req, verb, &t))
+		return;
+	if (srv->shutting_down) {
+		send_error(req, 503, "Service Unavailable", "flashd is shutting down");
+		return;
+	}
+	struct action_params p = { .fmt = { .parity_width = -1 }, .inject = INJ_DIE_FAIL };
+	enum dimm_mstate before = d->mstate, next;
+	bool done_already;
+	if (!action_params(srv, req, q, d, t, &p) ||
+	    !action_next_state(req, q, d, t, &next, &done_already, msg, sizeof msg))
+		return;
+	struct ctl_req *cr = ctl_req_new(srv, req, CK_ACTION);
+	if (!cr)
+		return;
+	cr->target = d;
+	cr->action = t;
+	cr->before = before;
+	if (done_already) {
+		snprintf(cr->msg, sizeof cr->msg, "%s", msg);
+		ctl_answer(cr);
+		ctl_req_free(cr);
+		return;
+	}
+	action_post(cr, q, &p, next, verb, by);
 }
 
 /* POST /v1/reload: what SIGHUP does (main.c, server_reload), with the
