@@ -795,7 +795,7 @@ static void cmd_run(struct dimm *d, struct dimm_cmd *cmd, bool stop)
 			break;
 		}
 		/* as fio-detach refuses a device in use: a client connected
-		 * loses its device (ctl.c puts the export back) */
+		 * loses its device (ctl_verbs.c puts the export back) */
 		char who[1024];
 		int n = cmd->force ? 0 : conn_describe_all(d, who, sizeof who);
 		if (n) {

@@ -357,7 +357,7 @@ const char *dimm_mstate_name(enum dimm_mstate st);
  *   /proc/drbd                      M's connection, roles, disk states,
  *                                   resync progress (DRBD 8.4's format)
  *   /dev/drbd/by-res/RES[/VOL]      M's resource name (drbd-utils' udev rules)
- * health.c turns it into reasons; ctl.c shows it.  Strings are as DRBD
+ * health.c turns it into reasons; ctl_json.c and ctl_text.c show it.  Strings are as DRBD
  * spells them ("" when it does not say).
  */
 struct drbd_lower {
@@ -797,8 +797,8 @@ struct evhttp_request;
 struct evkeyvalq;
 void ctl_serve_readonly(struct server *srv, struct evhttp_request *req, const char *path,
 			struct evkeyvalq *q);
-/* Latency at quantile q (0..1) of one class's bucket counts (lat_bounds_ns),
- * interpolated in its bucket; 0 if nothing was counted. */
+/* ctl_text.c: latency at quantile q (0..1) of one class's bucket counts
+ * (lat_bounds_ns), interpolated in its bucket; 0 if nothing was counted. */
 double lat_quantile(const uint64_t *cnt, double q);
 
 /*

@@ -3,7 +3,7 @@
  * of an ioDimm (its main state, FTL info and statistics, the DRBD
  * resource it is the lower device of) and its thresholds to a state and its reasons, each with the action to take.
  *
- * Every view renders what health_eval returns (ctl.c: status text and JSON,
+ * Every view renders what health_eval returns (ctl_*.c: status text and JSON,
  * /metrics, the exit status flashctl status derives from them; monitor.c:
  * systemd's STATUS=, the log, /v1/history), so they cannot disagree.  Pure:
  * no locks, no I/O, no allocation; O(reasons).  tests/unit/t_health.c

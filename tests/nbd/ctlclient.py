@@ -8,7 +8,7 @@ management tests (tests/test-manage*.sh).
 HTTP/1.1 through Python's http.client, so these are not flashctl's bytes:
 the tests drive the API with a second client.  Like flashctl it names the
 loopback as Host and sends X-Flashd-Action with a POST: flashd refuses
-requests that look like a web page's (server/ctl.c, cross_site).
+requests that look like a web page's (server/ctl_access.c, cross_site).
 """
 import http.client
 import json
