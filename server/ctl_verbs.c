@@ -1,12 +1,12 @@
 /*
  * server/ctl_verbs.c - the management verbs of the control socket: POST
  * /v1/dimms/NAME/{attach,detach,format,checkpoint,beacon,inject,test-stall}
- * and POST /v1/reload.  It owns what a verb may do: its parameters, the
- * main states it may start from and the one it moves the ioDimm into (the
- * main thread's d->mstate, flashd.h "Attach state"), the command it posts
- * to the ioDimm thread, the state its result leaves (action_done) and its
- * answer.  Called by ctl.c: the router (once ctl_access.c allowed the
- * request), ctl_cmd_done and ctl_answer.
+ * and POST /v1/reload.  It owns what a verb may do (its entry in verbs[]):
+ * its parameters, the main states it may start from and the one it moves
+ * the ioDimm into (the main thread's d->mstate, flashd.h "Attach state"),
+ * the command it posts to the ioDimm thread, the state its result leaves
+ * (action_done) and its answer.  Called by ctl.c: the router (once
+ * ctl_access.c allowed the request), ctl_cmd_done and ctl_answer.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -19,20 +19,6 @@
 #include "common/parse.h"
 #include "server/ctl_int.h"
 
-static const char *action_name(enum dimm_cmd_type t)
-{
-	switch (t) {
-	case DCMD_STATUS: return "status";
-	case DCMD_ATTACH: return "attach";
-	case DCMD_DETACH: return "detach";
-	case DCMD_FORMAT: return "format";
-	case DCMD_CHECKPOINT: return "checkpoint";
-	case DCMD_STALL: return "test-stall";
-	case DCMD_INJECT: return "inject";
-	}
-	return "?";
-}
-
 static int http_code(int rc, const char **reason)
 {
 	switch (-rc) {
@@ -42,66 +28,6 @@ static int http_code(int rc, const char **reason)
 	case ESHUTDOWN: *reason = "Service Unavailable"; return 503;
 	case ETIMEDOUT: *reason = "Gateway Timeout"; return 504;
 	default: *reason = "Internal Server Error"; return 500;
-	}
-}
-
-/* The answer to an action (ctl_answer): {"ok", "dimm", "action", "state",
- * "message" or "error"}, with the HTTP code of cr->rc. */
-void action_answer(struct ctl_req *cr, struct evhttp_request *req, struct evbuffer *b)
-{
-	const char *reason;
-	int code = http_code(cr->rc, &reason);
-	struct dimm *d = cr->target;
-	evbuffer_add_printf(b, "{\"ok\": %s, \"dimm\": ", cr->rc ? "false" : "true");
-	json_str(b, d->cfg->name);
-	evbuffer_add_printf(b, ", \"action\": \"%s\", \"state\": \"%s\", \"%s\": ",
-			    action_name(cr->action), dimm_mstate_name(d->mstate),
-			    cr->rc ? "error" : "message");
-	json_str(b, cr->msg);
-	evbuffer_add_printf(b, "}\n");
-	send_json(req, code, reason, b);
-}
-
-/* The main state an action's result leaves the ioDimm in. */
-void action_done(struct dimm *d, struct dimm_cmd *cmd, enum dimm_mstate before)
-{
-	switch (cmd->type) {
-	case DCMD_ATTACH:
-		if (cmd->rc == 0) {
-			d->mstate = DM_ATTACHED;
-			d->exported = true; /* d->info and d->size were set before the reply */
-		} else {
-			d->mstate = DM_FAILED;
-		}
-		break;
-	case DCMD_DETACH:
-		if (cmd->rc == -EBUSY) {
-			/* refused: clients connected, no --force; nothing closed */
-			d->mstate = before;
-			d->exported = true;
-		} else {
-			d->mstate = DM_DETACHED;
-		}
-		break;
-	case DCMD_FORMAT:
-		d->mstate = cmd->rc == 0 ? DM_DETACHED : before;
-		break;
-	case DCMD_CHECKPOINT:
-		if (cmd->st.attached) {
-			d->mstate = DM_ATTACHED;
-		} else {
-			/* the FTL did not reopen: the thread closed its connections */
-			d->exported = false;
-			d->mstate = DM_FAILED;
-		}
-		break;
-	default:
-		return;
-	}
-	if (!d->srv->shutting_down) {
-		if (cmd->rc && cmd->rc != -ESHUTDOWN)
-			log_warn("%s: %s failed: %s", d->cfg->name, action_name(cmd->type), cmd->msg);
-		server_update_status(d->srv);
 	}
 }
 
@@ -249,53 +175,37 @@ struct action_params {
 	int64_t inject_value;
 };
 
-/* The command of verb in *t; false if there is none (answered 404).
- * beacon is no command: do_action serves it before. */
-static bool action_type(struct server *srv, struct evhttp_request *req, const char *verb,
-			enum dimm_cmd_type *t)
+/* ---- each verb's steps (verbs[] below) ----------------------------------- */
+
+/* parse: the query's parameters into p; false if refused (answered). */
+static bool format_parse(struct server *srv, struct evhttp_request *req, struct evkeyvalq *q,
+			 struct dimm *d, struct action_params *p)
 {
-	if (!strcmp(verb, "attach"))
-		*t = DCMD_ATTACH;
-	else if (!strcmp(verb, "detach"))
-		*t = DCMD_DETACH;
-	else if (!strcmp(verb, "format"))
-		*t = DCMD_FORMAT;
-	else if (!strcmp(verb, "checkpoint"))
-		*t = DCMD_CHECKPOINT;
-	else if (!strcmp(verb, "test-stall") && srv->test_hooks)
-		*t = DCMD_STALL;
-	else if (!strcmp(verb, "inject"))
-		*t = DCMD_INJECT;
-	else {
-		char msg[1536];
-		snprintf(msg, sizeof msg, "unknown action '%s' (attach, detach, format, checkpoint, beacon, "
-			 "inject)", verb);
-		send_error(req, 404, "Not Found", msg);
+	char msg[1536];
+	if (format_params(q, &p->fmt, msg, sizeof msg)) {
+		send_error(req, 400, "Bad Request", msg);
 		return false;
 	}
 	return true;
 }
 
-/* The parameters of command t from the query into p; false if refused
- * (answered: 400 bad parameter, 403 fault injection off, 409 inject into
- * an ioDimm not attached). */
-static bool action_params(struct server *srv, struct evhttp_request *req, struct evkeyvalq *q,
-			  struct dimm *d, enum dimm_cmd_type t, struct action_params *p)
+static bool stall_parse(struct server *srv, struct evhttp_request *req, struct evkeyvalq *q,
+			struct dimm *d, struct action_params *p)
 {
-	char msg[1536];
-	if (t == DCMD_FORMAT && format_params(q, &p->fmt, msg, sizeof msg)) {
-		send_error(req, 400, "Bad Request", msg);
+	const char *v = evhttp_find_header(q, "ms");
+	if (!v || parse_uint(v, 1, 60000, &p->stall_ms)) {
+		send_error(req, 400, "Bad Request", "ms: 1 to 60000");
 		return false;
 	}
-	if (t == DCMD_STALL) {
-		const char *v = evhttp_find_header(q, "ms");
-		if (!v || parse_uint(v, 1, 60000, &p->stall_ms)) {
-			send_error(req, 400, "Bad Request", "ms: 1 to 60000");
-			return false;
-		}
-	}
-	if (t != DCMD_INJECT)
-		return true;
+	return true;
+}
+
+/* Refused too: with fault injection off (403), and in any state but
+ * attached, busy ones included, with its own reason (409). */
+static bool inject_parse(struct server *srv, struct evhttp_request *req, struct evkeyvalq *q,
+			 struct dimm *d, struct action_params *p)
+{
+	char msg[1536];
 	if (srv->cfg.fault_injection != 1) {
 		send_error(req, 403, "Forbidden",
 			   "fault injection is off: it is for simulated ioDimms in tests; set "
@@ -315,79 +225,231 @@ static bool action_params(struct server *srv, struct evhttp_request *req, struct
 	return true;
 }
 
-/*
- * The main state command t moves d into while it runs (*next), from an
- * idle state; or nothing to do (*done_already, msg says why: attach of an
- * attached ioDimm, detach of one not attached).  False if refused
- * (answered: 409 busy or not in a state for t, 400 format without
- * confirm=yes).
- */
-static bool action_next_state(struct evhttp_request *req, struct evkeyvalq *q, struct dimm *d,
-			      enum dimm_cmd_type t, enum dimm_mstate *next, bool *done_already,
-			      char *msg, size_t len)
+/* other: d is idle but not in a state the verb starts from; true if there
+ * is nothing to do (200), false if refused (409); msg says which. */
+static bool attach_other(const struct dimm *d, char *msg, size_t len)
 {
+	snprintf(msg, len, "%s is attached already", d->cfg->name);
+	return true;
+}
+
+static bool detach_other(const struct dimm *d, char *msg, size_t len)
+{
+	snprintf(msg, len, "%s is not attached (%s)", d->cfg->name, dimm_mstate_name(d->mstate));
+	return true;
+}
+
+static bool format_other(const struct dimm *d, char *msg, size_t len)
+{
+	snprintf(msg, len, "%s is attached: detach it first (flashctl detach %s); a format erases "
+		 "every sector", d->cfg->name, d->cfg->name);
+	return false;
+}
+
+static bool checkpoint_other(const struct dimm *d, char *msg, size_t len)
+{
+	snprintf(msg, len, "%s is not attached (%s): nothing to checkpoint", d->cfg->name,
+		 dimm_mstate_name(d->mstate));
+	return false;
+}
+
+/* done: the main state the command's result leaves d in (before: the one
+ * it started from). */
+static void attach_done(struct dimm *d, const struct dimm_cmd *cmd, enum dimm_mstate before)
+{
+	if (cmd->rc == 0) {
+		d->mstate = DM_ATTACHED;
+		d->exported = true; /* d->info and d->size were set before the reply */
+	} else {
+		d->mstate = DM_FAILED;
+	}
+}
+
+static void detach_done(struct dimm *d, const struct dimm_cmd *cmd, enum dimm_mstate before)
+{
+	if (cmd->rc == -EBUSY) {
+		/* refused: clients connected, no --force; nothing closed */
+		d->mstate = before;
+		d->exported = true;
+	} else {
+		d->mstate = DM_DETACHED;
+	}
+}
+
+static void format_done(struct dimm *d, const struct dimm_cmd *cmd, enum dimm_mstate before)
+{
+	d->mstate = cmd->rc == 0 ? DM_DETACHED : before;
+}
+
+static void checkpoint_done(struct dimm *d, const struct dimm_cmd *cmd, enum dimm_mstate before)
+{
+	if (cmd->st.attached) {
+		d->mstate = DM_ATTACHED;
+	} else {
+		/* the FTL did not reopen: the thread closed its connections */
+		d->exported = false;
+		d->mstate = DM_FAILED;
+	}
+}
+
+/* ---- the verbs ----------------------------------------------------------- */
+
+#define MS(st) (1u << (st))  /* a set of main states */
+
+/*
+ * A verb of POST /v1/dimms/NAME/VERB.  One the main thread serves at once
+ * in any state (serve: beacon) posts no command.  The others are checked
+ * in this order, each refusal answered (do_action): flashd not shutting
+ * down (503); parse (400, or the verb's own); the ioDimm idle (attached,
+ * detached or failed; else 409 busy); a state in from, else other says
+ * there is nothing to do (200) or refuses (409); confirm=yes if the verb
+ * needs it (400).  Then the ioDimm goes into transient (unless
+ * keeps_state), a detach withdraws the export first, and cmd is posted to
+ * its thread; done sets the main state from the result (action_done).
+ */
+struct ctl_verb {
+	const char *name;
+	void (*serve)(struct evhttp_request *req, struct evkeyvalq *q, struct dimm *d,
+		      const char *by);
+	enum dimm_cmd_type cmd;
+	bool test_hook;               /* only with FLASHD_TEST_HOOKS=1 (srv->test_hooks) */
+	bool (*parse)(struct server *srv, struct evhttp_request *req, struct evkeyvalq *q,
+		      struct dimm *d, struct action_params *p);   /* NULL: no parameters */
+	unsigned from;                /* the states it starts from (MS) */
+	/* idle, not in from (NULL when from has every idle state parse lets by) */
+	bool (*other)(const struct dimm *d, char *msg, size_t len);
+	bool confirm;                 /* needs confirm=yes (it erases data) */
+	enum dimm_mstate transient;   /* while the command runs */
+	bool keeps_state;             /* no transient state: the command runs beside */
+	bool withdraw_export;         /* no new connection from the request on */
+	bool quiet;                   /* not logged (a test hook) */
+	void (*done)(struct dimm *d, const struct dimm_cmd *cmd, enum dimm_mstate before);
+};
+
+static const struct ctl_verb verbs[] = {
+	{ .name = "attach", .cmd = DCMD_ATTACH, .from = MS(DM_DETACHED) | MS(DM_FAILED),
+	  .other = attach_other, .transient = DM_ATTACHING, .done = attach_done },
+	{ .name = "detach", .cmd = DCMD_DETACH, .from = MS(DM_ATTACHED), .other = detach_other,
+	  .transient = DM_DETACHING, .withdraw_export = true, .done = detach_done },
+	{ .name = "format", .cmd = DCMD_FORMAT, .parse = format_parse,
+	  .from = MS(DM_DETACHED) | MS(DM_FAILED), .other = format_other, .confirm = true,
+	  .transient = DM_FORMATTING, .done = format_done },
+	{ .name = "checkpoint", .cmd = DCMD_CHECKPOINT, .from = MS(DM_ATTACHED),
+	  .other = checkpoint_other, .transient = DM_CHECKPOINTING, .done = checkpoint_done },
+	{ .name = "test-stall", .cmd = DCMD_STALL, .test_hook = true, .parse = stall_parse,
+	  .from = MS(DM_ATTACHED) | MS(DM_DETACHED) | MS(DM_FAILED), .keeps_state = true,
+	  .quiet = true },
+	{ .name = "inject", .cmd = DCMD_INJECT, .parse = inject_parse, .from = MS(DM_ATTACHED),
+	  .keeps_state = true },
+	{ .name = "beacon", .serve = do_beacon },
+};
+#define NVERBS (sizeof verbs / sizeof *verbs)
+
+/* The verb of a command (a command of none: NULL). */
+static const struct ctl_verb *verb_of_cmd(enum dimm_cmd_type t)
+{
+	for (size_t i = 0; i < NVERBS; i++)
+		if (!verbs[i].serve && verbs[i].cmd == t)
+			return &verbs[i];
+	return NULL;
+}
+
+/* The verb named name; NULL if there is none (answered 404). */
+static const struct ctl_verb *verb_named(struct server *srv, struct evhttp_request *req,
+					 const char *name)
+{
+	for (size_t i = 0; i < NVERBS; i++)
+		if (!strcmp(verbs[i].name, name) && (!verbs[i].test_hook || srv->test_hooks))
+			return &verbs[i];
+	char msg[1536];
+	snprintf(msg, sizeof msg, "unknown action '%s' (attach, detach, format, checkpoint, beacon, "
+		 "inject)", name);
+	send_error(req, 404, "Not Found", msg);
+	return NULL;
+}
+
+/* The answer to an action (ctl_answer): {"ok", "dimm", "action", "state",
+ * "message" or "error"}, with the HTTP code of cr->rc. */
+void action_answer(struct ctl_req *cr, struct evhttp_request *req, struct evbuffer *b)
+{
+	const char *reason;
+	int code = http_code(cr->rc, &reason);
+	struct dimm *d = cr->target;
+	evbuffer_add_printf(b, "{\"ok\": %s, \"dimm\": ", cr->rc ? "false" : "true");
+	json_str(b, d->cfg->name);
+	evbuffer_add_printf(b, ", \"action\": \"%s\", \"state\": \"%s\", \"%s\": ",
+			    verb_of_cmd(cr->action)->name, dimm_mstate_name(d->mstate),
+			    cr->rc ? "error" : "message");
+	json_str(b, cr->msg);
+	evbuffer_add_printf(b, "}\n");
+	send_json(req, code, reason, b);
+}
+
+/* The main state an action's result leaves the ioDimm in (the verb's
+ * done); a failure is logged. */
+void action_done(struct dimm *d, struct dimm_cmd *cmd, enum dimm_mstate before)
+{
+	const struct ctl_verb *v = verb_of_cmd(cmd->type);
+	if (!v || !v->done)
+		return;
+	v->done(d, cmd, before);
+	if (!d->srv->shutting_down) {
+		if (cmd->rc && cmd->rc != -ESHUTDOWN)
+			log_warn("%s: %s failed: %s", d->cfg->name, v->name, cmd->msg);
+		server_update_status(d->srv);
+	}
+}
+
+/*
+ * do_action's checks of d's state for v: true if v may start.  Else false,
+ * answered: 409 (busy, or v->other refuses), 200 (v->other says there is
+ * nothing to do) or 400 (no confirm=yes where v needs it).
+ */
+static bool action_may_start(struct server *srv, struct evhttp_request *req, struct evkeyvalq *q,
+			     struct dimm *d, const struct ctl_verb *v)
+{
+	char msg[1536];
 	const char *name = d->cfg->name;
 	enum dimm_mstate st = d->mstate;
-	*next = st;
-	*done_already = false;
 	if (st != DM_ATTACHED && st != DM_DETACHED && st != DM_FAILED) {
-		snprintf(msg, len, "%s is busy: %s; try again when that is done", name,
+		snprintf(msg, sizeof msg, "%s is busy: %s; try again when that is done", name,
 			 dimm_mstate_name(st));
 		send_error(req, 409, "Conflict", msg);
 		return false;
 	}
-	switch (t) {
-	case DCMD_ATTACH:
-		if (st == DM_ATTACHED) {
-			snprintf(msg, len, "%s is attached already", name);
-			*done_already = true;
-		}
-		*next = DM_ATTACHING;
-		break;
-	case DCMD_DETACH:
-		if (st != DM_ATTACHED) {
-			snprintf(msg, len, "%s is not attached (%s)", name, dimm_mstate_name(st));
-			*done_already = true;
-		}
-		*next = DM_DETACHING;
-		break;
-	case DCMD_FORMAT:
-		if (st == DM_ATTACHED) {
-			snprintf(msg, len, "%s is attached: detach it first (flashctl detach %s); "
-				 "a format erases every sector", name, name);
+	if (!(v->from & MS(st))) {
+		if (!v->other(d, msg, sizeof msg)) {
 			send_error(req, 409, "Conflict", msg);
 			return false;
 		}
-		if (!query_flag(q, "confirm", "yes")) {
-			snprintf(msg, len, "a format erases every sector of %s: add confirm=yes to "
-				 "the request (flashctl format %s --yes)", name, name);
-			send_error(req, 400, "Bad Request", msg);
+		/* nothing to do: a success */
+		struct ctl_req *cr = ctl_req_new(srv, req, CK_ACTION);
+		if (!cr)
 			return false;
-		}
-		*next = DM_FORMATTING;
-		break;
-	case DCMD_CHECKPOINT:
-		if (st != DM_ATTACHED) {
-			snprintf(msg, len, "%s is not attached (%s): nothing to checkpoint", name,
-				 dimm_mstate_name(st));
-			send_error(req, 409, "Conflict", msg);
-			return false;
-		}
-		*next = DM_CHECKPOINTING;
-		break;
-	default:
-		break;
+		cr->target = d;
+		cr->action = v->cmd;
+		cr->before = st;
+		snprintf(cr->msg, sizeof cr->msg, "%s", msg);
+		ctl_answer(cr);
+		ctl_req_free(cr);
+		return false;
+	}
+	if (v->confirm && !query_flag(q, "confirm", "yes")) {
+		snprintf(msg, sizeof msg, "a %s erases every sector of %s: add confirm=yes to the "
+			 "request (flashctl %s %s --yes)", v->name, name, v->name, name);
+		send_error(req, 400, "Bad Request", msg);
+		return false;
 	}
 	return true;
 }
 
-/* Post command t with p to cr's ioDimm, which enters next; the reply goes
- * out when the command is back (ctl_cmd_done).  by: who asks, logged. */
-static void action_post(struct ctl_req *cr, struct evkeyvalq *q, const struct action_params *p,
-			enum dimm_mstate next, const char *verb, const char *by)
+/* Post v's command with p to cr's ioDimm, which enters v->transient; the
+ * reply goes out when the command is back (ctl_cmd_done).  by: who asks,
+ * logged. */
+static void action_post(struct ctl_req *cr, struct evkeyvalq *q, const struct ctl_verb *v,
+			const struct action_params *p, const char *by)
 {
 	struct dimm *d = cr->target;
-	enum dimm_cmd_type t = cr->action;
 	struct dimm_cmd *cmd = calloc(1, sizeof *cmd);
 	if (!cmd) {
 		cr->rc = -ENOMEM;
@@ -396,7 +458,7 @@ static void action_post(struct ctl_req *cr, struct evkeyvalq *q, const struct ac
 		ctl_req_free(cr);
 		return;
 	}
-	cmd->type = t;
+	cmd->type = v->cmd;
 	cmd->owner = cr;
 	cmd->fmt = p->fmt;
 	cmd->stall_ms = (uint32_t)p->stall_ms;
@@ -404,56 +466,48 @@ static void action_post(struct ctl_req *cr, struct evkeyvalq *q, const struct ac
 	cmd->inject_value = p->inject_value;
 	cmd->force = query_flag(q, "force", "yes");
 	cmd->slot = d->index;
-	if (t == DCMD_DETACH) {
+	if (v->withdraw_export) {
 		/* withdraw the export first: no handshake hands it a socket from
 		 * now on (flashd.h, "Attach state") */
 		d->exported = false;
 	}
-	d->mstate = next;
-	if (t != DCMD_STALL)
-		log_info("%s: %s%s requested over the control socket by %s", d->cfg->name, verb,
-			 cmd->force && t == DCMD_DETACH ? " (force)" : "", by);
-	if (t != DCMD_STALL && t != DCMD_INJECT)
+	if (!v->keeps_state)
+		d->mstate = v->transient;
+	if (!v->quiet)
+		log_info("%s: %s%s requested over the control socket by %s", d->cfg->name, v->name,
+			 cmd->force && v->cmd == DCMD_DETACH ? " (force)" : "", by);
+	if (!v->keeps_state)
 		server_update_status(d->srv);
 	cr->pending = 1;
 	dimm_post(d, cmd);
 }
 
-/* POST /v1/dimms/NAME/ACTION; by: who asks (may_act), logged with it */
+/* POST /v1/dimms/NAME/VERB (struct ctl_verb says the steps); by: who asks
+ * (may_act), logged with it */
 void do_action(struct server *srv, struct evhttp_request *req, struct evkeyvalq *q,
 	       struct dimm *d, const char *verb, const char *by)
 {
-	char msg[1536];
-	enum dimm_cmd_type t;
-	if (!strcmp(verb, "beacon")) {
-		do_beacon(req, q, d, by);
+	const struct ctl_verb *v = verb_named(srv, req, verb);
+	if (!v)
+		return;
+	if (v->serve) {
+		v->serve(req, q, d, by);
 		return;
 	}
-	if (!action_type(srv, req, verb, &t))
-		return;
 	if (srv->shutting_down) {
 		send_error(req, 503, "Service Unavailable", "flashd is shutting down");
 		return;
 	}
 	struct action_params p = { .fmt = { .parity_width = -1 }, .inject = INJ_DIE_FAIL };
-	enum dimm_mstate before = d->mstate, next;
-	bool done_already;
-	if (!action_params(srv, req, q, d, t, &p) ||
-	    !action_next_state(req, q, d, t, &next, &done_already, msg, sizeof msg))
+	if ((v->parse && !v->parse(srv, req, q, d, &p)) || !action_may_start(srv, req, q, d, v))
 		return;
 	struct ctl_req *cr = ctl_req_new(srv, req, CK_ACTION);
 	if (!cr)
 		return;
 	cr->target = d;
-	cr->action = t;
-	cr->before = before;
-	if (done_already) {
-		snprintf(cr->msg, sizeof cr->msg, "%s", msg);
-		ctl_answer(cr);
-		ctl_req_free(cr);
-		return;
-	}
-	action_post(cr, q, &p, next, verb, by);
+	cr->action = v->cmd;
+	cr->before = d->mstate;
+	action_post(cr, q, v, &p, by);
 }
 
 /* POST /v1/reload: what SIGHUP does (main.c, server_reload), with the
