@@ -457,7 +457,7 @@ TIMING_JOBS = [
 ]
 
 
-def start_duo(flashd, tmp, log, n):
+def start_duo(flashd, tmp, log, n, timing="on"):
     """flashd serving the embedded default (`make run`'s Duo) with the timing
     model on, from a new state directory: both ioDimms freshly formatted.
     Returns the process, the state directory, the port and the seconds it
@@ -467,7 +467,7 @@ def start_duo(flashd, tmp, log, n):
     port = free_port()
     pidfile = os.path.join(state, "flashd.pid")
     p = subprocess.Popen([flashd, "--no-config", "--foreground", "--state-dir", state, "--listen",
-                          "127.0.0.1:%d" % port, "--pidfile", pidfile, "--timing", "on"],
+                          "127.0.0.1:%d" % port, "--pidfile", pidfile, "--timing", timing],
                          stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     procs.append(p)
     t0 = time.monotonic()
@@ -525,6 +525,11 @@ def timing_rows(a):
     result = {"machine": m, "runtime_s": a.runtime, "reps": a.reps, "jobs": {},
               "loadavg_start": os.getloadavg()}
     runs = {job[0]: [] for job in jobs}
+    # QD1 jobs also run once per rep against flashd with the timing model
+    # off: the round trip of the software (fio, libnbd, TCP, flashd) that a
+    # request adds to the device's time, so bench + floor is what the
+    # daemon can reach
+    floors = {job[0]: [] for job in jobs if job[1].get("iodepth") == 1}
     fmt = None
     n = 0
     print("timing model on: %d fio runs of %d+1 s, each against a freshly started and formatted "
@@ -546,6 +551,14 @@ def timing_rows(a):
                 r["duo_ready_s"] = ready_s
                 runs[job].append(r)
                 stop_duo(p, state)
+                if job in floors:
+                    p, state, port, _ = start_duo(a.flashd, tmp, log, n, timing="off")
+                    n += 1
+                    uri = "nbd://127.0.0.1:%d/dimm0" % port
+                    if fill:
+                        fio(uri, "fill", dict(rw="write", bs="1m", iodepth=8), 0, tmp, size=SPAN)
+                    floors[job].append(fio(uri, job + "-floor", prm, a.runtime, tmp)["lat_mean_us"])
+                    stop_duo(p, state)
                 sys.stdout.write(".")
                 sys.stdout.flush()
         print()
@@ -613,6 +626,13 @@ def timing_rows(a):
             job, "%.0f" % v, "%.0f" % bv, r["ratio_to_bench"], r["lat_mean_us"], blat,
             r["lat_ratio_to_bench"], 100 * (r["max"] - r["min"]) / v if v else 0, r["srv_cores"],
             r["fio_cores"], r["cpu_bound_to_bench"]))
+        if floors.get(job):
+            fl = sorted(floors[job])[(len(floors[job]) - 1) // 2]
+            r["floor_lat_mean_us"] = fl
+            r["lat_ratio_to_bench_floor"] = r["lat_mean_us"] / (blat + fl)
+            print("%-24s %11s %11s %8s %9.1f %9.1f %8.2f   (floor: the same job with the timing "
+                  "model off, %.1f us)" % ("  bench + floor", "", "", "", r["lat_mean_us"],
+                                          blat + fl, r["lat_ratio_to_bench_floor"], fl))
     print("\nbench commands (the fio side: the same rw, bs and iodepth, ioengine=nbd, one "
           "connection per ioDimm; reads over the first GiB, written first with 1 MiB at QD8):")
     for job, _, _, _, ndimms, _ in jobs:
