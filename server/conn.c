@@ -616,6 +616,8 @@ static void req_io_done(struct ftl_io *io)
 	struct req *r = (struct req *)io;
 	r->io_pending = false;
 	r->c->in_ftl--;
+	if (io->type == FTL_IO_READ)
+		r->c->d->reads_in_ftl--;
 	if (io->status)
 		r->error = nbd_errno(io->status);
 	req_finish(r);
@@ -668,6 +670,7 @@ static void do_read(struct conn *c, struct req *r)
 				 .done = req_io_done };
 	r->io_pending = true;
 	c->in_ftl++;
+	c->d->reads_in_ftl++;
 	ftl_submit(c->d->ftl, &r->io);
 }
 
@@ -1399,6 +1402,7 @@ static bool tls_flush(struct conn *c)
 		if (n > 0) {
 			c->tout_pos += (size_t)n;
 			c->last_ns = nand_now_ns();
+			c->d->activity++; /* as conn_flush's sends */
 			continue;
 		}
 		int e = SSL_get_error(c->ssl, n);
@@ -1706,8 +1710,12 @@ static void conn_flush(struct conn *c)
 			conn_close_now(c, strerror(errno));
 			break;
 		}
-		if (sent > 0)
+		if (sent > 0) {
 			c->last_ns = nand_now_ns();
+			/* the client's next request follows its reply:
+			 * poll for it (dimm_loop) */
+			c->d->activity++;
+		}
 		/* retire fully sent replies */
 		size_t left = c->head_sent + (size_t)sent;
 		while (c->sendq && left >= c->sendq->reply_bytes) {

@@ -559,7 +559,8 @@ struct dimm {
 	bool stopping;              /* stop seen by the thread, deadline armed */
 	LIST_HEAD(conn_list, conn) conns; /* connections in transmission */
 	struct conn *dirty;         /* connections with replies to send */
-	uint64_t activity;          /* bumped per receive: ends or extends a spin */
+	uint64_t activity;          /* bumped per receive and send: extends a spin */
+	uint32_t reads_in_ftl;      /* clients' READs inside the FTL (conn.c; dimm_loop) */
 	struct dimm_cmd *op;        /* detach or checkpoint in progress */
 	struct io_counters io;
 	uint64_t ram_peak;

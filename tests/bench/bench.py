@@ -457,7 +457,7 @@ TIMING_JOBS = [
 ]
 
 
-def start_duo(flashd, tmp, log, n):
+def start_duo(flashd, tmp, log, n, timing="on"):
     """flashd serving the embedded default (`make run`'s Duo) with the timing
     model on, from a new state directory: both ioDimms freshly formatted.
     Returns the process, the state directory, the port and the seconds it
@@ -467,7 +467,7 @@ def start_duo(flashd, tmp, log, n):
     port = free_port()
     pidfile = os.path.join(state, "flashd.pid")
     p = subprocess.Popen([flashd, "--no-config", "--foreground", "--state-dir", state, "--listen",
-                          "127.0.0.1:%d" % port, "--pidfile", pidfile, "--timing", "on"],
+                          "127.0.0.1:%d" % port, "--pidfile", pidfile, "--timing", timing],
                          stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     procs.append(p)
     t0 = time.monotonic()
@@ -525,6 +525,16 @@ def timing_rows(a):
     result = {"machine": m, "runtime_s": a.runtime, "reps": a.reps, "jobs": {},
               "loadavg_start": os.getloadavg()}
     runs = {job[0]: [] for job in jobs}
+    # QD1 jobs also run once per rep against flashd with the timing model
+    # off: the round trip of the software (fio, libnbd, TCP, flashd) that a
+    # request adds to the device's time, so bench + floor is what the
+    # daemon can reach
+    floors = {job[0]: [] for job in jobs if job[1].get("iodepth") == 1}
+    # and every job against nbdkit null (a server that stores nothing):
+    # what fio over one NBD connection per ioDimm reaches on this machine,
+    # the client's ceiling when fio's own CPU is the limit
+    nulls = {job[0]: [] for job in jobs}
+    null_uri = None
     fmt = None
     n = 0
     print("timing model on: %d fio runs of %d+1 s, each against a freshly started and formatted "
@@ -537,6 +547,11 @@ def timing_rows(a):
                 n += 1
                 if not fmt:
                     fmt = duo_format(state)
+                if not null_uri and shutil.which("nbdkit"):
+                    nport = free_port()
+                    start(["nbdkit", "-f", "-i", "127.0.0.1", "-p", str(nport), "null",
+                           str(fmt["capacity_bytes"])], nport, log)
+                    null_uri = "nbd://127.0.0.1:%d/" % nport
                 uris = ["nbd://127.0.0.1:%d/dimm%d" % (port, i) for i in range(ndimms)]
                 if fill:
                     fio(uris[0], "fill", dict(rw="write", bs="1m", iodepth=8), 0, tmp, size=SPAN)
@@ -546,6 +561,18 @@ def timing_rows(a):
                 r["duo_ready_s"] = ready_s
                 runs[job].append(r)
                 stop_duo(p, state)
+                if null_uri:
+                    nr = fio([null_uri] * ndimms if ndimms > 1 else null_uri, job + "-null", prm,
+                             a.runtime, tmp)
+                    nulls[job].append(nr["iops"] if kind == "iops" else nr["mb_s"])
+                if job in floors:
+                    p, state, port, _ = start_duo(a.flashd, tmp, log, n, timing="off")
+                    n += 1
+                    uri = "nbd://127.0.0.1:%d/dimm0" % port
+                    if fill:
+                        fio(uri, "fill", dict(rw="write", bs="1m", iodepth=8), 0, tmp, size=SPAN)
+                    floors[job].append(fio(uri, job + "-floor", prm, a.runtime, tmp)["lat_mean_us"])
+                    stop_duo(p, state)
                 sys.stdout.write(".")
                 sys.stdout.flush()
         print()
@@ -583,9 +610,9 @@ def timing_rows(a):
           "average %.2f at start, %.2f at end" % (
               fmt["preset"], fmt["sector_size"], fmt["capacity_bytes"] / (1 << 30), fmt["op_percent"],
               a.reps, a.runtime, a.runtime, result["loadavg_start"][0], result["loadavg_end"][0]))
-    print("%-24s %11s %11s %8s %9s %9s %8s %7s %5s %5s %6s" % (
+    print("%-24s %11s %11s %8s %9s %9s %8s %7s %5s %5s %6s %9s %6s" % (
         "job", "IOPS|MB/s", "bench", "x bench", "mean us", "bench us", "lat x", "spread", "srv",
-        "fio", "bound"))
+        "fio", "bound", "null", "x min"))
     for job, params, kind, wl, ndimms, fill in jobs:
         key = "iops" if kind == "iops" else "mb_s"
         rl = runs[job]
@@ -605,14 +632,26 @@ def timing_rows(a):
         # the rate at which flashd and fio together would keep every core busy
         busy = r["srv_cores"] + r["fio_cores"]
         r["cpu_bound_to_bench"] = v * cores / busy / bv if busy and bv else 0
+        nl = sorted(nulls[job])
+        r["null"] = nl[(len(nl) - 1) // 2] if nl else 0
+        # against the lower of the device's figure and the client's ceiling
+        r["ratio_to_ceiling"] = v / min(bv, r["null"]) if r["null"] and bv else 0
         r["bench_command"] = cmds[job] + ("  (x2: both ioDimms)" if ndimms > 1 else "")
         r["bench_result"] = bj
         result["jobs"][job] = {"metric": kind, "params": params, "dimms": ndimms,
                                "fill_bytes": SPAN if fill else 0, "result": r}
-        print("%-24s %11s %11s %8.2f %9.1f %9.1f %8.2f %6.0f%% %5.2f %5.2f %6.2f" % (
+        print("%-24s %11s %11s %8.2f %9.1f %9.1f %8.2f %6.0f%% %5.2f %5.2f %6.2f %9s %6s" % (
             job, "%.0f" % v, "%.0f" % bv, r["ratio_to_bench"], r["lat_mean_us"], blat,
             r["lat_ratio_to_bench"], 100 * (r["max"] - r["min"]) / v if v else 0, r["srv_cores"],
-            r["fio_cores"], r["cpu_bound_to_bench"]))
+            r["fio_cores"], r["cpu_bound_to_bench"], "%.0f" % r["null"] if r["null"] else "-",
+            "%.2f" % r["ratio_to_ceiling"] if r["ratio_to_ceiling"] else "-"))
+        if floors.get(job):
+            fl = sorted(floors[job])[(len(floors[job]) - 1) // 2]
+            r["floor_lat_mean_us"] = fl
+            r["lat_ratio_to_bench_floor"] = r["lat_mean_us"] / (blat + fl)
+            print("%-24s %11s %11s %8s %9.1f %9.1f %8.2f   (floor: the same job with the timing "
+                  "model off, %.1f us)" % ("  bench + floor", "", "", "", r["lat_mean_us"],
+                                          blat + fl, r["lat_ratio_to_bench_floor"], fl))
     print("\nbench commands (the fio side: the same rw, bs and iodepth, ioengine=nbd, one "
           "connection per ioDimm; reads over the first GiB, written first with 1 MiB at QD8):")
     for job, _, _, _, ndimms, _ in jobs:
