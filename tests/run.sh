@@ -166,14 +166,17 @@ declare -A last
 if [ -r "$times" ]; then
 	while IFS=$'\t' read -r n s _; do last[$n]=$s; done <"$times"
 fi
-guess() { # seconds, for a run without times.tsv: the long ones first
+guess() { # seconds, for a run without times.tsv (a fresh clone): a 2-core run's
 	case $1 in
-	t_ftl_parity-san.gc_hole | test-nbd-align | test-fuzz-smoke) echo 400 ;;
-	t_ftl_parity-san.*dead_at_open* | t_ftl_parity.gc_hole) echo 250 ;;
-	t_ftl_parity-san.* | t_ftl_model.* | test-nbd-gc-reads | test-write-amplification | \
-		test-flashback | test-kernel-clients) echo 120 ;;
-	t_*) echo 20 ;;
-	*) echo 60 ;;
+	test-kernel-clients) echo 220 ;; # with the VM cache's first build
+	test-nbd-align) echo 180 ;;
+	t_ftl_parity-san.gc_hole | test-fuzz-smoke | t_ftl_model.c[67] | test-nandsim) echo 120 ;;
+	test-flashback | test-write-amplification | test-nbd-gc-reads | test-systemd) echo 90 ;;
+	t_ftl_parity-san.*dead_at_open* | t_ftl_parity.gc_hole | test-nbd-* | test-manage* | \
+		test-dashboard) echo 40 ;;
+	t_ftl_parity-san.* | t_ftl_model*) echo 20 ;;
+	t_*) echo 5 ;;
+	*) echo 20 ;;
 	esac
 }
 order=$(for ((j = 0; j < njobs; j++)); do
