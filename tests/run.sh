@@ -170,7 +170,7 @@ guess() { # seconds, for a run without times.tsv (a fresh clone): a 2-core run's
 	case $1 in
 	test-kernel-clients) echo 220 ;; # with the VM cache's first build
 	test-nbd-align) echo 180 ;;
-	t_ftl_parity-san.gc_hole | test-fuzz-smoke | t_ftl_model.c[67] | test-nandsim) echo 120 ;;
+	test-fuzz-smoke | t_ftl_model.c[67] | test-nandsim) echo 120 ;;
 	test-flashback | test-write-amplification | test-nbd-gc-reads | test-systemd) echo 90 ;;
 	t_ftl_parity-san.*dead_at_open* | t_ftl_parity.gc_hole | test-nbd-* | test-manage* | \
 		test-dashboard) echo 40 ;;
