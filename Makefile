@@ -145,7 +145,11 @@ run: $(BUILD)/flashd $(BUILD)/flashctl
 # tests/run.sh runs independent tests in parallel (-j N, FLASHD_TEST_JOBS);
 # FLASHD_DEPS_INSTALLED=1: a test missing a program deps.sh installs fails
 # instead of skipping (tests/functions.sh, requires)
-check: all
+# The build before it runs a job per core unless make was given -j itself
+# (a fresh clone builds everything twice, plain and with sanitizers).
+CHECK_BUILD_JOBS = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(shell nproc))
+check:
+	$(MAKE) --no-print-directory $(CHECK_BUILD_JOBS) all
 	scripts/deps.sh check
 	FLASHD_DEPS_INSTALLED=1 tests/run.sh
 

@@ -28,7 +28,10 @@
 # repeats it).  Independent jobs run in
 # parallel, the longest first (their times from the previous run's
 # build/test-logs/times.tsv); a shell test marked "# exclusive: WHY" in its
-# header runs alone, after the others.  Per-job time limit: 1200 s, or
+# header runs alone, after the others; one marked "# jobs: N (WHY)" counts
+# as N of the JOBS (a VM test: 2, its TCG guest takes a core of its own),
+# and waits, holding the queue, until N are free (or none run: with -j
+# less than N it runs alone).  Per-job time limit: 1200 s, or
 # "# timeout: N" in a shell test's header, both for a test alone on the
 # machine: with more jobs than cores a job that shares them gets its limit
 # times jobs/cores (1.5 for the default 3 jobs on 2 cores).
@@ -73,7 +76,7 @@ seed=${T_SEED:-$((SRANDOM % 100000000))}
 unset T_SEED
 
 # ---- the jobs -----------------------------------------------------------------
-J_NAME=() J_FILE=() J_CMD=() J_LIMIT=() J_EXCL=()
+J_NAME=() J_FILE=() J_CMD=() J_LIMIT=() J_EXCL=() J_WEIGHT=()
 
 wanted() { # wanted NAME FILE: no NAME given, or one of them in NAME or FILE
 	[ ${#pats[@]} -eq 0 ] && return 0
@@ -85,13 +88,13 @@ wanted() { # wanted NAME FILE: no NAME given, or one of them in NAME or FILE
 }
 
 cores=$(nproc)
-add_job() { # add_job NAME FILE LIMIT EXCLUSIVE(0|1) CMD... (words without spaces)
+add_job() { # add_job NAME FILE LIMIT EXCLUSIVE(0|1) WEIGHT CMD... (words without spaces)
 	wanted "$1" "$2" || return 0
 	local limit=$3
 	# a job beside others gets cores/slots of a core at most: more time
 	[ "$4" = 0 ] && [ "$slots" -gt "$cores" ] && limit=$(((limit * slots + cores - 1) / cores))
-	J_NAME+=("$1") J_FILE+=("$2") J_LIMIT+=("$limit") J_EXCL+=("$4")
-	shift 4
+	J_NAME+=("$1") J_FILE+=("$2") J_LIMIT+=("$limit") J_EXCL+=("$4") J_WEIGHT+=("$5")
+	shift 5
 	J_CMD+=("$*")
 }
 
@@ -100,46 +103,47 @@ unit_jobs() { # unit_jobs BIN: the jobs of one unit program
 	src=tests/unit/${name%-san}.c
 	case $mode:$name in
 	quick:*-san) return ;;
-	quick:t_ftl_model) add_job "$name" "$bin" 1200 0 "$bin" -n 100000 ;;
+	quick:t_ftl_model) add_job "$name" "$bin" 1200 0 1 "$bin" -n 100000 ;;
 	quick:* | all:*)
 		# a program made of parts (t.h's t_parts, or its own --list)
 		if grep -qE 't_parts\(|"--list"' "$src" 2>/dev/null; then
 			for part in $("$bin" --list); do
-				add_job "$name.$part" "$bin" 1200 0 "$bin" "$part"
+				add_job "$name.$part" "$bin" 1200 0 1 "$bin" "$part"
 			done
 		else
-			add_job "$name" "$bin" 1200 0 "$bin"
+			add_job "$name" "$bin" 1200 0 1 "$bin"
 		fi
 		;;
 	long:t_ftl_model)
 		for ((i = 0; i < ${FLASHD_LONG_SEEDS:-8}; i++)); do
 			# runs use seeds S..S+7 (one per configuration): no overlap
-			add_job "$name.long$i" "$bin" 3600 0 "$bin" -s "$((seed + 8 * (i + 1)))"
+			add_job "$name.long$i" "$bin" 3600 0 1 "$bin" -s "$((seed + 8 * (i + 1)))"
 		done
 		for ((i = 0; i < 8; i++)); do
-			add_job "$name.c$i" "$bin" 3600 0 "$bin" -c "$i" -s "$seed"
+			add_job "$name.c$i" "$bin" 3600 0 1 "$bin" -c "$i" -s "$seed"
 		done
 		for part in $("$bin" --list); do
-			add_job "$name.seed.$part" "$bin" 1200 0 "$bin" -s "$seed" "$part"
+			add_job "$name.seed.$part" "$bin" 1200 0 1 "$bin" -s "$seed" "$part"
 		done
 		;;
 	long:t_ftl_align)
 		for ((i = 0; i < 4; i++)); do
-			add_job "$name.long$i" "$bin" 3600 0 "$bin" -s "$((seed + 4 * (i + 1)))"
+			add_job "$name.long$i" "$bin" 3600 0 1 "$bin" -s "$((seed + 4 * (i + 1)))"
 		done
 		;;
 	esac
 }
 
 shell_jobs() { # shell_jobs FILE
-	local t=$1 name limit excl=0
+	local t=$1 name limit weight excl=0
 	name=$(basename "$t" .sh)
 	[ "$mode" = long ] && return
 	[ "$mode" = quick ] && ! grep -q '^# quick$' "$t" && return
 	[ ${#pats[@]} -eq 0 ] && grep -q '^# long: yes' "$t" && return
 	limit=$(sed -n 's/^# timeout: *\([0-9][0-9]*\).*/\1/p' "$t" | head -n1)
+	weight=$(sed -n 's/^# jobs: *\([1-9][0-9]*\).*/\1/p' "$t" | head -n1)
 	grep -q '^# exclusive:' "$t" && excl=1
-	add_job "$name" "$t" "${limit:-1200}" "$excl" "$t"
+	add_job "$name" "$t" "${limit:-1200}" "$excl" "${weight:-1}" "$t"
 }
 
 for t in build/tests/t_*; do
@@ -162,14 +166,17 @@ declare -A last
 if [ -r "$times" ]; then
 	while IFS=$'\t' read -r n s _; do last[$n]=$s; done <"$times"
 fi
-guess() { # seconds, for a run without times.tsv: the long ones first
+guess() { # seconds, for a run without times.tsv (a fresh clone): a 2-core run's
 	case $1 in
-	t_ftl_parity-san.gc_hole | test-nbd-align | test-fuzz-smoke) echo 400 ;;
-	t_ftl_parity-san.*dead_at_open* | t_ftl_parity.gc_hole) echo 250 ;;
-	t_ftl_parity-san.* | t_ftl_model.* | test-nbd-gc-reads | test-write-amplification | \
-		test-flashback | test-kernel-clients) echo 120 ;;
-	t_*) echo 20 ;;
-	*) echo 60 ;;
+	test-kernel-clients) echo 220 ;; # with the VM cache's first build
+	test-nbd-align) echo 180 ;;
+	test-fuzz-smoke | t_ftl_model.c[67] | test-nandsim) echo 120 ;;
+	test-flashback | test-write-amplification | test-nbd-gc-reads | test-systemd) echo 90 ;;
+	t_ftl_parity-san.*dead_at_open* | t_ftl_parity.gc_hole | test-nbd-* | test-manage* | \
+		test-dashboard) echo 40 ;;
+	t_ftl_parity-san.* | t_ftl_model*) echo 20 ;;
+	t_*) echo 5 ;;
+	*) echo 20 ;;
 	esac
 }
 order=$(for ((j = 0; j < njobs; j++)); do
@@ -182,7 +189,7 @@ pass=0 fail=0 skip=0
 failed=() skipped=()
 declare -A pid_job
 J_SECS=() J_RES=()
-running=0
+running=0 # the weights of the jobs that run
 sum=0
 
 start_job() {
@@ -191,7 +198,7 @@ start_job() {
 	timeout -k 10 "${J_LIMIT[j]}" ${J_CMD[j]} >"$logs/${J_NAME[j]}.log" 2>&1 </dev/null &
 	pid_job[$!]=$j
 	J_START[j]=$EPOCHREALTIME
-	running=$((running + 1))
+	running=$((running + J_WEIGHT[j]))
 }
 
 finish_job() { # finish_job JOB RC
@@ -199,7 +206,7 @@ finish_job() { # finish_job JOB RC
 	secs=$(awk -v a="${J_START[j]}" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
 	J_SECS[j]=$secs
 	sum=$(awk -v a="$sum" -v b="$secs" 'BEGIN { print a + b }')
-	running=$((running - 1))
+	running=$((running - J_WEIGHT[j]))
 	if [ "$rc" -eq 77 ] && [ "${FLASHD_NO_SKIP:-}" != 1 ]; then
 		why=$(grep -a '^SKIP: ' "$logs/$name.log" | tail -n1 | sed 's/^SKIP: //')
 		skip=$((skip + 1))
@@ -250,7 +257,7 @@ for j in "${queue[@]}"; do
 		reap
 		continue
 	fi
-	while [ $running -ge "$slots" ]; do reap; done
+	while [ $running -gt 0 ] && [ $((running + J_WEIGHT[j])) -gt "$slots" ]; do reap; done
 	start_job "$j"
 done
 while [ $running -gt 0 ]; do reap; done

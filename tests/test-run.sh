@@ -17,9 +17,10 @@
 #      the run's seed (T_SEED=N) under --long, which no job sees in its
 #      environment;
 #   3. jobs run in parallel (three 2-second tests at once with -j 3), a
-#      test marked "# exclusive" runs with nothing else, "# timeout: N"
-#      stops a test (times jobs/cores with more jobs than cores), one
-#      marked "# long: yes" runs only when named;
+#      test marked "# exclusive" runs with nothing else, one marked
+#      "# jobs: 2" beside one other job at most (with -j 1 alone),
+#      "# timeout: N" stops a test (times jobs/cores with more jobs than
+#      cores), one marked "# long: yes" runs only when named;
 #   4. build/test-logs/times.tsv has name, seconds and result per job, and
 #      a run of some tests keeps the lines of the others; every run
 #      writes it.
@@ -60,6 +61,7 @@ fake_test "$W/tests/test-slow1.sh" "$(traced slow1 2)"
 fake_test "$W/tests/test-slow2.sh" "$(traced slow2 2)"
 fake_test "$W/tests/test-slow3.sh" "$(traced slow3 2)"
 fake_test "$W/tests/test-alone.sh" '# exclusive: the fake test of exclusive' "$(traced alone 1)"
+fake_test "$W/tests/test-twojobs.sh" '# jobs: 2 (the fake test of jobs)' "$(traced twojobs 1)"
 fake_test "$W/tests/test-hang.sh" '# timeout: 1' 'sleep 30'
 fake_test "$W/tests/test-pair.sh" '# long: yes (make check-drbd)' 'echo ran >"$(dirname "$0")/pair-ran"'
 
@@ -160,6 +162,24 @@ for name, v in iv.items():
     if name != "alone" and v["start"] < a["end"] and a["start"] < v["end"]:
         sys.exit("%s ran from %.2f to %.2f, alone from %.2f to %.2f" % (name, v["start"], v["end"], a["start"], a["end"]))
 PY
+# a job of weight 2 first (the longest: no time yet), one beside it, the
+# third after it
+rm -f "$W/trace"
+run -- -j 3 test-twojobs test-slow1 test-slow2
+[ "$(tail -n1 <<<"$out")" = "3 passed, 0 failed, 0 skipped" ] || fail "# jobs: 2: $(tail -n1 <<<"$out")"
+$PYTHON - "$W/trace" <<'PY' || fail "# jobs: 2: not run as it should (the trace above)"
+import sys
+iv = {}
+for line in open(sys.argv[1]):
+    name, what, t = line.split()
+    iv.setdefault(name, {})[what] = float(t)
+two = iv["twojobs"]
+beside = [n for n, v in iv.items() if n != "twojobs" and v["start"] < two["end"] and two["start"] < v["end"]]
+if len(beside) != 1:
+    sys.exit("twojobs (2 of 3 jobs) ran beside %s: %s" % (beside or "none", iv))
+PY
+run -- -j 1 test-twojobs
+[ "$(tail -n1 <<<"$out")" = "1 passed, 0 failed, 0 skipped" ] || fail "# jobs: 2 with -j 1: $(tail -n1 <<<"$out")"
 run -- -j 1 test-hang
 want_line '^FAIL test-hang .*timed out after 1s' "the time limit"
 # twice as many jobs as cores: twice the limit for a job that shares them
@@ -169,7 +189,7 @@ run -- -j 4
 ! grep -q 'test-pair' <<<"$out" && [ ! -e "$W/tests/pair-ran" ] || fail "a '# long: yes' test ran in a run of all"
 run -- test-pair
 want_line '^PASS test-pair ' "a '# long: yes' test named"
-ok "in parallel (4 tests in $secs s), exclusive alone, time limit kept and scaled"
+ok "in parallel (4 tests in $secs s), exclusive alone, '# jobs: 2' beside one, time limit kept and scaled"
 
 # ---- 4. times.tsv -----------------------------------------------------------------
 tsv=$W/build/test-logs/times.tsv

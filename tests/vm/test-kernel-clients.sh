@@ -3,7 +3,7 @@
 # one throw-away VM (qemu TCG): the kernel NBD client, and LIO iSCSI through
 # tcmu-runner + handler_flashd.so.  Run by tests/run.sh (make check).
 # timeout: 1500
-# exclusive: a TCG VM takes a core, and the guest's timeouts are real time
+# jobs: 2 (a TCG VM takes a core of its own; the guest's timeouts are real time)
 #
 #   tests/vm/test-kernel-clients.sh
 #

@@ -4,7 +4,7 @@
 # ECC and bad-block code) in the test VM (qemu TCG).  Run by tests/run.sh
 # (make check).
 # timeout: 1100
-# exclusive: a TCG VM takes a core, and the guest's timeouts are real time
+# jobs: 2 (a TCG VM takes a core of its own; the guest's timeouts are real time)
 #
 #   tests/vm/test-nandsim.sh
 #

@@ -2,7 +2,7 @@
 # test-systemd.sh - flashd.service under a real systemd (PID 1) in the test
 # VM (qemu TCG).  Run by tests/run.sh (make check).
 # timeout: 900
-# exclusive: a TCG VM takes a core, and the guest's timeouts are real time
+# jobs: 2 (a TCG VM takes a core of its own; the guest's timeouts are real time)
 #
 #   tests/vm/test-systemd.sh
 #
