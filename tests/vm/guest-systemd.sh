@@ -198,7 +198,9 @@ fi
 ISCSI_LUN=/usr/share/doc/flashd/examples/iscsi-lun.sh
 IQN=iqn.2024-01.org.flashd:vmsystemd
 LUN_CFG=dimm1
-RESTART_MIB=4
+# at fio_restart's 1 MiB/s: 12 s of writes, so I/O is still being issued
+# while a slow `systemctl restart` (a loaded host) has flashd down
+RESTART_MIB=12
 # restart_flashd: what the admin types; the old flashd must exit cleanly
 # (systemd: "Deactivated successfully"; a manual restart resets NRestarts,
 # so that cannot tell) and the unit be active again with a new main PID
