@@ -56,7 +56,7 @@
 
 static const char *prog = "flashctl";
 
-int cmd_bench(int argc, char **argv); /* flashctl_bench.c */
+int cmd_bench(int argc, char **argv); /* bench.c */
 
 static void usage(FILE *out)
 {
