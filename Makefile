@@ -35,9 +35,11 @@ LIB_SRCS := $(wildcard common/*.c) $(wildcard hw/*.c) $(wildcard ftl/*.c)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 LIB      := $(BUILD)/libflashd.a
 
-FLASHCTL_SRCS := $(wildcard server/flashctl*.c)
+# flashctl (tools/flashctl/): the management tool, a client of flashd's
+# control socket and of the library; no server code is linked into it.
+FLASHCTL_SRCS := $(wildcard tools/flashctl/*.c)
 FLASHCTL_OBJS := $(FLASHCTL_SRCS:%.c=$(BUILD)/obj/%.o)
-SERVER_SRCS := $(filter-out $(FLASHCTL_SRCS),$(wildcard server/*.c))
+SERVER_SRCS := $(wildcard server/*.c)
 SERVER_OBJS := $(SERVER_SRCS:%.c=$(BUILD)/obj/%.o)
 
 # The dashboard (server/dashboard/: HTML, JS, CSS) is embedded into flashd as

@@ -48,8 +48,7 @@
 #include "common/units.h"
 #include "ftl/ftl.h"
 #include "hw/nand_sim.h" /* the simulator only: virtual clock, metadata-only media */
-
-int cmd_bench(int argc, char **argv);
+#include "tools/flashctl/flashctl.h"
 
 static void bdie(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void bdie(const char *fmt, ...)
@@ -61,16 +60,6 @@ static void bdie(const char *fmt, ...)
 	fputc('\n', stderr);
 	va_end(ap);
 	exit(1);
-}
-
-static uint64_t rnd(uint64_t *s)
-{
-	uint64_t x = *s;
-	x ^= x >> 12;
-	x ^= x << 25;
-	x ^= x >> 27;
-	*s = x;
-	return x * 0x2545F4914F6CDD1Dull;
 }
 
 /* ---- latency statistics --------------------------------------------------- */
@@ -372,15 +361,40 @@ static const char *wl_name(enum wl w)
 	return "?";
 }
 
-int cmd_bench(int argc, char **argv)
+const char bench_help[] =
+	"usage: flashctl bench --preset P [--op PCT] [--sector-size 512|4096]\n"
+	"         [--blocks-per-die N] [--workload randwrite|randread|rw70|seqwrite|seqread|\n"
+	"          fileserver|webserver]\n"
+	"         [--bs SIZE] [--qd N] [--precondition PASSES] [--duration SECONDS]\n"
+	"         [--interval SECONDS] [--seed S] [--hotcold W/S] [--parity-width 0|1]\n"
+	"         [--span SIZE] [--fresh] [--csv FILE] [--json]\n";
+
+struct bench_opts {
+	const char *preset, *csv_path;
+	double op, passes, duration, interval; /* op 0: the device's stock */
+	uint64_t seed, qd, bpd, bs, span;      /* span 0: the capacity; bs 0: the workload's */
+	uint64_t parity;
+	uint32_t sector;
+	enum wl wl;
+	bool json, fresh, full_data;
+	double hot_w, hot_s;                   /* --hotcold W/S in percent; 0: uniform */
+};
+
+static enum wl wl_parse(const char *s)
 {
-	const char *preset = NULL, *csv_path = NULL;
-	double op = 0, passes = 2, duration = 30, interval = 1; /* op 0: the device's stock */
-	uint64_t v, seed = 1, qd = 128, bpd = 0, bs = 0, span = 0; /* span 0: the capacity */
-	uint32_t sector = 4096;
-	enum wl wl = WL_RANDWRITE;
-	bool json = false, fresh = false;
-	double hot_w = 0, hot_s = 0;
+	static const enum wl all[] = { WL_RANDWRITE, WL_RANDREAD, WL_RW70, WL_SEQWRITE, WL_SEQREAD,
+				       WL_FILESERVER, WL_WEBSERVER };
+	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+		if (!strcmp(s, wl_name(all[i])))
+			return all[i];
+	bdie("unknown --workload '%s'", s);
+}
+
+static void bench_parse(struct invocation *inv, int argc, char **argv, struct bench_opts *o)
+{
+	*o = (struct bench_opts){ .passes = 2, .duration = 30, .interval = 1, .seed = 1, .qd = 128,
+				  .sector = 4096, .wl = WL_RANDWRITE };
+	uint64_t v;
 	static const struct option opts[] = {
 		{ "preset", required_argument, 0, 'p' },
 		{ "op", required_argument, 0, 'o' },
@@ -394,214 +408,186 @@ int cmd_bench(int argc, char **argv)
 		{ "interval", required_argument, 0, 'i' },
 		{ "seed", required_argument, 0, 's' },
 		{ "csv", required_argument, 0, 'c' },
-		{ "json", no_argument, 0, 'j' },
 		{ "full-data", no_argument, 0, 'F' },
 		{ "hotcold", required_argument, 0, 'H' },
 		{ "parity-width", required_argument, 0, 'P' },
 		{ "span", required_argument, 0, 'z' },
 		{ "fresh", no_argument, 0, 'f' },
-		{ "help", no_argument, 0, 'h' },
 		{ 0, 0, 0, 0 },
 	};
 	int c;
-	bool full_data = false;
-	uint64_t parity = 0;
-	while ((c = getopt_long(argc, argv, "p:o:b:B:w:S:q:k:d:i:s:c:jFH:P:z:fh", opts, NULL)) != -1) {
+	while ((c = verb_getopt(inv, argc, argv, "p:o:b:B:w:S:q:k:d:i:s:c:FH:P:z:f", opts)) != -1) {
 		switch (c) {
-		case 'p': preset = optarg; break;
+		case 'p': o->preset = optarg; break;
 		case 'o':
-			if (parse_double(optarg, FTL_MIN_OP_PERCENT, FTL_MAX_OP_PERCENT, &op))
+			if (parse_double(optarg, FTL_MIN_OP_PERCENT, FTL_MAX_OP_PERCENT, &o->op))
 				bdie("bad --op '%s'", optarg);
 			break;
 		case 'b':
 			if (parse_uint(optarg, 512, 4096, &v) || (v != 512 && v != 4096))
 				bdie("bad --sector-size '%s': 512 or 4096", optarg);
-			sector = (uint32_t)v;
+			o->sector = (uint32_t)v;
 			break;
 		case 'B':
-			if (parse_uint(optarg, 16, 1u << 20, &bpd))
+			if (parse_uint(optarg, 16, 1u << 20, &o->bpd))
 				bdie("bad --blocks-per-die '%s'", optarg);
 			break;
-		case 'w':
-			if (!strcmp(optarg, "randwrite")) wl = WL_RANDWRITE;
-			else if (!strcmp(optarg, "randread")) wl = WL_RANDREAD;
-			else if (!strcmp(optarg, "rw70")) wl = WL_RW70;
-			else if (!strcmp(optarg, "seqwrite")) wl = WL_SEQWRITE;
-			else if (!strcmp(optarg, "seqread")) wl = WL_SEQREAD;
-			else if (!strcmp(optarg, "fileserver")) wl = WL_FILESERVER;
-			else if (!strcmp(optarg, "webserver")) wl = WL_WEBSERVER;
-			else bdie("unknown --workload '%s'", optarg);
-			break;
+		case 'w': o->wl = wl_parse(optarg); break;
 		case 'S':
-			if (parse_byte_size(optarg, 4096, 32u << 20, &bs) || bs % 4096)
+			if (parse_byte_size(optarg, 4096, 32u << 20, &o->bs) || o->bs % 4096)
 				bdie("bad --bs '%s': a multiple of 4K up to 32M", optarg);
 			break;
 		case 'q':
-			if (parse_uint(optarg, 1, 4096, &qd))
+			if (parse_uint(optarg, 1, 4096, &o->qd))
 				bdie("bad --qd '%s': 1 to 4096", optarg);
 			break;
 		case 'k':
-			if (parse_double(optarg, 0, 100, &passes))
+			if (parse_double(optarg, 0, 100, &o->passes))
 				bdie("bad --precondition '%s'", optarg);
 			break;
 		case 'd':
-			if (parse_double(optarg, 0.001, 1e6, &duration))
+			if (parse_double(optarg, 0.001, 1e6, &o->duration))
 				bdie("bad --duration '%s'", optarg);
 			break;
 		case 'i':
-			if (parse_double(optarg, 0.001, 1e6, &interval))
+			if (parse_double(optarg, 0.001, 1e6, &o->interval))
 				bdie("bad --interval '%s'", optarg);
 			break;
 		case 's':
-			if (parse_uint(optarg, 1, UINT64_MAX, &seed))
+			if (parse_uint(optarg, 1, UINT64_MAX, &o->seed))
 				bdie("bad --seed '%s'", optarg);
 			break;
-		case 'c': csv_path = optarg; break;
-		case 'j': json = true; break;
-		case 'F': full_data = true; break; /* keep page data (small devices) */
+		case 'c': o->csv_path = optarg; break;
+		case 'F': o->full_data = true; break; /* keep page data (small devices) */
 		case 'H':
-			if (sscanf(optarg, "%lf/%lf", &hot_w, &hot_s) != 2 || !(hot_w > 0 && hot_w < 100) ||
-			    !(hot_s > 0 && hot_s < 100))
+			if (sscanf(optarg, "%lf/%lf", &o->hot_w, &o->hot_s) != 2 || !(o->hot_w > 0 && o->hot_w < 100) ||
+			    !(o->hot_s > 0 && o->hot_s < 100))
 				bdie("bad --hotcold '%s': W/S, W%% of the random writes to S%% of the "
 				     "sectors (e.g. 80/20)", optarg);
 			break;
 		case 'P':
-			if (parse_uint(optarg, 0, 1, &parity))
+			if (parse_uint(optarg, 0, 1, &o->parity))
 				bdie("bad --parity-width '%s': 0 or 1", optarg);
 			break;
 		case 'z':
-			if (parse_byte_size(optarg, 1u << 20, UINT64_MAX, &span) || span % (1u << 20))
+			if (parse_byte_size(optarg, 1u << 20, UINT64_MAX, &o->span) || o->span % (1u << 20))
 				bdie("bad --span '%s': a multiple of 1M", optarg);
 			break;
-		case 'f': fresh = true; break;
-		case 'h':
-			printf("usage: flashctl bench --preset P [--op PCT] [--sector-size 512|4096]\n"
-			       "         [--blocks-per-die N] [--workload randwrite|randread|rw70|seqwrite|seqread|\n"
-			       "          fileserver|webserver]\n"
-			       "         [--bs SIZE] [--qd N] [--precondition PASSES] [--duration SECONDS]\n"
-			       "         [--interval SECONDS] [--seed S] [--hotcold W/S] [--parity-width 0|1]\n"
-			       "         [--span SIZE] [--fresh] [--csv FILE] [--json]\n");
-			return 0;
-		default: return 2;
+		case 'f': o->fresh = true; break;
 		}
 	}
-	if (!preset)
+	o->json = inv->json;
+	if (!o->preset)
 		bdie("--preset is needed");
 	if (optind != argc)
 		bdie("unexpected argument '%s'", argv[optind]);
-	if (fresh && wl != WL_RANDWRITE && wl != WL_SEQWRITE)
+	if (o->fresh && o->wl != WL_RANDWRITE && o->wl != WL_SEQWRITE)
 		bdie("--fresh needs a write workload (randwrite, seqwrite): reads of never-written "
 		     "sectors do not touch the NAND; for reads, --span SIZE fills only SIZE");
-	if (!bs)
-		bs = (wl == WL_SEQWRITE || wl == WL_SEQREAD) ? 2u << 20 : 4096;
+	if (!o->bs)
+		o->bs = (o->wl == WL_SEQWRITE || o->wl == WL_SEQREAD) ? 2u << 20 : 4096;
+}
 
-	struct bench b = { .seed = seed, .wl = wl, .bs = (uint32_t)bs, .qd = (uint32_t)qd,
-			   .sector = sector };
-	struct nand_sim_config nc = { .preset = preset, .timing = true, .virtual_time = true,
-				      .metadata_only = !full_data, .meta_spare_bytes = 40,
-				      .blocks_per_die = (uint32_t)bpd, .seed = seed };
+/* The simulated device, formatted and open, and the requests' buffers. */
+static void bench_setup(struct bench *b, const struct bench_opts *o)
+{
+	*b = (struct bench){ .seed = o->seed, .wl = o->wl, .bs = (uint32_t)o->bs, .qd = (uint32_t)o->qd,
+			     .sector = o->sector };
+	struct nand_sim_config nc = { .preset = o->preset, .timing = true, .virtual_time = true,
+				      .metadata_only = !o->full_data, .meta_spare_bytes = 40,
+				      .blocks_per_die = (uint32_t)o->bpd, .seed = o->seed };
 	char err[512];
-	if (nand_sim_open(&nc, &b.dev, err, sizeof err))
+	if (nand_sim_open(&nc, &b->dev, err, sizeof err))
 		bdie("%s", err);
-	struct ftl_format_params fp = { .sector_size = sector, .op_percent = op,
-					.parity_width = (uint32_t)parity };
-	if (ftl_format(b.dev, &fp, err, sizeof err))
+	struct ftl_format_params fp = { .sector_size = o->sector, .op_percent = o->op,
+					.parity_width = (uint32_t)o->parity };
+	if (ftl_format(b->dev, &fp, err, sizeof err))
 		bdie("format: %s", err);
-	if (ftl_open(b.dev, NULL, &b.f, err, sizeof err))
+	if (ftl_open(b->dev, NULL, &b->f, err, sizeof err))
 		bdie("open: %s", err);
-	ftl_get_info(b.f, &b.info);
-	b.units = b.info.units;
-	if (span) {
-		if (span / 4096 > b.info.units)
-			bdie("--span %" PRIu64 " is larger than the capacity (%" PRIu64 " bytes)", span,
-			     b.info.capacity);
-		b.units = span / 4096;
+	ftl_get_info(b->f, &b->info);
+	b->units = b->info.units;
+	if (o->span) {
+		if (o->span / 4096 > b->info.units)
+			bdie("--span %" PRIu64 " is larger than the capacity (%" PRIu64 " bytes)", o->span,
+			     b->info.capacity);
+		b->units = o->span / 4096;
 	}
-	if ((uint64_t)bs / 4096 > b.units)
+	if (o->bs / 4096 > b->units)
 		bdie("--bs is larger than the span");
-	if (hot_w > 0) {
-		b.hot_w = hot_w / 100;
-		b.hot_units = (uint64_t)(hot_s / 100 * (double)b.units);
-		if (!b.hot_units)
-			b.hot_units = 1;
+	if (o->hot_w > 0) {
+		b->hot_w = o->hot_w / 100;
+		b->hot_units = (uint64_t)(o->hot_s / 100 * (double)b->units);
+		if (!b->hot_units)
+			b->hot_units = 1;
 	}
-	b.reqs = calloc(qd, sizeof *b.reqs);
-	b.free_idx = calloc(qd, sizeof *b.free_idx);
+	b->reqs = calloc(o->qd, sizeof *b->reqs);
+	b->free_idx = calloc(o->qd, sizeof *b->free_idx);
 	/* the largest request: the fill's 128 KiB, bs, a profile's 512 KiB */
-	size_t maxreq = bs > (512u << 10) ? bs : 512u << 10;
-	b.wbuf = aligned_alloc(4096, maxreq);
-	if (!b.reqs || !b.free_idx || !b.wbuf)
+	size_t maxreq = o->bs > (512u << 10) ? o->bs : 512u << 10;
+	b->wbuf = aligned_alloc(4096, maxreq);
+	if (!b->reqs || !b->free_idx || !b->wbuf)
 		bdie("out of memory");
-	memset(b.wbuf, 0x5A, maxreq);
-	for (uint32_t i = 0; i < qd; i++) {
-		b.reqs[i].idx = (int)i;
-		b.reqs[i].rbuf = aligned_alloc(4096, maxreq);
-		if (!b.reqs[i].rbuf)
+	memset(b->wbuf, 0x5A, maxreq);
+	for (uint32_t i = 0; i < o->qd; i++) {
+		b->reqs[i].idx = (int)i;
+		b->reqs[i].rbuf = aligned_alloc(4096, maxreq);
+		if (!b->reqs[i].rbuf)
 			bdie("out of memory");
-		b.free_idx[b.nfree++] = (int)i;
+		b->free_idx[b->nfree++] = (int)i;
 	}
-	const struct nand_geometry *g = &b.dev->geo;
-	const struct nand_preset *pr = nand_preset_find(preset);
+	const struct nand_geometry *g = &b->dev->geo;
 	fprintf(stderr, "bench: %s, %u dies, %u blocks/die, %s user, %u-byte sectors, %.1f%% OP, "
 			"parity %u, %s %" PRIu64 " B QD%" PRIu64 " over %s%s\n",
-		preset, nand_dies(g), g->blocks_per_die, SIZE_TEXT((double)b.info.capacity), sector,
-		b.info.op_percent, b.info.parity_width, wl_name(wl), bs, qd,
-		SIZE_TEXT((double)b.units * 4096), fresh ? ", fresh" : "");
+		o->preset, nand_dies(g), g->blocks_per_die, SIZE_TEXT((double)b->info.capacity), o->sector,
+		b->info.op_percent, b->info.parity_width, wl_name(o->wl), o->bs, o->qd,
+		SIZE_TEXT((double)b->units * 4096), o->fresh ? ", fresh" : "");
+}
 
-	if (csv_path) {
-		csv = fopen(csv_path, "w");
-		if (!csv)
-			bdie("cannot write %s", csv_path);
-		fprintf(csv, "phase,t_s,iops,lat_mean_ms,lat_sd_ms,lat_p99_ms,lat_max_ms,wa,die_util_pct,checkpoints\n");
-	}
-	uint64_t iv_ns = (uint64_t)(interval * 1e9);
-	/* precondition: fill sequentially, then random writes to steady state */
+/* Fill sequentially, then random writes to steady state (unless --fresh). */
+static void bench_precondition(struct bench *b, const struct bench_opts *o, uint64_t iv_ns)
+{
 	double t0 = (double)nand_now_ns();
-	uint32_t save_bs = b.bs;
-	b.bs = 128 << 10;
-	if (!fresh)
-		run(&b, WL_SEQWRITE, b.units * 4096 / b.bs, 0, 0, NULL, NULL);
-	b.bs = save_bs;
-	enum wl pre = (wl == WL_SEQWRITE || wl == WL_SEQREAD) ? WL_SEQWRITE : WL_RANDWRITE;
+	uint32_t save_bs = b->bs;
+	b->bs = 128 << 10;
+	if (!o->fresh)
+		run(b, WL_SEQWRITE, b->units * 4096 / b->bs, 0, 0, NULL, NULL);
+	b->bs = save_bs;
+	enum wl pre = (o->wl == WL_SEQWRITE || o->wl == WL_SEQREAD) ? WL_SEQWRITE : WL_RANDWRITE;
 	/* (run() with no op count and no deadline would never stop) */
-	if (!fresh && pre == WL_RANDWRITE && passes > 0) {
-		b.bs = 4096;
-		iv_prev = take(&b, nand_now(b.dev));
-		memset(&b.lat_iv, 0, sizeof b.lat_iv);
-		uint64_t pre_tick = nand_now(b.dev) + iv_ns;
-		run(&b, WL_RANDWRITE, (uint64_t)(passes * (double)b.units), 0, iv_ns,
+	if (!o->fresh && pre == WL_RANDWRITE && o->passes > 0) {
+		b->bs = 4096;
+		iv_prev = take(b, nand_now(b->dev));
+		memset(&b->lat_iv, 0, sizeof b->lat_iv);
+		uint64_t pre_tick = nand_now(b->dev) + iv_ns;
+		run(b, WL_RANDWRITE, (uint64_t)(o->passes * (double)b->units), 0, iv_ns,
 		    csv ? tick : NULL, &pre_tick);
-		b.bs = save_bs;
+		b->bs = save_bs;
 	}
 	fprintf(stderr, "bench: preconditioned in %.0f s of CPU, %.1f s virtual\n",
-		((double)nand_now_ns() - t0) / 1e9, (double)nand_now(b.dev) / 1e9);
+		((double)nand_now_ns() - t0) / 1e9, (double)nand_now(b->dev) / 1e9);
+}
 
-	/* measure */
-	uint64_t start = nand_now(b.dev);
-	struct snap s0 = take(&b, start);
-	uint64_t s0_bytes = b.bytes_done;
-	iv_prev = s0;
-	memset(&b.lat_iv, 0, sizeof b.lat_iv);
-	b.measuring = true;
-	uint64_t next_tick = start + iv_ns;
-	run(&b, wl, 0, start + (uint64_t)(duration * 1e9), iv_ns, tick, &next_tick);
-	b.measuring = false;
-	struct snap s1 = take(&b, nand_now(b.dev));
-	if (csv)
-		fclose(csv);
-
-	double secs = (double)(s1.t - s0.t) / 1e9;
-	double iops = (double)(s1.ops - s0.ops) / secs;
-	uint64_t hp = s1.host_pages - s0.host_pages, np = s1.nand_pages - s0.nand_pages;
+/* The measured window s0..s1 (bytes: what it transferred) against the
+ * physical bound for its WA (the formulas at the top of this file). */
+static void bench_report(const struct bench *b, const struct bench_opts *o, const struct snap *s0,
+			 const struct snap *s1, uint64_t bytes)
+{
+	const struct nand_geometry *g = &b->dev->geo;
+	const struct nand_preset *pr = nand_preset_find(o->preset);
+	enum wl wl = o->wl;
+	double secs = (double)(s1->t - s0->t) / 1e9;
+	double iops = (double)(s1->ops - s0->ops) / secs;
+	uint64_t hp = s1->host_pages - s0->host_pages, np = s1->nand_pages - s0->nand_pages;
 	double wa = hp ? (double)np / (double)hp : 0;
-	double util = (double)(s1.busy - s0.busy) / 1e9 / ((double)nand_dies(g) * secs);
+	double util = (double)(s1->busy - s0->busy) / 1e9 / ((double)nand_dies(g) * secs);
 	/* physical bounds for this WA (per host request of bs bytes) */
-	double units_per_req = (double)b.bs / 4096;
+	double units_per_req = (double)b->bs / 4096;
 	double rd = wl == WL_RANDREAD || wl == WL_SEQREAD || wl == WL_WEBSERVER ? 1 :
 		    wl == WL_RW70 ? 0.7 : wl == WL_FILESERVER ? 0.8 : 0;
 	if (wl == WL_FILESERVER || wl == WL_WEBSERVER) {
 		/* pages touched per request, on average (at least one) */
-		double mean = mix_mean(wl == WL_FILESERVER ? fileserver_mix : webserver_mix, sector);
+		double mean = mix_mean(wl == WL_FILESERVER ? fileserver_mix : webserver_mix, o->sector);
 		units_per_req = mean < 4096 ? 1 : mean / 4096;
 	}
 	double wr = 1 - rd;
@@ -620,8 +606,8 @@ int cmd_bench(int argc, char **argv)
 	double die_bound = die_time > 0 ? nand_dies(g) / die_time : 0;
 	double chan_bound = chan_time > 0 ? g->channels / chan_time : INFINITY;
 	double bound = die_bound < chan_bound ? die_bound : chan_bound;
-	double mb_s = (double)(b.bytes_done - s0_bytes) / secs / 1e6;
-	if (json) {
+	double mb_s = (double)bytes / secs / 1e6;
+	if (o->json) {
 		printf("{\"preset\": \"%s\", \"dies\": %u, \"blocks_per_die\": %u, \"capacity_bytes\": %" PRIu64
 		       ", \"sector_size\": %u, \"op_percent\": %.2f, \"parity_width\": %u, "
 		       "\"workload\": \"%s\", \"bs\": %u, "
@@ -633,36 +619,67 @@ int cmd_bench(int argc, char **argv)
 		       "\"write_amplification\": %.3f, \"die_util_pct\": %.1f, "
 		       "\"bound_die_iops\": %.0f, \"bound_channel_iops\": %.0f, \"bound_iops\": %.0f, "
 		       "\"share_of_bound\": %.3f, \"bound_brief_iops\": %.0f, \"failed\": %" PRIu64 "}\n",
-		       preset, nand_dies(g), g->blocks_per_die, b.info.capacity, sector,
-		       b.info.op_percent, b.info.parity_width, wl_name(wl), b.bs, qd, b.units * 4096,
-		       fresh ? "true" : "false", fresh ? 0 : passes, secs, iops,
+		       o->preset, nand_dies(g), g->blocks_per_die, b->info.capacity, o->sector,
+		       b->info.op_percent, b->info.parity_width, wl_name(wl), b->bs, o->qd, b->units * 4096,
+		       o->fresh ? "true" : "false", o->fresh ? 0 : o->passes, secs, iops,
 		       mb_s,
-		       lat_mean(&b.lat_all) / 1e6, lat_sd(&b.lat_all) / 1e6,
-		       (double)lat_pct(&b.lat_all, 0.99) / 1e6, (double)b.lat_all.max / 1e6,
+		       lat_mean(&b->lat_all) / 1e6, lat_sd(&b->lat_all) / 1e6,
+		       (double)lat_pct(&b->lat_all, 0.99) / 1e6, (double)b->lat_all.max / 1e6,
 		       iv_sd_max / 1e6, iv_iops_min, iv_iops_max, wa, 100 * util, die_bound,
 		       isinf(chan_bound) ? -1.0 : chan_bound, bound, bound > 0 ? iops / bound : 0,
-		       brief_bound, b.failed);
-	} else {
-		printf("%s, %.1f%% OP, %u-byte sectors, %s %u B at QD%" PRIu64 " over %s%s, %.1f s "
-		       "virtual:\n", preset, b.info.op_percent, sector, wl_name(wl), b.bs, qd,
-		       SIZE_TEXT((double)b.units * 4096), fresh ? " (fresh)" : "", secs);
-		printf("  %.0f IOPS (%.1f MB/s); latency mean %.3f ms, sd %.3f ms, p99 %.3f ms, max %.3f ms\n",
-		       iops, mb_s, lat_mean(&b.lat_all) / 1e6, lat_sd(&b.lat_all) / 1e6,
-		       (double)lat_pct(&b.lat_all, 0.99) / 1e6, (double)b.lat_all.max / 1e6);
-		printf("  WA %.3f, dies %.1f%% busy; bound %.0f IOPS (dies %.0f, channels %.0f): "
-		       "%.0f%% of it; the brief's formula (no transfers) %.0f\n",
-		       wa, 100 * util, bound, die_bound, chan_bound, bound > 0 ? 100 * iops / bound : 0,
-		       brief_bound);
-		double ops = (double)(s1.ops - s0.ops);
-		printf("  per request: %.2f programs, %.2f page reads, %.2f spare reads, %.4f erases; "
-		       "die time %.0f us (bound's %.0f us)\n",
-		       (double)np / ops, (double)(s1.reads - s0.reads) / ops,
-		       (double)(s1.spare_reads - s0.spare_reads) / ops,
-		       (double)(s1.erases - s0.erases) / ops,
-		       (double)(s1.busy - s0.busy) / 1e3 / ops, die_time * 1e6);
-		if (b.failed)
-			printf("  %" PRIu64 " requests failed\n", b.failed);
+		       brief_bound, b->failed);
+		return;
 	}
+	printf("%s, %.1f%% OP, %u-byte sectors, %s %u B at QD%" PRIu64 " over %s%s, %.1f s "
+	       "virtual:\n", o->preset, b->info.op_percent, o->sector, wl_name(wl), b->bs, o->qd,
+	       SIZE_TEXT((double)b->units * 4096), o->fresh ? " (fresh)" : "", secs);
+	printf("  %.0f IOPS (%.1f MB/s); latency mean %.3f ms, sd %.3f ms, p99 %.3f ms, max %.3f ms\n",
+	       iops, mb_s, lat_mean(&b->lat_all) / 1e6, lat_sd(&b->lat_all) / 1e6,
+	       (double)lat_pct(&b->lat_all, 0.99) / 1e6, (double)b->lat_all.max / 1e6);
+	printf("  WA %.3f, dies %.1f%% busy; bound %.0f IOPS (dies %.0f, channels %.0f): "
+	       "%.0f%% of it; the brief's formula (no transfers) %.0f\n",
+	       wa, 100 * util, bound, die_bound, chan_bound, bound > 0 ? 100 * iops / bound : 0,
+	       brief_bound);
+	double ops = (double)(s1->ops - s0->ops);
+	printf("  per request: %.2f programs, %.2f page reads, %.2f spare reads, %.4f erases; "
+	       "die time %.0f us (bound's %.0f us)\n",
+	       (double)np / ops, (double)(s1->reads - s0->reads) / ops,
+	       (double)(s1->spare_reads - s0->spare_reads) / ops,
+	       (double)(s1->erases - s0->erases) / ops,
+	       (double)(s1->busy - s0->busy) / 1e3 / ops, die_time * 1e6);
+	if (b->failed)
+		printf("  %" PRIu64 " requests failed\n", b->failed);
+}
+
+int cmd_bench(struct invocation *inv, int argc, char **argv)
+{
+	struct bench_opts o;
+	bench_parse(inv, argc, argv, &o);
+	struct bench b;
+	bench_setup(&b, &o);
+	if (o.csv_path) {
+		csv = fopen(o.csv_path, "w");
+		if (!csv)
+			bdie("cannot write %s", o.csv_path);
+		fprintf(csv, "phase,t_s,iops,lat_mean_ms,lat_sd_ms,lat_p99_ms,lat_max_ms,wa,die_util_pct,checkpoints\n");
+	}
+	uint64_t iv_ns = (uint64_t)(o.interval * 1e9);
+	bench_precondition(&b, &o, iv_ns);
+
+	/* measure */
+	uint64_t start = nand_now(b.dev);
+	struct snap s0 = take(&b, start);
+	uint64_t s0_bytes = b.bytes_done;
+	iv_prev = s0;
+	memset(&b.lat_iv, 0, sizeof b.lat_iv);
+	b.measuring = true;
+	uint64_t next_tick = start + iv_ns;
+	run(&b, o.wl, 0, start + (uint64_t)(o.duration * 1e9), iv_ns, tick, &next_tick);
+	b.measuring = false;
+	struct snap s1 = take(&b, nand_now(b.dev));
+	if (csv)
+		fclose(csv);
+	bench_report(&b, &o, &s0, &s1, b.bytes_done - s0_bytes);
 	ftl_close(b.f);
 	nand_close(b.dev);
 	return 0;
