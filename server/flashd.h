@@ -298,7 +298,7 @@ struct handoff {
 /*
  * Server-side I/O counters of one export since flashd started (they go on
  * across detach and attach; the FTL's lifetime counters are in ftl_stats).
- * Written by the ioDimm thread only (conn.c, per request: no lock, no
+ * Written by the ioDimm thread only (conn_reply.c, per request: no lock, no
  * allocation), copied into snapshots by the same thread.  Two latencies,
  * in buckets whose upper bounds are lat_bounds_ns[] (the last bucket: above
  * them all):
@@ -565,7 +565,7 @@ struct dimm {
 	uint64_t ram_peak;
 	uint64_t gc_base_pages, gc_base_blocks; /* of FTL instances closed */
 	bool tick_armed;            /* conn.c's once-a-second tick is scheduled */
-	/* conn.c, buffer_limit: activated (from any ioDimm thread, under
+	/* conn_buf.c, buffer_limit: activated (from any ioDimm thread, under
 	 * server.budget_lock) to trim what this ioDimm's connections keep and
 	 * to retry those waiting; exists while the ioDimm has connections */
 	struct event *budget_ev;
@@ -607,7 +607,7 @@ uint16_t dimm_tflags(struct dimm *d, bool structured);
 void dimm_describe(struct dimm *d, char *buf, size_t len);
 /* ioDimm thread: drive the FTL, send ready replies, re-arm the timer */
 void dimm_kick(struct dimm *d);
-/* ioDimm thread (conn.c): the latency bucket of ns */
+/* ioDimm thread (conn_reply.c): the latency bucket of ns */
 int lat_bucket(uint64_t ns);
 /* The FTL's logger (ftl_set_logger): each message at its level, named by
  * the ioDimm whose thread logs it (every FTL runs on its ioDimm's thread):
@@ -654,11 +654,11 @@ struct server {
 	struct refusal_log denied_refusals; /* exports' access rules (handshake.c) */
 	struct addr_count **addr_tab; /* per-address connection counts (main.c) */
 	/* bytes of every request buffer that exists, in flight or kept for
-	 * reuse (conn.c, "Memory in total"), all ioDimm threads together
+	 * reuse (conn_buf.c, "Memory in total"), all ioDimm threads together
 	 * (atomic); about <= cfg.buffer_limit plus a little per connection */
 	uint64_t buf_bytes;
 	/* connections waiting for buffer_limit, first come first served
-	 * (conn.c), and the ioDimms' budget_ev: under budget_lock, taken
+	 * (conn_buf.c), and the ioDimms' budget_ev: under budget_lock, taken
 	 * alone.  budget_waiters (atomic reads): the queue's length, > 0
 	 * meaning "pressure" (nothing is kept for reuse) */
 	pthread_mutex_t budget_lock;
@@ -769,7 +769,7 @@ bool handshake_evict(struct server *srv, bool unix_sock, const uint8_t *addr, ui
  * TCP listener serves without TLS required (every host may use them). */
 void handshake_acl_warnings(const struct server_cfg *cfg);
 
-/* conn.c (ioDimm thread) */
+/* conn.c and conn_*.c (ioDimm thread) */
 void conn_adopt(struct dimm *d, struct handoff *h);
 void conn_flush_dirty(struct dimm *d);
 void conn_stop_all(struct dimm *d, const char *why);
