@@ -237,7 +237,7 @@ uint64_t parse_bytes(const char *s, bool *ok);
 
 /*
  * Every accepted socket holds one slot of max_connections and, over TCP,
- * one of its address's max_connections_per_address (main.c, under
+ * one of its address's max_connections_per_address (admit.c, under
  * server.lock) until it is closed; the slot travels with the socket
  * (handshake, handoff, transmission) and is given back exactly once
  * through server_conn_closed.  The address is IPv6 or IPv4-mapped IPv6
@@ -254,7 +254,7 @@ uint64_t parse_bytes(const char *s, bool *ok);
  * (handshake_evict; a client that negotiates takes milliseconds); if there
  * is none yet, the newcomer waits unanswered, with its connection slot, in
  * that budget's waiting room until a handshake slot frees or one passes
- * its grace (main.c, "waiting room").
+ * its grace (admit.c, "waiting room").
  */
 struct conn_slot {
 	uint8_t addr[16];
@@ -263,7 +263,7 @@ struct conn_slot {
 	bool handshaking;     /* holds a handshake slot */
 };
 
-/* main.c: connections held by slot's address (unix socket clients: all of
+/* admit.c: connections held by slot's address (unix socket clients: all of
  * them, as one address), and by the address that holds the most. */
 struct server;
 int server_conns_of(struct server *s, const struct conn_slot *slot);
@@ -617,7 +617,7 @@ void dimm_ftl_log(void *arg, int level, const char *msg);
 /* ---- server ------------------------------------------------------------- */
 
 /* Refusals logged at most once per 10 s, the others counted and summed up
- * in one line when the 10 s are over (main.c refusal_log; main thread). */
+ * in one line when the 10 s are over (admit.c refusal_log; main thread). */
 struct refusal_log {
 	const char *what;           /* what is counted: "connection(s)" */
 	const char *refused;        /* between who and why: ": refused: " */
@@ -652,7 +652,7 @@ struct server {
 	struct refusal_log nbd_refusals, ctl_refusals;
 	struct refusal_log name_refusals; /* names of no export (handshake.c) */
 	struct refusal_log denied_refusals; /* exports' access rules (handshake.c) */
-	struct addr_count **addr_tab; /* per-address connection counts (main.c) */
+	struct addr_count **addr_tab; /* per-address connection counts (admit.c) */
 	/* bytes of every request buffer that exists, in flight or kept for
 	 * reuse (conn_buf.c, "Memory in total"), all ioDimm threads together
 	 * (atomic); about <= cfg.buffer_limit plus a little per connection */
@@ -681,7 +681,7 @@ struct server {
 };
 
 /*
- * Reload (SIGHUP, POST /v1/reload; main.c): the configuration file flashd
+ * Reload (SIGHUP, POST /v1/reload; reload.c): the configuration file flashd
  * started with is read again through config_build, as at start-up; a file
  * with an error changes nothing (rc, error).  Otherwise what can change
  * while serving is applied (applied[]) and every other key that differs is
@@ -726,7 +726,7 @@ void listener_close(struct listener *l);
 /* Split a listen spec "ADDR[ tls=MODE]": ADDR into addr, the mode (or -1)
  * into *mode.  0, or -EINVAL with the reason in err. */
 int listen_split(const char *spec, char *addr, size_t addrlen, int *mode, char *err, size_t errlen);
-/* main.c: give a socket file its group (gid -1: keep) and mode; 0 or -errno
+/* listen.c: give a socket file its group (gid -1: keep) and mode; 0 or -errno
  * with err saying why */
 int socket_perms(const char *path, const char *what, int mode, long gid, char *err, size_t errlen);
 
