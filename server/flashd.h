@@ -237,7 +237,7 @@ uint64_t parse_bytes(const char *s, bool *ok);
 
 /*
  * Every accepted socket holds one slot of max_connections and, over TCP,
- * one of its address's max_connections_per_address (main.c, under
+ * one of its address's max_connections_per_address (admit.c, under
  * server.lock) until it is closed; the slot travels with the socket
  * (handshake, handoff, transmission) and is given back exactly once
  * through server_conn_closed.  The address is IPv6 or IPv4-mapped IPv6
@@ -254,7 +254,7 @@ uint64_t parse_bytes(const char *s, bool *ok);
  * (handshake_evict; a client that negotiates takes milliseconds); if there
  * is none yet, the newcomer waits unanswered, with its connection slot, in
  * that budget's waiting room until a handshake slot frees or one passes
- * its grace (main.c, "waiting room").
+ * its grace (admit.c, "waiting room").
  */
 struct conn_slot {
 	uint8_t addr[16];
@@ -263,7 +263,7 @@ struct conn_slot {
 	bool handshaking;     /* holds a handshake slot */
 };
 
-/* main.c: connections held by slot's address (unix socket clients: all of
+/* admit.c: connections held by slot's address (unix socket clients: all of
  * them, as one address), and by the address that holds the most. */
 struct server;
 int server_conns_of(struct server *s, const struct conn_slot *slot);
@@ -298,7 +298,7 @@ struct handoff {
 /*
  * Server-side I/O counters of one export since flashd started (they go on
  * across detach and attach; the FTL's lifetime counters are in ftl_stats).
- * Written by the ioDimm thread only (conn.c, per request: no lock, no
+ * Written by the ioDimm thread only (conn_reply.c, per request: no lock, no
  * allocation), copied into snapshots by the same thread.  Two latencies,
  * in buckets whose upper bounds are lat_bounds_ns[] (the last bucket: above
  * them all):
@@ -566,7 +566,7 @@ struct dimm {
 	uint64_t ram_peak;
 	uint64_t gc_base_pages, gc_base_blocks; /* of FTL instances closed */
 	bool tick_armed;            /* conn.c's once-a-second tick is scheduled */
-	/* conn.c, buffer_limit: activated (from any ioDimm thread, under
+	/* conn_buf.c, buffer_limit: activated (from any ioDimm thread, under
 	 * server.budget_lock) to trim what this ioDimm's connections keep and
 	 * to retry those waiting; exists while the ioDimm has connections */
 	struct event *budget_ev;
@@ -608,7 +608,7 @@ uint16_t dimm_tflags(struct dimm *d, bool structured);
 void dimm_describe(struct dimm *d, char *buf, size_t len);
 /* ioDimm thread: drive the FTL, send ready replies, re-arm the timer */
 void dimm_kick(struct dimm *d);
-/* ioDimm thread (conn.c): the latency bucket of ns */
+/* ioDimm thread (conn_reply.c): the latency bucket of ns */
 int lat_bucket(uint64_t ns);
 /* The FTL's logger (ftl_set_logger): each message at its level, named by
  * the ioDimm whose thread logs it (every FTL runs on its ioDimm's thread):
@@ -618,7 +618,7 @@ void dimm_ftl_log(void *arg, int level, const char *msg);
 /* ---- server ------------------------------------------------------------- */
 
 /* Refusals logged at most once per 10 s, the others counted and summed up
- * in one line when the 10 s are over (main.c refusal_log; main thread). */
+ * in one line when the 10 s are over (admit.c refusal_log; main thread). */
 struct refusal_log {
 	const char *what;           /* what is counted: "connection(s)" */
 	const char *refused;        /* between who and why: ": refused: " */
@@ -653,13 +653,13 @@ struct server {
 	struct refusal_log nbd_refusals, ctl_refusals;
 	struct refusal_log name_refusals; /* names of no export (handshake.c) */
 	struct refusal_log denied_refusals; /* exports' access rules (handshake.c) */
-	struct addr_count **addr_tab; /* per-address connection counts (main.c) */
+	struct addr_count **addr_tab; /* per-address connection counts (admit.c) */
 	/* bytes of every request buffer that exists, in flight or kept for
-	 * reuse (conn.c, "Memory in total"), all ioDimm threads together
+	 * reuse (conn_buf.c, "Memory in total"), all ioDimm threads together
 	 * (atomic); about <= cfg.buffer_limit plus a little per connection */
 	uint64_t buf_bytes;
 	/* connections waiting for buffer_limit, first come first served
-	 * (conn.c), and the ioDimms' budget_ev: under budget_lock, taken
+	 * (conn_buf.c), and the ioDimms' budget_ev: under budget_lock, taken
 	 * alone.  budget_waiters (atomic reads): the queue's length, > 0
 	 * meaning "pressure" (nothing is kept for reuse) */
 	pthread_mutex_t budget_lock;
@@ -682,7 +682,7 @@ struct server {
 };
 
 /*
- * Reload (SIGHUP, POST /v1/reload; main.c): the configuration file flashd
+ * Reload (SIGHUP, POST /v1/reload; reload.c): the configuration file flashd
  * started with is read again through config_build, as at start-up; a file
  * with an error changes nothing (rc, error).  Otherwise what can change
  * while serving is applied (applied[]) and every other key that differs is
@@ -727,7 +727,7 @@ void listener_close(struct listener *l);
 /* Split a listen spec "ADDR[ tls=MODE]": ADDR into addr, the mode (or -1)
  * into *mode.  0, or -EINVAL with the reason in err. */
 int listen_split(const char *spec, char *addr, size_t addrlen, int *mode, char *err, size_t errlen);
-/* main.c: give a socket file its group (gid -1: keep) and mode; 0 or -errno
+/* listen.c: give a socket file its group (gid -1: keep) and mode; 0 or -errno
  * with err saying why */
 int socket_perms(const char *path, const char *what, int mode, long gid, char *err, size_t errlen);
 
@@ -770,7 +770,7 @@ bool handshake_evict(struct server *srv, bool unix_sock, const uint8_t *addr, ui
  * TCP listener serves without TLS required (every host may use them). */
 void handshake_acl_warnings(const struct server_cfg *cfg);
 
-/* conn.c (ioDimm thread) */
+/* conn.c and conn_*.c (ioDimm thread) */
 void conn_adopt(struct dimm *d, struct handoff *h);
 void conn_flush_dirty(struct dimm *d);
 void conn_stop_all(struct dimm *d, const char *why);

@@ -324,7 +324,7 @@ static void describe_client(struct hs *h, char *buf, size_t len)
 
 /* A name that is no export (nl bytes; the empty one without a default
  * export): logged with the client through srv->name_refusals, at most one
- * line per 10 s (a client may try names in a loop; main.c refusal_log). */
+ * line per 10 s (a client may try names in a loop; admit.c refusal_log). */
 static void log_unknown(struct hs *h, const char *name, uint32_t nl, const char *opt)
 {
 	char why[400];
@@ -338,7 +338,7 @@ static void log_unknown(struct hs *h, const char *name, uint32_t nl, const char 
 
 /* A client export d's access rules refuse: logged through
  * srv->denied_refusals, at most one line per 10 s (a client, or many, may
- * retry in a loop; main.c refusal_log). */
+ * retry in a loop; admit.c refusal_log). */
 static void log_denied(struct hs *h, struct dimm *d, const char *opt)
 {
 	char who[300], why[400];

@@ -51,7 +51,7 @@
 
 struct metrics_http {
 	struct evhttp *http;
-	struct listener *watch[METRICS_MAX_LISTENERS]; /* accept back-off (main.c) */
+	struct listener *watch[METRICS_MAX_LISTENERS]; /* accept back-off (listen.c) */
 	int nwatch;
 	char hostname[256];         /* gethostname(), "" if none */
 	/* refusals, per kind (REFUSED_PEER, REFUSED_HOST): one line per 10 s */

@@ -1,7 +1,7 @@
 #!/bin/bash
 # timeout: 600
 # Several connections on one ioDimm with large replies: the send threads
-# (server/conn.c, struct tx).  A batch of replies of 256 KiB or more on an
+# (server/conn_tx.c, struct tx).  A batch of replies of 256 KiB or more on an
 # ioDimm with two connections or more leaves through the connection's own
 # send thread.  Checked through real clients:
 #   1. nbdcopy with 4 connections and 4 MiB requests writes and reads back a
