@@ -34,9 +34,9 @@
  *     takes device (the MTD character device) and neither of those;
  *   - two ioDimms may not use the same image file (or device), however it
  *     is named.
- * The command line wins over the file for every key: main.c loads the file
+ * The command line wins over the file for every key: config_build loads the file
  * into the configuration the command line made, and a key the command line
- * set is kept (listen: main.c keeps only the command line's addresses).
+ * set is kept (listen: config_build keeps only the command line's addresses).
  * Relative paths: tls_certificates and tls_psk given in the file are taken
  * relative to the file's directory (as the file's author sees them), those
  * of the command line relative to the working directory; image paths are
@@ -71,7 +71,7 @@
 #define HANDSHAKE_TIMEOUT_LIMIT 86400   /* seconds */
 #define POLL_US_LIMIT 10000
 #define IDLE_TIMEOUT_LIMIT 604800       /* seconds (a week) */
-#define BUFFER_LIMIT_MIN (64ull << 20)  /* one largest request must fit (conn.c) */
+#define BUFFER_LIMIT_MIN (64ull << 20)  /* one largest request must fit (conn_buf.c) */
 #define DEFAULT_BUFFER_LIMIT (1ull << 30)
 #define DEFAULT_CONN_PER_ADDR 256
 #define DEFAULT_HANDSHAKES 128          /* at most max_connections / 8 */
@@ -162,9 +162,9 @@ static void __attribute__((format(printf, 2, 3))) set_err(struct parse_ctx *x, c
 /*
  * Checks a listen address: HOST:PORT or [IPV6]:PORT, PORT 1..65535.  HOST
  * is a numeric IPv4 address or a host name (resolved later, by getaddrinfo
- * in server/main.c); inside brackets only a numeric IPv6 address (with an
+ * in server/listen.c); inside brackets only a numeric IPv6 address (with an
  * optional %scope).  0, or -EINVAL with the reason in err.
- * An empty HOST (":PORT") is every address, IPv6 and IPv4: server/main.c
+ * An empty HOST (":PORT") is every address, IPv6 and IPv4: server/listen.c
  * binds one IPv6 socket with IPV6_V6ONLY off (whatever
  * net.ipv6.bindv6only says), or 0.0.0.0 where there is no IPv6.
  */
@@ -1137,7 +1137,7 @@ int config_finish(struct server_cfg *cfg, char *err, size_t errlen)
 	if (cfg->max_conn_per_addr < 0)
 		cfg->max_conn_per_addr = DEFAULT_CONN_PER_ADDR;
 	/* well below max_connections: TCP and unix socket each hold that many
-	 * in handshake and as many waiting (main.c, "waiting room"), so by
+	 * in handshake and as many waiting (admit.c, "waiting room"), so by
 	 * default at least half is left to clients that negotiate; a value
 	 * set is taken as it is */
 	if (!cfg->max_handshakes)

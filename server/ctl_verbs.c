@@ -510,7 +510,7 @@ void do_action(struct server *srv, struct evhttp_request *req, struct evkeyvalq 
 	action_post(cr, q, v, &p, by);
 }
 
-/* POST /v1/reload: what SIGHUP does (main.c, server_reload), with the
+/* POST /v1/reload: what SIGHUP does (reload.c, server_reload), with the
  * result; by: who asks (may_act), in its log lines. */
 void do_reload(struct server *srv, struct evhttp_request *req, const char *by)
 {
