@@ -27,7 +27,7 @@
  * request got a real error reply (EIO, EPERM ...) is not held: it fails as
  * it would have.  Once the connection has been down for the grace period,
  * the held commands fail (HARDWARE ERROR, INTERNAL TARGET FAILURE 44/00,
- * as before) and new ones fail at once until the handler reconnects.  The
+ * as with no grace) and new ones fail at once until the handler reconnects.  The
  * grace must stay below the backstore's cmd_time_out (LIO, 30 s by
  * default) and the initiator's SCSI command timeout (30 s), or those fire
  * first.
