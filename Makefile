@@ -110,7 +110,7 @@ $(BUILD)/flashd: $(SERVER_OBJS) $(DASH_OBJ) $(LIB)
 $(BUILD)/nbdkit-flashd-plugin.so: $(wildcard plugins/nbdkit/*.c) $(LIB) $(DEPS_STAMP)
 	$(CC) $(CPPFLAGS_ALL) -shared -o $@ $(wildcard plugins/nbdkit/*.c) $(LIB) $(LDLIBS_ALL)
 
-$(BUILD)/handler_flashd.so: $(wildcard plugins/tcmu/*.c) $(DEPS_STAMP)
+$(BUILD)/handler_flashd.so: $(wildcard plugins/tcmu/*.c plugins/tcmu/*.h) $(DEPS_STAMP)
 	$(CC) $(CPPFLAGS_ALL) $(shell pkg-config --cflags libnbd) -shared -o $@ $(wildcard plugins/tcmu/*.c) $(shell pkg-config --libs libnbd) $(LDLIBS_ALL)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIB)

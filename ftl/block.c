@@ -108,7 +108,7 @@ static struct blist *band_list_of(struct ftl *f, uint32_t bi)
  * member has no parity, so one bad page of it lost its units.  It is not
  * counted in nfree and band_alloc gives it to checkpoints only (their
  * pages have their own copy and fallbacks).  A row with a dead die and no
- * other live one has nothing better: its bands take data as before.
+ * other live one has nothing better: its bands take data like any other.
  * O(row width) with dead dies, else O(1).
  */
 static bool band_lone(const struct ftl *f, uint32_t bi)
@@ -763,7 +763,7 @@ uint32_t band_alloc(struct ftl *f, uint32_t row, enum blk_state st, bool worn)
  * candidates up to VICTIM_PER_BUCKET from each (from the emptiest bucket
  * up), past that the head of each, which is the band that has been in the
  * bucket longest, so the oldest of it in all but rare cases.  Stopping at
- * VICTIM_LOOK candidates, as before, left a full-size ioDimm (32,768 bands,
+ * VICTIM_LOOK candidates would leave a full-size ioDimm (32,768 bands,
  * 6,376 buckets) choosing among the emptiest bands only: greedy, which
  * never collects the cold bands (80/20 hot/cold WA 2.85 at full size
  * against 2.45 on a 1,024-band scaled one).

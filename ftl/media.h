@@ -20,10 +20,9 @@
  *               blocks are released only once a newer one commits: a
  *               damaged current checkpoint falls back to it, replaying
  *               the log after it (GC keeps what that replay needs).
- *               In rows of two or more dies (every format since
- *               2026-12-06; parity formats only before), each band's blocks
- *               carry a parity block and the header has a copy
- *               (FTL_CP_PARITY below).
+ *               In rows of two or more dies, each band's blocks carry a
+ *               parity block and the header has a copy, as flags &
+ *               FTL_CP_PARITY says (below).
  *   log         every other page: host data, GC relocations and trim
  *               records, each with struct ftl_spare in its spare area.
  *   footer      the last footer_pages pages of every log block a stream
@@ -32,7 +31,7 @@
  *               data CRC), so GC and recovery read a page or two instead
  *               of every spare area.  A block without a valid footer
  *               (written before footers existed, cut short by a crash or
- *               a failure) is read spare by spare as before.
+ *               a failure) is read spare by spare.
  *   parity      with parity width 1 (Flashback), one member of each band
  *               (the first live one from column band % row width on
  *               when the band opens: the parity rotates) holds parity: its
@@ -51,7 +50,7 @@
  *               recovery marks their bands for refresh, so GC moves that
  *               data into protected stripes first.  Footer pages are not
  *               covered (GC falls back to the map for a dead die's pages).
- *   partial parity  (since 2026-12-06) a flush (or FUA write) writes into
+ *   partial parity  a flush (or FUA write) writes into
  *               every stripe of the user stream that is partly written
  *               its next member, a partial-parity page (FTL_PG_PPL): data
  *               the XOR of the stripe's members programmed before it
@@ -150,10 +149,9 @@ struct __attribute__((packed)) ftl_sb {
 	 * cannot serve the width it finds refuses the image.  Zero in images
 	 * formatted before the field existed (it was reserved). */
 	uint32_t parity_width;
-	/* the checkpoint header's copy (flags & FTL_SB_CP_MIRROR; written
-	 * since 2026-12-06, with parity formats first, then with every format
-	 * in rows of two or more dies: the header block is on one die, the
-	 * copy on another) */
+	/* the checkpoint header's copy (flags & FTL_SB_CP_MIRROR; written in
+	 * rows of two or more dies: the header block is on one die, the copy
+	 * on another) */
 	uint32_t cp_mirror_block;
 	uint32_t flags;
 	/* dies declared dead, die d in bit d % 8 of byte d / 8 (dies 0 to
@@ -219,8 +217,8 @@ struct __attribute__((packed)) ftl_cp_hdr {
 };
 #define FTL_CP_SPARSE 1u
 /*
- * Checkpoint parity (since 2026-12-06; parity formats first, then every
- * format whose rows have two or more dies): the l2p blocks
+ * Checkpoint parity (written for every format whose rows have two or
+ * more dies): the l2p blocks
  * come in groups, one per band the checkpoint took (blocks[gend[g-1]] ..
  * blocks[gend[g] - 1], all on different dies), and page p of pblock[g]
  * is the XOR of page p of the group's blocks, as far as they were written
@@ -234,15 +232,16 @@ struct __attribute__((packed)) ftl_cp_hdr {
  * loadable.
  */
 #define FTL_CP_PARITY 2u
-/* bad[] entries with bit 31 set (flags & FTL_CP_DOOMED, since 2026-12-06,
- * set only when there is one: versions before do not know the flag):
+/* bad[] entries with bit 31 set (flags & FTL_CP_DOOMED, set only when
+ * there is one, so a checkpoint without any stays readable by a version
+ * that does not know the flag):
  * blocks whose program failed and that GC had not retired yet; retired
  * once recovery has classified them (their data relocated first) */
 #define FTL_CP_DOOMED 4u
 #define FTL_CP_BAD_DOOMED 0x80000000u
-/* flags & FTL_CP_REFRESH (since 2026-12-06, set only when a band is
- * marked): after everything above, uint32_t nrefresh, band[nrefresh]: the
- * bands marked for refresh (GC moves their data first), among them those
+/* flags & FTL_CP_REFRESH (set only when a band is marked): after
+ * everything above, uint32_t nrefresh, band[nrefresh]: the bands marked
+ * for refresh (GC moves their data first), among them those
  * with stripes whose parity does not cover them (a program failed after
  * the stripe's parity was computed, or the parity block failed), so a
  * restart does not forget them */
@@ -251,12 +250,13 @@ struct __attribute__((packed)) ftl_cp_hdr {
 _Static_assert(sizeof(struct ftl_cp_hdr) == 160, "ftl_cp_hdr is on media");
 
 /*
- * Erase counts (since 2026-12-07): the pages of the header block after
- * the header's hdr_pages (not in its copy; a version before ignores them,
- * so the header's format is unchanged) hold the FTL's erase count of every
- * block, which raw NAND does not keep: struct ftl_cp_wear, then uint32_t
- * band[nbands] (the count of the band's first member that is neither bad
- * nor a superblock block: its members are erased together), then
+ * Erase counts: the pages of the header block after the header's
+ * hdr_pages (not in its copy; a version that does not know them ignores
+ * them, so the header's format is the same either way) hold the FTL's
+ * erase count of every block, which raw NAND does not keep: struct
+ * ftl_cp_wear, then uint32_t band[nbands] (the count of the band's first
+ * member that is neither bad nor a superblock block: its members are
+ * erased together), then
  * uint32_t fresh[(blocks + 31) / 32] (bit b % 32 of word b / 32: block b
  * held nothing as old as cp_seq when the counts were taken, its last
  * erase counted: after a crash, a block erased or rewritten since that

@@ -112,7 +112,7 @@ struct nand_sim_config {
 	/* The error model of the preset (struct nand_reliability): bit errors
 	 * growing with wear, retention time and read disturb, ECC up to a
 	 * threshold, grown bad blocks past the rated P/E.  Off by default (the
-	 * media then behave as before: no errors but the injected ones).  The
+	 * media then have no errors but the injected ones).  The
 	 * environment variable FLASHD_SIM_ERROR_MODEL=1 turns it on for every
 	 * device opened (=0 off), for running existing programs and tests on
 	 * aging media.  Its state (when each block was programmed, reads since

@@ -260,8 +260,8 @@ grep -q "thermal state throttled -> stopped" "$T/flashd.log" || fail "no log lin
 grep -q "thermal state stopped -> ok" "$T/flashd.log" || fail "no log line for the resume"
 ok "temperature: 80 C throttled, 90 C stopped; a write held $held s until below 75 C, then done with its data"
 # idle: no I/O at all, status alone sees it cool and leave the throttle
-# (before status re-read the sensor, an idle ioDimm showed 80.0 C and
-# "throttled" for ~30 s, until some FTL housekeeping ran)
+# (status reads the sensor itself: an idle ioDimm must not show 80.0 C and
+# "throttled" until some FTL housekeeping runs)
 "$FLASHCTL" inject --control "$FLASHD_CTL" dimm0 temperature 80 || fail "inject temperature 80 (idle)"
 [ "$(st dimm0 thermal)" = throttled ] || fail "idle at 80 C the thermal state is $(st dimm0 thermal)"
 for _ in $(seq 1 100); do
@@ -279,7 +279,7 @@ ok "bad block and 2000 uncorrectable reads per million: fio writes and verifies;
 
 # ---- 5. a hot ioDimm does not hold up a detach or a stop -----------------------------------------
 # shutdown_timeout = 2 (on.conf); at 150 C the simulated device takes about a minute to
-# cool below 75 C, and the write held meanwhile used to hold the detach and the stop with it
+# cool below 75 C, and the write held meanwhile must not hold the detach or the stop with it
 held_write() { # a write that the hot dimm0 holds: its qemu-io's pid in HELD
 	"$FLASHCTL" inject --control "$FLASHD_CTL" dimm0 temperature 150 >/dev/null || fail "inject temperature 150"
 	qemu-io -f raw -c "write -P 6 $((300 * 1048576 + 65536)) 64k" "$FLASHD_URI0" >"$T/held.out" 2>&1 &

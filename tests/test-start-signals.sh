@@ -6,22 +6,22 @@
 #   1. first starts, SIGTERM or SIGINT as soon as flashd holds the signals
 #      (/proc: blocked or caught), once the TCP listener is up (the image is
 #      being created), once "formatting" is logged (format and FTL open),
-#      and after a fixed delay: flashd exits 0 every time (before: killed,
+#      and after a fixed delay: flashd exits 0 every time (not killed:
 #      143 or 130), says where the signal found it, leaves the image absent
 #      or whole, and the next start serves it;
-#   2. SIGHUP during a first start does not kill flashd (before: 129): it
+#   2. SIGHUP during a first start does not kill flashd (no exit 129): it
 #      becomes ready, then reads the configuration file again;
 #   3. later starts of an image holding flushed data, clean and after a
 #      kill -9 (the open replays the log), stopped at each step: all exit
 #      0, and the data reads back after all of them;
 #   4. `flashctl format IMG --preset P` creating a 400 GiB image, killed
 #      (SIGKILL) at delays across its run: IMG is absent or a whole image
-#      (before: a full-size file with no header that every later start
-#      refused).  A re-format cut at each NAND operation is in
+#      (never a full-size file with no header, which every later start
+#      would refuse).  A re-format cut at each NAND operation is in
 #      tests/unit/t_ftl_basic.c (reformat_cut).
 #   5. without --foreground, flashd returns once the start's result is
 #      known: 1 with the reason on stderr for an image that cannot be
-#      opened (before: 0 at once), 0 once the ioDimm is served (its
+#      opened (not 0 at once), 0 once the ioDimm is served (its
 #      pidfile written, a client connects right after).
 source "$(dirname "$0")/functions.sh"
 

@@ -250,7 +250,7 @@ static void img_init(struct img *im)
 	if (!im->golden || pread(fd, im->golden, im->size, 0) != (ssize_t)im->size)
 		die("golden image", "cannot read");
 	close(fd);
-	/* struct sim_header (hw/nand_sim.c): geometry at 16, table_off at 96,
+	/* struct sim_header (hw/nand_sim_int.h): geometry at 16, table_off at 96,
 	 * data_off at 104, slot_size at 112; checked against each other */
 	memcpy(&im->geo, im->golden + 16, sizeof im->geo);
 	memcpy(&im->table_off, im->golden + 96, 8);
@@ -258,7 +258,7 @@ static void img_init(struct img *im)
 	memcpy(&im->slot, im->golden + 112, 8);
 	if (im->table_off != 4096 || im->slot != im->geo.page_size + im->geo.spare_size ||
 	    im->data_off + nand_pages(&im->geo) * im->slot != im->size)
-		die("golden image", "unexpected simulator layout (hw/nand_sim.c changed?)");
+		die("golden image", "unexpected simulator layout (hw/nand_sim_int.h changed?)");
 
 	/* the FTL's pages, metadata first; and those each kind of field is in */
 	uint64_t total = nand_pages(&im->geo);

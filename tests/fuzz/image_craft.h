@@ -6,7 +6,7 @@
  * checksums are the ones tested.
  *
  * A page slot of the image is page_size data bytes followed by the spare
- * (hw/nand_sim.c); a block table entry is 16 bytes (u16 write pointer, u16
+ * (hw/nand_sim_int.h); a block table entry is 16 bytes (u16 write pointer, u16
  * torn page, u8 flags, 3 pad, u32 erase count, u32 CRC32C of the 12 bytes
  * before it).  Header-only: static functions.
  */

@@ -1,7 +1,7 @@
 """image_tool.py - damage a simulated ioDimm image the way a disk, a
 careless admin or bit rot would, for the image-damage tests.
 
-The image layout (hw/nand_sim.c): a 4 KiB header (u32 version at offset
+The image layout (hw/nand_sim_int.h): a 4 KiB header (u32 version at offset
 8, geometry at 16, data_off at 104, slot_size at 112, the CRC-32 of the
 bytes before it at 184), the block table at 4096 (16 bytes per
 block: u16 write pointer, u16 torn page, u8 flags, 3 pad, u32 erase count,

@@ -168,7 +168,7 @@ static void golden_make(void)
 	golden = malloc(image_size);
 	CHECK(golden && pread(fd, golden, image_size, 0) == (ssize_t)image_size);
 	close(fd);
-	/* struct sim_header (hw/nand_sim.c): table_off at 96, data_off at 104,
+	/* struct sim_header (hw/nand_sim_int.h): table_off at 96, data_off at 104,
 	 * slot_size at 112 */
 	memcpy(&table_off, golden + 96, 8);
 	memcpy(&data_off, golden + 104, 8);
@@ -912,7 +912,7 @@ static void t_cp_prev_room(void)
 	for (uint32_t i = 0; i < k; i++) {
 		uint8_t t[16];
 		CHECK(pread(fd, t, 16, (off_t)(toff + (uint64_t)blocks[i] * 16)) == 16);
-		t[4] |= 1; /* SB_FACTORY_BAD (hw/nand_sim.c) */
+		t[4] |= 1; /* SB_FACTORY_BAD (hw/nand_sim_int.h) */
 		craft_fix_table(t);
 		CHECK(pwrite(fd, t, 16, (off_t)(toff + (uint64_t)blocks[i] * 16)) == 16);
 	}

@@ -376,8 +376,8 @@ static bool cp_half_written(struct ftl *f, void *arg);
  * header (and its copy) damaged with a valid CRC elsewhere: the open loads
  * P, says so, and replays the log after it, trim record included (GC keeps
  * those newer than P), so the trimmed units read zeros.  A replay of the
- * whole log (before P was kept) had lost the record and brought their old
- * data back.
+ * whole log with P not kept loses the record and brings their old data
+ * back.
  */
 static void t_cp_previous(void)
 {
@@ -577,8 +577,8 @@ static void t_trim_unreadable(bool crash_first, bool timed)
  * loads C and the unit reads zeros.  Another power cut with C's header
  * (and its copy) damaged: the open loads P and replays the log after it,
  * and the unit must still read zeros, the state the first open served.
- * C's commit used to leave the trim in C only, with no record in the log
- * after P: the old data came back.
+ * The bug this guards: C's commit leaves the trim in C only, with no
+ * record in the log after P, and the old data come back.
  */
 static void t_cp_pending_trim(bool during, bool timed)
 {
@@ -686,9 +686,9 @@ static bool block_not_victim(struct ftl *f, void *arg)
  * is in flight, moving keep_seq to P1's, past R1 but not R2.  GC must
  * re-log R2's ranges before B is erased.  A power cut with C's header (and
  * its copy) damaged: the open loads P1 and replays the log after it, and
- * the units R2 trimmed (flushed) must read zeros.  GC used to skip R1 on
- * its next visit with the read's buffer left, re-log that buffer (R1's
- * ranges) at R2 and drop R2's: their old data came back.
+ * the units R2 trimmed (flushed) must read zeros.  The bug this guards:
+ * GC skips R1 on its next visit with the read's buffer left, re-logs that
+ * buffer (R1's ranges) at R2 and drops R2's, and their old data come back.
  */
 static void t_trim_read_keep_seq(void)
 {

@@ -22,13 +22,13 @@
  * and the command that runs that configuration again.  The default seed
  * runs in make check; other seeds (-s N, or T_SEED=N without -s) find other
  * interleavings and are worth a sweep after FTL changes.
- * Power cuts go on after a die failure (since 2026-12-06; before, they
- * stopped there).  A cut while stripes holding flushed data on the failing
- * die are still open in memory was the write hole; flushes now write
- * partial parity into open stripes (doc/ftl.md, Flashback parity), and GC gives its
- * own open stripes partial parity before it erases a victim whose data
- * they hold (or waits for their parity).
- * T_MODEL_NO_CUT_AFTER_DIE=1 stops the cuts at a die failure as before.
+ * Power cuts go on after a die failure.  A cut while stripes holding
+ * flushed data on the failing die are still open in memory is the write
+ * hole the test guards: flushes write partial parity into open stripes
+ * (doc/ftl.md, Flashback parity), and GC gives its own open stripes
+ * partial parity before it erases a victim whose data they hold (or waits
+ * for their parity).  T_MODEL_NO_CUT_AFTER_DIE=1 stops the cuts at a die
+ * failure.
  *
  * Double faults: once a die has failed, a stripe that had lost its parity
  * before (a program failure after the parity was computed, its band marked

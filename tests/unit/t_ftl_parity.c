@@ -731,8 +731,9 @@ static void write_units(struct ftl *f, uint32_t *ver, uint64_t first, uint64_t n
 
 /* A few units written and flushed, then a pause: the stripes they started
  * are padded and get their parity page.  A power cut and a die lost with
- * it: each unit on that die is rebuilt from its stripe.  (Before the pads,
- * those stripes had no parity page and the units on the die were lost.) */
+ * it: each unit on that die is rebuilt from its stripe.  (Without the
+ * pads those stripes have no parity page and the units on the die are
+ * lost.) */
 static void idle_pad(bool timed)
 {
 	struct nand_dev *d = dev_new("test-1g", timed);
@@ -815,8 +816,9 @@ static struct ftl *churned(struct nand_dev **d, bool timed, double op, uint64_t 
  * The double fault idle_pad leaves: a die lost with a power cut right
  * after a flush, the stripes still open.  The flush wrote a partial-parity
  * page into each open stripe (media.h), so recovery rebuilds the flushed
- * pages on the lost die: every unit reads its newest version.  (Before
- * 2026-12-06 such a unit read its previous version.)  Each trial writes a
+ * pages on the lost die: every unit reads its newest version (without the
+ * partial-parity page such a unit reads its previous version).  Each
+ * trial writes a
  * different number of units and loses the die of one of them; on the real
  * clock (the cut with nothing in flight) and the virtual one (parity
  * programs of stripes sealed by the flush may still be in flight).
@@ -873,7 +875,7 @@ static void write_hole(bool timed)
  * rebuilt from it.  Each trial churns until GC runs, flushes, picks a unit
  * in a GC stripe still open (not on die 0: the superblock's), cuts the
  * power at once and fails that unit's die; every unit must read its
- * newest version.  (Before 2026-12-06: such units read EIO.)
+ * newest version (without par_gc_protect such units read EIO).
  */
 /* trials wanted (and needed) per clock: the sanitizer build (it sets
  * T_MODEL_DEFAULT_OPS) runs the same code in one, the plain build in three */
@@ -1018,8 +1020,8 @@ static void parity_block_fails(void)
 /*
  * A flush's partial-parity page fails its program: the stripe gets another
  * before the flush completes (par_ppl_failed), so a die lost with a power
- * cut right after still loses nothing flushed.  (Before 2026-12-06 the
- * flush completed with the stripe unprotected.)  Each trial writes units
+ * cut right after still loses nothing flushed (without par_ppl_failed the
+ * flush completes with the stripe unprotected).  Each trial writes units
  * one by one until one lands in a stripe past its first page with a
  * member left for the PPL, fails that member's block, flushes, cuts the
  * power and loses the unit's die.

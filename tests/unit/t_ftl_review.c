@@ -5,21 +5,21 @@
  *               blocks, completions arriving later) stays OPEN until the
  *               last one lands (the counter was 8 bits and wrapped)
  *   cp_nomem    a checkpoint taken while allocations fail still lists the
- *               open blocks, so writes after it survive a power cut (it
- *               used to write an empty list)
+ *               open blocks, so writes after it survive a power cut (the
+ *               bug: an empty list)
  *   refused     a backend that refuses a submit stops the FTL cleanly:
  *               every request completes, close returns, nothing hangs
- *               (nand_op_sync used to loop forever), flushed data survives
+ *               (the bug: nand_op_sync loops forever), flushed data survives
  *   version     a page whose spare has another media version is not data
  *   trim_crc    GC checks a trim record's data CRC before re-logging it
- *   zero_length a zero-length request inside a unit touches nothing (it
- *               used to run a read-modify-write, and memset(NULL, 0, 0);
+ *   zero_length a zero-length request inside a unit touches nothing (the
+ *               bug: a read-modify-write, and memset(NULL, 0, 0);
  *               the -san build of this test fails on such UB)
  *   cp_scan     a checkpoint lists a block that filled and closed with log
  *               pages newer than cp_seq while an older page was still in
  *               flight on a busy die, so recovery scans it: a trim record
- *               replayed from an open block no longer unmaps the flushed
- *               rewrite in that closed block (866be0b, blk_max_seq)
+ *               replayed from an open block does not unmap the flushed
+ *               rewrite in that closed block (blk_max_seq)
  *   close_trim  a trim still pending at a clean close survives the restart:
  *               the clean checkpoint is fuzzy, and replay from its cp_seq
  *               mapped a unit written before the trim again (the trim was
@@ -363,8 +363,8 @@ static void t_zero_length(void)
  *       recovery does not scan it on its own)
  * then fillers until Y is full; die F drains, Y closes while P is still in
  * flight.  A checkpoint taken now has cp_seq = seq(P) - 1 < seq(T) <
- * seq(A').  T's block is open (listed); Y is closed and, before the fix,
- * not listed: recovery replayed T and not A', and A (flushed!) read as
+ * seq(A').  T's block is open (listed); Y is closed and must be listed
+ * too: without it recovery replays T and not A', and A (flushed!) reads as
  * zeros after a power cut.  The test checks each step of that construction
  * (so it cannot pass vacuously), then flushes, cuts power, reopens and
  * checks every acknowledged write.
@@ -532,8 +532,8 @@ static void t_cp_scan(void)
  * then U is trimmed (pending: no record yet) and the FTL closed cleanly.
  * The clean checkpoint is taken while P is in flight: cp_seq = seq(P) - 1
  * < seq(U).  Its l2p says U is unmapped, but recovery replays U's page
- * (newer than cp_seq); before the fix no trim record followed it, and U
- * read its old data after the clean restart.
+ * (newer than cp_seq), so a trim record must follow it: without one U
+ * reads its old data after the clean restart.
  */
 static void t_close_trim(void)
 {
