@@ -13,7 +13,7 @@
  * counts stay on the ioDimm thread), woken by done_ev.  While the thread
  * has anything (busy), every reply of the connection goes through it, so
  * replies keep their order; when it is idle, small batches are sent
- * inline as before.  Lock order: tx.lock, then the event base's (event_active).
+ * inline by the ioDimm thread.  Lock order: tx.lock, then the event base's (event_active).
  */
 #include <errno.h>
 #include <poll.h>
