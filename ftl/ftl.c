@@ -756,6 +756,8 @@ static int step_memory(struct open_ctx *c)
 
 	rc = gc_init(f);
 	if (!rc)
+		rc = die_init(f);
+	if (!rc)
 		rc = par_init(f);
 	if (!rc)
 		rc = footer_init(f);

@@ -4,7 +4,9 @@
  * One file per concept: l2p and blocks (block.c), write buffer rings and the
  * streams that program them (writer.c), host I/O (io.c), trim records
  * (trim.c), garbage collection (gc.c), superblock (superblock.c),
- * checkpoint (checkpoint.c), recovery (recovery.c), and the life cycle
+ * checkpoint (checkpoint.c), recovery (recovery.c), Flashback parity
+ * (parity.c, parity_ppl.c, parity_rebuild.c, parity_recover.c), dead dies
+ * (die.c), and the life cycle
  * (ftl.c).  Everything runs on the thread that owns the struct ftl.
  *
  * Invariants the files rely on:
@@ -150,7 +152,7 @@ struct slot {
 	                      * relocation read landed in (no copy) */
 	uint8_t state;       /* enum slot_state */
 	uint8_t type;        /* FTL_PG_DATA, FTL_PG_TRIM or FTL_PG_PPL (its
-	                      * data and spare made at submit: parity.c) */
+	                      * data and spare made at submit: parity_ppl.c) */
 	uint16_t victim;     /* GC: index of the victim it relocates from */
 	bool crc_known;      /* data_crc is the crc32c of the data (GC: taken
 	                      * from the source page's spare; a host write of
@@ -244,7 +246,7 @@ struct footer {
 	struct footer *next_free;
 };
 
-/* ---- parity (parity.c) -------------------------------------------------- */
+/* ---- parity (parity_rebuild.c) ------------------------------------------ */
 
 /*
  * A request to rebuild page ppa from the rest of its stripe, embedded in
@@ -533,7 +535,7 @@ struct ftl {
 	uint64_t units;
 	uint64_t format_time;
 	bool was_clean;
-	bool flush_ppl;             /* partial parity at flushes (parity.c) */
+	bool flush_ppl;             /* partial parity at flushes (parity_ppl.c) */
 	bool opened;                /* every open step done: checkpoints may
 	                             * start (one requested by recovery, e.g. a
 	                             * band that lost its parity, waits, so it
@@ -747,7 +749,7 @@ struct ftl {
 	                             * a flush waits for the parity of those
 	                             * sealed before it */
 	uint32_t pad_crc;
-	/* failed dies: every operation on them fails (parity.c, die_note) */
+	/* failed dies: every operation on them fails (die.c, die_note) */
 	uint8_t *die_bad_run;       /* [ndies] failures in a row, saturating */
 	uint8_t *die_bad_kinds;     /* [ndies] 1 << enum die_op seen in that run */
 	/* a run of program or erase failures with no read among them: one
@@ -970,7 +972,8 @@ void band_born_note(struct ftl *f, uint32_t ppa, uint32_t from);
 int eraser_kick(struct ftl *f);
 void blk_limits(struct ftl *f);
 
-/* parity.c */
+/* parity.c: stripe parity (the Flashback files: parity.c, parity_ppl.c,
+ * parity_rebuild.c, parity_recover.c; what they share: parity_int.h) */
 int par_init(struct ftl *f);
 void par_debug_dump(struct ftl *f); /* through ftl_log */
 /* band bi was opened by a set: pick its parity column, attach a context;
@@ -987,13 +990,29 @@ void par_seal(struct ftl *f, uint32_t bi, uint32_t page);
 /* closing: program the parity of the partial stripes (nothing more will be
  * handed out of the open bands: the next open closes them) */
 void par_seal_all(struct ftl *f);
+/* a data page's program failed: out of its stripe's parity (or, too late
+ * for that, its band marked for refresh) */
+void par_program_failed(struct ftl *f, uint32_t ppa, const uint8_t *data, const uint8_t *spare);
+/* the stripes of GC bands begun by `mark` (par_opens then) that got a
+ * member at or after handout number `first`: all have their parity on the
+ * media (CLEAR), some still wait for its program (SEALING), or some are
+ * still partly handed out (OPEN); O(stripes of GC bands not FREE: about
+ * the open GC rows) */
+enum par_gc_wait { PAR_GC_CLEAR, PAR_GC_SEALING, PAR_GC_OPEN };
+enum par_gc_wait par_gc_waits(const struct ftl *f, uint64_t mark, uint64_t first);
+/* every stripe sealed with a ticket <= t has its parity page programmed
+ * (or is known to go without); O(open bands x PAR_STRIPES) */
+bool par_sealed_done(const struct ftl *f, uint64_t t);
+/* a data page's program was submitted: fold it into its stripe's parity */
+void par_submitted(struct ftl *f, uint32_t ppa, const uint8_t *data, const uint8_t *spare);
+/* dst ^= src, n bytes (parity pages, checkpoint parity) */
+void xor_into(uint8_t *dst, const uint8_t *src, size_t n);
+
+/* parity_ppl.c: pads and partial parity */
 /* idle: pad the stripes left partly handed out (called by progress) */
 int par_idle_pad(struct ftl *f);
 /* when par_idle_pad wants to look next (UINT64_MAX: nothing armed) */
 uint64_t par_pad_due(const struct ftl *f);
-/* a data page's program failed: out of its stripe's parity (or, too late
- * for that, its band marked for refresh) */
-void par_program_failed(struct ftl *f, uint32_t ppa, const uint8_t *data, const uint8_t *spare);
 /* a flush or FUA write: a partial-parity slot into every stripe of the user
  * stream partly handed out (false: no ring slot now, call again) */
 bool par_flush_ppl(struct ftl *f);
@@ -1009,29 +1028,31 @@ bool par_gc_protect(struct ftl *f);
 /* what par_gc_protect issued is programmed, and the parity of every stripe
  * sealed with a ticket <= t */
 bool par_gc_protected(const struct ftl *f, uint64_t t);
-/* the stripes of GC bands begun by `mark` (par_opens then) that got a
- * member at or after handout number `first`: all have their parity on the
- * media (CLEAR), some still wait for its program (SEALING), or some are
- * still partly handed out (OPEN); O(stripes of GC bands not FREE: about
- * the open GC rows) */
-enum par_gc_wait { PAR_GC_CLEAR, PAR_GC_SEALING, PAR_GC_OPEN };
-enum par_gc_wait par_gc_waits(const struct ftl *f, uint64_t mark, uint64_t first);
-/* every stripe sealed with a ticket <= t has its parity page programmed
- * (or is known to go without); O(open bands x PAR_STRIPES) */
-bool par_sealed_done(const struct ftl *f, uint64_t t);
 /* at its submit: the partial-parity page's data and spare; its data CRC */
 uint32_t par_ppl_build(struct ftl *f, uint32_t ppa, uint64_t seq, uint8_t *data, uint8_t *spare);
-/* a data page's program was submitted: fold it into its stripe's parity */
-void par_submitted(struct ftl *f, uint32_t ppa, const uint8_t *data, const uint8_t *spare);
+
+/* parity_rebuild.c: 0: rebuild started or queued (rq->done follows);
+ * -ENOENT: no parity */
+int par_rebuild(struct ftl *f, struct rb_req *rq);
+
+/* parity_recover.c, at open */
 /* recovery, with the blocks that were open at the crash (no footer): the
  * stripes they hold without a parity page get one (*done: bands made
  * whole; the others are marked for refresh).  0, or -EIO if the medium
  * stopped (a power cut during open). */
 int par_recover(struct ftl *f, const uint32_t *blocks, uint32_t n, uint32_t *done);
-/* 0: rebuild started or queued (rq->done follows); -ENOENT: no parity */
-int par_rebuild(struct ftl *f, struct rb_req *rq);
-/* an operation on block b completed ok or failed: a die whose operations
- * all fail is declared dead (logged, its bands rebuilt by GC) */
+/* page ppa rebuilt with synchronous reads */
+int par_rebuild_sync(struct ftl *f, uint32_t ppa, uint8_t *data, uint8_t *spare);
+/* the log pages of dead die `die` newer than the checkpoint, through add */
+int par_recover_dead_spares(struct ftl *f, uint32_t die,
+			    int (*add)(void *ctx, uint64_t seq, uint32_t ppa, uint8_t type, uint32_t lba),
+			    void *ctx);
+
+/* die.c: the failure runs per die (their arrays: die_init, with or
+ * without parity).  An operation on block b completed ok or failed: a die
+ * whose operations all fail is declared dead (logged, its bands rebuilt by
+ * GC) */
+int die_init(struct ftl *f);
 enum die_op { DIE_READ, DIE_PROGRAM, DIE_ERASE };
 void die_note(struct ftl *f, uint32_t b, enum die_op kind, bool ok);
 static inline bool die_is_dead(const struct ftl *f, uint32_t b)
@@ -1039,16 +1060,17 @@ static inline bool die_is_dead(const struct ftl *f, uint32_t b)
 	return f->ndead && f->die_dead[b / f->blocks_per_die];
 }
 void die_declare_dead(struct ftl *f, uint32_t die, const char *why);
-/* dst ^= src, n bytes (parity pages, checkpoint parity) */
-void xor_into(uint8_t *dst, const uint8_t *src, size_t n);
-int par_rebuild_sync(struct ftl *f, uint32_t ppa, uint8_t *data, uint8_t *spare);
-int par_recover_dead_spares(struct ftl *f, uint32_t die,
-			    int (*add)(void *ctx, uint64_t seq, uint32_t ppa, uint8_t type, uint32_t lba),
-			    void *ctx);
+/* block b holds data of its band (or may: being written, collected,
+ * retired) */
+static inline bool band_has_data_on(const struct ftl *f, uint32_t b)
+{
+	uint8_t st = f->blk[b].state;
+	return st == BLK_OPEN || st == BLK_CLOSED || st == BLK_VICTIM || st == BLK_RETIRING;
+}
 /* the unit the dead die's reverse map puts at ppa, or UINT32_MAX */
 uint32_t dead_rmap_unit(struct ftl *f, uint32_t ppa);
 uint32_t par_rebuild_left(struct ftl *f);  /* bands still holding data on dead dies */
-/* writer.c, for parity.c */
+/* writer.c, for the parity files */
 void footer_note(struct ftl *f, uint32_t ppa, uint32_t lba, uint64_t seq, uint32_t crc);
 void blk_programs_settled(struct ftl *f, uint32_t b);
 void blk_program_failed(struct ftl *f, uint32_t b);

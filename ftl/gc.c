@@ -869,7 +869,7 @@ static int victim_finish(struct ftl *f, int vi)
 		return 0;
 	}
 	/* its relocations in GC's open stripes: their parity on the media
-	 * first, or partial parity (parity.c, par_gc_protect) */
+	 * first, or partial parity (parity_ppl.c, par_gc_protect) */
 	if (f->parity && !f->error && v->first_handout != UINT64_MAX && !v->gc_ppl) {
 		if (!v->par_mark)
 			v->par_mark = f->par_opens;
