@@ -4,10 +4,10 @@
  * One file per concept: l2p and blocks (block.c), write buffer rings and the
  * streams that program them (writer.c), host I/O (io.c), trim records
  * (trim.c), garbage collection (gc.c), superblock (superblock.c),
- * checkpoint (checkpoint.c), recovery (recovery.c), Flashback parity
- * (parity.c, parity_ppl.c, parity_rebuild.c, parity_recover.c), dead dies
- * (die.c), and the life cycle
- * (ftl.c).  Everything runs on the thread that owns the struct ftl.
+ * checkpoint (checkpoint.c, checkpoint_load.c, checkpoint_layout.c),
+ * recovery (recovery.c), Flashback parity (parity.c, parity_ppl.c,
+ * parity_rebuild.c, parity_recover.c), dead dies (die.c), and the life
+ * cycle (ftl.c).  Everything runs on the thread that owns the struct ftl.
  *
  * Invariants the files rely on:
  *  - l2p[u] is UNMAPPED, LOST, a write-buffer slot reference, or the PPA of
@@ -1186,25 +1186,28 @@ int sb_start_write(struct ftl *f, bool clean, void (*done)(struct nand_op *));
 int sb_write_initial(struct ftl *f, bool clean, char *err, size_t errlen);
 void sb_fill(struct ftl *f, struct ftl_sb *sb, bool clean);
 
-/* checkpoint.c */
+/* checkpoint_layout.c: sizes of a checkpoint's parts */
 uint32_t cp_l2p_pages(const struct ftl *f);
 uint32_t cp_hdr_pages(const struct ftl *f, uint32_t nblocks, uint32_t nopen, uint32_t nbad,
 		      uint32_t nbitmap);
+uint32_t cp_blocks_needed(const struct ftl *f);
+
+/* checkpoint.c: writing one */
 /* A checkpoint has l2p pages left to look at and nothing in flight to wake
  * the owner: ftl_poll must be called again at once. */
 bool cp_wants_poll(const struct ftl *f);
-uint32_t cp_blocks_needed(const struct ftl *f);
 int cp_init(struct ftl *f);
 int cp_kick(struct ftl *f);
 void cp_request(struct ftl *f, bool clean);
-
-/* The checkpoint the superblock names into the l2p (its blocks META, its
- * lists applied), the previous one kept: 0; the current one damaged and
- * the previous loaded instead: 1; neither loadable: -EILSEQ (the map is
- * empty: replay the whole log); err says why.  Other -errno: failed. */
-int cp_load(struct ftl *f, const struct ftl_sb *sb, char *err, size_t errlen);
 void cp_open_room(struct ftl *f);
 int cp_open_release(struct ftl *f);
+
+/* checkpoint_load.c: the checkpoint the superblock names into the l2p (its
+ * blocks META, its lists applied), the previous one kept: 0; the current
+ * one damaged and the previous loaded instead: 1; neither loadable:
+ * -EILSEQ (the map is empty: replay the whole log); err says why.  Other
+ * -errno: failed. */
+int cp_load(struct ftl *f, const struct ftl_sb *sb, char *err, size_t errlen);
 /* Check the checkpoint whose header is in block without loading it (sets
  * f->units and f->format_id from its header): 0 and *h, or -EILSEQ and
  * *why. */
