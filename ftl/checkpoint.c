@@ -811,10 +811,181 @@ bool cp_wants_poll(const struct ftl *f)
 	       c->next_page < c->l2p_pages && cp_may_submit(c);
 }
 
-int cp_kick(struct ftl *f)
+/* CP_QUIESCE: waiting for free blocks to write it to, then its cp_seq
+ * and header taken.  Returns as cp_kick. */
+static int cp_quiesce(struct ftl *f)
+{
+	struct cp_state *c = &f->cp;
+
+	/*
+	 * Invariant: after the clean checkpoint (ftl_close: everything
+	 * durable, no flush of its own) replay from cp_seq rebuilds
+	 * every trim.  It is fuzzy like any other, and replay maps again
+	 * every unit with a page newer than cp_seq; an unmapping
+	 * survives that only as a trim record, whose sequence number
+	 * orders it after the writes and GC relocations it supersedes.
+	 * A trim still pending is only in the l2p copied below, so a
+	 * page of its unit between cp_seq and the trim came back after
+	 * a restart.  So the pending trims go into a record first: it
+	 * is still buffered when cp_seq is taken, so it is newer, and
+	 * like the buffered writes it is programmed before close ends.
+	 */
+	if (c->clean && f->ntrim_pend && !trim_close_record(f))
+		return 0; /* no slot or page yet: as for blocks below */
+	if (!cp_alloc_blocks(f))
+		return 0; /* the eraser is making blocks free */
+	c->cp_seq = cp_durable_seq(f);
+	c->l2p_pages = cp_l2p_pages(f);
+	int rc = cp_build_header(f);
+	if (rc < 0) {
+		/* give the blocks back; try again later */
+		cp_give_back(f);
+		c->phase = CP_IDLE;
+		c->requested = true;
+		if (rc == -EAGAIN)
+			return 1; /* more blocks to scan than listed: after some drain */
+		if (++c->attempts > 3)
+			ftl_fail(f, -ENOMEM, "no memory for a checkpoint header, three times");
+		else
+			ftl_log(FTL_LOG_WARNING, "no memory for the checkpoint header; "
+				"retrying later");
+		return 1;
+	}
+	c->next_page = 0;
+	c->pages_done = 0;
+	c->error = 0;
+	c->gen_writing = ++c->gen_taken;
+	c->phase = CP_WRITE;
+	return 1;
+}
+
+/* CP_WRITE: its pages submitted, as many as may be now; once all are
+ * programmed, the sync started.  Returns as cp_kick. */
+static int cp_write(struct ftl *f)
 {
 	struct cp_state *c = &f->cp;
 	int n = 0;
+
+	/*
+	 * The l2p pages in map order, those with no mapped unit left
+	 * out (a fresh or mostly empty ioDimm writes and loads little),
+	 * then the header, which says which were written.  Looking
+	 * at an empty page costs a pass over its entries (~0.1 us a
+	 * KiB); at most CP_SKIP_MAX of them per call, so a nearly empty
+	 * map does not hold up host I/O: cp_wants_poll asks the owner
+	 * to call again at once.
+	 */
+	uint32_t per_page = f->page_size / sizeof(uint32_t), skipped = 0;
+	uint32_t hdr_total = c->hdr_pages * (c->hdr_mirror != FTL_NO_BLOCK ? 2 : 1);
+	uint32_t all_total = hdr_total + c->wear_pages;
+	while (!c->error && cp_may_submit(c)) {
+		if (c->par_pending) {
+			/* a stripe is complete: its parity before the
+			 * next page reuses the accumulator */
+			cp_submit_parity(f);
+			n++;
+			continue;
+		}
+		if (c->next_page == c->l2p_pages || skipped == CP_SKIP_MAX)
+			break;
+		uint32_t i = c->next_page++;
+		uint64_t first = (uint64_t)i * per_page;
+		uint64_t cnt = f->units - first < per_page ? f->units - first : per_page;
+		if (l2p_range_unmapped(&f->l2p[first], cnt)) {
+			skipped++;
+			continue;
+		}
+		cp_submit_l2p(f, i);
+		n++;
+	}
+	if (!c->error && c->next_page == c->l2p_pages && !c->sealed) {
+		if (c->pacc_open)
+			c->par_pending = true; /* the last stripe, maybe partial */
+		cp_seal_header(f);
+	}
+	if (!c->error && c->par_pending && cp_may_submit(c)) {
+		cp_submit_parity(f);
+		n++;
+	}
+	while (!c->error && c->sealed && !c->par_pending && c->hdr_next < all_total &&
+	       cp_may_submit(c)) {
+		uint32_t k = c->hdr_next++;
+		if (k < hdr_total) {
+			cp_submit_hdr(f, k);
+		} else {
+			/* the counts as of now, every erase issued so far
+			 * in; the closing checkpoint's are final: no erase
+			 * is issued after them (eraser_kick) */
+			if (k == hdr_total) {
+				cp_fill_wear(f, c->wear_pages);
+				c->wear_final = c->clean;
+			}
+			cp_submit_wear(f, k - hdr_total);
+		}
+		n++;
+	}
+	bool submitted = c->sealed && !c->par_pending && c->hdr_next == all_total;
+	if ((submitted || c->error) && !c->ops_in_flight) {
+		if (c->error) {
+			cp_abort(f);
+			return 1;
+		}
+		/*
+		 * Invariant: every unmapping in the l2p pages copied is
+		 * in a durable trim record before the superblock names
+		 * this checkpoint.  A trim still pending when its page
+		 * was copied is in this checkpoint only; if the open
+		 * finds it damaged, the previous one and the log after
+		 * it are loaded, and without the record its units read
+		 * their old data again, after an open had read them as
+		 * trimmed (contract rule 6).  So the pending trims go
+		 * into a record now and the commit waits for it (and
+		 * any record before it) to be programmed; no wait
+		 * while nothing was trimmed since the last one was.
+		 * The record may take the last free block (floor 0,
+		 * as for a GC victim's): the pool may be waiting for
+		 * this commit to release the blocks of the checkpoint
+		 * before the previous.
+		 */
+		if (f->ntrim_pend && !trim_close_record_floor(f, 0))
+			return n; /* no slot or page yet: the ring drains */
+		if (f->stream[STREAM_USER].ring.done < f->trim_rec_end)
+			return n; /* its program completing calls again */
+		/* the pages must be durable before the superblock names
+		 * them; the sync runs beside host I/O (on an image file
+		 * it can take seconds) */
+		if (nand_sync_start(f->dev, &c->sync_ticket) < 0) {
+			ftl_fail(f, -EIO, "syncing the medium failed");
+			return 1;
+		}
+		c->phase = CP_SYNC;
+		return n + 1;
+	}
+	return n;
+}
+
+/* CP_SYNC: once the pages are durable, the superblock update that
+ * commits it.  Returns as cp_kick. */
+static int cp_sync(struct ftl *f)
+{
+	struct cp_state *c = &f->cp;
+	int r = nand_sync_poll(f->dev, c->sync_ticket);
+	if (r < 0) {
+		ftl_fail(f, -EIO, "syncing the medium failed");
+		return 1;
+	}
+	if (!r)
+		return 0; /* next_due brings the owner back */
+	c->phase = CP_COMMIT;
+	c->prev_keep = cp_prev_room(f);
+	if (sb_start_write(f, c->clean, cp_commit_done) < 0)
+		ftl_fail(f, -EIO, "superblock busy during a checkpoint");
+	return 1;
+}
+
+int cp_kick(struct ftl *f)
+{
+	struct cp_state *c = &f->cp;
 
 	if (f->readonly || f->error)
 		return 0;
@@ -834,158 +1005,11 @@ int cp_kick(struct ftl *f)
 		c->phase = CP_QUIESCE;
 		return 1;
 	case CP_QUIESCE: /* waiting for free blocks to write it to */
-		/*
-		 * Invariant: after the clean checkpoint (ftl_close: everything
-		 * durable, no flush of its own) replay from cp_seq rebuilds
-		 * every trim.  It is fuzzy like any other, and replay maps again
-		 * every unit with a page newer than cp_seq; an unmapping
-		 * survives that only as a trim record, whose sequence number
-		 * orders it after the writes and GC relocations it supersedes.
-		 * A trim still pending is only in the l2p copied below, so a
-		 * page of its unit between cp_seq and the trim came back after
-		 * a restart.  So the pending trims go into a record first: it
-		 * is still buffered when cp_seq is taken, so it is newer, and
-		 * like the buffered writes it is programmed before close ends.
-		 */
-		if (c->clean && f->ntrim_pend && !trim_close_record(f))
-			return 0; /* no slot or page yet: as for blocks below */
-		if (!cp_alloc_blocks(f))
-			return 0; /* the eraser is making blocks free */
-		c->cp_seq = cp_durable_seq(f);
-		c->l2p_pages = cp_l2p_pages(f);
-		int rc = cp_build_header(f);
-		if (rc < 0) {
-			/* give the blocks back; try again later */
-			cp_give_back(f);
-			c->phase = CP_IDLE;
-			c->requested = true;
-			if (rc == -EAGAIN)
-				return 1; /* more blocks to scan than listed: after some drain */
-			if (++c->attempts > 3)
-				ftl_fail(f, -ENOMEM, "no memory for a checkpoint header, three times");
-			else
-				ftl_log(FTL_LOG_WARNING, "no memory for the checkpoint header; "
-					"retrying later");
-			return 1;
-		}
-		c->next_page = 0;
-		c->pages_done = 0;
-		c->error = 0;
-		c->gen_writing = ++c->gen_taken;
-		c->phase = CP_WRITE;
-		return 1;
-	case CP_WRITE: {
-		/*
-		 * The l2p pages in map order, those with no mapped unit left
-		 * out (a fresh or mostly empty ioDimm writes and loads little),
-		 * then the header, which says which were written.  Looking
-		 * at an empty page costs a pass over its entries (~0.1 us a
-		 * KiB); at most CP_SKIP_MAX of them per call, so a nearly empty
-		 * map does not hold up host I/O: cp_wants_poll asks the owner
-		 * to call again at once.
-		 */
-		uint32_t per_page = f->page_size / sizeof(uint32_t), skipped = 0;
-		uint32_t hdr_total = c->hdr_pages * (c->hdr_mirror != FTL_NO_BLOCK ? 2 : 1);
-		uint32_t all_total = hdr_total + c->wear_pages;
-		while (!c->error && cp_may_submit(c)) {
-			if (c->par_pending) {
-				/* a stripe is complete: its parity before the
-				 * next page reuses the accumulator */
-				cp_submit_parity(f);
-				n++;
-				continue;
-			}
-			if (c->next_page == c->l2p_pages || skipped == CP_SKIP_MAX)
-				break;
-			uint32_t i = c->next_page++;
-			uint64_t first = (uint64_t)i * per_page;
-			uint64_t cnt = f->units - first < per_page ? f->units - first : per_page;
-			if (l2p_range_unmapped(&f->l2p[first], cnt)) {
-				skipped++;
-				continue;
-			}
-			cp_submit_l2p(f, i);
-			n++;
-		}
-		if (!c->error && c->next_page == c->l2p_pages && !c->sealed) {
-			if (c->pacc_open)
-				c->par_pending = true; /* the last stripe, maybe partial */
-			cp_seal_header(f);
-		}
-		if (!c->error && c->par_pending && cp_may_submit(c)) {
-			cp_submit_parity(f);
-			n++;
-		}
-		while (!c->error && c->sealed && !c->par_pending && c->hdr_next < all_total &&
-		       cp_may_submit(c)) {
-			uint32_t k = c->hdr_next++;
-			if (k < hdr_total) {
-				cp_submit_hdr(f, k);
-			} else {
-				/* the counts as of now, every erase issued so far
-				 * in; the closing checkpoint's are final: no erase
-				 * is issued after them (eraser_kick) */
-				if (k == hdr_total) {
-					cp_fill_wear(f, c->wear_pages);
-					c->wear_final = c->clean;
-				}
-				cp_submit_wear(f, k - hdr_total);
-			}
-			n++;
-		}
-		bool submitted = c->sealed && !c->par_pending && c->hdr_next == all_total;
-		if ((submitted || c->error) && !c->ops_in_flight) {
-			if (c->error) {
-				cp_abort(f);
-				return 1;
-			}
-			/*
-			 * Invariant: every unmapping in the l2p pages copied is
-			 * in a durable trim record before the superblock names
-			 * this checkpoint.  A trim still pending when its page
-			 * was copied is in this checkpoint only; if the open
-			 * finds it damaged, the previous one and the log after
-			 * it are loaded, and without the record its units read
-			 * their old data again, after an open had read them as
-			 * trimmed (contract rule 6).  So the pending trims go
-			 * into a record now and the commit waits for it (and
-			 * any record before it) to be programmed; no wait
-			 * while nothing was trimmed since the last one was.
-			 * The record may take the last free block (floor 0,
-			 * as for a GC victim's): the pool may be waiting for
-			 * this commit to release the blocks of the checkpoint
-			 * before the previous.
-			 */
-			if (f->ntrim_pend && !trim_close_record_floor(f, 0))
-				return n; /* no slot or page yet: the ring drains */
-			if (f->stream[STREAM_USER].ring.done < f->trim_rec_end)
-				return n; /* its program completing calls again */
-			/* the pages must be durable before the superblock names
-			 * them; the sync runs beside host I/O (on an image file
-			 * it can take seconds) */
-			if (nand_sync_start(f->dev, &c->sync_ticket) < 0) {
-				ftl_fail(f, -EIO, "syncing the medium failed");
-				return 1;
-			}
-			c->phase = CP_SYNC;
-			return n + 1;
-		}
-		return n;
-	}
-	case CP_SYNC: {
-		int r = nand_sync_poll(f->dev, c->sync_ticket);
-		if (r < 0) {
-			ftl_fail(f, -EIO, "syncing the medium failed");
-			return 1;
-		}
-		if (!r)
-			return 0; /* next_due brings the owner back */
-		c->phase = CP_COMMIT;
-		c->prev_keep = cp_prev_room(f);
-		if (sb_start_write(f, c->clean, cp_commit_done) < 0)
-			ftl_fail(f, -EIO, "superblock busy during a checkpoint");
-		return 1;
-	}
+		return cp_quiesce(f);
+	case CP_WRITE:
+		return cp_write(f);
+	case CP_SYNC:
+		return cp_sync(f);
 	case CP_RELEASE:
 		return cp_release(f);
 	case CP_COMMIT:

@@ -130,6 +130,96 @@ enum cp_read_mode {
 };
 
 /*
+ * cp_read's last step: the l2p pages of the checkpoint in block (header h
+ * and its lists checked; nbitmap: words of its bitmap) read and checked
+ * (none for CP_READ_LISTS), those unreadable rebuilt from parity, and for
+ * CP_READ_LOAD copied into f->l2p.  0, -EILSEQ with *why, -ENOMEM, or
+ * -EIO (no power).
+ */
+static int cp_read_l2p(struct ftl *f, uint32_t block, const struct ftl_cp_hdr *hp,
+		       const uint32_t *lists, uint32_t nbitmap, enum cp_read_mode mode,
+		       uint8_t *spare, const char **why)
+{
+	const struct ftl_cp_hdr h = *hp;
+	bool sparse = h.flags & FTL_CP_SPARSE, par = h.flags & FTL_CP_PARITY;
+	size_t nlist = (size_t)h.nblocks + h.nopen + h.nbad;
+	const uint32_t *extra = lists + nlist + nbitmap;
+	uint32_t *index = NULL;
+	int rc = -EILSEQ;
+
+	uint32_t nread = h.l2p_pages;
+	if (mode == CP_READ_LISTS)
+		nread = 0;
+	else if (sparse) {
+		/* the written pages' map indexes, in the order written */
+		const uint32_t *bm = lists + nlist;
+		index = malloc(((size_t)h.l2p_written + 1) * sizeof *index);
+		if (!index) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		nread = 0;
+		for (uint32_t i = 0; i < nbitmap * 32; i++) {
+			if (!(bm[i / 32] & (1u << (i % 32))))
+				continue;
+			if (i >= h.l2p_pages || nread == h.l2p_written) {
+				nread = UINT32_MAX;
+				break;
+			}
+			index[nread++] = i;
+		}
+		if (nread != h.l2p_written) {
+			*why = "bitmap of written l2p pages does not match the header";
+			goto out;
+		}
+	}
+	struct cp_load_ctx x = { .h = &h, .blocks = lists, .index = index,
+				 .per_page = f->page_size / 4, .load = mode == CP_READ_LOAD,
+				 .nread = nread };
+	if (par) {
+		x.pblocks = extra + 1;
+		x.gend = extra + 1 + h.ngroups;
+	}
+	rc = read_batch(f, nread, 256, cp_load_setup, cp_load_result, &x);
+	if (!rc && !x.error && x.nfailed) {
+		uint8_t *pg = aligned_alloc(4096, 2 * (size_t)f->page_size);
+		if (!pg)
+			x.error = -ENOMEM;
+		for (uint64_t k = 0; pg && k < x.nfailed && !x.error; k++) {
+			int r = cp_rebuild_page(f, &x, x.failed[k], pg, pg + f->page_size, spare);
+			if (r == -ENODEV)
+				rc = -EIO; /* no power */
+			else if (r)
+				x.error = -EIO;
+			else
+				cp_load_apply(f, &x, x.failed[k], pg);
+			if (rc)
+				break;
+		}
+		free(pg);
+		if (!rc && !x.error)
+			ftl_log(FTL_LOG_WARNING, "checkpoint at block %u: %" PRIu64 " l2p pages unreadable, rebuilt "
+				"from parity", block, x.nfailed);
+	}
+	free(x.failed);
+	if (rc)
+		goto out;
+	if (x.error == -ENOMEM) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	if (x.error) {
+		rc = -EILSEQ;
+		*why = x.error == -EIO ? "l2p page unreadable" : "l2p page damaged";
+		goto out;
+	}
+	rc = 0;
+out:
+	free(index);
+	return rc;
+}
+
+/*
  * Read and check the checkpoint whose header is in block: header, block
  * lists, and (but for CP_READ_LISTS) every l2p page (spare and data CRC),
  * which CP_READ_LOAD copies into f->l2p.  want_seq: the cp_seq the
@@ -143,7 +233,6 @@ static int cp_read(struct ftl *f, uint32_t block, const uint64_t *want_seq,
 		   const char **why)
 {
 	uint8_t *hbuf = NULL, *spare = malloc(f->spare_size);
-	uint32_t *index = NULL;
 	struct ftl_cp_hdr h;
 	int rc = -EILSEQ;
 
@@ -276,78 +365,14 @@ static int cp_read(struct ftl *f, uint32_t block, const uint64_t *want_seq,
 		*why = "a superblock block listed as its own";
 		goto out;
 	}
-	uint32_t nread = h.l2p_pages;
-	if (mode == CP_READ_LISTS)
-		nread = 0;
-	else if (sparse) {
-		/* the written pages' map indexes, in the order written */
-		const uint32_t *bm = lists + nlist;
-		index = malloc(((size_t)h.l2p_written + 1) * sizeof *index);
-		if (!index) {
-			rc = -ENOMEM;
-			goto out;
-		}
-		nread = 0;
-		for (uint32_t i = 0; i < nbitmap * 32; i++) {
-			if (!(bm[i / 32] & (1u << (i % 32))))
-				continue;
-			if (i >= h.l2p_pages || nread == h.l2p_written) {
-				nread = UINT32_MAX;
-				break;
-			}
-			index[nread++] = i;
-		}
-		if (nread != h.l2p_written) {
-			*why = "bitmap of written l2p pages does not match the header";
-			goto out;
-		}
-	}
-	struct cp_load_ctx x = { .h = &h, .blocks = lists, .index = index,
-				 .per_page = f->page_size / 4, .load = mode == CP_READ_LOAD,
-				 .nread = nread };
-	if (par) {
-		x.pblocks = extra + 1;
-		x.gend = extra + 1 + h.ngroups;
-	}
-	rc = read_batch(f, nread, 256, cp_load_setup, cp_load_result, &x);
-	if (!rc && !x.error && x.nfailed) {
-		uint8_t *pg = aligned_alloc(4096, 2 * (size_t)f->page_size);
-		if (!pg)
-			x.error = -ENOMEM;
-		for (uint64_t k = 0; pg && k < x.nfailed && !x.error; k++) {
-			int r = cp_rebuild_page(f, &x, x.failed[k], pg, pg + f->page_size, spare);
-			if (r == -ENODEV)
-				rc = -EIO; /* no power */
-			else if (r)
-				x.error = -EIO;
-			else
-				cp_load_apply(f, &x, x.failed[k], pg);
-			if (rc)
-				break;
-		}
-		free(pg);
-		if (!rc && !x.error)
-			ftl_log(FTL_LOG_WARNING, "checkpoint at block %u: %" PRIu64 " l2p pages unreadable, rebuilt "
-				"from parity", block, x.nfailed);
-	}
-	free(x.failed);
+	rc = cp_read_l2p(f, block, &h, lists, nbitmap, mode, spare, why);
 	if (rc)
 		goto out;
-	if (x.error == -ENOMEM) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	if (x.error) {
-		rc = -EILSEQ;
-		*why = x.error == -EIO ? "l2p page unreadable" : "l2p page damaged";
-		goto out;
-	}
 	*hp = h;
 	*hbuf_out = hbuf;
 	hbuf = NULL;
 	rc = 0;
 out:
-	free(index);
 	free(hbuf);
 	free(spare);
 	return rc;
