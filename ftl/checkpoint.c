@@ -108,11 +108,7 @@ static uint32_t cp_fill_wear(struct ftl *f, uint32_t pages)
 	}
 	struct ftl_cp_wear w;
 	memset(&w, 0, sizeof w);
-	memcpy(w.magic, FTL_WEAR_MAGIC, 8);
-	w.version = FTL_MEDIA_VERSION;
-	w.size = sizeof w;
-	w.format_id = f->format_id;
-	w.cp_seq = c->cp_seq;
+	cp_stamp(f, &w, FTL_WEAR_MAGIC, sizeof w);
 	w.nbands = f->nbands;
 	w.nexc = nexc;
 	w.words_crc = crc32c(0, band, ((size_t)f->nbands + nfresh + 2 * nexc) * sizeof(uint32_t));
@@ -200,10 +196,12 @@ int cp_init(struct ftl *f)
 	if (!c->blocks || !c->pblocks || !c->gend || !c->cur_blocks || !c->prev_blocks ||
 	    !c->rel_blocks || !c->ops || !c->free_idx || !c->open_list)
 		return -ENOMEM;
-	/* the header buffer, sized for every open block and some grown bad
-	 * blocks, so a checkpoint normally allocates nothing */
-	c->hdr_cap = cp_hdr_pages(f, nl, 4 * f->ndies, f->nblocks / 64 + 16,
-				  cp_bitmap_words(f) + 1 + 2 * nl);
+	/* the header buffer, sized for every open block, some grown bad
+	 * blocks and a parity group per l2p block, so a checkpoint normally
+	 * allocates nothing */
+	struct cp_layout l;
+	cp_layout(f, nl, 4 * f->ndies, f->nblocks / 64 + 16, true, true, nl, &l);
+	c->hdr_cap = cp_layout_pages(f, &l, 0);
 	if (c->hdr_cap < 1)
 		c->hdr_cap = 1;
 	if (c->hdr_cap > f->ppb)
@@ -372,21 +370,21 @@ static int cp_build_header(struct ftl *f)
 	}
 	/* everything must fit in the header block; grown bad blocks beyond
 	 * that are found again (their programs or erases fail again) */
-	uint32_t nbitmap = cp_bitmap_words(f);
-	uint32_t nextra = c->with_parity ? 1 + 2 * c->ngroups : 0;
 	/* bands marked for refresh (FTL_CP_REFRESH): a band whose stripes
 	 * lost their parity stays marked across a restart */
 	uint32_t nref = 0;
 	for (uint32_t bi = 0; bi < f->nbands; bi++)
 		if (f->band[bi].flags & BANDF_REFRESH)
 			nref++;
-	if (nref)
-		nextra += 1 + nref;
+	size_t nrefresh = nref ? 1 + (size_t)nref : 0;
+	struct cp_layout l;
+	cp_layout(f, c->nblocks, nopen, 0, true, c->with_parity, c->ngroups, &l);
 	uint32_t room = (uint32_t)((f->ppb * (size_t)f->page_size - sizeof(struct ftl_cp_hdr)) /
-				   sizeof(uint32_t)) - c->nblocks - nopen - nbitmap - nextra;
+				   sizeof(uint32_t)) - (uint32_t)l.refresh - (uint32_t)nrefresh;
 	if (nbad > room)
 		nbad = room;
-	c->hdr_pages = cp_hdr_pages(f, c->nblocks, nopen, nbad, nbitmap + nextra);
+	cp_layout(f, c->nblocks, nopen, nbad, true, c->with_parity, c->ngroups, &l);
+	c->hdr_pages = cp_layout_pages(f, &l, nrefresh);
 	if (c->hdr_pages > c->hdr_cap) {
 		uint8_t *b = aligned_alloc(4096, (size_t)c->hdr_pages * f->page_size);
 		if (!b)
@@ -399,11 +397,11 @@ static int cp_build_header(struct ftl *f)
 	cp_size_wear(f, f->ppb - c->hdr_pages);
 
 	uint32_t *lists = (uint32_t *)(c->hdr_buf + sizeof(struct ftl_cp_hdr));
-	uint32_t k = 0;
 	for (uint32_t i = 0; i < c->nblocks; i++)
-		lists[k++] = c->blocks[i];
+		lists[i] = c->blocks[i];
 	for (uint32_t i = 0; i < nopen; i++)
-		lists[k++] = open[i];
+		lists[l.open + i] = open[i];
+	size_t k = l.bad;
 	uint32_t listed = 0;
 	bool doomed = false;
 	for (uint32_t b = 0; b < f->nblocks && listed < nbad; b++)
@@ -413,31 +411,28 @@ static int cp_build_header(struct ftl *f)
 			listed++;
 		}
 	/* the bitmap of written l2p pages: filled in as they are written */
-	c->present = lists + k;
-	memset(c->present, 0, nbitmap * sizeof(uint32_t));
-	k += nbitmap;
+	c->present = lists + l.bitmap;
+	memset(c->present, 0, l.nbitmap * sizeof(uint32_t));
 	if (c->with_parity) {
-		lists[k++] = c->hdr_mirror;
+		uint32_t *par = lists + l.par;
+		par[0] = c->hdr_mirror;
 		for (uint32_t g = 0; g < c->ngroups; g++)
-			lists[k++] = c->pblocks[g];
+			par[1 + g] = c->pblocks[g];
 		for (uint32_t g = 0; g < c->ngroups; g++)
-			lists[k++] = c->gend[g];
+			par[1 + c->ngroups + g] = c->gend[g];
 	}
+	k = l.refresh;
 	if (nref) {
 		lists[k++] = nref;
 		for (uint32_t bi = 0; bi < f->nbands; bi++)
 			if (f->band[bi].flags & BANDF_REFRESH)
 				lists[k++] = bi;
 	}
-	c->nlist_words = k;
+	c->nlist_words = (uint32_t)k;
 
 	struct ftl_cp_hdr h;
 	memset(&h, 0, sizeof h);
-	memcpy(h.magic, FTL_CP_MAGIC, 8);
-	h.version = FTL_MEDIA_VERSION;
-	h.size = sizeof h;
-	h.format_id = f->format_id;
-	h.cp_seq = c->cp_seq;
+	cp_stamp(f, &h, FTL_CP_MAGIC, sizeof h);
 	h.units = f->units;
 	h.l2p_pages = c->l2p_pages;
 	h.hdr_pages = c->hdr_pages;

@@ -131,19 +131,18 @@ enum cp_read_mode {
 
 /*
  * cp_read's last step: the l2p pages of the checkpoint in block (header h
- * and its lists checked; nbitmap: words of its bitmap) read and checked
+ * and its lists checked, laid out as l says) read and checked
  * (none for CP_READ_LISTS), those unreadable rebuilt from parity, and for
  * CP_READ_LOAD copied into f->l2p.  0, -EILSEQ with *why, -ENOMEM, or
  * -EIO (no power).
  */
 static int cp_read_l2p(struct ftl *f, uint32_t block, const struct ftl_cp_hdr *hp,
-		       const uint32_t *lists, uint32_t nbitmap, enum cp_read_mode mode,
+		       const uint32_t *lists, const struct cp_layout *l, enum cp_read_mode mode,
 		       uint8_t *spare, const char **why)
 {
 	const struct ftl_cp_hdr h = *hp;
 	bool sparse = h.flags & FTL_CP_SPARSE, par = h.flags & FTL_CP_PARITY;
-	size_t nlist = (size_t)h.nblocks + h.nopen + h.nbad;
-	const uint32_t *extra = lists + nlist + nbitmap;
+	const uint32_t *extra = lists + l->par;
 	uint32_t *index = NULL;
 	int rc = -EILSEQ;
 
@@ -152,14 +151,14 @@ static int cp_read_l2p(struct ftl *f, uint32_t block, const struct ftl_cp_hdr *h
 		nread = 0;
 	else if (sparse) {
 		/* the written pages' map indexes, in the order written */
-		const uint32_t *bm = lists + nlist;
+		const uint32_t *bm = lists + l->bitmap;
 		index = malloc(((size_t)h.l2p_written + 1) * sizeof *index);
 		if (!index) {
 			rc = -ENOMEM;
 			goto out;
 		}
 		nread = 0;
-		for (uint32_t i = 0; i < nbitmap * 32; i++) {
+		for (uint32_t i = 0; i < l->nbitmap * 32; i++) {
 			if (!(bm[i / 32] & (1u << (i % 32))))
 				continue;
 			if (i >= h.l2p_pages || nread == h.l2p_written) {
@@ -272,21 +271,21 @@ static int cp_read(struct ftl *f, uint32_t block, const uint64_t *want_seq,
 	}
 	/* before sparse checkpoints: every l2p page, and no bitmap */
 	bool sparse = h.flags & FTL_CP_SPARSE, par = h.flags & FTL_CP_PARITY;
-	uint32_t nbitmap = sparse ? cp_bitmap_words(f) : 0;
-	/* with parity: the mirror, then pblock[] and gend[] (bounded first) */
-	uint32_t nextra = par && h.ngroups && h.ngroups <= h.nblocks ? 1 + 2 * h.ngroups : 0;
+	/* with parity: the mirror, then pblock[] and gend[] (counted only
+	 * for a number of groups in bounds: refused below otherwise) */
+	struct cp_layout l;
+	cp_layout(f, h.nblocks, h.nopen, h.nbad, sparse, par && h.ngroups && h.ngroups <= h.nblocks,
+		  h.ngroups, &l);
 	/* then the bands marked for refresh: a count and the list, whose
 	 * length is known once the pages are read (bounded here) */
 	bool refl = h.flags & FTL_CP_REFRESH;
-	uint32_t hdr_min = cp_hdr_pages(f, h.nblocks, h.nopen, h.nbad, nbitmap + nextra + refl);
-	uint32_t hdr_max = refl ? cp_hdr_pages(f, h.nblocks, h.nopen, h.nbad,
-					       nbitmap + nextra + 1 + f->nbands)
-				: hdr_min;
+	uint32_t hdr_min = cp_layout_pages(f, &l, refl);
+	uint32_t hdr_max = refl ? cp_layout_pages(f, &l, 1 + (size_t)f->nbands) : hdr_min;
 	if (h.format_id != f->format_id || (want_seq && h.cp_seq != *want_seq) ||
 	    h.cp_seq >= FTL_SEQ_LIMIT ||
 	    h.units != f->units || h.l2p_pages != cp_l2p_pages(f) ||
 	    (h.flags & ~(FTL_CP_SPARSE | FTL_CP_PARITY | FTL_CP_DOOMED | FTL_CP_REFRESH)) ||
-	    (par && (!nextra || !sparse)) ||
+	    (par && (!l.npar || !sparse)) ||
 	    (!par && h.ngroups) || (!sparse && h.l2p_written) ||
 	    (sparse && h.l2p_written > h.l2p_pages) ||
 	    h.nblocks < cp_l2p_blocks(f) || h.nblocks >= cp_l2p_blocks(f) + f->row_width ||
@@ -315,25 +314,23 @@ static int cp_read(struct ftl *f, uint32_t block, const uint64_t *want_seq,
 		}
 	}
 	const uint32_t *lists = (const uint32_t *)(hbuf + sizeof h);
-	size_t nlist = (size_t)h.nblocks + h.nopen + h.nbad;
+	size_t nlist = l.bitmap, nwords = l.refresh;
 	const uint32_t *reflist = NULL;
 	uint32_t nref = 0;
 	if (refl) {
-		nref = lists[nlist + nbitmap + nextra];
-		reflist = lists + nlist + nbitmap + nextra + 1;
-		if (!nref || nref > f->nbands ||
-		    h.hdr_pages != cp_hdr_pages(f, h.nblocks, h.nopen, h.nbad,
-						nbitmap + nextra + 1 + nref)) {
+		nref = lists[l.refresh];
+		reflist = lists + l.refresh + 1;
+		if (!nref || nref > f->nbands || h.hdr_pages != cp_layout_pages(f, &l, 1 + (size_t)nref)) {
 			*why = "refresh list does not match the header";
 			goto out;
 		}
-		nextra += 1 + nref;
+		nwords += 1 + nref;
 	}
-	if (h.lists_crc != crc32c(0, lists, (nlist + nbitmap + nextra) * sizeof(uint32_t))) {
+	if (h.lists_crc != crc32c(0, lists, nwords * sizeof(uint32_t))) {
 		*why = "block lists checksum";
 		goto out;
 	}
-	const uint32_t *extra = lists + nlist + nbitmap;
+	const uint32_t *extra = lists + l.par;
 	for (uint32_t g = 0; par && g < h.ngroups; g++) {
 		uint32_t pb = extra[1 + g], end = extra[1 + h.ngroups + g];
 		if ((pb != FTL_NO_BLOCK && pb >= f->nblocks) || end <= (g ? extra[h.ngroups + g] : 0) ||
@@ -365,7 +362,7 @@ static int cp_read(struct ftl *f, uint32_t block, const uint64_t *want_seq,
 		*why = "a superblock block listed as its own";
 		goto out;
 	}
-	rc = cp_read_l2p(f, block, &h, lists, nbitmap, mode, spare, why);
+	rc = cp_read_l2p(f, block, &h, lists, &l, mode, spare, why);
 	if (rc)
 		goto out;
 	*hp = h;
@@ -398,7 +395,9 @@ static uint32_t cp_list_blocks(const struct ftl *f, const struct ftl_cp_hdr *h,
 	for (uint32_t i = 0; i < h->nblocks; i++)
 		out[n++] = lists[i];
 	if (h->flags & FTL_CP_PARITY) {
-		const uint32_t *extra = lists + h->nblocks + h->nopen + h->nbad + cp_bitmap_words(f);
+		struct cp_layout l;
+		cp_layout_of(f, h, &l);
+		const uint32_t *extra = lists + l.par;
 		*mirror = extra[0];
 		for (uint32_t i = 0; i <= h->ngroups; i++)
 			if (extra[i] != FTL_NO_BLOCK)
@@ -543,9 +542,9 @@ static void cp_apply(struct ftl *f, uint32_t block, const struct ftl_cp_hdr *hp,
 	c->load_refresh = NULL;
 	c->nload_refresh = 0;
 	if (h.flags & FTL_CP_REFRESH) {
-		const uint32_t *extra = lists + h.nblocks + h.nopen + h.nbad + cp_bitmap_words(f);
-		if (h.flags & FTL_CP_PARITY)
-			extra += 1 + 2 * h.ngroups;
+		struct cp_layout l;
+		cp_layout_of(f, &h, &l);
+		const uint32_t *extra = lists + l.refresh;
 		uint32_t nref = extra[0];
 		c->load_refresh = malloc(nref * sizeof(uint32_t));
 		if (c->load_refresh) { /* else refreshed when the fault is found again */

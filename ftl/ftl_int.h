@@ -1188,8 +1188,6 @@ void sb_fill(struct ftl *f, struct ftl_sb *sb, bool clean);
 
 /* checkpoint_layout.c: sizes of a checkpoint's parts */
 uint32_t cp_l2p_pages(const struct ftl *f);
-uint32_t cp_hdr_pages(const struct ftl *f, uint32_t nblocks, uint32_t nopen, uint32_t nbad,
-		      uint32_t nbitmap);
 uint32_t cp_blocks_needed(const struct ftl *f);
 
 /* checkpoint.c: writing one */
