@@ -3,7 +3,7 @@
  *
  * One file per concept: l2p and blocks (block.c), write buffer rings and the
  * streams that program them (writer.c), host I/O (io.c), trim records
- * (trim.c), garbage collection (gc.c), superblock (superblock.c),
+ * (trim.c), garbage collection (gc.c, gc_admit.c), superblock (superblock.c),
  * checkpoint (checkpoint.c, checkpoint_load.c, checkpoint_layout.c),
  * recovery (recovery.c), Flashback parity (parity.c, parity_ppl.c,
  * parity_rebuild.c, parity_recover.c), dead dies (die.c), and the life
