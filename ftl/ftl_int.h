@@ -6,8 +6,9 @@
  * (trim.c), garbage collection (gc.c, gc_admit.c), superblock (superblock.c),
  * checkpoint (checkpoint.c, checkpoint_load.c, checkpoint_layout.c),
  * recovery (recovery.c), Flashback parity (parity.c, parity_ppl.c,
- * parity_rebuild.c, parity_recover.c), dead dies (die.c), and the life
- * cycle (ftl.c).  Everything runs on the thread that owns the struct ftl.
+ * parity_rebuild.c, parity_recover.c), dead dies (die.c), formatting
+ * (format.c), and the life cycle (ftl.c).  Everything runs on the thread
+ * that owns the struct ftl.
  *
  * Invariants the files rely on:
  *  - l2p[u] is UNMAPPED, LOST, a write-buffer slot reference, or the PPA of
@@ -716,7 +717,13 @@ static inline uint32_t user_floor(const struct ftl *f)
 	return held ? f->user_min - f->cp_headroom : f->user_min;
 }
 
+/* format.c: the geometry and capacity of the device's format; after
+ * sb_load found no superblock, -ENODATA if the medium is blank, else
+ * -EUCLEAN; the superblock's format checked against the device (0,
+ * -EINVAL or -ENOTSUP, with err) */
 int ftl_geometry_init(struct ftl *f, struct nand_dev *dev, char *err, size_t errlen);
+int blank_or_damaged(struct ftl *f, char *err, size_t errlen);
+int sb_format_check(const struct ftl *f, const struct ftl_sb *sb, char *err, size_t errlen);
 void ftl_fail(struct ftl *f, int err, const char *why);
 void ftl_failf(struct ftl *f, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /*
