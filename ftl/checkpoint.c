@@ -1,5 +1,11 @@
 /*
- * ftl/checkpoint.c - writing and loading the l2p checkpoint.
+ * ftl/checkpoint.c - writing the l2p checkpoint: its blocks, header, l2p
+ * pages, parity and erase counts, the commit through the superblock and
+ * the release of the checkpoint before the previous one.  Owns struct
+ * cp_state (f->cp) while serving; cp_kick runs it from the ioDimm's
+ * progress (ftl.c), cp_request is called by whoever wants a checkpoint
+ * (gc.c, the parity files, die.c, ftl.c).  Loading at open:
+ * checkpoint_load.c; the sizes of its parts: checkpoint_layout.c.
  *
  * A checkpoint is taken at clean close and every cp_interval log pages.
  * Nothing waits for it: host writes and GC go on while the header and l2p
@@ -35,9 +41,8 @@
  * Cost: l2p_bytes of programming and a copy of each page; no host wait.
  */
 #include <errno.h>
-#include <inttypes.h>
 
-#include "ftl/ftl_int.h"
+#include "ftl/checkpoint_int.h"
 
 /*
  * Programs in flight: a checkpoint taken while serving shares the dies with
@@ -48,44 +53,6 @@
 #define CP_OPS 64
 #define CP_OPS_SERVING 8
 #define CP_SKIP_MAX 64      /* empty l2p pages looked at per cp_kick */
-
-uint32_t cp_l2p_pages(const struct ftl *f)
-{
-	return (uint32_t)((f->units * sizeof(uint32_t) + f->page_size - 1) / f->page_size);
-}
-
-static uint32_t cp_l2p_blocks(const struct ftl *f)
-{
-	return (cp_l2p_pages(f) + f->ppb - 1) / f->ppb;
-}
-
-/* words of the sparse checkpoint's bitmap of written l2p pages */
-static uint32_t cp_bitmap_words(const struct ftl *f)
-{
-	return (cp_l2p_pages(f) + 31) / 32;
-}
-
-uint32_t cp_hdr_pages(const struct ftl *f, uint32_t nblocks, uint32_t nopen, uint32_t nbad,
-		      uint32_t nbitmap)
-{
-	size_t bytes = sizeof(struct ftl_cp_hdr) +
-		       sizeof(uint32_t) * ((size_t)nblocks + nopen + nbad + nbitmap);
-	return (uint32_t)((bytes + f->page_size - 1) / f->page_size);
-}
-
-/* words of the erase counts' map of blocks erased since (media.h) */
-static uint32_t cp_fresh_words(const struct ftl *f)
-{
-	return (f->nblocks + 31) / 32;
-}
-
-/* pages of the erase counts (media.h, ftl_cp_wear) with nexc pairs */
-static uint32_t cp_wear_pages(const struct ftl *f, uint32_t nexc)
-{
-	size_t bytes = sizeof(struct ftl_cp_wear) +
-		       sizeof(uint32_t) * ((size_t)f->nbands + cp_fresh_words(f) + 2 * nexc);
-	return (uint32_t)((bytes + f->page_size - 1) / f->page_size);
-}
 
 /*
  * Lay out the erase counts in wear_buf's first `pages` pages (at least
@@ -141,11 +108,7 @@ static uint32_t cp_fill_wear(struct ftl *f, uint32_t pages)
 	}
 	struct ftl_cp_wear w;
 	memset(&w, 0, sizeof w);
-	memcpy(w.magic, FTL_WEAR_MAGIC, 8);
-	w.version = FTL_MEDIA_VERSION;
-	w.size = sizeof w;
-	w.format_id = f->format_id;
-	w.cp_seq = c->cp_seq;
+	cp_stamp(f, &w, FTL_WEAR_MAGIC, sizeof w);
 	w.nbands = f->nbands;
 	w.nexc = nexc;
 	w.words_crc = crc32c(0, band, ((size_t)f->nbands + nfresh + 2 * nexc) * sizeof(uint32_t));
@@ -173,17 +136,6 @@ static void cp_size_wear(struct ftl *f, uint32_t room)
 		return;
 	uint32_t pages = cp_wear_pages(f, cp_fill_wear(f, room) + 2 * f->ndies + 16);
 	c->wear_pages = pages < room ? pages : room;
-}
-
-/* header and l2p blocks; in rows of two or more dies (cp_state.with_parity)
- * also the header's copy and a parity block per group (a band's l2p blocks:
- * at least one per band) */
-uint32_t cp_blocks_needed(const struct ftl *f)
-{
-	uint32_t l = cp_l2p_blocks(f), w = f->row_width;
-	if (w > 1)
-		return 2 + l + (l + w - 2) / (w - 1) + 1;
-	return 1 + l;
 }
 
 /* One below the oldest sequence number not yet on the media: the slots of
@@ -244,10 +196,12 @@ int cp_init(struct ftl *f)
 	if (!c->blocks || !c->pblocks || !c->gend || !c->cur_blocks || !c->prev_blocks ||
 	    !c->rel_blocks || !c->ops || !c->free_idx || !c->open_list)
 		return -ENOMEM;
-	/* the header buffer, sized for every open block and some grown bad
-	 * blocks, so a checkpoint normally allocates nothing */
-	c->hdr_cap = cp_hdr_pages(f, nl, 4 * f->ndies, f->nblocks / 64 + 16,
-				  cp_bitmap_words(f) + 1 + 2 * nl);
+	/* the header buffer, sized for every open block, some grown bad
+	 * blocks and a parity group per l2p block, so a checkpoint normally
+	 * allocates nothing */
+	struct cp_layout l;
+	cp_layout(f, nl, 4 * f->ndies, f->nblocks / 64 + 16, true, true, nl, &l);
+	c->hdr_cap = cp_layout_pages(f, &l, 0);
 	if (c->hdr_cap < 1)
 		c->hdr_cap = 1;
 	if (c->hdr_cap > f->ppb)
@@ -416,21 +370,21 @@ static int cp_build_header(struct ftl *f)
 	}
 	/* everything must fit in the header block; grown bad blocks beyond
 	 * that are found again (their programs or erases fail again) */
-	uint32_t nbitmap = cp_bitmap_words(f);
-	uint32_t nextra = c->with_parity ? 1 + 2 * c->ngroups : 0;
 	/* bands marked for refresh (FTL_CP_REFRESH): a band whose stripes
 	 * lost their parity stays marked across a restart */
 	uint32_t nref = 0;
 	for (uint32_t bi = 0; bi < f->nbands; bi++)
 		if (f->band[bi].flags & BANDF_REFRESH)
 			nref++;
-	if (nref)
-		nextra += 1 + nref;
+	size_t nrefresh = nref ? 1 + (size_t)nref : 0;
+	struct cp_layout l;
+	cp_layout(f, c->nblocks, nopen, 0, true, c->with_parity, c->ngroups, &l);
 	uint32_t room = (uint32_t)((f->ppb * (size_t)f->page_size - sizeof(struct ftl_cp_hdr)) /
-				   sizeof(uint32_t)) - c->nblocks - nopen - nbitmap - nextra;
+				   sizeof(uint32_t)) - (uint32_t)l.refresh - (uint32_t)nrefresh;
 	if (nbad > room)
 		nbad = room;
-	c->hdr_pages = cp_hdr_pages(f, c->nblocks, nopen, nbad, nbitmap + nextra);
+	cp_layout(f, c->nblocks, nopen, nbad, true, c->with_parity, c->ngroups, &l);
+	c->hdr_pages = cp_layout_pages(f, &l, nrefresh);
 	if (c->hdr_pages > c->hdr_cap) {
 		uint8_t *b = aligned_alloc(4096, (size_t)c->hdr_pages * f->page_size);
 		if (!b)
@@ -443,11 +397,11 @@ static int cp_build_header(struct ftl *f)
 	cp_size_wear(f, f->ppb - c->hdr_pages);
 
 	uint32_t *lists = (uint32_t *)(c->hdr_buf + sizeof(struct ftl_cp_hdr));
-	uint32_t k = 0;
 	for (uint32_t i = 0; i < c->nblocks; i++)
-		lists[k++] = c->blocks[i];
+		lists[i] = c->blocks[i];
 	for (uint32_t i = 0; i < nopen; i++)
-		lists[k++] = open[i];
+		lists[l.open + i] = open[i];
+	size_t k = l.bad;
 	uint32_t listed = 0;
 	bool doomed = false;
 	for (uint32_t b = 0; b < f->nblocks && listed < nbad; b++)
@@ -457,31 +411,28 @@ static int cp_build_header(struct ftl *f)
 			listed++;
 		}
 	/* the bitmap of written l2p pages: filled in as they are written */
-	c->present = lists + k;
-	memset(c->present, 0, nbitmap * sizeof(uint32_t));
-	k += nbitmap;
+	c->present = lists + l.bitmap;
+	memset(c->present, 0, l.nbitmap * sizeof(uint32_t));
 	if (c->with_parity) {
-		lists[k++] = c->hdr_mirror;
+		uint32_t *par = lists + l.par;
+		par[0] = c->hdr_mirror;
 		for (uint32_t g = 0; g < c->ngroups; g++)
-			lists[k++] = c->pblocks[g];
+			par[1 + g] = c->pblocks[g];
 		for (uint32_t g = 0; g < c->ngroups; g++)
-			lists[k++] = c->gend[g];
+			par[1 + c->ngroups + g] = c->gend[g];
 	}
+	k = l.refresh;
 	if (nref) {
 		lists[k++] = nref;
 		for (uint32_t bi = 0; bi < f->nbands; bi++)
 			if (f->band[bi].flags & BANDF_REFRESH)
 				lists[k++] = bi;
 	}
-	c->nlist_words = k;
+	c->nlist_words = (uint32_t)k;
 
 	struct ftl_cp_hdr h;
 	memset(&h, 0, sizeof h);
-	memcpy(h.magic, FTL_CP_MAGIC, 8);
-	h.version = FTL_MEDIA_VERSION;
-	h.size = sizeof h;
-	h.format_id = f->format_id;
-	h.cp_seq = c->cp_seq;
+	cp_stamp(f, &h, FTL_CP_MAGIC, sizeof h);
 	h.units = f->units;
 	h.l2p_pages = c->l2p_pages;
 	h.hdr_pages = c->hdr_pages;
@@ -855,10 +806,181 @@ bool cp_wants_poll(const struct ftl *f)
 	       c->next_page < c->l2p_pages && cp_may_submit(c);
 }
 
-int cp_kick(struct ftl *f)
+/* CP_QUIESCE: waiting for free blocks to write it to, then its cp_seq
+ * and header taken.  Returns as cp_kick. */
+static int cp_quiesce(struct ftl *f)
+{
+	struct cp_state *c = &f->cp;
+
+	/*
+	 * Invariant: after the clean checkpoint (ftl_close: everything
+	 * durable, no flush of its own) replay from cp_seq rebuilds
+	 * every trim.  It is fuzzy like any other, and replay maps again
+	 * every unit with a page newer than cp_seq; an unmapping
+	 * survives that only as a trim record, whose sequence number
+	 * orders it after the writes and GC relocations it supersedes.
+	 * A trim still pending is only in the l2p copied below, so a
+	 * page of its unit between cp_seq and the trim came back after
+	 * a restart.  So the pending trims go into a record first: it
+	 * is still buffered when cp_seq is taken, so it is newer, and
+	 * like the buffered writes it is programmed before close ends.
+	 */
+	if (c->clean && f->ntrim_pend && !trim_close_record(f))
+		return 0; /* no slot or page yet: as for blocks below */
+	if (!cp_alloc_blocks(f))
+		return 0; /* the eraser is making blocks free */
+	c->cp_seq = cp_durable_seq(f);
+	c->l2p_pages = cp_l2p_pages(f);
+	int rc = cp_build_header(f);
+	if (rc < 0) {
+		/* give the blocks back; try again later */
+		cp_give_back(f);
+		c->phase = CP_IDLE;
+		c->requested = true;
+		if (rc == -EAGAIN)
+			return 1; /* more blocks to scan than listed: after some drain */
+		if (++c->attempts > 3)
+			ftl_fail(f, -ENOMEM, "no memory for a checkpoint header, three times");
+		else
+			ftl_log(FTL_LOG_WARNING, "no memory for the checkpoint header; "
+				"retrying later");
+		return 1;
+	}
+	c->next_page = 0;
+	c->pages_done = 0;
+	c->error = 0;
+	c->gen_writing = ++c->gen_taken;
+	c->phase = CP_WRITE;
+	return 1;
+}
+
+/* CP_WRITE: its pages submitted, as many as may be now; once all are
+ * programmed, the sync started.  Returns as cp_kick. */
+static int cp_write(struct ftl *f)
 {
 	struct cp_state *c = &f->cp;
 	int n = 0;
+
+	/*
+	 * The l2p pages in map order, those with no mapped unit left
+	 * out (a fresh or mostly empty ioDimm writes and loads little),
+	 * then the header, which says which were written.  Looking
+	 * at an empty page costs a pass over its entries (~0.1 us a
+	 * KiB); at most CP_SKIP_MAX of them per call, so a nearly empty
+	 * map does not hold up host I/O: cp_wants_poll asks the owner
+	 * to call again at once.
+	 */
+	uint32_t per_page = f->page_size / sizeof(uint32_t), skipped = 0;
+	uint32_t hdr_total = c->hdr_pages * (c->hdr_mirror != FTL_NO_BLOCK ? 2 : 1);
+	uint32_t all_total = hdr_total + c->wear_pages;
+	while (!c->error && cp_may_submit(c)) {
+		if (c->par_pending) {
+			/* a stripe is complete: its parity before the
+			 * next page reuses the accumulator */
+			cp_submit_parity(f);
+			n++;
+			continue;
+		}
+		if (c->next_page == c->l2p_pages || skipped == CP_SKIP_MAX)
+			break;
+		uint32_t i = c->next_page++;
+		uint64_t first = (uint64_t)i * per_page;
+		uint64_t cnt = f->units - first < per_page ? f->units - first : per_page;
+		if (l2p_range_unmapped(&f->l2p[first], cnt)) {
+			skipped++;
+			continue;
+		}
+		cp_submit_l2p(f, i);
+		n++;
+	}
+	if (!c->error && c->next_page == c->l2p_pages && !c->sealed) {
+		if (c->pacc_open)
+			c->par_pending = true; /* the last stripe, maybe partial */
+		cp_seal_header(f);
+	}
+	if (!c->error && c->par_pending && cp_may_submit(c)) {
+		cp_submit_parity(f);
+		n++;
+	}
+	while (!c->error && c->sealed && !c->par_pending && c->hdr_next < all_total &&
+	       cp_may_submit(c)) {
+		uint32_t k = c->hdr_next++;
+		if (k < hdr_total) {
+			cp_submit_hdr(f, k);
+		} else {
+			/* the counts as of now, every erase issued so far
+			 * in; the closing checkpoint's are final: no erase
+			 * is issued after them (eraser_kick) */
+			if (k == hdr_total) {
+				cp_fill_wear(f, c->wear_pages);
+				c->wear_final = c->clean;
+			}
+			cp_submit_wear(f, k - hdr_total);
+		}
+		n++;
+	}
+	bool submitted = c->sealed && !c->par_pending && c->hdr_next == all_total;
+	if ((submitted || c->error) && !c->ops_in_flight) {
+		if (c->error) {
+			cp_abort(f);
+			return 1;
+		}
+		/*
+		 * Invariant: every unmapping in the l2p pages copied is
+		 * in a durable trim record before the superblock names
+		 * this checkpoint.  A trim still pending when its page
+		 * was copied is in this checkpoint only; if the open
+		 * finds it damaged, the previous one and the log after
+		 * it are loaded, and without the record its units read
+		 * their old data again, after an open had read them as
+		 * trimmed (contract rule 6).  So the pending trims go
+		 * into a record now and the commit waits for it (and
+		 * any record before it) to be programmed; no wait
+		 * while nothing was trimmed since the last one was.
+		 * The record may take the last free block (floor 0,
+		 * as for a GC victim's): the pool may be waiting for
+		 * this commit to release the blocks of the checkpoint
+		 * before the previous.
+		 */
+		if (f->ntrim_pend && !trim_close_record_floor(f, 0))
+			return n; /* no slot or page yet: the ring drains */
+		if (f->stream[STREAM_USER].ring.done < f->trim_rec_end)
+			return n; /* its program completing calls again */
+		/* the pages must be durable before the superblock names
+		 * them; the sync runs beside host I/O (on an image file
+		 * it can take seconds) */
+		if (nand_sync_start(f->dev, &c->sync_ticket) < 0) {
+			ftl_fail(f, -EIO, "syncing the medium failed");
+			return 1;
+		}
+		c->phase = CP_SYNC;
+		return n + 1;
+	}
+	return n;
+}
+
+/* CP_SYNC: once the pages are durable, the superblock update that
+ * commits it.  Returns as cp_kick. */
+static int cp_sync(struct ftl *f)
+{
+	struct cp_state *c = &f->cp;
+	int r = nand_sync_poll(f->dev, c->sync_ticket);
+	if (r < 0) {
+		ftl_fail(f, -EIO, "syncing the medium failed");
+		return 1;
+	}
+	if (!r)
+		return 0; /* next_due brings the owner back */
+	c->phase = CP_COMMIT;
+	c->prev_keep = cp_prev_room(f);
+	if (sb_start_write(f, c->clean, cp_commit_done) < 0)
+		ftl_fail(f, -EIO, "superblock busy during a checkpoint");
+	return 1;
+}
+
+int cp_kick(struct ftl *f)
+{
+	struct cp_state *c = &f->cp;
 
 	if (f->readonly || f->error)
 		return 0;
@@ -878,783 +1000,17 @@ int cp_kick(struct ftl *f)
 		c->phase = CP_QUIESCE;
 		return 1;
 	case CP_QUIESCE: /* waiting for free blocks to write it to */
-		/*
-		 * Invariant: after the clean checkpoint (ftl_close: everything
-		 * durable, no flush of its own) replay from cp_seq rebuilds
-		 * every trim.  It is fuzzy like any other, and replay maps again
-		 * every unit with a page newer than cp_seq; an unmapping
-		 * survives that only as a trim record, whose sequence number
-		 * orders it after the writes and GC relocations it supersedes.
-		 * A trim still pending is only in the l2p copied below, so a
-		 * page of its unit between cp_seq and the trim came back after
-		 * a restart.  So the pending trims go into a record first: it
-		 * is still buffered when cp_seq is taken, so it is newer, and
-		 * like the buffered writes it is programmed before close ends.
-		 */
-		if (c->clean && f->ntrim_pend && !trim_close_record(f))
-			return 0; /* no slot or page yet: as for blocks below */
-		if (!cp_alloc_blocks(f))
-			return 0; /* the eraser is making blocks free */
-		c->cp_seq = cp_durable_seq(f);
-		c->l2p_pages = cp_l2p_pages(f);
-		int rc = cp_build_header(f);
-		if (rc < 0) {
-			/* give the blocks back; try again later */
-			cp_give_back(f);
-			c->phase = CP_IDLE;
-			c->requested = true;
-			if (rc == -EAGAIN)
-				return 1; /* more blocks to scan than listed: after some drain */
-			if (++c->attempts > 3)
-				ftl_fail(f, -ENOMEM, "no memory for a checkpoint header, three times");
-			else
-				ftl_log(FTL_LOG_WARNING, "no memory for the checkpoint header; "
-					"retrying later");
-			return 1;
-		}
-		c->next_page = 0;
-		c->pages_done = 0;
-		c->error = 0;
-		c->gen_writing = ++c->gen_taken;
-		c->phase = CP_WRITE;
-		return 1;
-	case CP_WRITE: {
-		/*
-		 * The l2p pages in map order, those with no mapped unit left
-		 * out (a fresh or mostly empty ioDimm writes and loads little),
-		 * then the header, which says which were written.  Looking
-		 * at an empty page costs a pass over its entries (~0.1 us a
-		 * KiB); at most CP_SKIP_MAX of them per call, so a nearly empty
-		 * map does not hold up host I/O: cp_wants_poll asks the owner
-		 * to call again at once.
-		 */
-		uint32_t per_page = f->page_size / sizeof(uint32_t), skipped = 0;
-		uint32_t hdr_total = c->hdr_pages * (c->hdr_mirror != FTL_NO_BLOCK ? 2 : 1);
-		uint32_t all_total = hdr_total + c->wear_pages;
-		while (!c->error && cp_may_submit(c)) {
-			if (c->par_pending) {
-				/* a stripe is complete: its parity before the
-				 * next page reuses the accumulator */
-				cp_submit_parity(f);
-				n++;
-				continue;
-			}
-			if (c->next_page == c->l2p_pages || skipped == CP_SKIP_MAX)
-				break;
-			uint32_t i = c->next_page++;
-			uint64_t first = (uint64_t)i * per_page;
-			uint64_t cnt = f->units - first < per_page ? f->units - first : per_page;
-			if (l2p_range_unmapped(&f->l2p[first], cnt)) {
-				skipped++;
-				continue;
-			}
-			cp_submit_l2p(f, i);
-			n++;
-		}
-		if (!c->error && c->next_page == c->l2p_pages && !c->sealed) {
-			if (c->pacc_open)
-				c->par_pending = true; /* the last stripe, maybe partial */
-			cp_seal_header(f);
-		}
-		if (!c->error && c->par_pending && cp_may_submit(c)) {
-			cp_submit_parity(f);
-			n++;
-		}
-		while (!c->error && c->sealed && !c->par_pending && c->hdr_next < all_total &&
-		       cp_may_submit(c)) {
-			uint32_t k = c->hdr_next++;
-			if (k < hdr_total) {
-				cp_submit_hdr(f, k);
-			} else {
-				/* the counts as of now, every erase issued so far
-				 * in; the closing checkpoint's are final: no erase
-				 * is issued after them (eraser_kick) */
-				if (k == hdr_total) {
-					cp_fill_wear(f, c->wear_pages);
-					c->wear_final = c->clean;
-				}
-				cp_submit_wear(f, k - hdr_total);
-			}
-			n++;
-		}
-		bool submitted = c->sealed && !c->par_pending && c->hdr_next == all_total;
-		if ((submitted || c->error) && !c->ops_in_flight) {
-			if (c->error) {
-				cp_abort(f);
-				return 1;
-			}
-			/*
-			 * Invariant: every unmapping in the l2p pages copied is
-			 * in a durable trim record before the superblock names
-			 * this checkpoint.  A trim still pending when its page
-			 * was copied is in this checkpoint only; if the open
-			 * finds it damaged, the previous one and the log after
-			 * it are loaded, and without the record its units read
-			 * their old data again, after an open had read them as
-			 * trimmed (contract rule 6).  So the pending trims go
-			 * into a record now and the commit waits for it (and
-			 * any record before it) to be programmed; no wait
-			 * while nothing was trimmed since the last one was.
-			 * The record may take the last free block (floor 0,
-			 * as for a GC victim's): the pool may be waiting for
-			 * this commit to release the blocks of the checkpoint
-			 * before the previous.
-			 */
-			if (f->ntrim_pend && !trim_close_record_floor(f, 0))
-				return n; /* no slot or page yet: the ring drains */
-			if (f->stream[STREAM_USER].ring.done < f->trim_rec_end)
-				return n; /* its program completing calls again */
-			/* the pages must be durable before the superblock names
-			 * them; the sync runs beside host I/O (on an image file
-			 * it can take seconds) */
-			if (nand_sync_start(f->dev, &c->sync_ticket) < 0) {
-				ftl_fail(f, -EIO, "syncing the medium failed");
-				return 1;
-			}
-			c->phase = CP_SYNC;
-			return n + 1;
-		}
-		return n;
-	}
-	case CP_SYNC: {
-		int r = nand_sync_poll(f->dev, c->sync_ticket);
-		if (r < 0) {
-			ftl_fail(f, -EIO, "syncing the medium failed");
-			return 1;
-		}
-		if (!r)
-			return 0; /* next_due brings the owner back */
-		c->phase = CP_COMMIT;
-		c->prev_keep = cp_prev_room(f);
-		if (sb_start_write(f, c->clean, cp_commit_done) < 0)
-			ftl_fail(f, -EIO, "superblock busy during a checkpoint");
-		return 1;
-	}
+		return cp_quiesce(f);
+	case CP_WRITE:
+		return cp_write(f);
+	case CP_SYNC:
+		return cp_sync(f);
 	case CP_RELEASE:
 		return cp_release(f);
 	case CP_COMMIT:
 	case CP_FAILED:
 		return 0;
 	}
-	return 0;
-}
-
-/* ---- loading ------------------------------------------------------------ */
-
-struct cp_load_ctx {
-	const struct ftl_cp_hdr *h;
-	const uint32_t *blocks;
-	const uint32_t *index;  /* sparse: map index of the j-th written page */
-	int error;
-	uint32_t per_page;
-	bool load;           /* copy into the l2p (else only check) */
-	/* FTL_CP_PARITY: the groups, and the pages to rebuild from them */
-	const uint32_t *pblocks, *gend;
-	uint64_t nread;
-	uint64_t *failed;
-	uint64_t nfailed;
-};
-
-/* j: the j-th l2p page written, striped over the l2p blocks */
-static void cp_load_setup(struct ftl *f, void *ctx, uint64_t j, struct nand_op *op)
-{
-	struct cp_load_ctx *x = ctx;
-	op->block = x->blocks[j % x->h->nblocks];
-	op->page = (uint32_t)(j / x->h->nblocks);
-}
-
-/* 0 if op read checkpoint page lba of this checkpoint intact, with
- * *crc its data CRC; -EIO if unreadable, -EILSEQ if it is another page */
-static int cp_page_check(struct ftl *f, const struct cp_load_ctx *x, const struct nand_op *op,
-			 uint32_t lba, uint32_t *crc)
-{
-	struct ftl_spare sp;
-	if (op->status != NAND_OK && op->status != NAND_CORRECTED)
-		return -EIO;
-	if (spare_parse(f, op->spare, &sp) != 0 || sp.type != FTL_PG_CKPT || sp.lba != lba ||
-	    sp.seq != x->h->cp_seq)
-		return -EILSEQ;
-	if (lba != FTL_CP_PARITY_LBA && sp.data_crc != crc32c(0, op->data, f->page_size))
-		return -EILSEQ;
-	*crc = sp.data_crc;
-	return 0;
-}
-
-static void cp_load_apply(struct ftl *f, struct cp_load_ctx *x, uint64_t j, const void *data)
-{
-	uint64_t i = x->index ? x->index[j] : j;
-	if (!x->load)
-		return;
-	uint64_t first = i * x->per_page;
-	uint64_t n = f->units - first < x->per_page ? f->units - first : x->per_page;
-	memcpy(&f->l2p[first], data, n * sizeof(uint32_t));
-}
-
-static void cp_load_result(struct ftl *f, void *ctx, uint64_t j, struct nand_op *op)
-{
-	struct cp_load_ctx *x = ctx;
-	uint64_t i = x->index ? x->index[j] : j;
-	uint32_t crc;
-	int rc = cp_page_check(f, x, op, x->h->hdr_pages + (uint32_t)i, &crc);
-	if (rc && x->pblocks) {
-		/* rebuilt from its stripe after the batch */
-		if (!x->failed && !(x->failed = malloc(x->nread * sizeof *x->failed))) {
-			x->error = -ENOMEM;
-			return;
-		}
-		x->failed[x->nfailed++] = j;
-		return;
-	}
-	if (rc) {
-		x->error = rc;
-		return;
-	}
-	cp_load_apply(f, x, j, op->data);
-}
-
-/*
- * Rebuild the j-th l2p page written from the other pages of its stripe and
- * their parity page (media.h, FTL_CP_PARITY) into out; 0 if the result
- * has the CRC the page was written with.  Reads one page at a time: only
- * for pages that could not be read (a dead die: one in row width).
- */
-static int cp_rebuild_page(struct ftl *f, struct cp_load_ctx *x, uint64_t j, uint8_t *out,
-			   uint8_t *tmp, uint8_t *spare)
-{
-	uint32_t nb = x->h->nblocks, col = (uint32_t)(j % nb), row = (uint32_t)(j / nb), g = 0;
-	while (col >= x->gend[g])
-		g++;
-	if (x->pblocks[g] == FTL_NO_BLOCK)
-		return -EIO;
-	uint32_t want, crc;
-	struct nand_op op = { .type = NAND_OP_READ, .block = x->pblocks[g], .page = row,
-			      .data = out, .spare = spare };
-	op.status = nand_op_sync(f->dev, &op);
-	if (op.status == NAND_POWER_LOSS)
-		return -ENODEV;
-	if (cp_page_check(f, x, &op, FTL_CP_PARITY_LBA, &want))
-		return -EIO;
-	for (uint32_t c = g ? x->gend[g - 1] : 0; c < x->gend[g]; c++) {
-		uint64_t jj = (uint64_t)row * nb + c;
-		if (c == col || jj >= x->nread)
-			continue; /* the lost page, or one never written */
-		uint64_t i = x->index ? x->index[jj] : jj;
-		struct nand_op m = { .type = NAND_OP_READ, .block = x->blocks[c], .page = row,
-				     .data = tmp, .spare = spare };
-		m.status = nand_op_sync(f->dev, &m);
-		if (m.status == NAND_POWER_LOSS)
-			return -ENODEV;
-		if (cp_page_check(f, x, &m, x->h->hdr_pages + (uint32_t)i, &crc))
-			return -EIO;
-		xor_into(out, tmp, f->page_size);
-		want ^= crc;
-	}
-	return crc32c(0, out, f->page_size) == want ? 0 : -EIO;
-}
-
-enum cp_read_mode {
-	CP_READ_LISTS,  /* the header and its lists only */
-	CP_READ_CHECK,  /* and every l2p page */
-	CP_READ_LOAD,   /* and the l2p pages into f->l2p */
-};
-
-/*
- * Read and check the checkpoint whose header is in block: header, block
- * lists, and (but for CP_READ_LISTS) every l2p page (spare and data CRC),
- * which CP_READ_LOAD copies into f->l2p.  want_seq: the cp_seq the
- * superblock names, or NULL for any (then f->units and f->format_id are
- * taken from the header: scanning).  Returns 0 with *h and *hbuf (header
- * pages; caller frees), -EILSEQ with *why when something does not check
- * out, -ENOMEM, or -EIO (no power).
- */
-static int cp_read(struct ftl *f, uint32_t block, const uint64_t *want_seq,
-		   enum cp_read_mode mode, struct ftl_cp_hdr *hp, uint8_t **hbuf_out,
-		   const char **why)
-{
-	uint8_t *hbuf = NULL, *spare = malloc(f->spare_size);
-	uint32_t *index = NULL;
-	struct ftl_cp_hdr h;
-	int rc = -EILSEQ;
-
-	*hbuf_out = NULL;
-	if (!spare)
-		return -ENOMEM;
-	if (block >= f->nblocks) {
-		*why = "bad header block number";
-		goto out;
-	}
-	/* header page 0 first: it says how many pages the header has */
-	hbuf = aligned_alloc(4096, f->page_size);
-	if (!hbuf) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	struct nand_op op = { .type = NAND_OP_READ, .block = block, .page = 0, .data = hbuf,
-			      .spare = spare };
-	enum nand_status st = nand_op_sync(f->dev, &op);
-	if (st == NAND_POWER_LOSS) {
-		rc = -EIO;
-		goto out;
-	}
-	if (st != NAND_OK && st != NAND_CORRECTED) {
-		*why = "header page unreadable";
-		goto out;
-	}
-	memcpy(&h, hbuf, sizeof h);
-	if (memcmp(h.magic, FTL_CP_MAGIC, 8) != 0 || h.version != FTL_MEDIA_VERSION ||
-	    h.size != sizeof h || h.crc != crc32c(0, &h, offsetof(struct ftl_cp_hdr, crc))) {
-		*why = "header magic, version or checksum";
-		goto out;
-	}
-	if (!want_seq && h.units && h.units <= nand_raw_bytes(&f->geo) / FTL_UNIT_SIZE) {
-		f->units = h.units;
-		f->format_id = h.format_id;
-	}
-	/* before sparse checkpoints: every l2p page, and no bitmap */
-	bool sparse = h.flags & FTL_CP_SPARSE, par = h.flags & FTL_CP_PARITY;
-	uint32_t nbitmap = sparse ? cp_bitmap_words(f) : 0;
-	/* with parity: the mirror, then pblock[] and gend[] (bounded first) */
-	uint32_t nextra = par && h.ngroups && h.ngroups <= h.nblocks ? 1 + 2 * h.ngroups : 0;
-	/* then the bands marked for refresh: a count and the list, whose
-	 * length is known once the pages are read (bounded here) */
-	bool refl = h.flags & FTL_CP_REFRESH;
-	uint32_t hdr_min = cp_hdr_pages(f, h.nblocks, h.nopen, h.nbad, nbitmap + nextra + refl);
-	uint32_t hdr_max = refl ? cp_hdr_pages(f, h.nblocks, h.nopen, h.nbad,
-					       nbitmap + nextra + 1 + f->nbands)
-				: hdr_min;
-	if (h.format_id != f->format_id || (want_seq && h.cp_seq != *want_seq) ||
-	    h.cp_seq >= FTL_SEQ_LIMIT ||
-	    h.units != f->units || h.l2p_pages != cp_l2p_pages(f) ||
-	    (h.flags & ~(FTL_CP_SPARSE | FTL_CP_PARITY | FTL_CP_DOOMED | FTL_CP_REFRESH)) ||
-	    (par && (!nextra || !sparse)) ||
-	    (!par && h.ngroups) || (!sparse && h.l2p_written) ||
-	    (sparse && h.l2p_written > h.l2p_pages) ||
-	    h.nblocks < cp_l2p_blocks(f) || h.nblocks >= cp_l2p_blocks(f) + f->row_width ||
-	    h.hdr_pages == 0 || h.hdr_pages > f->ppb ||
-	    h.hdr_pages < hdr_min || h.hdr_pages > hdr_max) {
-		*why = "header fields do not match the format";
-		goto out;
-	}
-	free(hbuf);
-	hbuf = aligned_alloc(4096, (size_t)h.hdr_pages * f->page_size);
-	if (!hbuf) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	for (uint32_t p = 0; p < h.hdr_pages; p++) {
-		struct nand_op hop = { .type = NAND_OP_READ, .block = block, .page = p,
-				       .data = hbuf + (size_t)p * f->page_size, .spare = spare };
-		st = nand_op_sync(f->dev, &hop);
-		if (st == NAND_POWER_LOSS) {
-			rc = -EIO;
-			goto out;
-		}
-		if (st != NAND_OK && st != NAND_CORRECTED) {
-			*why = "header page unreadable";
-			goto out;
-		}
-	}
-	const uint32_t *lists = (const uint32_t *)(hbuf + sizeof h);
-	size_t nlist = (size_t)h.nblocks + h.nopen + h.nbad;
-	const uint32_t *reflist = NULL;
-	uint32_t nref = 0;
-	if (refl) {
-		nref = lists[nlist + nbitmap + nextra];
-		reflist = lists + nlist + nbitmap + nextra + 1;
-		if (!nref || nref > f->nbands ||
-		    h.hdr_pages != cp_hdr_pages(f, h.nblocks, h.nopen, h.nbad,
-						nbitmap + nextra + 1 + nref)) {
-			*why = "refresh list does not match the header";
-			goto out;
-		}
-		nextra += 1 + nref;
-	}
-	if (h.lists_crc != crc32c(0, lists, (nlist + nbitmap + nextra) * sizeof(uint32_t))) {
-		*why = "block lists checksum";
-		goto out;
-	}
-	const uint32_t *extra = lists + nlist + nbitmap;
-	for (uint32_t g = 0; par && g < h.ngroups; g++) {
-		uint32_t pb = extra[1 + g], end = extra[1 + h.ngroups + g];
-		if ((pb != FTL_NO_BLOCK && pb >= f->nblocks) || end <= (g ? extra[h.ngroups + g] : 0) ||
-		    end > h.nblocks || (g + 1 == h.ngroups && end != h.nblocks) ||
-		    (extra[0] != FTL_NO_BLOCK && extra[0] >= f->nblocks)) {
-			*why = "parity groups do not match the header";
-			goto out;
-		}
-	}
-	for (uint32_t i = 0; i < nref; i++)
-		if (reflist[i] >= f->nbands) {
-			*why = "refresh list does not match the header";
-			goto out;
-		}
-	uint32_t bad_mask = h.flags & FTL_CP_DOOMED ? ~FTL_CP_BAD_DOOMED : UINT32_MAX;
-	for (size_t i = 0; i < nlist; i++)
-		if ((i < (size_t)h.nblocks + h.nopen ? lists[i] : lists[i] & bad_mask) >= f->nblocks) {
-			*why = "block number out of range";
-			goto out;
-		}
-	/* its own blocks (l2p, the header's copy, parity) are erased when a
-	 * newer checkpoint commits: none may be a superblock's */
-	bool own_sb = blk_is_sb(f, block);
-	for (uint32_t i = 0; i < h.nblocks; i++)
-		own_sb |= blk_is_sb(f, lists[i]);
-	for (uint32_t i = 0; par && i <= h.ngroups; i++)
-		own_sb |= extra[i] != FTL_NO_BLOCK && blk_is_sb(f, extra[i]);
-	if (own_sb) {
-		*why = "a superblock block listed as its own";
-		goto out;
-	}
-	uint32_t nread = h.l2p_pages;
-	if (mode == CP_READ_LISTS)
-		nread = 0;
-	else if (sparse) {
-		/* the written pages' map indexes, in the order written */
-		const uint32_t *bm = lists + nlist;
-		index = malloc(((size_t)h.l2p_written + 1) * sizeof *index);
-		if (!index) {
-			rc = -ENOMEM;
-			goto out;
-		}
-		nread = 0;
-		for (uint32_t i = 0; i < nbitmap * 32; i++) {
-			if (!(bm[i / 32] & (1u << (i % 32))))
-				continue;
-			if (i >= h.l2p_pages || nread == h.l2p_written) {
-				nread = UINT32_MAX;
-				break;
-			}
-			index[nread++] = i;
-		}
-		if (nread != h.l2p_written) {
-			*why = "bitmap of written l2p pages does not match the header";
-			goto out;
-		}
-	}
-	struct cp_load_ctx x = { .h = &h, .blocks = lists, .index = index,
-				 .per_page = f->page_size / 4, .load = mode == CP_READ_LOAD,
-				 .nread = nread };
-	if (par) {
-		x.pblocks = extra + 1;
-		x.gend = extra + 1 + h.ngroups;
-	}
-	rc = read_batch(f, nread, 256, cp_load_setup, cp_load_result, &x);
-	if (!rc && !x.error && x.nfailed) {
-		uint8_t *pg = aligned_alloc(4096, 2 * (size_t)f->page_size);
-		if (!pg)
-			x.error = -ENOMEM;
-		for (uint64_t k = 0; pg && k < x.nfailed && !x.error; k++) {
-			int r = cp_rebuild_page(f, &x, x.failed[k], pg, pg + f->page_size, spare);
-			if (r == -ENODEV)
-				rc = -EIO; /* no power */
-			else if (r)
-				x.error = -EIO;
-			else
-				cp_load_apply(f, &x, x.failed[k], pg);
-			if (rc)
-				break;
-		}
-		free(pg);
-		if (!rc && !x.error)
-			ftl_log(FTL_LOG_WARNING, "checkpoint at block %u: %" PRIu64 " l2p pages unreadable, rebuilt "
-				"from parity", block, x.nfailed);
-	}
-	free(x.failed);
-	if (rc)
-		goto out;
-	if (x.error == -ENOMEM) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	if (x.error) {
-		rc = -EILSEQ;
-		*why = x.error == -EIO ? "l2p page unreadable" : "l2p page damaged";
-		goto out;
-	}
-	*hp = h;
-	*hbuf_out = hbuf;
-	hbuf = NULL;
-	rc = 0;
-out:
-	free(index);
-	free(hbuf);
-	free(spare);
-	return rc;
-}
-
-int cp_verify(struct ftl *f, uint32_t block, struct ftl_cp_hdr *h, const char **why)
-{
-	uint8_t *hbuf;
-	int rc = cp_read(f, block, NULL, CP_READ_CHECK, h, &hbuf, why);
-	free(hbuf);
-	return rc;
-}
-
-/* The blocks of the checkpoint whose header h (lists after it) was read,
- * but its header block: the l2p blocks, and with parity the parity blocks
- * and the header's copy (*mirror, else FTL_NO_BLOCK).  Returns how many
- * (at most 2 * (l2p blocks + row width) + 1: cp_read bounds the counts). */
-static uint32_t cp_list_blocks(const struct ftl *f, const struct ftl_cp_hdr *h,
-			       const uint32_t *lists, uint32_t *out, uint32_t *mirror)
-{
-	uint32_t n = 0;
-	*mirror = FTL_NO_BLOCK;
-	for (uint32_t i = 0; i < h->nblocks; i++)
-		out[n++] = lists[i];
-	if (h->flags & FTL_CP_PARITY) {
-		const uint32_t *extra = lists + h->nblocks + h->nopen + h->nbad + cp_bitmap_words(f);
-		*mirror = extra[0];
-		for (uint32_t i = 0; i <= h->ngroups; i++)
-			if (extra[i] != FTL_NO_BLOCK)
-				out[n++] = extra[i];
-	}
-	return n;
-}
-
-/* Read (mode) the checkpoint a superblock names: its header block, or the
- * header's copy (mirror, FTL_NO_BLOCK: none) if that fails.  As cp_read. */
-static int cp_read_named(struct ftl *f, uint32_t block, uint32_t mirror, uint64_t seq,
-			 enum cp_read_mode mode, struct ftl_cp_hdr *h, uint8_t **hbuf,
-			 const char **why)
-{
-	if (block >= f->nblocks) {
-		/* not a block: no copy makes it one (cp_apply marks it) */
-		*why = "bad header block number";
-		return -EILSEQ;
-	}
-	int rc = cp_read(f, block, &seq, mode, h, hbuf, why);
-	if (rc == -EILSEQ && mirror < f->nblocks) {
-		/* the header's copy, on another die */
-		const char *why2 = "";
-		int rc2 = cp_read(f, mirror, &seq, mode, h, hbuf, &why2);
-		if (rc2 == 0)
-			ftl_log(FTL_LOG_WARNING, "checkpoint header at block %u is damaged (%s); read from its copy at "
-				"block %u", block, *why, mirror);
-		else if (rc2 == -EILSEQ)
-			*why = why2;
-		rc = rc2;
-	}
-	return rc;
-}
-
-/*
- * The erase counts after the header pages of the checkpoint in block (h):
- * applied if they are there and check out, else every count stays 0 (a
- * checkpoint of a version before them, or their pages unreadable) and
- * blk_erases_open takes the medium's where it keeps them.  Cost: their
- * pages' reads (a count per band) and O(nblocks).
- */
-static void cp_wear_load(struct ftl *f, uint32_t block, const struct ftl_cp_hdr *h)
-{
-	struct cp_state *c = &f->cp;
-	const char *why = NULL;
-	uint32_t room = f->ppb - h->hdr_pages;
-	uint8_t *buf = room ? aligned_alloc(4096, (size_t)room * f->page_size) : NULL;
-	uint8_t *spare = malloc(f->spare_size);
-	struct ftl_cp_wear w = { .nbands = 0 };
-	uint32_t npages = 1;
-	for (uint32_t p = 0; buf && spare && p < npages; p++) {
-		struct nand_op op = { .type = NAND_OP_READ, .block = block, .page = h->hdr_pages + p,
-				      .data = buf + (size_t)p * f->page_size, .spare = spare };
-		enum nand_status st = nand_op_sync(f->dev, &op);
-		struct ftl_spare sp;
-		if (st != NAND_OK && st != NAND_CORRECTED) {
-			why = "a page of them unreadable";
-			break;
-		}
-		if (spare_parse(f, spare, &sp) || sp.type != FTL_PG_CKPT ||
-		    sp.lba != FTL_CP_WEAR_LBA || sp.seq != h->cp_seq) {
-			why = p ? "a page of them missing" : "none in the checkpoint";
-			break;
-		}
-		if (p)
-			continue;
-		memcpy(&w, buf, sizeof w);
-		if (memcmp(w.magic, FTL_WEAR_MAGIC, 8) || w.version != FTL_MEDIA_VERSION ||
-		    w.size != sizeof w || w.crc != crc32c(0, &w, offsetof(struct ftl_cp_wear, crc)) ||
-		    w.format_id != f->format_id || w.cp_seq != h->cp_seq || w.nbands != f->nbands ||
-		    w.nexc > f->nblocks || cp_wear_pages(f, w.nexc) > room) {
-			why = "their header does not check out";
-			break;
-		}
-		npages = cp_wear_pages(f, w.nexc);
-	}
-	const uint32_t *band = buf ? (const uint32_t *)(buf + sizeof w) : NULL;
-	uint32_t nfresh = cp_fresh_words(f);
-	const uint32_t *exc = band ? band + w.nbands + nfresh : NULL;
-	if (!buf || !spare)
-		why = "no memory to read them";
-	else if (!why && w.words_crc != crc32c(0, band, ((size_t)w.nbands + nfresh + 2 * w.nexc) * 4))
-		why = "their checksum does not match";
-	for (uint32_t i = 0; !why && i < w.nexc; i++)
-		if (exc[2 * i] >= f->nblocks)
-			why = "a block number out of range";
-	free(c->load_fresh);
-	c->load_fresh = NULL;
-	if (!why) {
-		for (uint32_t b = 0; b < f->nblocks; b++)
-			blk_erases_set(f, b, band[block_band(f, b)]);
-		for (uint32_t i = 0; i < w.nexc; i++)
-			blk_erases_set(f, exc[2 * i], exc[2 * i + 1]);
-		/* for recovery (without: it counts less closely) */
-		if ((c->load_fresh = malloc(nfresh * sizeof(uint32_t))))
-			memcpy(c->load_fresh, band + w.nbands, nfresh * sizeof(uint32_t));
-	} else {
-		ftl_log(FTL_LOG_NOTICE, "checkpoint at block %u: no erase counts (%s); they start from %s", block,
-			why, f->dev->caps & NAND_CAP_ERASE_COUNTS ? "the medium's" : "0");
-	}
-	free(buf);
-	free(spare);
-}
-
-/* The checkpoint whose header is in block (h, hbuf: read and loaded into
- * the l2p) is current: its blocks META, the blocks open at its cp_seq
- * flagged, its bad, doomed and refresh lists and counters applied. */
-static void cp_apply(struct ftl *f, uint32_t block, const struct ftl_cp_hdr *hp,
-		     const uint8_t *hbuf)
-{
-	struct cp_state *c = &f->cp;
-	const struct ftl_cp_hdr h = *hp;
-	const uint32_t *lists = (const uint32_t *)(hbuf + sizeof h);
-	c->cur_hdr_block = block;
-	c->cur_nblocks = cp_list_blocks(f, &h, lists, c->cur_blocks, &c->cur_mirror);
-	c->cur_seq = h.cp_seq;
-	blk_mark_initial(f, block, BLK_META, false);
-	for (uint32_t i = 0; i < c->cur_nblocks; i++)
-		blk_mark_initial(f, c->cur_blocks[i], BLK_META, false);
-	for (uint32_t i = 0; i < h.nopen; i++)
-		f->blk[lists[h.nblocks + i]].flags |= BLKF_CP_OPEN;
-	free(c->load_doomed);
-	c->load_doomed = NULL;
-	c->nload_doomed = 0;
-	for (uint32_t i = 0; i < h.nbad; i++) {
-		uint32_t e = lists[h.nblocks + h.nopen + i];
-		uint32_t b = e & ~FTL_CP_BAD_DOOMED;
-		if (f->blk[b].state == BLK_META)
-			continue;
-		if (!(e & FTL_CP_BAD_DOOMED) || !(h.flags & FTL_CP_DOOMED)) {
-			blk_mark_initial(f, b, BLK_BAD, true);
-			continue;
-		}
-		/* doomed: retired once recovery has classified it */
-		if (!c->load_doomed && !(c->load_doomed = malloc(h.nbad * sizeof(uint32_t))))
-			continue; /* found again when its program fails again */
-		c->load_doomed[c->nload_doomed++] = b;
-	}
-	/* bands marked for refresh at the checkpoint: marked again once
-	 * recovery has classified their blocks */
-	free(c->load_refresh);
-	c->load_refresh = NULL;
-	c->nload_refresh = 0;
-	if (h.flags & FTL_CP_REFRESH) {
-		const uint32_t *extra = lists + h.nblocks + h.nopen + h.nbad + cp_bitmap_words(f);
-		if (h.flags & FTL_CP_PARITY)
-			extra += 1 + 2 * h.ngroups;
-		uint32_t nref = extra[0];
-		c->load_refresh = malloc(nref * sizeof(uint32_t));
-		if (c->load_refresh) { /* else refreshed when the fault is found again */
-			memcpy(c->load_refresh, extra + 1, nref * sizeof(uint32_t));
-			c->nload_refresh = nref;
-		}
-	}
-	f->st.host_pages_written = h.stats_host_pages_written;
-	f->st.nand_pages_programmed = h.stats_nand_pages_programmed;
-	f->st.blocks_erased = h.stats_blocks_erased;
-	f->st.host_read_bytes = h.stats_host_read_bytes;
-	f->st.host_write_bytes = h.stats_host_write_bytes;
-	f->st.nand_pages_read = h.stats_nand_pages_read;
-	f->st.host_read_ops = h.stats_host_read_ops;
-	f->st.host_write_ops = h.stats_host_write_ops;
-	cp_wear_load(f, block, &h);
-}
-
-struct own_ctx {
-	const uint32_t *blocks;
-	uint64_t seq;
-	bool ok;
-};
-
-static void own_setup(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op)
-{
-	struct own_ctx *x = ctx;
-	op->block = x->blocks[i];
-	op->page = 0;
-	op->data = NULL;
-}
-
-/* page 0 of a block of the checkpoint: erased (a sparse checkpoint's l2p
- * block it did not reach) or one of its pages; anything else (log, another
- * checkpoint, unreadable) and the block is not its own any more */
-static void own_result(struct ftl *f, void *ctx, uint64_t i, struct nand_op *op)
-{
-	struct own_ctx *x = ctx;
-	struct ftl_spare sp;
-	if (op->status != NAND_OK && op->status != NAND_CORRECTED) {
-		x->ok = false;
-		return;
-	}
-	int rc = spare_parse(f, op->spare, &sp);
-	if (rc != -ENODATA && (rc || sp.type != FTL_PG_CKPT || sp.seq != x->seq))
-		x->ok = false;
-}
-
-/*
- * Keep the previous checkpoint the superblock names (cp_load, once the
- * current one is loaded): its header's lists name its blocks, which stay
- * META until a newer checkpoint commits.  Only if every one is still its
- * own: not the current one's, not listed bad, and page 0 erased or a page
- * of it (a superblock older than the newest, whose newest pages were
- * unreadable, may name one released since, whose blocks hold log now).
- * Cost: its header pages and a spare read per block.  0 (kept or not:
- * why is logged), or -EIO/-ENOMEM.
- */
-static int cp_keep_prev(struct ftl *f, const struct ftl_sb *sb)
-{
-	struct cp_state *c = &f->cp;
-	struct ftl_cp_hdr h;
-	uint8_t *hbuf = NULL;
-	const char *why = "";
-	int rc = cp_read_named(f, sb->prev_cp_block, sb->prev_cp_mirror_block, sb->prev_cp_seq,
-			       CP_READ_LISTS, &h, &hbuf, &why);
-	if (rc && rc != -EILSEQ)
-		return rc;
-	uint32_t n = 0, mirror = FTL_NO_BLOCK;
-	if (!rc) {
-		const uint32_t *lists = (const uint32_t *)(hbuf + sizeof h);
-		c->prev_blocks[0] = sb->prev_cp_block;
-		n = 1 + cp_list_blocks(f, &h, lists, c->prev_blocks + 1, &mirror);
-		for (uint32_t i = 0; i < n && !rc; i++) {
-			uint32_t b = c->prev_blocks[i];
-			if (f->blk[b].state != BLK_UNKNOWN || blk_is_sb(f, b) ||
-			    nand_factory_bad(f->dev, b)) {
-				why = "a block of it is the current checkpoint's, bad or a superblock's";
-				rc = -EILSEQ;
-			}
-		}
-	}
-	free(hbuf);
-	if (!rc) {
-		struct own_ctx x = { .blocks = c->prev_blocks, .seq = sb->prev_cp_seq, .ok = true };
-		rc = read_batch(f, n, 64, own_setup, own_result, &x);
-		if (rc)
-			return rc;
-		if (!x.ok) {
-			why = "a block of it holds other pages now";
-			rc = -EILSEQ;
-		}
-	}
-	if (rc) {
-		ftl_log(FTL_LOG_WARNING, "the previous checkpoint (block %u) is not kept (%s): until the next "
-			"checkpoint commits there is none to fall back on", sb->prev_cp_block, why);
-		return 0;
-	}
-	for (uint32_t i = 0; i < n; i++)
-		blk_mark_initial(f, c->prev_blocks[i], BLK_META, false);
-	c->prev_hdr_block = sb->prev_cp_block;
-	c->prev_mirror = mirror;
-	c->prev_nblocks = n - 1;
-	memmove(c->prev_blocks, c->prev_blocks + 1, (n - 1) * sizeof *c->prev_blocks);
-	c->prev_seq = sb->prev_cp_seq;
 	return 0;
 }
 
@@ -1697,73 +1053,4 @@ int cp_open_release(struct ftl *f)
 		return -EIO;
 	c->phase = CP_RELEASE;
 	return 0;
-}
-
-static void l2p_clear(struct ftl *f)
-{
-	for (uint64_t u = 0; u < f->units; u++)
-		f->l2p[u] = L2P_UNMAPPED;
-}
-
-/*
- * Load the checkpoint the superblock names, and keep the previous one
- * (cp_keep_prev).  A damaged current checkpoint is replaced by the
- * previous one, whose log after it GC keeps (cp.keep_seq): recovery then
- * replays from its cp_seq, which rebuilds the same state.  Returns 0, 1
- * (the previous one loaded) or -EILSEQ (neither: the l2p is empty and
- * the whole log is replayed), err saying why; -EIO (no power), -ENOMEM.
- */
-int cp_load(struct ftl *f, const struct ftl_sb *sb, char *err, size_t errlen)
-{
-	struct cp_state *c = &f->cp;
-	uint8_t *hbuf = NULL;
-	struct ftl_cp_hdr h;
-	const char *why = "", *why_prev = "";
-	int rc;
-
-	c->cur_seq = 0;
-	c->cur_hdr_block = FTL_NO_BLOCK;
-	c->cur_mirror = FTL_NO_BLOCK;
-	c->cur_nblocks = 0;
-	c->prev_hdr_block = FTL_NO_BLOCK;
-	c->prev_mirror = FTL_NO_BLOCK;
-	c->prev_nblocks = 0;
-	c->prev_seq = 0;
-	c->keep_seq = 0;
-	if (sb->cp_block == FTL_NO_BLOCK)
-		return 0;
-	/* (two checkpoints with nothing logged between them share a cp_seq) */
-	bool has_prev = (sb->flags & FTL_SB_CP_PREV) && sb->prev_cp_seq <= sb->cp_seq;
-	uint32_t mirror = sb->flags & FTL_SB_CP_MIRROR ? sb->cp_mirror_block : FTL_NO_BLOCK;
-	rc = cp_read_named(f, sb->cp_block, mirror, sb->cp_seq, CP_READ_LOAD, &h, &hbuf, &why);
-	if (rc == 0) {
-		cp_apply(f, sb->cp_block, &h, hbuf);
-		free(hbuf);
-		rc = has_prev ? cp_keep_prev(f, sb) : 0;
-		c->keep_seq = c->prev_hdr_block != FTL_NO_BLOCK ? c->prev_seq : c->cur_seq;
-		return rc;
-	}
-	if (rc != -EILSEQ)
-		return rc;
-	l2p_clear(f);
-	if (has_prev) {
-		rc = cp_read_named(f, sb->prev_cp_block, sb->prev_cp_mirror_block, sb->prev_cp_seq,
-				   CP_READ_LOAD, &h, &hbuf, &why_prev);
-		if (rc == 0) {
-			cp_apply(f, sb->prev_cp_block, &h, hbuf);
-			free(hbuf);
-			c->keep_seq = c->cur_seq;
-			snprintf(err, errlen, "checkpoint at block %u is damaged (%s); loaded the "
-				 "previous one (block %u)", sb->cp_block, why, sb->prev_cp_block);
-			return 1;
-		}
-		if (rc != -EILSEQ)
-			return rc;
-		l2p_clear(f);
-		snprintf(err, errlen, "checkpoint at block %u is damaged (%s), and the previous one "
-			 "(block %u) too (%s)", sb->cp_block, why, sb->prev_cp_block, why_prev);
-		return -EILSEQ;
-	}
-	snprintf(err, errlen, "checkpoint at block %u is damaged (%s)", sb->cp_block, why);
-	return -EILSEQ;
 }

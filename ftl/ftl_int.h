@@ -3,9 +3,12 @@
  *
  * One file per concept: l2p and blocks (block.c), write buffer rings and the
  * streams that program them (writer.c), host I/O (io.c), trim records
- * (trim.c), garbage collection (gc.c), superblock (superblock.c),
- * checkpoint (checkpoint.c), recovery (recovery.c), and the life cycle
- * (ftl.c).  Everything runs on the thread that owns the struct ftl.
+ * (trim.c), garbage collection (gc.c, gc_admit.c), superblock (superblock.c),
+ * checkpoint (checkpoint.c, checkpoint_load.c, checkpoint_layout.c),
+ * recovery (recovery.c), Flashback parity (parity.c, parity_ppl.c,
+ * parity_rebuild.c, parity_recover.c), dead dies (die.c), formatting
+ * (format.c), and the life cycle (ftl.c).  Everything runs on the thread
+ * that owns the struct ftl.
  *
  * Invariants the files rely on:
  *  - l2p[u] is UNMAPPED, LOST, a write-buffer slot reference, or the PPA of
@@ -150,7 +153,7 @@ struct slot {
 	                      * relocation read landed in (no copy) */
 	uint8_t state;       /* enum slot_state */
 	uint8_t type;        /* FTL_PG_DATA, FTL_PG_TRIM or FTL_PG_PPL (its
-	                      * data and spare made at submit: parity.c) */
+	                      * data and spare made at submit: parity_ppl.c) */
 	uint16_t victim;     /* GC: index of the victim it relocates from */
 	bool crc_known;      /* data_crc is the crc32c of the data (GC: taken
 	                      * from the source page's spare; a host write of
@@ -244,7 +247,7 @@ struct footer {
 	struct footer *next_free;
 };
 
-/* ---- parity (parity.c) -------------------------------------------------- */
+/* ---- parity (parity_rebuild.c) ------------------------------------------ */
 
 /*
  * A request to rebuild page ppa from the rest of its stripe, embedded in
@@ -377,130 +380,9 @@ struct victim {
 	const struct ftl_footer_entry *foot_entries; /* valid: into foot_buf */
 };
 
-/* ---- checkpoint --------------------------------------------------------- */
+/* ---- checkpoint: ftl/checkpoint_state.h ---------------------------------- */
 
-enum cp_phase {
-	CP_IDLE,
-	CP_QUIESCE,     /* waiting for free blocks to write it to */
-	CP_WRITE,       /* programming header and l2p pages */
-	CP_SYNC,        /* the medium's sync of those pages (nand_sync_start) */
-	CP_COMMIT,      /* programming the superblock page */
-	CP_RELEASE,     /* the medium's sync of that page; then the blocks of
-	                 * the checkpoint before the previous one are released
-	                 * (the superblock on the medium may name them until it
-	                 * is durable) */
-	CP_FAILED,
-};
-
-struct cp_op {
-	struct nand_op op;
-	struct ftl *f;
-	uint8_t *spare;
-	uint8_t *buf;        /* a page of its own (header, last l2p page) */
-};
-
-struct cp_state {
-	enum cp_phase phase;
-	bool requested;
-	bool clean;                 /* the closing checkpoint */
-	bool urgent;                /* asked for by the owner: as many programs
-	                             * in flight as the closing one */
-	/* generations: a checkpoint takes the next when it takes its cp_seq
-	 * (QUIESCE -> WRITE); gen_durable is the newest one committed, synced
-	 * and its predecessor released (ftl_checkpoint_request's tickets) */
-	uint64_t gen_taken, gen_writing, gen_durable;
-	int attempts;               /* failed in a row, retiring nothing */
-	int retired_attempts;       /* failed, retiring bad blocks */
-	uint64_t cp_seq;
-	uint32_t hdr_block;
-	uint32_t *blocks;           /* l2p blocks of the checkpoint being written */
-	uint32_t nblocks;
-	/* parity formats (FTL_CP_PARITY in media.h): the header's copy, and
-	 * per group (a band's l2p blocks) its parity block and end index */
-	bool with_parity;
-	uint32_t hdr_mirror;        /* FTL_NO_BLOCK: none */
-	uint32_t *pblocks, *gend;   /* [ngroups] */
-	uint32_t ngroups;
-	/* the open stripe: XOR of the l2p pages written to page pacc_row of
-	 * the group pacc_grp so far, and of their data CRCs; par_pending: the
-	 * stripe is complete and its parity page not yet submitted (the next
-	 * l2p page waits for it) */
-	uint8_t *pacc;
-	uint32_t pacc_crc, pacc_grp, pacc_row;
-	bool pacc_open, par_pending;
-	uint32_t hdr_pages, l2p_pages;
-	uint32_t next_page;         /* next l2p page to look at (map order) */
-	uint32_t written;           /* l2p pages submitted: the next one's place */
-	uint32_t hdr_next;          /* next header page to submit, once sealed */
-	bool sealed;                /* every l2p page looked at, header complete */
-	uint32_t *present;          /* in hdr_buf: bitmap of written l2p pages */
-	uint32_t nlist_words;       /* u32 words after the header (lists, bitmap) */
-	uint32_t pages_done;
-	uint64_t sync_ticket;       /* CP_SYNC, CP_RELEASE: the medium's sync to wait for */
-	int error;
-	uint8_t *hdr_buf;           /* hdr_cap pages, grown (never shrunk) when
-	                             * the lists outgrow it; allocated at open */
-	uint32_t hdr_cap;
-	uint32_t *open_list;        /* [open_cap]: log blocks open at cp_seq */
-	uint32_t open_cap;
-	struct cp_op *ops;
-	uint32_t nops;
-	uint32_t *free_idx;         /* stack of unused op indexes */
-	uint32_t nfree_idx;
-	uint32_t ops_in_flight;
-	/* the checkpoint on the media now */
-	uint32_t cur_hdr_block;
-	uint32_t cur_mirror;        /* FTL_NO_BLOCK: none */
-	uint32_t *cur_blocks;       /* every block but the header block: l2p,
-	                             * parity, the header's copy */
-	uint32_t cur_nblocks;
-	uint64_t cur_seq;
-	/* the one before it, which the superblock names too: kept (META)
-	 * until a newer one commits, so a damaged current one falls back to
-	 * it (cp_load); kept while the spare blocks hold it (cp_commit_done) */
-	uint32_t prev_hdr_block;    /* FTL_NO_BLOCK: none */
-	uint32_t prev_mirror;
-	uint32_t *prev_blocks;
-	uint32_t prev_nblocks;
-	uint64_t prev_seq;
-	bool prev_keep;             /* CP_COMMIT: the current one becomes the
-	                             * previous (else it goes too) */
-	/*
-	 * What a replay may start from: the cp_seq of the oldest checkpoint a
-	 * superblock on the media may name (the previous one, or the current
-	 * one if it is kept alone; 0: none, the whole log).  GC re-logs trim
-	 * records newer than it and keeps blocks it cannot read until it
-	 * passes them, so a replay from either checkpoint finds every trim.
-	 * It moves on only once the superblock of a commit is synced
-	 * (cp_release).
-	 */
-	uint64_t keep_seq;
-	/* CP_RELEASE: the blocks of the checkpoints the new superblock no
-	 * longer names (header blocks too), freed once it is durable */
-	uint32_t *rel_blocks;       /* [2 * (cur_blocks' size + 1)] */
-	uint32_t rel_nblocks;
-	uint64_t pages_since;       /* log pages programmed since cur_seq */
-	/* cp_load -> recovery: blocks the checkpoint lists as doomed */
-	uint32_t *load_doomed;
-	uint32_t nload_doomed;
-	/* the erase counts (media.h, ftl_cp_wear): wear_pages pages (0: they
-	 * do not fit), sized when the header is built, laid out in wear_buf
-	 * (wear_cap pages, allocated at open) when the first is submitted,
-	 * programmed after the header pages */
-	uint8_t *wear_buf;
-	uint32_t wear_cap, wear_pages;
-	/* the closing checkpoint has laid its counts out: no erase is issued
-	 * from then on (eraser_kick), so a clean reopen loads them exactly
-	 * (the blocks left dirty are erased after it); cleared when another
-	 * checkpoint starts (it was not the last) or the attempt fails */
-	bool wear_final;
-	/* cp_load -> recovery: the loaded counts' map of blocks erased since
-	 * their data as old as cp_seq (media.h, ftl_cp_wear); NULL: none */
-	uint32_t *load_fresh;
-	/* cp_load -> recovery: bands marked for refresh (FTL_CP_REFRESH) */
-	uint32_t *load_refresh;
-	uint32_t nload_refresh;
-};
+#include "ftl/checkpoint_state.h"
 
 /* ---- the FTL ------------------------------------------------------------ */
 
@@ -533,7 +415,7 @@ struct ftl {
 	uint64_t units;
 	uint64_t format_time;
 	bool was_clean;
-	bool flush_ppl;             /* partial parity at flushes (parity.c) */
+	bool flush_ppl;             /* partial parity at flushes (parity_ppl.c) */
 	bool opened;                /* every open step done: checkpoints may
 	                             * start (one requested by recovery, e.g. a
 	                             * band that lost its parity, waits, so it
@@ -747,7 +629,7 @@ struct ftl {
 	                             * a flush waits for the parity of those
 	                             * sealed before it */
 	uint32_t pad_crc;
-	/* failed dies: every operation on them fails (parity.c, die_note) */
+	/* failed dies: every operation on them fails (die.c, die_note) */
 	uint8_t *die_bad_run;       /* [ndies] failures in a row, saturating */
 	uint8_t *die_bad_kinds;     /* [ndies] 1 << enum die_op seen in that run */
 	/* a run of program or erase failures with no read among them: one
@@ -835,7 +717,13 @@ static inline uint32_t user_floor(const struct ftl *f)
 	return held ? f->user_min - f->cp_headroom : f->user_min;
 }
 
+/* format.c: the geometry and capacity of the device's format; after
+ * sb_load found no superblock, -ENODATA if the medium is blank, else
+ * -EUCLEAN; the superblock's format checked against the device (0,
+ * -EINVAL or -ENOTSUP, with err) */
 int ftl_geometry_init(struct ftl *f, struct nand_dev *dev, char *err, size_t errlen);
+int blank_or_damaged(struct ftl *f, char *err, size_t errlen);
+int sb_format_check(const struct ftl *f, const struct ftl_sb *sb, char *err, size_t errlen);
 void ftl_fail(struct ftl *f, int err, const char *why);
 void ftl_failf(struct ftl *f, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /*
@@ -970,7 +858,8 @@ void band_born_note(struct ftl *f, uint32_t ppa, uint32_t from);
 int eraser_kick(struct ftl *f);
 void blk_limits(struct ftl *f);
 
-/* parity.c */
+/* parity.c: stripe parity (the Flashback files: parity.c, parity_ppl.c,
+ * parity_rebuild.c, parity_recover.c; what they share: parity_int.h) */
 int par_init(struct ftl *f);
 void par_debug_dump(struct ftl *f); /* through ftl_log */
 /* band bi was opened by a set: pick its parity column, attach a context;
@@ -987,13 +876,29 @@ void par_seal(struct ftl *f, uint32_t bi, uint32_t page);
 /* closing: program the parity of the partial stripes (nothing more will be
  * handed out of the open bands: the next open closes them) */
 void par_seal_all(struct ftl *f);
+/* a data page's program failed: out of its stripe's parity (or, too late
+ * for that, its band marked for refresh) */
+void par_program_failed(struct ftl *f, uint32_t ppa, const uint8_t *data, const uint8_t *spare);
+/* the stripes of GC bands begun by `mark` (par_opens then) that got a
+ * member at or after handout number `first`: all have their parity on the
+ * media (CLEAR), some still wait for its program (SEALING), or some are
+ * still partly handed out (OPEN); O(stripes of GC bands not FREE: about
+ * the open GC rows) */
+enum par_gc_wait { PAR_GC_CLEAR, PAR_GC_SEALING, PAR_GC_OPEN };
+enum par_gc_wait par_gc_waits(const struct ftl *f, uint64_t mark, uint64_t first);
+/* every stripe sealed with a ticket <= t has its parity page programmed
+ * (or is known to go without); O(open bands x PAR_STRIPES) */
+bool par_sealed_done(const struct ftl *f, uint64_t t);
+/* a data page's program was submitted: fold it into its stripe's parity */
+void par_submitted(struct ftl *f, uint32_t ppa, const uint8_t *data, const uint8_t *spare);
+/* dst ^= src, n bytes (parity pages, checkpoint parity) */
+void xor_into(uint8_t *dst, const uint8_t *src, size_t n);
+
+/* parity_ppl.c: pads and partial parity */
 /* idle: pad the stripes left partly handed out (called by progress) */
 int par_idle_pad(struct ftl *f);
 /* when par_idle_pad wants to look next (UINT64_MAX: nothing armed) */
 uint64_t par_pad_due(const struct ftl *f);
-/* a data page's program failed: out of its stripe's parity (or, too late
- * for that, its band marked for refresh) */
-void par_program_failed(struct ftl *f, uint32_t ppa, const uint8_t *data, const uint8_t *spare);
 /* a flush or FUA write: a partial-parity slot into every stripe of the user
  * stream partly handed out (false: no ring slot now, call again) */
 bool par_flush_ppl(struct ftl *f);
@@ -1009,29 +914,31 @@ bool par_gc_protect(struct ftl *f);
 /* what par_gc_protect issued is programmed, and the parity of every stripe
  * sealed with a ticket <= t */
 bool par_gc_protected(const struct ftl *f, uint64_t t);
-/* the stripes of GC bands begun by `mark` (par_opens then) that got a
- * member at or after handout number `first`: all have their parity on the
- * media (CLEAR), some still wait for its program (SEALING), or some are
- * still partly handed out (OPEN); O(stripes of GC bands not FREE: about
- * the open GC rows) */
-enum par_gc_wait { PAR_GC_CLEAR, PAR_GC_SEALING, PAR_GC_OPEN };
-enum par_gc_wait par_gc_waits(const struct ftl *f, uint64_t mark, uint64_t first);
-/* every stripe sealed with a ticket <= t has its parity page programmed
- * (or is known to go without); O(open bands x PAR_STRIPES) */
-bool par_sealed_done(const struct ftl *f, uint64_t t);
 /* at its submit: the partial-parity page's data and spare; its data CRC */
 uint32_t par_ppl_build(struct ftl *f, uint32_t ppa, uint64_t seq, uint8_t *data, uint8_t *spare);
-/* a data page's program was submitted: fold it into its stripe's parity */
-void par_submitted(struct ftl *f, uint32_t ppa, const uint8_t *data, const uint8_t *spare);
+
+/* parity_rebuild.c: 0: rebuild started or queued (rq->done follows);
+ * -ENOENT: no parity */
+int par_rebuild(struct ftl *f, struct rb_req *rq);
+
+/* parity_recover.c, at open */
 /* recovery, with the blocks that were open at the crash (no footer): the
  * stripes they hold without a parity page get one (*done: bands made
  * whole; the others are marked for refresh).  0, or -EIO if the medium
  * stopped (a power cut during open). */
 int par_recover(struct ftl *f, const uint32_t *blocks, uint32_t n, uint32_t *done);
-/* 0: rebuild started or queued (rq->done follows); -ENOENT: no parity */
-int par_rebuild(struct ftl *f, struct rb_req *rq);
-/* an operation on block b completed ok or failed: a die whose operations
- * all fail is declared dead (logged, its bands rebuilt by GC) */
+/* page ppa rebuilt with synchronous reads */
+int par_rebuild_sync(struct ftl *f, uint32_t ppa, uint8_t *data, uint8_t *spare);
+/* the log pages of dead die `die` newer than the checkpoint, through add */
+int par_recover_dead_spares(struct ftl *f, uint32_t die,
+			    int (*add)(void *ctx, uint64_t seq, uint32_t ppa, uint8_t type, uint32_t lba),
+			    void *ctx);
+
+/* die.c: the failure runs per die (their arrays: die_init, with or
+ * without parity).  An operation on block b completed ok or failed: a die
+ * whose operations all fail is declared dead (logged, its bands rebuilt by
+ * GC) */
+int die_init(struct ftl *f);
 enum die_op { DIE_READ, DIE_PROGRAM, DIE_ERASE };
 void die_note(struct ftl *f, uint32_t b, enum die_op kind, bool ok);
 static inline bool die_is_dead(const struct ftl *f, uint32_t b)
@@ -1039,16 +946,17 @@ static inline bool die_is_dead(const struct ftl *f, uint32_t b)
 	return f->ndead && f->die_dead[b / f->blocks_per_die];
 }
 void die_declare_dead(struct ftl *f, uint32_t die, const char *why);
-/* dst ^= src, n bytes (parity pages, checkpoint parity) */
-void xor_into(uint8_t *dst, const uint8_t *src, size_t n);
-int par_rebuild_sync(struct ftl *f, uint32_t ppa, uint8_t *data, uint8_t *spare);
-int par_recover_dead_spares(struct ftl *f, uint32_t die,
-			    int (*add)(void *ctx, uint64_t seq, uint32_t ppa, uint8_t type, uint32_t lba),
-			    void *ctx);
+/* block b holds data of its band (or may: being written, collected,
+ * retired) */
+static inline bool band_has_data_on(const struct ftl *f, uint32_t b)
+{
+	uint8_t st = f->blk[b].state;
+	return st == BLK_OPEN || st == BLK_CLOSED || st == BLK_VICTIM || st == BLK_RETIRING;
+}
 /* the unit the dead die's reverse map puts at ppa, or UINT32_MAX */
 uint32_t dead_rmap_unit(struct ftl *f, uint32_t ppa);
 uint32_t par_rebuild_left(struct ftl *f);  /* bands still holding data on dead dies */
-/* writer.c, for parity.c */
+/* writer.c, for the parity files */
 void footer_note(struct ftl *f, uint32_t ppa, uint32_t lba, uint64_t seq, uint32_t crc);
 void blk_programs_settled(struct ftl *f, uint32_t b);
 void blk_program_failed(struct ftl *f, uint32_t b);
@@ -1164,25 +1072,26 @@ int sb_start_write(struct ftl *f, bool clean, void (*done)(struct nand_op *));
 int sb_write_initial(struct ftl *f, bool clean, char *err, size_t errlen);
 void sb_fill(struct ftl *f, struct ftl_sb *sb, bool clean);
 
-/* checkpoint.c */
+/* checkpoint_layout.c: sizes of a checkpoint's parts */
 uint32_t cp_l2p_pages(const struct ftl *f);
-uint32_t cp_hdr_pages(const struct ftl *f, uint32_t nblocks, uint32_t nopen, uint32_t nbad,
-		      uint32_t nbitmap);
+uint32_t cp_blocks_needed(const struct ftl *f);
+
+/* checkpoint.c: writing one */
 /* A checkpoint has l2p pages left to look at and nothing in flight to wake
  * the owner: ftl_poll must be called again at once. */
 bool cp_wants_poll(const struct ftl *f);
-uint32_t cp_blocks_needed(const struct ftl *f);
 int cp_init(struct ftl *f);
 int cp_kick(struct ftl *f);
 void cp_request(struct ftl *f, bool clean);
-
-/* The checkpoint the superblock names into the l2p (its blocks META, its
- * lists applied), the previous one kept: 0; the current one damaged and
- * the previous loaded instead: 1; neither loadable: -EILSEQ (the map is
- * empty: replay the whole log); err says why.  Other -errno: failed. */
-int cp_load(struct ftl *f, const struct ftl_sb *sb, char *err, size_t errlen);
 void cp_open_room(struct ftl *f);
 int cp_open_release(struct ftl *f);
+
+/* checkpoint_load.c: the checkpoint the superblock names into the l2p (its
+ * blocks META, its lists applied), the previous one kept: 0; the current
+ * one damaged and the previous loaded instead: 1; neither loadable:
+ * -EILSEQ (the map is empty: replay the whole log); err says why.  Other
+ * -errno: failed. */
+int cp_load(struct ftl *f, const struct ftl_sb *sb, char *err, size_t errlen);
 /* Check the checkpoint whose header is in block without loading it (sets
  * f->units and f->format_id from its header): 0 and *h, or -EILSEQ and
  * *why. */

@@ -289,7 +289,7 @@ static uint32_t row_next_page(struct ftl *f, struct open_row *orow, bool *busy)
 
 /*
  * The next page of the stripe set->row[row] has partly handed out, for a
- * pad page (parity.c, par_idle_pad); NO_BLOCK if that stripe is not partly
+ * pad page (parity_ppl.c, par_idle_pad); NO_BLOCK if that stripe is not partly
  * handed out (none open, none begun, or sealed) or, with *busy set, its
  * parity slot is still held by an older stripe.
  */

@@ -1,7 +1,8 @@
 /*
  * tests/fuzz/fuzz_image.c - libFuzzer target: opening a damaged image (the
- * on-media parsers of ftl/superblock.c, ftl/checkpoint.c, ftl/recovery.c,
- * ftl/repair.c, ftl/parity.c, and the simulator's block table).
+ * on-media parsers of ftl/superblock.c, ftl/checkpoint_load.c,
+ * ftl/recovery.c, ftl/repair.c, ftl/parity_recover.c, and the simulator's
+ * block table).
  *
  * At start-up two small images (timing off) are made in a private directory
  * under /dev/shm: test-16m (16 MiB, one die per row: no parity) and
