@@ -53,19 +53,6 @@ mkdir -p "$T/psk" && cp "$T/keys.psk" "$T/psk/keys.psk"   # qemu's dir=
 ok "keys made"
 
 # ---- 0. configuration errors ------------------------------------------------------
-conf_err() { # conf_err NAME EXPECTED-TEXT: flashd refuses $T/$NAME.conf, says the text, opens nothing
-	local name=$1 want=$2 out rc=0
-	out=$("$FLASHD" --check-config --config "$T/$name.conf" 2>&1) || rc=$?
-	[ $rc -eq 2 ] || fail "$name: --check-config exit $rc, want 2: $out"
-	grep -qF -- "$want" <<<"$out" || fail "$name: --check-config says '$out', want '$want'"
-	rc=0
-	out=$("$FLASHD" --foreground --config "$T/$name.conf" --state-dir "$T/cfgstate" \
-		--listen 127.0.0.1:"$(free_port)" 2>&1) || rc=$?
-	[ $rc -eq 2 ] || fail "$name: flashd exit $rc, want 2: $out"
-	grep -qF -- "$want" <<<"$out" || fail "$name: flashd says '$out', want '$want'"
-	[ ! -e "$T/cfgstate/dimm0.img" ] || fail "$name: an image was created before the error"
-	ok "config error $name: $out"
-}
 conf_head="[dimm dimm0]
 preset = test-1g"
 printf '[server]\ntls = required\ntls_certificates = %s\n%s\n' "$T/nowhere" "$conf_head" >"$T/nodir.conf"
