@@ -156,19 +156,23 @@ start_flashd() {
 	FLASHD_UNIX_URI1="nbd+unix:///dimm1?socket=$FLASHD_SOCK"
 	export FLASHD_PORT FLASHD_SOCK FLASHD_CTL FLASHD_STATE FLASHD_PID
 	export FLASHD_URI0 FLASHD_URI1 FLASHD_UNIX_URI0 FLASHD_UNIX_URI1
-	local i
+	wait_ready "$FLASHD_PID" "$FLASHD_STATE/flashd.pid" flashd
+}
+
+# wait_ready PID PIDFILE WHAT: the flashd started in the background as PID
+# is ready: it wrote PID to PIDFILE, which it does once everything listens.
+# Fails when it exits first ("WHAT exited during start-up") or after 60 s.
+wait_ready() {
+	local pid=$1 pidfile=$2 what=$3 i
 	for i in $(seq 1 600); do
-		if ! kill -0 "$FLASHD_PID" 2>/dev/null; then
-			wait "$FLASHD_PID" || true
-			fail "flashd exited during start-up"
+		if ! kill -0 "$pid" 2>/dev/null; then
+			wait "$pid" || true
+			fail "$what exited during start-up"
 		fi
-		# the pidfile is written once everything listens
-		if [ "$(cat "$FLASHD_STATE/flashd.pid" 2>/dev/null)" = "$FLASHD_PID" ]; then
-			return 0
-		fi
+		[ "$(cat "$pidfile" 2>/dev/null)" = "$pid" ] && return 0
 		sleep 0.1
 	done
-	fail "flashd did not become ready within 60 s"
+	fail "$what did not become ready within 60 s"
 }
 
 stop_flashd() {
@@ -339,6 +343,27 @@ run_check() {
 }
 checks_passed() {
 	[ ${#_summary[@]} -eq 0 ]
+}
+
+# wait_http URL: URL answers (curl), within 5 s, or the test fails
+wait_http() {
+	local i
+	for i in $(seq 1 50); do
+		curl -s -o /dev/null --max-time 5 "$1" && return 0
+		sleep 0.1
+	done
+	fail "$1 does not answer"
+}
+
+# start_ctl_forward [--http]: tests/nbd/ctl_forward.py from 127.0.0.1 to
+# flashd's control socket, answering; its port in FWD_PORT, its pid in
+# FWD_PID (tracked).  --http: one request per connection, see the script.
+start_ctl_forward() {
+	FWD_PORT=$(free_port)
+	"$PYTHON" "$NBD_CHECKS/ctl_forward.py" "$FWD_PORT" "$FLASHD_CTL" "$@" 2>>"$T/fwd.log" &
+	FWD_PID=$!
+	track_pid "$FWD_PID"
+	wait_http "http://127.0.0.1:$FWD_PORT/v1/version"
 }
 
 # ---- keys for the TLS tests ---------------------------------------------------

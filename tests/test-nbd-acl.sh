@@ -363,11 +363,7 @@ P2=$(free_port)
 	--listen "127.0.0.1:$P2" --pidfile "$T/fresh.pid" >>"$T/flashd.log" 2>&1 &
 pid=$!
 track_pid $pid
-for i in $(seq 1 300); do
-	[ "$(cat "$T/fresh.pid" 2>/dev/null)" = "$pid" ] && break
-	kill -0 $pid 2>/dev/null || fail "second flashd exited"
-	sleep 0.1
-done
+wait_ready $pid "$T/fresh.pid" "second flashd"
 [ "$(stat -c %a "$T/fresh/state")" = 700 ] || fail "state dir mode $(stat -c %a "$T/fresh/state")"
 [ "$(stat -c %a "$T/fresh/state/dimm0.img")" = 600 ] || fail "fresh image mode"
 [ "$(stat -c %a "$T/fresh/state/flashd.ctl")" = 660 ] || fail "default control socket mode $(stat -c %a "$T/fresh/state/flashd.ctl")"
