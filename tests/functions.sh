@@ -12,6 +12,7 @@
 #   skip_part WHY          one part cannot run here: the rest runs, and a
 #                          test that would pass then ends as a skip
 #   part_requires PART CMD...  true with CMD; else skip_part (make check: fail)
+#   conf_err NAME TEXT     flashd refuses $T/NAME.conf with TEXT (exit 2)
 #   tls_ca, tls_cert, tls_crl, tls_psk_line   keys for the TLS tests
 #
 # Everything lives in a fresh temporary directory ($T) that is removed at
@@ -67,19 +68,27 @@ skip() {
 	exit 77
 }
 
-# requires CMD...: every CMD is installed, or the test skips.  make check
-# runs scripts/deps.sh check first and sets FLASHD_DEPS_INSTALLED=1: then a
-# missing CMD fails the test instead (deps.sh should have installed it, or
+# _not_installed CMD...: true when a CMD is not installed, with the missing
+# ones in _missing; under make check (FLASHD_DEPS_INSTALLED=1) a missing CMD
+# fails the test instead (scripts/deps.sh should have installed it, or
 # should list its package).
-requires() {
-	local c missing=()
+_not_installed() {
+	local c
+	_missing=()
 	for c in "$@"; do
-		command -v "$c" >/dev/null 2>&1 || missing+=("$c")
+		command -v "$c" >/dev/null 2>&1 || _missing+=("$c")
 	done
-	[ ${#missing[@]} -eq 0 ] && return 0
+	[ ${#_missing[@]} -eq 0 ] && return 1
 	[ "${FLASHD_DEPS_INSTALLED:-}" = 1 ] &&
-		fail "not installed: ${missing[*]} (after scripts/deps.sh; is its package in deps.sh's lists?)"
-	skip "not installed: ${missing[*]} (scripts/deps.sh installs it)"
+		fail "not installed: ${_missing[*]} (after scripts/deps.sh; is its package in deps.sh's lists?)"
+	return 0
+}
+
+# requires CMD...: every CMD is installed, or the test skips (under make
+# check: fails, see _not_installed).
+requires() {
+	_not_installed "$@" || return 0
+	skip "not installed: ${_missing[*]} (scripts/deps.sh installs it)"
 }
 
 # skip_part WHY: one part of the test cannot run on this machine; the test
@@ -92,19 +101,30 @@ skip_part() {
 }
 
 # part_requires PART CMD...: true when every CMD is installed; else false,
-# after skip_part PART (or, under make check, failing the test as requires
-# does).  PART names what is not run ("the unit's systemd-analyze verify").
+# after skip_part PART (under make check: fails, see _not_installed).  PART names what is not run ("the unit's systemd-analyze verify").
 part_requires() {
-	local part=$1 c missing=()
+	local part=$1
 	shift
-	for c in "$@"; do
-		command -v "$c" >/dev/null 2>&1 || missing+=("$c")
-	done
-	[ ${#missing[@]} -eq 0 ] && return 0
-	[ "${FLASHD_DEPS_INSTALLED:-}" = 1 ] &&
-		fail "not installed: ${missing[*]} (after scripts/deps.sh; is its package in deps.sh's lists?)"
-	skip_part "$part (not installed: ${missing[*]}; scripts/deps.sh installs it)"
+	_not_installed "$@" || return 0
+	skip_part "$part (not installed: ${_missing[*]}; scripts/deps.sh installs it)"
 	return 1
+}
+
+# conf_err NAME EXPECTED-TEXT: flashd refuses $T/NAME.conf, both with
+# --check-config and at a start, with exit 2 and a message that holds
+# EXPECTED-TEXT, and opens no image before (in $T/cfgstate)
+conf_err() {
+	local name=$1 want=$2 out rc=0
+	out=$("$FLASHD" --check-config --config "$T/$name.conf" 2>&1) || rc=$?
+	[ $rc -eq 2 ] || fail "$name: --check-config exit $rc, want 2: $out"
+	grep -qF -- "$want" <<<"$out" || fail "$name: --check-config says '$out', want '$want'"
+	rc=0
+	out=$("$FLASHD" --foreground --config "$T/$name.conf" --state-dir "$T/cfgstate" \
+		--listen 127.0.0.1:"$(free_port)" 2>&1) || rc=$?
+	[ $rc -eq 2 ] || fail "$name: flashd exit $rc, want 2: $out"
+	grep -qF -- "$want" <<<"$out" || fail "$name: flashd says '$out', want '$want'"
+	[ ! -e "$T/cfgstate/dimm0.img" ] || fail "$name: an image was created before the error"
+	ok "config error $name: $out"
 }
 
 free_port() {
@@ -136,19 +156,23 @@ start_flashd() {
 	FLASHD_UNIX_URI1="nbd+unix:///dimm1?socket=$FLASHD_SOCK"
 	export FLASHD_PORT FLASHD_SOCK FLASHD_CTL FLASHD_STATE FLASHD_PID
 	export FLASHD_URI0 FLASHD_URI1 FLASHD_UNIX_URI0 FLASHD_UNIX_URI1
-	local i
+	wait_ready "$FLASHD_PID" "$FLASHD_STATE/flashd.pid" flashd
+}
+
+# wait_ready PID PIDFILE WHAT: the flashd started in the background as PID
+# is ready: it wrote PID to PIDFILE, which it does once everything listens.
+# Fails when it exits first ("WHAT exited during start-up") or after 60 s.
+wait_ready() {
+	local pid=$1 pidfile=$2 what=$3 i
 	for i in $(seq 1 600); do
-		if ! kill -0 "$FLASHD_PID" 2>/dev/null; then
-			wait "$FLASHD_PID" || true
-			fail "flashd exited during start-up"
+		if ! kill -0 "$pid" 2>/dev/null; then
+			wait "$pid" || true
+			fail "$what exited during start-up"
 		fi
-		# the pidfile is written once everything listens
-		if [ "$(cat "$FLASHD_STATE/flashd.pid" 2>/dev/null)" = "$FLASHD_PID" ]; then
-			return 0
-		fi
+		[ "$(cat "$pidfile" 2>/dev/null)" = "$pid" ] && return 0
 		sleep 0.1
 	done
-	fail "flashd did not become ready within 60 s"
+	fail "$what did not become ready within 60 s"
 }
 
 stop_flashd() {
@@ -319,6 +343,27 @@ run_check() {
 }
 checks_passed() {
 	[ ${#_summary[@]} -eq 0 ]
+}
+
+# wait_http URL: URL answers (curl), within 5 s, or the test fails
+wait_http() {
+	local i
+	for i in $(seq 1 50); do
+		curl -s -o /dev/null --max-time 5 "$1" && return 0
+		sleep 0.1
+	done
+	fail "$1 does not answer"
+}
+
+# start_ctl_forward [--http]: tests/nbd/ctl_forward.py from 127.0.0.1 to
+# flashd's control socket, answering; its port in FWD_PORT, its pid in
+# FWD_PID (tracked).  --http: one request per connection, see the script.
+start_ctl_forward() {
+	FWD_PORT=$(free_port)
+	"$PYTHON" "$NBD_CHECKS/ctl_forward.py" "$FWD_PORT" "$FLASHD_CTL" "$@" 2>>"$T/fwd.log" &
+	FWD_PID=$!
+	track_pid "$FWD_PID"
+	wait_http "http://127.0.0.1:$FWD_PORT/v1/version"
 }
 
 # ---- keys for the TLS tests ---------------------------------------------------

@@ -239,11 +239,7 @@ printf '[server]\nlisten = :%s\n[dimm a]\npreset = test-1g\n' "$P" >"$T/dual.con
 	--pidfile "$T/dual.pid" >>"$T/flashd.log" 2>&1 &
 pid=$!
 track_pid $pid
-for _ in $(seq 1 300); do
-	[ "$(cat "$T/dual.pid" 2>/dev/null)" = "$pid" ] && break
-	kill -0 $pid 2>/dev/null || fail "flashd with listen = :$P exited"
-	sleep 0.1
-done
+wait_ready $pid "$T/dual.pid" "flashd with listen = :$P"
 # fault_injection off (the default): not in status
 "$FLASHCTL" status --control "$T/dualstate/flashd.ctl" | grep -q "Fault injection" &&
 	fail "flashctl status shows fault injection while it is off"

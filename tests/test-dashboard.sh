@@ -282,50 +282,7 @@ ok "cooled and the image back: ok again; dimm1's health strip keeps the episode 
 # which needs a CORS preflight); a page whose name resolves to the forwarder or to the
 # metrics listener (DNS rebinding, by --host-resolver-rules) reads /v1/status.  dimm1's
 # beacon must stay off and the rebound pages must get no status.
-FWD_PORT=$(free_port)
-cat >"$T/fwd.py" <<'PY'
-# TCP (127.0.0.1:PORT) -> flashd's control socket, one request per connection
-import socket, socketserver, sys
-port, ctl = int(sys.argv[1]), sys.argv[2]
-class H(socketserver.StreamRequestHandler):
-    def handle(self):
-        line = self.rfile.readline()
-        if not line:
-            return
-        hdrs, n = [], 0
-        while True:
-            h = self.rfile.readline()
-            if h in (b"\r\n", b"\n", b""):
-                break
-            k = h.split(b":", 1)[0].strip().lower()
-            if k == b"content-length":
-                n = int(h.split(b":", 1)[1])
-            if k not in (b"connection", b"keep-alive"):
-                hdrs.append(h)
-        body = self.rfile.read(n) if n else b""
-        u = socket.socket(socket.AF_UNIX)
-        u.connect(ctl)
-        u.sendall(line + b"".join(hdrs) + b"Connection: close\r\n\r\n" + body)
-        resp = b""
-        while True:
-            b = u.recv(65536)
-            if not b:
-                break
-            resp += b
-        u.close()
-        self.wfile.write(resp)
-class S(socketserver.ThreadingTCPServer):
-    allow_reuse_address = True
-    daemon_threads = True
-S(("127.0.0.1", port), H).serve_forever()
-PY
-"$PYTHON" "$T/fwd.py" "$FWD_PORT" "$FLASHD_CTL" 2>>"$T/fwd.log" &
-FWD_PID=$!
-track_pid "$FWD_PID"
-for i in $(seq 1 50); do
-	curl -s -o /dev/null --max-time 5 "http://127.0.0.1:$FWD_PORT/v1/version" && break
-	sleep 0.1
-done
+start_ctl_forward --http
 FWD=http://127.0.0.1:$FWD_PORT/
 beacon1() { ctl http://localhost/v1/dimms/dimm1 | "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["beacon"])'; }
 [ "$(beacon1)" = False ] || fail "dimm1's beacon is on before the pages ran"
@@ -352,10 +309,7 @@ EVIL_PORT=$(free_port)
 (cd "$T/evil" && exec "$PYTHON" -m http.server --bind 127.0.0.1 "$EVIL_PORT") >/dev/null 2>&1 &
 EVIL_PID=$!
 track_pid "$EVIL_PID"
-for i in $(seq 1 50); do
-	curl -s -o /dev/null --max-time 5 "http://127.0.0.1:$EVIL_PORT/form.html" && break
-	sleep 0.1
-done
+wait_http "http://127.0.0.1:$EVIL_PORT/form.html"
 chromium --virtual-time-budget=5000 --dump-dom "http://127.0.0.1:$EVIL_PORT/form.html" >"$T/evil-form.html" ||
 	fail "chromium on the form page: $(tail -n 5 "$T/chromium.log")"
 chromium --virtual-time-budget=5000 --dump-dom "http://127.0.0.1:$EVIL_PORT/fetch.html" >"$T/evil-fetch.html" ||

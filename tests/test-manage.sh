@@ -407,43 +407,8 @@ PY
 # A browser reaches the control socket through a forwarder (doc/managing.md, "Dashboard"), and so
 # does every page it shows.  The forwarder here passes bytes as they are; curl sends the
 # headers such pages send.
-FWD_PORT=$(free_port)
-cat >"$T/fwd.py" <<'PY'
-# 127.0.0.1:PORT -> the control socket, bytes as they are, both ways
-import socket, socketserver, sys, threading
-port, ctl = int(sys.argv[1]), sys.argv[2]
-def pump(a, b):
-    try:
-        while True:
-            d = a.recv(65536)
-            if not d:
-                break
-            b.sendall(d)
-        b.shutdown(socket.SHUT_WR)
-    except OSError:
-        pass
-class H(socketserver.BaseRequestHandler):
-    def handle(self):
-        u = socket.socket(socket.AF_UNIX)
-        u.connect(ctl)
-        t = threading.Thread(target=pump, args=(u, self.request), daemon=True)
-        t.start()
-        pump(self.request, u)
-        t.join(30)
-        u.close()
-class S(socketserver.ThreadingTCPServer):
-    allow_reuse_address = True
-    daemon_threads = True
-S(("127.0.0.1", port), H).serve_forever()
-PY
-"$PYTHON" "$T/fwd.py" "$FWD_PORT" "$FLASHD_CTL" 2>>"$T/fwd.log" &
-FWD_PID=$!
-track_pid "$FWD_PID"
+start_ctl_forward
 FWD=http://127.0.0.1:$FWD_PORT
-for i in $(seq 1 50); do
-	curl -s -o /dev/null --max-time 5 "$FWD/v1/version" && break
-	sleep 0.1
-done
 hcode() { curl -s -o "$T/body" -w '%{http_code}' --max-time 20 "$@"; }
 # refused WHAT CURL-ARGS...: 403, said why
 refused() {

@@ -39,19 +39,6 @@ grep '^bob:' "$T/keys.psk" >"$T/bob.psk"
 ok "keys made"
 
 # ---- 0. configuration errors ----------------------------------------------------------
-conf_err() { # conf_err NAME EXPECTED-TEXT
-	local name=$1 want=$2 out rc=0
-	out=$("$FLASHD" --check-config --config "$T/$name.conf" 2>&1) || rc=$?
-	[ $rc -eq 2 ] || fail "$name: --check-config exit $rc, want 2: $out"
-	grep -qF -- "$want" <<<"$out" || fail "$name: --check-config says '$out', want '$want'"
-	rc=0
-	out=$("$FLASHD" --foreground --config "$T/$name.conf" --state-dir "$T/cfgstate" \
-		--listen 127.0.0.1:"$(free_port)" 2>&1) || rc=$?
-	[ $rc -eq 2 ] || fail "$name: flashd exit $rc, want 2: $out"
-	grep -qF -- "$want" <<<"$out" || fail "$name: flashd says '$out', want '$want'"
-	[ ! -e "$T/cfgstate/dimm0.img" ] || fail "$name: an image was created before the error"
-	ok "config error $name: $out"
-}
 bad_rule() { # bad_rule NAME 'allow line' EXPECTED
 	printf '[dimm dimm0]\npreset = test-1g\n%s\n' "$2" >"$T/$1.conf"
 	conf_err "$1" "$1.conf:3: [dimm dimm0] ${2%% =*} = '${2#*= }': $3"
@@ -376,11 +363,7 @@ P2=$(free_port)
 	--listen "127.0.0.1:$P2" --pidfile "$T/fresh.pid" >>"$T/flashd.log" 2>&1 &
 pid=$!
 track_pid $pid
-for i in $(seq 1 300); do
-	[ "$(cat "$T/fresh.pid" 2>/dev/null)" = "$pid" ] && break
-	kill -0 $pid 2>/dev/null || fail "second flashd exited"
-	sleep 0.1
-done
+wait_ready $pid "$T/fresh.pid" "second flashd"
 [ "$(stat -c %a "$T/fresh/state")" = 700 ] || fail "state dir mode $(stat -c %a "$T/fresh/state")"
 [ "$(stat -c %a "$T/fresh/state/dimm0.img")" = 600 ] || fail "fresh image mode"
 [ "$(stat -c %a "$T/fresh/state/flashd.ctl")" = 660 ] || fail "default control socket mode $(stat -c %a "$T/fresh/state/flashd.ctl")"

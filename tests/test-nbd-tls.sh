@@ -53,19 +53,6 @@ mkdir -p "$T/psk" && cp "$T/keys.psk" "$T/psk/keys.psk"   # qemu's dir=
 ok "keys made"
 
 # ---- 0. configuration errors ------------------------------------------------------
-conf_err() { # conf_err NAME EXPECTED-TEXT: flashd refuses $T/$NAME.conf, says the text, opens nothing
-	local name=$1 want=$2 out rc=0
-	out=$("$FLASHD" --check-config --config "$T/$name.conf" 2>&1) || rc=$?
-	[ $rc -eq 2 ] || fail "$name: --check-config exit $rc, want 2: $out"
-	grep -qF -- "$want" <<<"$out" || fail "$name: --check-config says '$out', want '$want'"
-	rc=0
-	out=$("$FLASHD" --foreground --config "$T/$name.conf" --state-dir "$T/cfgstate" \
-		--listen 127.0.0.1:"$(free_port)" 2>&1) || rc=$?
-	[ $rc -eq 2 ] || fail "$name: flashd exit $rc, want 2: $out"
-	grep -qF -- "$want" <<<"$out" || fail "$name: flashd says '$out', want '$want'"
-	[ ! -e "$T/cfgstate/dimm0.img" ] || fail "$name: an image was created before the error"
-	ok "config error $name: $out"
-}
 conf_head="[dimm dimm0]
 preset = test-1g"
 printf '[server]\ntls = required\ntls_certificates = %s\n%s\n' "$T/nowhere" "$conf_head" >"$T/nodir.conf"
@@ -129,6 +116,19 @@ ok "nbdcopy and nbdsh: 24 MiB in over x509, read back over PSK and x509"
 qx509() { echo "--object tls-creds-x509,id=tls0,endpoint=client,dir=$PKI/client$1"; }
 qpsk() { echo "--object tls-creds-psk,id=tls0,endpoint=client,dir=$T/psk,username=alice$1"; }
 qnbd() { echo "driver=nbd,host=localhost,port=$P,export=$1,tls-creds=tls0"; }
+# log_lines PATTERN: how many lines of flashd's log match (grep)
+log_lines() { grep -c "$1" "$T/flashd.log" || true; }
+# log_grew N0 PATTERN: up to 5 s for more than N0 lines of flashd's log to
+# match PATTERN; their count in n1; false when there are not
+log_grew() {
+	local _
+	for _ in $(seq 50); do
+		n1=$(log_lines "$2")
+		[ "$n1" -gt "$1" ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
 random_file "$T/qdata" 4
 # shellcheck disable=SC2046
 qemu-img convert -n -f raw $(qpsk "") --target-image-opts "$T/qdata" "$(qnbd dimm1)" ||
@@ -169,14 +169,10 @@ ok "plaintext clients refused (server says: TLS is required)"
 for who in wrongkey mallory; do
 	id=alice
 	[ $who = mallory ] && id=mallory
-	n0=$(grep -c 'TLS handshake failed' "$T/flashd.log" || true)
+	n0=$(log_lines 'TLS handshake failed')
 	nbdinfo "nbds://$id@localhost:$P/dimm0?tls-psk-file=$T/$who/keys.psk" >/dev/null 2>&1 &&
 		fail "$who: PSK client with a wrong key was served"
-	for _ in $(seq 50); do
-		n1=$(grep -c 'TLS handshake failed' "$T/flashd.log" || true)
-		[ "$n1" -gt "$n0" ] && break
-		sleep 0.1
-	done
+	log_grew "$n0" 'TLS handshake failed' || true
 	[ "$n1" -eq $((n0 + 1)) ] || fail "$who: want one 'TLS handshake failed' line, got $((n1 - n0))"
 done
 grep -q "unknown PSK identity 'mallory'" "$T/flashd.log" || fail "unknown identity not named in the log"
@@ -209,14 +205,10 @@ grep -q 'client certificate .*CN=client1' "$T/flashd.log" || fail "client certif
 qemu-img info $(qx509 "") --image-opts "driver=nbd,host=localhost,port=$P,export=dimm0,tls-creds=tls0" \
 	>/dev/null || fail "verify-peer: qemu-img with a client certificate was refused"
 for who in nocert rogue revoked; do
-	n0=$(grep -c 'TLS handshake failed' "$T/flashd.log" || true)
+	n0=$(log_lines 'TLS handshake failed')
 	nbdinfo "nbds://localhost:$P/dimm0?tls-certificates=$PKI/$who" >/dev/null 2>&1 &&
 		fail "verify-peer: client '$who' was served"
-	for _ in $(seq 50); do
-		n1=$(grep -c 'TLS handshake failed' "$T/flashd.log" || true)
-		[ "$n1" -gt "$n0" ] && break
-		sleep 0.1
-	done
+	log_grew "$n0" 'TLS handshake failed' || true
 	[ "$n1" -eq $((n0 + 1)) ] || fail "verify-peer: $who: want one 'TLS handshake failed' line"
 	echo "    $who: $(grep 'TLS handshake failed' "$T/flashd.log" | tail -n1 | sed 's/.*TLS handshake failed: //')"
 done
@@ -394,28 +386,20 @@ ok "hardened: qemu-io with host1's certificate and with alice's PSK, TLS 1.3 and
 # for no certificate
 alice_key=$(sed -n 's/^alice://p' "$H/keys.psk")
 for v in -tls1_2 -tls1_3; do
-	n0=$(grep -c "TLS established: TLSv1.${v#-tls1_}, .*PSK identity 'alice'" "$T/flashd.log" || true)
+	n0=$(log_lines "TLS established: TLSv1.${v#-tls1_}, .*PSK identity 'alice'")
 	timeout 60 "$PYTHON" "$NBD_CHECKS/openssl_starttls.py" "nbd://127.0.0.1:$P/dimm0" "$v" \
 		-psk_identity alice -psk "$alice_key" -CAfile "$PKI/ca/ca-cert.pem" >"$T/sclient.out" 2>&1 || true
-	for _ in $(seq 50); do
-		n1=$(grep -c "TLS established: TLSv1.${v#-tls1_}, .*PSK identity 'alice'" "$T/flashd.log" || true)
-		[ "$n1" -gt "$n0" ] && break
-		sleep 0.1
-	done
-	[ "$n1" -gt "$n0" ] || { cat "$T/sclient.out"; tail -n 3 "$T/flashd.log"; fail "hardened: openssl s_client $v with alice's PSK refused"; }
+	log_grew "$n0" "TLS established: TLSv1.${v#-tls1_}, .*PSK identity 'alice'" ||
+		{ cat "$T/sclient.out"; tail -n 3 "$T/flashd.log"; fail "hardened: openssl s_client $v with alice's PSK refused"; }
 	grep "TLS established: TLSv1.${v#-tls1_}, .*PSK identity 'alice'" "$T/flashd.log" | tail -n1 | sed 's/.*: TLS/    s_client: TLS/'
 done
 # and with host1's certificate: a certificate suite, the certificate verified
-n0=$(grep -c "TLS established: TLSv1.2, .*client certificate .*CN=host1" "$T/flashd.log" || true)
+n0=$(log_lines "TLS established: TLSv1.2, .*client certificate .*CN=host1")
 timeout 60 "$PYTHON" "$NBD_CHECKS/openssl_starttls.py" "nbd://127.0.0.1:$P/dimm0" -tls1_2 \
 	-cert "$PKI/host1/client-cert.pem" -key "$PKI/host1/client-key.pem" -CAfile "$PKI/ca/ca-cert.pem" \
 	>"$T/sclient.out" 2>&1 || true
-for _ in $(seq 50); do
-	n1=$(grep -c "TLS established: TLSv1.2, .*client certificate .*CN=host1" "$T/flashd.log" || true)
-	[ "$n1" -gt "$n0" ] && break
-	sleep 0.1
-done
-[ "$n1" -gt "$n0" ] || { cat "$T/sclient.out"; fail "hardened: openssl s_client -tls1_2 with host1's certificate refused"; }
+log_grew "$n0" "TLS established: TLSv1.2, .*client certificate .*CN=host1" ||
+	{ cat "$T/sclient.out"; fail "hardened: openssl s_client -tls1_2 with host1's certificate refused"; }
 ok "hardened: openssl s_client with alice's PSK (TLS 1.2 and 1.3) and with host1's certificate (TLS 1.2)"
 # backup's certificate: read-only (allow_ro)
 "$PYTHON" - "$HX=$PKI/backup" <<'PY' || fail "hardened: backup's certificate not served read-only"
@@ -433,13 +417,9 @@ for who in nocert rogue wrongkey mallory; do
 	wrongkey) uri="$HPSK=$T/wrongkey/keys.psk" ;;
 	mallory) uri="nbds://mallory@localhost:$P/dimm0?tls-psk-file=$T/mallory/keys.psk" ;;
 	esac
-	n0=$(grep -c 'TLS handshake failed' "$T/flashd.log" || true)
+	n0=$(log_lines 'TLS handshake failed')
 	nbdinfo "$uri" >/dev/null 2>&1 && fail "hardened: client '$who' was served"
-	for _ in $(seq 50); do
-		n1=$(grep -c 'TLS handshake failed' "$T/flashd.log" || true)
-		[ "$n1" -gt "$n0" ] && break
-		sleep 0.1
-	done
+	log_grew "$n0" 'TLS handshake failed' || true
 	[ "$n1" -eq $((n0 + 1)) ] || fail "hardened: $who: want one 'TLS handshake failed' line, got $((n1 - n0))"
 	echo "    $who: $(grep 'TLS handshake failed' "$T/flashd.log" | tail -n1 | sed 's/.*TLS handshake failed: //')"
 done

@@ -39,6 +39,15 @@ def crc32c(data):
     return crc ^ 0xFFFFFFFF
 
 
+def parse_spare(buf, off=0):
+    """the FTL's spare at OFF of BUF: {type, lba, seq, format}, or None
+    where its magic is not "SFTL" (an erased or foreign page)"""
+    magic, typ, _ver, _fl, lba, _dcrc, seq, fmt = struct.unpack_from("<IBBHIIQQ", buf, off)
+    if magic != SPARE_MAGIC:
+        return None
+    return {"type": typ, "lba": lba, "seq": seq, "format": fmt}
+
+
 class Image:
     def __init__(self, path):
         self.f = open(path, "r+b")
@@ -55,11 +64,7 @@ class Image:
         return self.data_off + ppa * self.slot
 
     def spare(self, ppa):
-        o = self.slot_off(ppa) + self.page_size
-        magic, typ, ver, _fl, lba, dcrc, seq, fmt = struct.unpack_from("<IBBHIIQQ", self.m, o)
-        if magic != SPARE_MAGIC:
-            return None
-        return {"type": typ, "lba": lba, "seq": seq, "format": fmt}
+        return parse_spare(self.m, self.slot_off(ppa) + self.page_size)
 
     def programmed(self, block):
         """pages of block below its write pointer"""

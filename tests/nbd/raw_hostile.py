@@ -55,6 +55,7 @@ use.
                  --config FLASHD_CONF
 """
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -180,6 +181,30 @@ def ctl_get(path):
     s.close()
     head, _, body = got.partition(b"\r\n\r\n")
     return head, body
+
+
+@contextlib.contextmanager
+def busy_timeout_2():
+    """idle_timeout_busy = 2 by a reload, from no connection on; 0 again
+    at the end of the section (not when a check in it failed)"""
+    wait_no_connections("the section before")
+    with open(args.config) as f:
+        conf = f.read()
+    reload_with(conf.replace("idle_timeout_busy = 0", "idle_timeout_busy = 2"), "idle_timeout_busy 2")
+    yield
+    reload_with(conf, "idle_timeout_busy 0")
+
+
+def open_clients(first, n, addr0=1):
+    """clients first .. first+n-1, each past GO, PER_ADDR of them from each
+    address from 127.0.0.ADDR0 on"""
+    out = []
+    for i in range(first, first + n):
+        c = SrcConn("127.0.0.%d" % (addr0 + i // PER_ADDR), timeout=20)
+        c.handshake()
+        c.go()
+        out.append(c)
+    return out
 
 
 def wait_no_connections(what, timeout=20.0):
@@ -719,31 +744,18 @@ with section("control socket: huge body, huge headers, an endless header line", 
 
 # ---- idle lock-out, and idle_timeout --------------------------------------------------
 with section("idle_timeout_busy: idle clients are dropped only while over 3/4 of the slots are open",
-             timeout=120):
+             timeout=120), busy_timeout_2():
     # the default (600 s) made short: below 3/4 of max_connections an idle
     # client (a mounted disk with nothing to write) keeps its connection;
     # above, idle ones give their slots back
-    wait_no_connections("the section before")
-    with open(args.config) as f:
-        conf = f.read()
-    reload_with(conf.replace("idle_timeout_busy = 0", "idle_timeout_busy = 2"), "idle_timeout_busy 2")
     calm = MAX_CONN * 3 // 4 - 8
-    idle = []
-    for i in range(calm):
-        c = SrcConn("127.0.0.%d" % (1 + i // PER_ADDR), timeout=20)
-        c.handshake()
-        c.go()
-        idle.append(c)
+    idle = open_clients(0, calm)
     gone = sum(1 for c in idle if c.wait_closed(4.5 if c is idle[0] else 0.01))
     log("     %d idle clients (3/4 of max_connections = %d): %d dropped after 4.5 s" % (
         len(idle), MAX_CONN * 3 // 4, gone))
     check(gone == 0, "%d of %d idle clients dropped with only %d of %d slots open" % (
         gone, len(idle), len(idle), MAX_CONN))
-    for i in range(calm, MAX_CONN):
-        c = SrcConn("127.0.0.%d" % (1 + i // PER_ADDR), timeout=20)
-        c.handshake()
-        c.go()
-        idle.append(c)
+    idle += open_clients(calm, MAX_CONN - calm)
     # once over 3/4 are open, the first ones (idle for 4.5 s) go at the
     # next tick; those opened later may stay (their count falls below 3/4)
     end = time.monotonic() + 4
@@ -755,28 +767,18 @@ with section("idle_timeout_busy: idle clients are dropped only while over 3/4 of
     for c in idle:
         c.close()
     wait_no_connections("the idle clients")
-    reload_with(conf, "idle_timeout_busy 0")
 
 with section("idle_timeout_busy: a lone idle client outlasts the addresses that hold the most slots",
-             timeout=90):
+             timeout=90), busy_timeout_2():
     # the finding: 7 addresses holding 56 of the 64 slots, each connection
     # kept busy, made idle_timeout_busy fire at the only idle client, a
     # mounted disk say (the kernel client does not reconnect); now it closes
     # idle connections only of addresses holding more than half as many as
     # the one that holds the most
-    wait_no_connections("the section before")
-    with open(args.config) as f:
-        conf = f.read()
-    reload_with(conf.replace("idle_timeout_busy = 0", "idle_timeout_busy = 2"), "idle_timeout_busy 2")
     lone = SrcConn("127.0.0.1", timeout=20)
     lone.handshake()
     lone.go()
-    flood = []
-    for i in range(7 * PER_ADDR):
-        c = SrcConn("127.0.0.%d" % (2 + i // PER_ADDR), timeout=20)
-        c.handshake()
-        c.go()
-        flood.append(c)
+    flood = open_clients(0, 7 * PER_ADDR, addr0=2)
     end = time.monotonic() + 5
     while time.monotonic() < end:   # the flood keeps busy: a read on each every 0.5 s
         for c in flood:
@@ -801,16 +803,10 @@ with section("idle_timeout_busy: a lone idle client outlasts the addresses that 
     for c in flood + [lone]:
         c.close()
     wait_no_connections("the flood")
-    reload_with(conf, "idle_timeout_busy 0")
 
 with section("idle clients after the handshake; idle_timeout drops them", timeout=120):
     wait_no_connections("the section before")
-    idle = []
-    for i in range(MAX_CONN):
-        c = SrcConn("127.0.0.%d" % (1 + i // PER_ADDR), timeout=20)
-        c.handshake()
-        c.go()
-        idle.append(c)
+    idle = open_clients(0, MAX_CONN)
     check(refused(SrcConn("127.0.0.9")), "a new client got in with %d idle connections open "
           "(max_connections = %d)" % (MAX_CONN, MAX_CONN))
     # the finding: without an idle timeout they would hold the slots for ever

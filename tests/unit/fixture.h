@@ -2,8 +2,9 @@
  * tests/unit/fixture.h - what the FTL unit tests share: a simulated device
  * in RAM, a format, an open that must succeed, and 4 KiB units whose data
  * names the unit and its version, written and checked against a version
- * array (ver[u] == 0: never written, reads zeros).  Each helper exits with
- * a message when something it needs fails, as a CHECK does.
+ * array (ver[u] == 0: never written, reads zeros); struct fx holds them
+ * for the usual set-up.  Each helper exits with a message when something
+ * it needs fails, as a CHECK does.
  */
 #ifndef FLASHD_TEST_FIXTURE_H
 #define FLASHD_TEST_FIXTURE_H
@@ -49,6 +50,23 @@ static inline void fill(uint8_t *b, uint64_t unit, uint32_t ver)
 		uint64_t v = (unit << 32 | ver) * 0x9E3779B97F4A7C15ull + (uint64_t)i;
 		memcpy(b + i, &v, 8);
 	}
+}
+
+/* ftl_poll F until *DONE (set by an I/O's completion), waiting on D's
+ * clock for F's next deadline; false when nothing is due and it is not
+ * done: a hang */
+static inline bool poll_until_done(struct ftl *f, struct nand_dev *d, const bool *done)
+{
+	while (!*done) {
+		ftl_poll(f);
+		if (*done)
+			break;
+		uint64_t due = ftl_next_deadline(f);
+		if (due == UINT64_MAX)
+			return false;
+		nand_wait_until(d, due);
+	}
+	return true;
 }
 
 /* a simulated device in RAM as CFG says */
@@ -104,6 +122,62 @@ static inline struct ftl *open_with(struct nand_dev *d, const struct ftl_open_pa
 static inline struct ftl *open_ok(struct nand_dev *d)
 {
 	return open_with(d, NULL);
+}
+
+/*
+ * The set-up most FTL tests start from: preset PRESET in RAM (TIMED: the
+ * timing model on the virtual clock), formatted with 4 KiB sectors, OP %
+ * over-provisioning and PARITY parity columns, the FTL open on it, its
+ * info, its units (info.units) and ver[] (one version per unit, all 0:
+ * never written).  The test owns it from fx_start to fx_end.
+ */
+struct fx {
+	struct nand_dev *d;
+	struct ftl *f;
+	struct ftl_info info;
+	uint64_t units;
+	uint32_t *ver;
+};
+
+static inline struct fx fx_start(const char *preset, bool timed, double op, uint32_t parity)
+{
+	struct fx x;
+	x.d = dev_new(preset, timed);
+	format_with(x.d, 4096, op, parity);
+	x.f = open_ok(x.d);
+	ftl_get_info(x.f, &x.info);
+	x.units = x.info.units;
+	x.ver = calloc(x.units, sizeof *x.ver);
+	CHECK(x.ver);
+	return x;
+}
+
+/* a clean close, which must succeed, and an open again */
+static inline void fx_reopen(struct fx *x)
+{
+	CHECK_RC(ftl_close(x->f));
+	x->f = open_ok(x->d);
+}
+
+/* the FTL closed already: the device closed, ver[] freed */
+static inline void fx_free(struct fx *x)
+{
+	nand_close(x->d);
+	free(x->ver);
+}
+
+/* the end of a test: a clean close of F, which must succeed; D closed;
+ * VER freed */
+static inline void close_free(struct ftl *f, struct nand_dev *d, uint32_t *ver)
+{
+	CHECK_RC(ftl_close(f));
+	nand_close(d);
+	free(ver);
+}
+
+static inline void fx_end(struct fx *x)
+{
+	close_free(x->f, x->d, x->ver);
 }
 
 static inline void write_unit(struct ftl *f, uint64_t u, uint32_t ver)

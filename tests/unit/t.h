@@ -7,6 +7,8 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +88,24 @@ static inline uint64_t t_rand(uint64_t *s)
 	x ^= x >> 27;
 	*s = x;
 	return x * 0x2545F4914F6CDD1Dull;
+}
+
+/* a number below N from t_rand (0 when N is 0) */
+static inline uint64_t t_rand_below(uint64_t *s, uint64_t n)
+{
+	return n ? t_rand(s) % n : 0;
+}
+
+/* a randomized test's failure on stderr, what it needs to be run again:
+ * "FAIL (seed SEED, config PRESET/SECTOR[/timed], STEP N): " and FMT's
+ * message on one line */
+static inline void t_vfail(uint64_t seed, const char *preset, unsigned sector, bool timed,
+			   const char *step, uint64_t n, const char *fmt, va_list ap)
+{
+	fprintf(stderr, "FAIL (seed %" PRIu64 ", config %s/%u%s, %s %" PRIu64 "): ", seed, preset,
+		sector, timed ? "/timed" : "", step, n);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
 }
 
 #endif

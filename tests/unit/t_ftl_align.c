@@ -26,6 +26,7 @@
 #include "ftl/ftl.h"
 #include "hw/nand_sim.h"
 #include "tests/unit/t.h"
+#include "tests/unit/fixture.h"
 
 #ifdef T_MODEL_DEFAULT_OPS /* set for the sanitizer build: fewer batches */
 #define DEFAULT_BATCHES 3000
@@ -67,18 +68,6 @@ static struct {
 	uint64_t reads, writes, trims, zeroes, partial, bytes;
 } M;
 
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void fail(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fprintf(stderr, "FAIL (seed %" PRIu64 ", config %s/%u%s, batch %" PRIu64 "): ", M.seed0,
-		M.cfg->preset, M.cfg->sector, M.cfg->timing ? "/timed" : "", M.batch);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	exit(1);
-}
-
 static uint64_t rnd(void)
 {
 	return t_rand(&M.rng);
@@ -86,13 +75,16 @@ static uint64_t rnd(void)
 
 static uint64_t rnd_below(uint64_t n)
 {
-	return n ? rnd() % n : 0;
+	return t_rand_below(&M.rng, n);
 }
 
-static void quiet_log(void *arg, int level, const char *msg)
+static void __attribute__((format(printf, 1, 2), noreturn)) fail(const char *fmt, ...)
 {
-	(void)arg;
-	(void)msg;
+	va_list ap;
+	va_start(ap, fmt);
+	t_vfail(M.seed0, M.cfg->preset, M.cfg->sector, M.cfg->timing, "batch", M.batch, fmt, ap);
+	va_end(ap);
+	exit(1);
 }
 
 static void op_done(struct ftl_io *io)
@@ -108,20 +100,12 @@ static void run_ops(struct op *ops, int n)
 		ops[i].io.done = op_done;
 		ftl_submit(M.f, &ops[i].io);
 	}
-	for (int i = 0; i < n; i++) {
-		while (!ops[i].done) {
-			ftl_poll(M.f);
-			if (ops[i].done)
-				break;
-			uint64_t due = ftl_next_deadline(M.f);
-			if (due == UINT64_MAX) {
-				ftl_debug_dump_public(M.f);
-				fail("io %d (type %d at %" PRIu64 "+%" PRIu64 ") never completes", i,
-				     ops[i].io.type, ops[i].io.offset, ops[i].io.length);
-			}
-			nand_wait_until(M.dev, due);
+	for (int i = 0; i < n; i++)
+		if (!poll_until_done(M.f, M.dev, &ops[i].done)) {
+			ftl_debug_dump_public(M.f);
+			fail("io %d (type %d at %" PRIu64 "+%" PRIu64 ") never completes", i,
+			     ops[i].io.type, ops[i].io.offset, ops[i].io.length);
 		}
-	}
 }
 
 static int one(enum ftl_io_type type, uint32_t flags, uint64_t off, uint64_t len, void *buf)

@@ -6,8 +6,10 @@
 #include "ftl/ftl.h"
 #include "hw/nand_sim.h"
 #include "tests/unit/t.h"
+#include "tests/unit/fixture.h"
 
-static void fill(uint8_t *buf, size_t len, uint64_t tag)
+/* LEN bytes (a multiple of 8) named by TAG */
+static void fill_tag(uint8_t *buf, size_t len, uint64_t tag)
 {
 	for (size_t i = 0; i < len; i += 8) {
 		uint64_t v = tag * 0x9E3779B97F4A7C15ull + i;
@@ -15,38 +17,11 @@ static void fill(uint8_t *buf, size_t len, uint64_t tag)
 	}
 }
 
-static struct nand_dev *ram_dev(const char *preset, bool timing)
-{
-	struct nand_sim_config cfg = { .preset = preset, .timing = timing, .virtual_time = timing };
-	struct nand_dev *d;
-	char err[256];
-	int rc = nand_sim_open(&cfg, &d, err, sizeof err);
-	if (rc) {
-		fprintf(stderr, "nand_sim_open: %s\n", err);
-		exit(1);
-	}
-	return d;
-}
-
-static struct ftl *open_ftl(struct nand_dev *d)
-{
-	struct ftl *f;
-	char err[256];
-	int rc = ftl_open(d, NULL, &f, err, sizeof err);
-	if (rc) {
-		fprintf(stderr, "ftl_open: %s (%d)\n", err, rc);
-		exit(1);
-	}
-	return f;
-}
-
 static void basic(uint32_t sector, bool timing)
 {
-	struct nand_dev *d = ram_dev("test-64m", timing);
-	char err[256];
-	struct ftl_format_params fp = { .sector_size = sector };
-	CHECK_RC(ftl_format(d, &fp, err, sizeof err));
-	struct ftl *f = open_ftl(d);
+	struct nand_dev *d = dev_new("test-64m", timing);
+	format_with(d, sector, 0, 0);
+	struct ftl *f = open_ok(d);
 	struct ftl_info info;
 	ftl_get_info(f, &info);
 	CHECK_EQ(info.sector_size, sector);
@@ -61,21 +36,21 @@ static void basic(uint32_t sector, bool timing)
 	for (int i = 0; i < 65536; i++)
 		CHECK(rd[i] == 0);
 	/* write and read back, aligned and (512e) unaligned */
-	fill(buf, 1 << 20, 1);
+	fill_tag(buf, 1 << 20, 1);
 	CHECK_RC(ftl_write_sync(f, buf, 4096, 1 << 20, 0));
 	CHECK_RC(ftl_read_sync(f, rd, 4096, 1 << 20));
 	CHECK(memcmp(buf, rd, 1 << 20) == 0);
 	if (sector == 512) {
-		fill(buf, 1536, 2);
+		fill_tag(buf, 1536, 2);
 		CHECK_RC(ftl_write_sync(f, buf, 4096 + 512 * 3, 1536, 0));
 		CHECK_RC(ftl_read_sync(f, rd, 4096, 8192));
 		uint8_t exp[8192];
-		fill(exp, 8192, 1);
+		fill_tag(exp, 8192, 1);
 		memcpy(exp + 512 * 3, buf, 1536);
 		CHECK(memcmp(exp, rd, 8192) == 0);
 	}
 	/* last sector */
-	fill(buf, sector, 3);
+	fill_tag(buf, sector, 3);
 	CHECK_RC(ftl_write_sync(f, buf, cap - sector, sector, FTL_IO_FUA));
 	CHECK_RC(ftl_read_sync(f, rd, cap - sector, sector));
 	CHECK(memcmp(buf, rd, sector) == 0);
@@ -96,35 +71,35 @@ static void basic(uint32_t sector, bool timing)
 
 	/* clean reopen keeps everything */
 	CHECK_RC(ftl_close(f));
-	f = open_ftl(d);
+	f = open_ok(d);
 	ftl_get_info(f, &info);
 	CHECK(info.was_clean);
 	CHECK_RC(ftl_read_sync(f, rd, 4096, 4096));
-	fill(buf, 4096, 1);
+	fill_tag(buf, 4096, 1);
 	if (sector == 512) {
-		fill(buf + 512 * 3, 1536, 2);
+		fill_tag(buf + 512 * 3, 1536, 2);
 	}
 	CHECK(memcmp(buf, rd, 4096) == 0);
 	CHECK_RC(ftl_read_sync(f, rd, 8192, 16384));
 	for (int i = 0; i < 16384; i++)
 		CHECK(rd[i] == 0);
-	fill(buf, sector, 3);
+	fill_tag(buf, sector, 3);
 	CHECK_RC(ftl_read_sync(f, rd, cap - sector, sector));
 	CHECK(memcmp(buf, rd, sector) == 0);
 
 	/* flushed data survives a power cut; so does a flushed trim */
-	fill(buf, 65536, 4);
+	fill_tag(buf, 65536, 4);
 	CHECK_RC(ftl_write_sync(f, buf, 1 << 21, 65536, 0));
 	CHECK_RC(ftl_trim_sync(f, 4096, 4096, 0));
 	CHECK_RC(ftl_flush_sync(f));
 	struct nand_sim_faults cut = { .power_cut_after = 1 };
 	nand_sim_set_faults(d, &cut);
-	fill(rd, 4096, 5);
+	fill_tag(rd, 4096, 5);
 	int rc = ftl_write_sync(f, rd, 0, 4096, FTL_IO_FUA);
 	CHECK(rc == -EIO);
 	ftl_abandon(f);
 	nand_sim_power_on(d);
-	f = open_ftl(d);
+	f = open_ok(d);
 	ftl_get_info(f, &info);
 	CHECK(!info.was_clean);
 	CHECK_RC(ftl_read_sync(f, rd, 1 << 21, 65536));
@@ -139,14 +114,14 @@ static void basic(uint32_t sector, bool timing)
 	for (uint64_t i = 0; i < units * 4; i++) {
 		uint64_t u = t_rand(&seed) % units;
 		ver[u] = (uint32_t)i + 1;
-		fill(buf, 4096, ((uint64_t)u << 32) | ver[u]);
+		fill_tag(buf, 4096, ((uint64_t)u << 32) | ver[u]);
 		CHECK_RC(ftl_write_sync(f, buf, u * 4096, 4096, 0));
 	}
 	for (uint64_t u = 0; u < units; u++) {
 		if (!ver[u])
 			continue;
 		CHECK_RC(ftl_read_sync(f, rd, u * 4096, 4096));
-		fill(buf, 4096, ((uint64_t)u << 32) | ver[u]);
+		fill_tag(buf, 4096, ((uint64_t)u << 32) | ver[u]);
 		if (memcmp(buf, rd, 4096) != 0) {
 			fprintf(stderr, "unit %" PRIu64 " wrong after GC\n", u);
 			exit(1);
@@ -158,7 +133,7 @@ static void basic(uint32_t sector, bool timing)
 	       st.write_amplification, st.blocks_erased, st.gc_pages_relocated, st.checkpoints);
 	CHECK(st.gc_pages_relocated > 0);
 	CHECK_RC(ftl_close(f));
-	f = open_ftl(d);
+	f = open_ok(d);
 	/* nothing in flight after a clean open: every mapped unit is a valid
 	 * page on NAND (valid_pages is summed over bands) */
 	uint64_t nmapped = 0;
@@ -177,7 +152,7 @@ static void basic(uint32_t sector, bool timing)
 		if (!ver[u])
 			continue;
 		CHECK_RC(ftl_read_sync(f, rd, u * 4096, 4096));
-		fill(buf, 4096, ((uint64_t)u << 32) | ver[u]);
+		fill_tag(buf, 4096, ((uint64_t)u << 32) | ver[u]);
 		CHECK(memcmp(buf, rd, 4096) == 0);
 	}
 	CHECK_RC(ftl_close(f));
@@ -190,19 +165,17 @@ static void basic(uint32_t sector, bool timing)
 /* Lifetime counters live in the checkpoint: they survive a clean reopen. */
 static void lifetime(void)
 {
-	struct nand_dev *d = ram_dev("test-16m", false);
-	char err[256];
-	struct ftl_format_params fp = { .sector_size = 4096 };
-	CHECK_RC(ftl_format(d, &fp, err, sizeof err));
-	struct ftl *f = open_ftl(d);
+	struct nand_dev *d = dev_new("test-16m", false);
+	format_with(d, 4096, 0, 0);
+	struct ftl *f = open_ok(d);
 	static uint8_t buf[65536];
-	fill(buf, sizeof buf, 7);
+	fill_tag(buf, sizeof buf, 7);
 	for (int i = 0; i < 10; i++)
 		CHECK_RC(ftl_write_sync(f, buf, (uint64_t)i * sizeof buf, sizeof buf, 0));
 	for (int i = 0; i < 3; i++)
 		CHECK_RC(ftl_read_sync(f, buf, (uint64_t)i * sizeof buf, sizeof buf));
 	CHECK_RC(ftl_close(f));
-	f = open_ftl(d);
+	f = open_ok(d);
 	struct ftl_stats st;
 	ftl_get_stats(f, &st);
 	CHECK_EQ(st.host_write_bytes, 10 * sizeof buf);
@@ -212,7 +185,7 @@ static void lifetime(void)
 	CHECK(st.nand_pages_programmed >= 160);
 	CHECK_RC(ftl_write_sync(f, buf, 0, 4096, 0));
 	CHECK_RC(ftl_close(f));
-	f = open_ftl(d);
+	f = open_ok(d);
 	ftl_get_stats(f, &st);
 	CHECK_EQ(st.host_write_bytes, 10 * sizeof buf + 4096);
 	CHECK_RC(ftl_close(f));
@@ -230,14 +203,14 @@ static void lifetime(void)
 static void reformat_cut(void)
 {
 	static uint8_t buf[65536], rd[65536], zero[65536];
-	fill(buf, sizeof buf, 9);
+	fill_tag(buf, sizeof buf, 9);
 	int olds = 0, news = 0;
 	for (uint64_t cut = 1;; cut++) {
-		struct nand_dev *d = ram_dev("test-64m", false);
+		struct nand_dev *d = dev_new("test-64m", false);
 		char err[256];
 		struct ftl_format_params fp = { .sector_size = 4096 };
 		CHECK_RC(ftl_format(d, &fp, err, sizeof err));
-		struct ftl *f = open_ftl(d);
+		struct ftl *f = open_ok(d);
 		CHECK_RC(ftl_write_sync(f, buf, 0, sizeof buf, 0));
 		CHECK_RC(ftl_close(f));
 		struct ftl_info before, after;
@@ -253,7 +226,7 @@ static void reformat_cut(void)
 		if (probe)
 			fprintf(stderr, "re-format cut at operation %" PRIu64 ": %s\n", cut, err);
 		CHECK_EQ(probe, 0);
-		f = open_ftl(d);
+		f = open_ok(d);
 		CHECK_RC(ftl_read_sync(f, rd, 0, sizeof rd));
 		if (after.format_id == before.format_id) {
 			olds++;
@@ -293,7 +266,7 @@ static void format_refused(struct nand_dev *d, uint32_t parity, int rc, const ch
  */
 static void geometry_refused(void)
 {
-	struct nand_dev *d = ram_dev("test-64m", false);
+	struct nand_dev *d = dev_new("test-64m", false);
 	struct nand_geometry geo = d->geo;
 	d->geo.spare_size = 32;
 	format_refused(d, 0, -EINVAL, "32 spare bytes per page: the FTL needs 40");

@@ -12,68 +12,53 @@
 
 static void grown_bad_blocks(void)
 {
-	struct nand_dev *d = dev_new("test-64m", false);
-	format(d, 20);
-	struct ftl *f = open_ok(d);
-	struct ftl_info info;
-	ftl_get_info(f, &info);
-	uint32_t *ver = calloc(info.units, sizeof *ver);
+	struct fx fx = fx_start("test-64m", false, 20, 0);
 	uint64_t seed = 7;
-	churn(f, ver, info.units, info.units / 2, &seed);
+	churn(fx.f, fx.ver, fx.units, fx.units / 2, &seed);
 	/* blocks fail while in use: programs on some, erases on others */
 	for (uint32_t b = 20; b < 200; b += 37)
-		nand_sim_fail_block(d, b, b % 2, true);
-	churn(f, ver, info.units, info.units * 3, &seed);
-	verify(f, ver, info.units, false);
+		nand_sim_fail_block(fx.d, b, b % 2, true);
+	churn(fx.f, fx.ver, fx.units, fx.units * 3, &seed);
+	verify(fx.f, fx.ver, fx.units, false);
 	struct ftl_stats st;
-	ftl_get_stats(f, &st);
+	ftl_get_stats(fx.f, &st);
 	printf("grown bad: %" PRIu64 " blocks retired, %" PRIu64 " program and %" PRIu64
 	       " erase failures\n",
 	       st.blocks_bad_grown, st.program_failures, st.erase_failures);
 	CHECK(st.blocks_bad_grown >= 3);
-	CHECK_RC(ftl_close(f));
-	f = open_ok(d);
-	verify(f, ver, info.units, false);
-	ftl_get_stats(f, &st);
+	fx_reopen(&fx);
+	verify(fx.f, fx.ver, fx.units, false);
+	ftl_get_stats(fx.f, &st);
 	CHECK(st.blocks_bad_grown >= 3); /* remembered by the checkpoint */
-	CHECK_RC(ftl_close(f));
-	nand_close(d);
-	free(ver);
+	fx_end(&fx);
 }
 
 static void bit_errors(void)
 {
-	struct nand_dev *d = dev_new("test-64m", false);
-	format(d, 20);
-	struct ftl *f = open_ok(d);
-	struct ftl_info info;
-	ftl_get_info(f, &info);
-	uint32_t *ver = calloc(info.units, sizeof *ver);
+	struct fx fx = fx_start("test-64m", false, 20, 0);
 	uint64_t seed = 9;
-	churn(f, ver, info.units, info.units, &seed);
-	CHECK_RC(ftl_flush_sync(f));
+	churn(fx.f, fx.ver, fx.units, fx.units, &seed);
+	CHECK_RC(ftl_flush_sync(fx.f));
 	/* corrected errors everywhere: nothing visible */
 	struct nand_sim_faults ft = { .corrected_ppm = 200000 };
-	nand_sim_set_faults(d, &ft);
-	verify(f, ver, info.units, false);
+	nand_sim_set_faults(fx.d, &ft);
+	verify(fx.f, fx.ver, fx.units, false);
 	struct ftl_stats st;
-	ftl_get_stats(f, &st);
+	ftl_get_stats(fx.f, &st);
 	CHECK(st.read_errors_corrected > 0);
 	/* one unreadable page: that unit reads EIO, a rewrite heals it */
 	ft.corrected_ppm = 0;
-	nand_sim_set_faults(d, &ft);
+	nand_sim_set_faults(fx.d, &ft);
 	uint8_t b[4096];
 	/* find unit 100's page by reading every page of the device? use the
 	 * allocation map instead: make the whole device unreadable for a moment */
 	ft.uncorrectable_ppm = 1000000;
-	nand_sim_set_faults(d, &ft);
-	CHECK_EQ(ftl_read_sync(f, b, 100 * 4096, 4096), -EIO);
+	nand_sim_set_faults(fx.d, &ft);
+	CHECK_EQ(ftl_read_sync(fx.f, b, 100 * 4096, 4096), -EIO);
 	ft.uncorrectable_ppm = 0;
-	nand_sim_set_faults(d, &ft);
-	verify(f, ver, info.units, false);
-	CHECK_RC(ftl_close(f));
-	nand_close(d);
-	free(ver);
+	nand_sim_set_faults(fx.d, &ft);
+	verify(fx.f, fx.ver, fx.units, false);
+	fx_end(&fx);
 }
 
 /*
@@ -86,77 +71,67 @@ static void bit_errors(void)
  */
 static void die_failure(const char *preset, double op, uint32_t die, bool writable)
 {
-	struct nand_dev *d = dev_new(preset, false);
-	format(d, op);
-	struct ftl *f = open_ok(d);
-	struct ftl_info info;
-	ftl_get_info(f, &info);
-	uint32_t *ver = calloc(info.units, sizeof *ver);
+	struct fx fx = fx_start(preset, false, op, 0);
 	uint64_t seed = 11;
-	churn(f, ver, info.units, info.units + info.units / 2, &seed);
-	CHECK_RC(ftl_flush_sync(f));
-	nand_sim_fail_die(d, die);
+	churn(fx.f, fx.ver, fx.units, fx.units + fx.units / 2, &seed);
+	CHECK_RC(ftl_flush_sync(fx.f));
+	nand_sim_fail_die(fx.d, die);
 	/* reads: data on the die fails with EIO, the rest is intact */
-	uint64_t eio = verify(f, ver, info.units, true);
+	uint64_t eio = verify(fx.f, fx.ver, fx.units, true);
 	printf("die failure (%s, no parity): %" PRIu64 " of %" PRIu64 " units unreadable\n",
-	       preset, eio, info.units);
-	CHECK(eio > 0 && eio < info.units / 2);
+	       preset, eio, fx.units);
+	CHECK(eio > 0 && eio < fx.units / 2);
 	/* writes: to the other dies, or refused once the reserves are gone */
 	uint8_t b[4096];
-	uint64_t nw = writable ? info.units / 2 : 2000; /* writable: some lost units stay lost */
+	uint64_t nw = writable ? fx.units / 2 : 2000; /* writable: some lost units stay lost */
 	for (uint64_t i = 0; i < nw; i++) {
-		uint64_t u = (i * 7919) % info.units;
-		fill(b, u, ver[u] + 1);
-		int rc = ftl_write_sync(f, b, u * 4096, 4096, 0);
+		uint64_t u = (i * 7919) % fx.units;
+		fill(b, u, fx.ver[u] + 1);
+		int rc = ftl_write_sync(fx.f, b, u * 4096, 4096, 0);
 		if (!writable && rc == -EROFS)
 			break;
 		CHECK_RC(rc);
-		ver[u]++;
+		fx.ver[u]++;
 	}
 	struct ftl_stats st;
-	ftl_get_stats(f, &st);
+	ftl_get_stats(fx.f, &st);
 	CHECK_EQ(st.dies_failed, 1);
 	if (!writable) {
-		CHECK_EQ(ftl_write_sync(f, b, 0, 4096, 0), -EROFS);
+		CHECK_EQ(ftl_write_sync(fx.f, b, 0, 4096, 0), -EROFS);
 	} else {
 		/* the die's data moved: every unit it held is lost, named
 		 * by the stats' range */
-		CHECK_RC(ftl_flush_sync(f));
-		ftl_get_stats(f, &st);
+		CHECK_RC(ftl_flush_sync(fx.f));
+		ftl_get_stats(fx.f, &st);
 		printf("  after GC: %" PRIu64 " units lost (%" PRIu64 "..%" PRIu64 "), "
 		       "%u rebuild bands left\n",
 		       st.lost_units, st.lost_first, st.lost_last, st.rebuild_bands_left);
 		CHECK(st.lost_units > 0 && st.lost_first <= st.lost_last);
 	}
 	/* never wrong data, before and after a reopen (the die stays dead) */
-	uint64_t eio2 = verify(f, ver, info.units, true);
-	CHECK_RC(ftl_close(f));
-	f = open_ok(d);
-	ftl_get_stats(f, &st);
+	uint64_t eio2 = verify(fx.f, fx.ver, fx.units, true);
+	fx_reopen(&fx);
+	ftl_get_stats(fx.f, &st);
 	CHECK_EQ(st.dies_failed, 1);
-	CHECK_EQ(verify(f, ver, info.units, true), eio2);
+	CHECK_EQ(verify(fx.f, fx.ver, fx.units, true), eio2);
 	if (writable) {
 		/* the units still lost are counted after the reopen, within
 		 * their range (it went back to none) */
 		printf("  reopened: %" PRIu64 " units lost (%" PRIu64 "..%" PRIu64 "), %" PRIu64
 		       " read EIO\n", st.lost_units, st.lost_first, st.lost_last, eio2);
 		CHECK(st.lost_units > 0 && st.lost_units <= eio2);
-		CHECK(st.lost_first <= st.lost_last && st.lost_last < info.units);
-		CHECK_EQ(ftl_read_sync(f, b, st.lost_first * 4096, 4096), -EIO);
-		CHECK_EQ(ftl_read_sync(f, b, st.lost_last * 4096, 4096), -EIO);
+		CHECK(st.lost_first <= st.lost_last && st.lost_last < fx.units);
+		CHECK_EQ(ftl_read_sync(fx.f, b, st.lost_first * 4096, 4096), -EIO);
+		CHECK_EQ(ftl_read_sync(fx.f, b, st.lost_last * 4096, 4096), -EIO);
 	}
 	if (writable) {
 		/* and writes still go on after the reopen */
-		for (uint64_t u = 0; u < info.units; u += 3) {
-			ver[u]++;
-			fill(b, u, ver[u]);
-			CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
+		for (uint64_t u = 0; u < fx.units; u += 3) {
+			write_unit(fx.f, u, ++fx.ver[u]);
 		}
-		verify(f, ver, info.units, true);
+		verify(fx.f, fx.ver, fx.units, true);
 	}
-	CHECK_RC(ftl_close(f));
-	nand_close(d);
-	free(ver);
+	fx_end(&fx);
 }
 
 /*
@@ -231,45 +206,36 @@ static void sb_band_die(const char *preset, uint32_t die)
 		CHECK_RC(ftl_close(f));
 		f = open_ok(d);
 	}
-	CHECK_RC(ftl_close(f));
-	nand_close(d);
-	free(ver);
+	close_free(f, d, ver);
 	free(lost);
 }
 
 static void no_space(void)
 {
-	struct nand_dev *d = dev_new("test-64m", false);
-	format(d, 20);
-	struct ftl *f = open_ok(d);
-	struct ftl_info info;
-	ftl_get_info(f, &info);
-	uint32_t *ver = calloc(info.units, sizeof *ver);
+	struct fx fx = fx_start("test-64m", false, 20, 0);
 	uint64_t seed = 13;
-	churn(f, ver, info.units, info.units, &seed);
+	churn(fx.f, fx.ver, fx.units, fx.units, &seed);
 	/* a quarter of the blocks go bad: spare capacity is gone */
 	for (uint32_t b = 0; b < 256; b++)
 		if (b % 4 == 3)
-			nand_sim_fail_block(d, b, true, true);
+			nand_sim_fail_block(fx.d, b, true, true);
 	uint8_t b[4096];
 	int rc = 0;
-	for (uint64_t i = 0; i < info.units * 4 && rc == 0; i++) {
-		uint64_t u = t_rand(&seed) % info.units;
-		fill(b, u, ver[u] + 1);
-		rc = ftl_write_sync(f, b, u * 4096, 4096, 0);
+	for (uint64_t i = 0; i < fx.units * 4 && rc == 0; i++) {
+		uint64_t u = t_rand(&seed) % fx.units;
+		fill(b, u, fx.ver[u] + 1);
+		rc = ftl_write_sync(fx.f, b, u * 4096, 4096, 0);
 		if (rc == 0)
-			ver[u]++;
+			fx.ver[u]++;
 	}
 	/* the reserves ran out (read-only, EROFS) or GC's room did (ENOSPC),
 	 * whichever the margins reach first */
-	ftl_get_info(f, &info);
+	ftl_get_info(fx.f, &fx.info);
 	CHECK(rc == -ENOSPC || rc == -EROFS);
-	CHECK(info.state == (rc == -ENOSPC ? FTL_STATE_NO_SPACE : FTL_STATE_READONLY));
+	CHECK(fx.info.state == (rc == -ENOSPC ? FTL_STATE_NO_SPACE : FTL_STATE_READONLY));
 	/* everything written is still readable */
-	verify(f, ver, info.units, false);
-	CHECK_RC(ftl_close(f));
-	nand_close(d);
-	free(ver);
+	verify(fx.f, fx.ver, fx.units, false);
+	fx_end(&fx);
 }
 
 static void t_flag(struct nand_op *op)
@@ -279,36 +245,29 @@ static void t_flag(struct nand_op *op)
 
 static void damaged_checkpoint(void)
 {
-	struct nand_dev *d = dev_new("test-64m", false);
-	format(d, 20);
-	struct ftl *f = open_ok(d);
-	struct ftl_info info;
-	ftl_get_info(f, &info);
-	uint32_t *ver = calloc(info.units, sizeof *ver);
+	struct fx fx = fx_start("test-64m", false, 20, 0);
 	uint64_t seed = 17;
-	churn(f, ver, info.units, info.units / 4, &seed);
-	CHECK_RC(ftl_close(f));
+	churn(fx.f, fx.ver, fx.units, fx.units / 4, &seed);
+	CHECK_RC(ftl_close(fx.f));
 	/* make every checkpoint page unreadable: pages whose spare says CKPT
 	 * are found by scanning the device */
 	uint8_t spare[128];
-	for (uint32_t blk = 0; blk < nand_blocks(&d->geo); blk++) {
+	for (uint32_t blk = 0; blk < nand_blocks(&fx.d->geo); blk++) {
 		struct nand_op op = { .type = NAND_OP_READ, .block = blk, .page = 0, .spare = spare };
 		bool done = false;
 		op.done = t_flag;
 		op.priv = &done;
-		nand_submit(d, &op);
+		nand_submit(fx.d, &op);
 		while (!done)
-			nand_poll(d, 0);
+			nand_poll(fx.d, 0);
 		if (op.status == NAND_OK && spare[4] == 3 /* FTL_PG_CKPT */)
-			for (uint32_t p = 0; p < d->geo.pages_per_block; p++)
-				nand_sim_page_error(d, (uint64_t)blk * d->geo.pages_per_block + p,
+			for (uint32_t p = 0; p < fx.d->geo.pages_per_block; p++)
+				nand_sim_page_error(fx.d, (uint64_t)blk * fx.d->geo.pages_per_block + p,
 						    NAND_UNCORRECTABLE);
 	}
-	f = open_ok(d); /* falls back to replaying the whole log */
-	verify(f, ver, info.units, false);
-	CHECK_RC(ftl_close(f));
-	nand_close(d);
-	free(ver);
+	fx.f = open_ok(fx.d); /* falls back to replaying the whole log */
+	verify(fx.f, fx.ver, fx.units, false);
+	fx_end(&fx);
 }
 
 static void unformatted_and_readonly(void)

@@ -108,9 +108,7 @@ static void t_crc(bool timed)
 	for (uint64_t u = 0; u < units; u++)
 		if (u != 9)
 			check_unit(f, u, ver[u]);
-	CHECK_RC(ftl_close(f));
-	nand_close(d);
-	free(ver);
+	close_free(f, d, ver);
 	printf("ok: crc (%s): flipped bytes read as EIO, counted, lost by GC, never returned\n",
 	       timed ? "timed" : "untimed");
 }
@@ -171,9 +169,7 @@ static void t_io_error(bool timed)
 	CHECK_EQ(st.blocks_bad_grown, 0);
 	write_unit(f, 0, ver[0] + 1);
 	CHECK_RC(ftl_flush_sync(f));
-	CHECK_RC(ftl_close(f));
-	nand_close(d);
-	free(ver);
+	close_free(f, d, ver);
 	free(durable);
 	printf("ok: io_error (%s): ENOSPC of the image stops the FTL, nothing retired, flushed data "
 	       "intact\n", timed ? "timed" : "untimed");
@@ -465,9 +461,7 @@ static void t_cp_previous(void)
 	CHECK(!info.checkpoint_damaged);
 	for (uint64_t u = 0; u < units; u++)
 		check_unit(f, u, ver[u]);
-	CHECK_RC(ftl_close(f));
-	nand_close(d);
-	free(ver);
+	close_free(f, d, ver);
 	printf("ok: previous checkpoint: the current one damaged after GC collected the block of a "
 	       "trim record older than it (%" PRIu64 " writes): loaded the previous one, replayed "
 	       "the log after it, %" PRIu64 " trimmed units read zeros\n", w, n / 8);
@@ -558,9 +552,7 @@ static void t_trim_unreadable(bool crash_first, bool timed)
 	f = open_ok(d);
 	for (uint64_t u = 0; u < units; u++)
 		check_unit(f, u, ver[u]);
-	CHECK_RC(ftl_close(f));
-	nand_close(d);
-	free(ver);
+	close_free(f, d, ver);
 	printf("ok: trim record unreadable during GC%s (%s): its block collected after %" PRIu64
 	       " writes and %" PRIu64 " checkpoint(s); after a power cut the trimmed units read "
 	       "zeros\n", crash_first ? " (a block without footer, cut by a crash)" : "",
@@ -628,9 +620,7 @@ static void t_cp_pending_trim(bool during, bool timed)
 	}
 	for (uint64_t u = 0; u < units; u++)
 		check_unit(f, u, ver[u]);
-	CHECK_RC(ftl_close(f));
-	nand_close(d);
-	free(ver);
+	close_free(f, d, ver);
 	printf("ok: trim pending %s a checkpoint copied the map (%s): after a power cut and one "
 	       "with that checkpoint damaged, the unit reads zeros\n",
 	       during ? "while" : "before", timed ? "timed" : "untimed");
@@ -776,9 +766,7 @@ static void t_trim_read_keep_seq(void)
 	}
 	for (uint64_t u = 0; u < units; u++)
 		check_unit(f, u, ver[u]);
-	CHECK_RC(ftl_close(f));
-	nand_close(d);
-	free(ver);
+	close_free(f, d, ver);
 	printf("ok: trim record read in flight while a commit moved keep_seq past it: the later "
 	       "record of its block re-logged, %" PRIu64 " units read zeros after a fallback to "
 	       "the previous checkpoint\n", t2);

@@ -49,6 +49,7 @@
 #include "ftl/ftl_int.h" /* damage_checkpoint: the checkpoints kept */
 #include "hw/nand_sim.h"
 #include "tests/unit/t.h"
+#include "tests/unit/fixture.h"
 
 #define SUB 512 /* model granularity: 512-byte sub-sectors */
 
@@ -129,28 +130,20 @@ static struct {
 	uint64_t cp_damaged;                 /* checkpoints damaged at a power cut */
 } M;
 
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void fail(const char *fmt, ...)
+static void __attribute__((format(printf, 1, 2), noreturn)) fail(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	fprintf(stderr, "FAIL (seed %" PRIu64 ", config %s/%u%s, op %" PRIu64 "): ", M.seed0,
-		M.cfg->preset, M.cfg->sector, M.cfg->timing ? "/timed" : "", M.op_no);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	t_vfail(M.seed0, M.cfg->preset, M.cfg->sector, M.cfg->timing, "op", M.op_no, fmt, ap);
 	va_end(ap);
 	fprintf(stderr, "again: %s -s %" PRIu64 " -c %d -n %" PRIu64 "\n", M.prog, M.again_seed,
 		M.again_config, M.again_ops);
 	exit(1);
 }
 
-static uint64_t rnd(void)
-{
-	return t_rand(&M.rng);
-}
 static uint64_t rnd_below(uint64_t n)
 {
-	return n ? rnd() % n : 0;
+	return t_rand_below(&M.rng, n);
 }
 
 /* ---- sector contents ---------------------------------------------------- */
@@ -633,20 +626,12 @@ static void run_batch(void)
 			model_apply(&ops[i]);
 	for (int i = 0; i < k; i++)
 		ftl_submit(M.f, &ops[i].io);
-	for (int i = 0; i < k; i++) {
-		while (!ops[i].done) {
-			ftl_poll(M.f);
-			if (ops[i].done)
-				break;
-			uint64_t due = ftl_next_deadline(M.f);
-			if (due == UINT64_MAX) {
-				M.verbose = 1;
-				ftl_debug_dump_public(M.f);
-				fail("io %d of the batch never completes (type %d status %d)", i, ops[i].io.type, ops[i].io.status);
-			}
-			nand_wait_until(M.dev, due);
+	for (int i = 0; i < k; i++)
+		if (!poll_until_done(M.f, M.dev, &ops[i].done)) {
+			M.verbose = 1;
+			ftl_debug_dump_public(M.f);
+			fail("io %d of the batch never completes (type %d status %d)", i, ops[i].io.type, ops[i].io.status);
 		}
-	}
 	bool cut = false;
 	for (int i = 0; i < k; i++) {
 		struct mop *m = &ops[i];
@@ -880,7 +865,7 @@ static void run_config(const struct config *cfg, uint64_t nops, uint64_t seed)
 	free(M.eio_ok);
 }
 
-static void quiet_log(void *arg, int level, const char *msg)
+static void verbose_log(void *arg, int level, const char *msg)
 {
 	if (M.verbose)
 		fprintf(stderr, "ftl: %s\n", msg);
@@ -923,7 +908,7 @@ int main(int argc, char **argv)
 			goto usage;
 	}
 	M.prog = argv[0];
-	ftl_set_logger(quiet_log, NULL);
+	ftl_set_logger(verbose_log, NULL);
 	for (int i = 0; i < 8; i++) {
 		M.buf[i] = aligned_alloc(4096, 256 * 4096);
 		M.rbuf[i] = aligned_alloc(4096, 256 * 4096);

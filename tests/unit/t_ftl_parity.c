@@ -114,45 +114,38 @@ static void format_figures(void)
 
 static void pages(void)
 {
-	struct nand_dev *d = dev_new("test-1g", false);
-	format_with(d, 4096, 20, 1);
-	struct ftl *f = open_ok(d);
-	struct ftl_info info;
-	ftl_get_info(f, &info);
-	uint64_t units = info.units, seed = 11;
-	uint32_t *ver = calloc(units, sizeof *ver);
-	churn(f, ver, units, units + units / 2, &seed);
+	struct fx fx = fx_start("test-1g", false, 20, 1);
+	uint64_t seed = 11;
+	churn(fx.f, fx.ver, fx.units, fx.units + fx.units / 2, &seed);
 	/* a closed band's page and the newest unit's (its stripe may still be
 	 * in memory): both uncorrectable from now on */
 	uint32_t die, block, page;
 	uint64_t bad[64];
 	int nbad = 0;
-	for (uint64_t u = 0; u < units && nbad < 63; u += units / 61) {
-		if (ftl_unit_location(f, u, &die, &block, &page) == 0) {
-			CHECK_RC(nand_sim_page_error(d, (uint64_t)block * d->geo.pages_per_block + page,
+	for (uint64_t u = 0; u < fx.units && nbad < 63; u += fx.units / 61) {
+		if (ftl_unit_location(fx.f, u, &die, &block, &page) == 0) {
+			CHECK_RC(nand_sim_page_error(fx.d, (uint64_t)block * fx.d->geo.pages_per_block + page,
 						     NAND_UNCORRECTABLE));
 			bad[nbad++] = u;
 		}
 	}
 	uint8_t b[4096];
-	uint64_t last = t_rand(&seed) % units;
-	ver[last]++;
-	fill(b, last, ver[last]);
-	CHECK_RC(ftl_write_sync(f, b, last * 4096, 4096, 0));
-	CHECK_RC(ftl_flush_sync(f));
-	if (ftl_unit_location(f, last, &die, &block, &page) == 0) {
-		CHECK_RC(nand_sim_page_error(d, (uint64_t)block * d->geo.pages_per_block + page,
+	uint64_t last = t_rand(&seed) % fx.units;
+	write_unit(fx.f, last, ++fx.ver[last]);
+	CHECK_RC(ftl_flush_sync(fx.f));
+	if (ftl_unit_location(fx.f, last, &die, &block, &page) == 0) {
+		CHECK_RC(nand_sim_page_error(fx.d, (uint64_t)block * fx.d->geo.pages_per_block + page,
 					     NAND_UNCORRECTABLE));
 		bad[nbad++] = last;
 	}
 	for (int i = 0; i < nbad; i++) {
 		uint8_t e[4096];
-		CHECK_RC(ftl_read_sync(f, b, bad[i] * 4096, 4096));
-		fill(e, bad[i], ver[bad[i]]);
+		CHECK_RC(ftl_read_sync(fx.f, b, bad[i] * 4096, 4096));
+		fill(e, bad[i], fx.ver[bad[i]]);
 		CHECK(memcmp(b, e, 4096) == 0);
 	}
 	struct ftl_stats st;
-	ftl_get_stats(f, &st);
+	ftl_get_stats(fx.f, &st);
 	printf("pages: %d uncorrectable pages read back right: %" PRIu64 " rebuilds, %" PRIu64
 	       " failed, %" PRIu64 " bands marked for refresh\n",
 	       nbad, st.parity_rebuilds, st.parity_rebuild_failures, st.refresh_marked);
@@ -160,74 +153,64 @@ static void pages(void)
 	CHECK_EQ(st.parity_rebuild_failures, 0);
 	CHECK(st.refresh_marked > 0);
 	/* GC moves the marked bands (their bad pages rebuilt on the way) */
-	churn(f, ver, units, units, &seed);
-	CHECK_RC(ftl_flush_sync(f));
-	ftl_get_stats(f, &st);
+	churn(fx.f, fx.ver, fx.units, fx.units, &seed);
+	CHECK_RC(ftl_flush_sync(fx.f));
+	ftl_get_stats(fx.f, &st);
 	printf("pages: after more writes: %" PRIu64 " refreshes collected, %" PRIu64 " lost\n",
 	       st.refresh_collected, st.lost_units);
 	CHECK_EQ(st.lost_units, 0);
-	verify_lost(f, ver, units, NULL);
-	CHECK_RC(ftl_close(f));
-	f = open_ok(d);
-	verify_lost(f, ver, units, NULL);
-	CHECK_RC(ftl_close(f));
-	free(ver);
-	nand_close(d);
+	verify_lost(fx.f, fx.ver, fx.units, NULL);
+	fx_reopen(&fx);
+	verify_lost(fx.f, fx.ver, fx.units, NULL);
+	fx_end(&fx);
 }
 
 static void crc_pages_run(bool timed)
 {
-	struct nand_dev *d = dev_new("test-1g", timed);
-	format_with(d, 4096, 20, 1);
-	struct ftl *f = open_ok(d);
-	struct ftl_info info;
-	ftl_get_info(f, &info);
-	uint64_t units = info.units, seed = 13;
-	uint32_t *ver = calloc(units, sizeof *ver);
-	churn(f, ver, units, units / 2, &seed);
-	CHECK_RC(ftl_flush_sync(f));
+	struct fx fx = fx_start("test-1g", timed, 20, 1);
+	uint64_t seed = 13;
+	churn(fx.f, fx.ver, fx.units, fx.units / 2, &seed);
+	CHECK_RC(ftl_flush_sync(fx.f));
 	struct ftl_stats st0, st;
-	ftl_get_stats(f, &st0);
+	ftl_get_stats(fx.f, &st0);
 	static uint8_t run[16 * 4096];
 	uint8_t e[4096];
 	int nbad = 0;
-	for (uint64_t u = 1; u < units && nbad < 16; u += units / 16) {
+	for (uint64_t u = 1; u < fx.units && nbad < 16; u += fx.units / 16) {
 		/* one damaged page at a time (its stripe's others good), then
 		 * rewritten */
-		uint32_t ppa = f->l2p[u];
+		uint32_t ppa = fx.f->l2p[u];
 		if (!l2p_is_ppa(ppa))
 			continue;
-		CHECK_RC(nand_sim_flip_bytes(d, ppa, (uint32_t)(u * 37 % 4096), 1));
+		CHECK_RC(nand_sim_flip_bytes(fx.d, ppa, (uint32_t)(u * 37 % 4096), 1));
 		nbad++;
 		/* the unit alone, then inside a run of 16 (the in-place read
 		 * goes on past it) */
-		CHECK_RC(ftl_read_sync(f, run, u * 4096, 4096));
-		fill(e, u, ver[u]);
+		CHECK_RC(ftl_read_sync(fx.f, run, u * 4096, 4096));
+		fill(e, u, fx.ver[u]);
 		CHECK(memcmp(run, e, 4096) == 0);
 		uint64_t first = u >= 8 ? u - 8 : 0;
-		CHECK_RC(ftl_read_sync(f, run, first * 4096, sizeof run));
-		for (uint64_t x = first; x < first + 16 && x < units; x++) {
-			if (ver[x])
-				fill(e, x, ver[x]);
+		CHECK_RC(ftl_read_sync(fx.f, run, first * 4096, sizeof run));
+		for (uint64_t x = first; x < first + 16 && x < fx.units; x++) {
+			if (fx.ver[x])
+				fill(e, x, fx.ver[x]);
 			else
 				memset(e, 0, sizeof e); /* never written */
 			CHECK(memcmp(run + (x - first) * 4096, e, 4096) == 0);
 		}
-		write_unit(f, u, ++ver[u]);
-		CHECK_RC(ftl_flush_sync(f));
+		write_unit(fx.f, u, ++fx.ver[u]);
+		CHECK_RC(ftl_flush_sync(fx.f));
 	}
 	CHECK(nbad >= 8);
-	ftl_get_stats(f, &st);
+	ftl_get_stats(fx.f, &st);
 	printf("crc_pages (%s): %d pages with a flipped byte read back right: %" PRIu64
 	       " CRC errors, %" PRIu64 " rebuilds\n", timed ? "timed" : "untimed", nbad,
 	       st.crc_errors - st0.crc_errors, st.parity_rebuilds - st0.parity_rebuilds);
 	CHECK(st.crc_errors - st0.crc_errors >= (uint64_t)nbad);
 	CHECK(st.parity_rebuilds - st0.parity_rebuilds >= (uint64_t)nbad);
 	CHECK_EQ(st.parity_rebuild_failures, 0);
-	verify_lost(f, ver, units, NULL);
-	CHECK_RC(ftl_close(f));
-	free(ver);
-	nand_close(d);
+	verify_lost(fx.f, fx.ver, fx.units, NULL);
+	fx_end(&fx);
 }
 
 static void crc_pages(void)
@@ -244,73 +227,65 @@ static void crc_pages(void)
  * superblock block, and the page was lost: EIO). */
 static void narrow_rows_run(const char *preset)
 {
-	struct nand_dev *d = dev_new(preset, false);
-	format_with(d, 4096, 20, 1);
-	struct ftl *f = open_ok(d);
-	struct ftl_info info;
-	ftl_get_info(f, &info);
-	CHECK_EQ(info.band_width, 2);
-	uint64_t units = info.units, seed = 19;
-	uint32_t *ver = calloc(units, sizeof *ver);
+	struct fx fx = fx_start(preset, false, 20, 1);
+	CHECK_EQ(fx.info.band_width, 2);
+	uint64_t seed = 19;
 	uint64_t unprot = 0, nbad = 0, mapped = 0;
 	uint8_t b[4096], e[4096];
 	for (int round = 0; round < 4; round++) {
-		churn(f, ver, units, round ? units : units / 2, &seed);
-		CHECK_RC(ftl_flush_sync(f));
+		churn(fx.f, fx.ver, fx.units, round ? fx.units : fx.units / 2, &seed);
+		CHECK_RC(ftl_flush_sync(fx.f));
 		if (round == 3) {
-			CHECK_RC(ftl_close(f));
-			f = open_ok(d);
+			fx_reopen(&fx);
 		}
 		/* (a rebuild below marks its band for refresh: unprotected
 		 * until GC moves it, so count first) */
-		for (uint64_t u = 0; u < units; u++) {
+		for (uint64_t u = 0; u < fx.units; u++) {
 			uint32_t die, block, page;
-			if (ftl_unit_location(f, u, &die, &block, &page))
+			if (ftl_unit_location(fx.f, u, &die, &block, &page))
 				continue;
 			mapped++;
-			if (!ftl_unit_protected(f, u) &&
-			    !(f->band[block_band(f, block)].flags & BANDF_REFRESH))
+			if (!ftl_unit_protected(fx.f, u) &&
+			    !(fx.f->band[block_band(fx.f, block)].flags & BANDF_REFRESH))
 				unprot++;
 		}
 		uint64_t hole = 0;
-		for (uint64_t u = 0; u < units; u++) {
+		for (uint64_t u = 0; u < fx.units; u++) {
 			uint32_t die, block, page;
-			if (ftl_unit_location(f, u, &die, &block, &page))
+			if (ftl_unit_location(fx.f, u, &die, &block, &page))
 				continue;
 			/* beside a hole (none now), and a few others: uncorrectable
 			 * from now on */
-			uint32_t bi = block_band(f, block);
-			if (f->band[bi].members < f->row_width && hole < 4)
+			uint32_t bi = block_band(fx.f, block);
+			if (fx.f->band[bi].members < fx.f->row_width && hole < 4)
 				hole++;
-			else if (u % (units / 4) != 7)
+			else if (u % (fx.units / 4) != 7)
 				continue;
-			CHECK_RC(nand_sim_page_error(d, (uint64_t)block * d->geo.pages_per_block + page,
+			CHECK_RC(nand_sim_page_error(fx.d, (uint64_t)block * fx.d->geo.pages_per_block + page,
 						     NAND_UNCORRECTABLE));
 			nbad++;
-			int rc = ftl_read_sync(f, b, u * 4096, 4096);
-			fill(e, u, ver[u]);
+			int rc = ftl_read_sync(fx.f, b, u * 4096, 4096);
+			fill(e, u, fx.ver[u]);
 			if (rc || memcmp(b, e, 4096)) {
 				printf("narrow_rows (%s): unit %" PRIu64 " (block %u page %u, band of %u "
 				       "members) read %d after one page went bad\n", preset, u, block,
-				       page, f->band[bi].members, rc);
+				       page, fx.f->band[bi].members, rc);
 				CHECK(!"a single bad page lost a flushed unit");
 			}
-			write_unit(f, u, ++ver[u]);
+			write_unit(fx.f, u, ++fx.ver[u]);
 		}
-		CHECK_RC(ftl_flush_sync(f));
+		CHECK_RC(ftl_flush_sync(fx.f));
 	}
 	struct ftl_stats st;
-	ftl_get_stats(f, &st);
+	ftl_get_stats(fx.f, &st);
 	printf("narrow_rows (%s): %" PRIu64 " units checked over 4 rounds, %" PRIu64
 	       " unprotected; %" PRIu64 " pages made bad read back right\n",
 	       preset, mapped, unprot, nbad);
 	CHECK_EQ(unprot, 0);
 	CHECK(nbad > 0);
 	CHECK_EQ(st.lost_units, 0);
-	verify_lost(f, ver, units, NULL);
-	CHECK_RC(ftl_close(f));
-	free(ver);
-	nand_close(d);
+	verify_lost(fx.f, fx.ver, fx.units, NULL);
+	fx_end(&fx);
 }
 
 static void narrow_rows(void)
@@ -321,30 +296,25 @@ static void narrow_rows(void)
 
 static void die_run(bool timed)
 {
-	struct nand_dev *d = dev_new("test-1g", timed);
-	format_with(d, 4096, 36, 1); /* a die is an eighth of this device */
-	struct ftl *f = open_ok(d);
-	struct ftl_info info;
+	struct fx fx = fx_start("test-1g", timed, 36, 1); /* a die is an eighth of this device */
 	struct ftl_stats st0, st;
-	ftl_get_info(f, &info);
-	uint64_t units = info.units, cap = info.capacity, seed = 13;
-	uint32_t *ver = calloc(units, sizeof *ver);
-	churn(f, ver, units, units + units / 4, &seed);
-	CHECK_RC(ftl_flush_sync(f));
-	ftl_get_stats(f, &st0);
+	uint64_t cap = fx.info.capacity, seed = 13;
+	churn(fx.f, fx.ver, fx.units, fx.units + fx.units / 4, &seed);
+	CHECK_RC(ftl_flush_sync(fx.f));
+	ftl_get_stats(fx.f, &st0);
 	uint32_t dead = 5;
-	CHECK_RC(nand_sim_fail_die(d, dead));
+	CHECK_RC(nand_sim_fail_die(fx.d, dead));
 	/* everything reads right at once (rebuilt on the fly) */
-	verify_lost(f, ver, units, NULL);
+	verify_lost(fx.f, fx.ver, fx.units, NULL);
 	/* writes go on; the die is declared dead; GC moves its bands */
 	for (int round = 0; round < 40; round++) {
-		churn(f, ver, units, units / 8, &seed);
-		CHECK_RC(ftl_flush_sync(f));
-		ftl_get_stats(f, &st);
+		churn(fx.f, fx.ver, fx.units, fx.units / 8, &seed);
+		CHECK_RC(ftl_flush_sync(fx.f));
+		ftl_get_stats(fx.f, &st);
 		if (st.dies_failed && !st.rebuild_bands_left)
 			break;
 	}
-	ftl_get_info(f, &info);
+	ftl_get_info(fx.f, &fx.info);
 	printf("die%s: die %u failed: %u dead, %u of %u bands left to rebuild, %" PRIu64
 	       " rebuilds (%" PRIu64 " failed), reserves %.1f%% -> %.1f%%, %" PRIu64 " lost\n",
 	       timed ? " (timed)" : "", dead, st.dies_failed, st.rebuild_bands_left,
@@ -355,23 +325,20 @@ static void die_run(bool timed)
 	CHECK(st.rebuild_bands_total > 0);
 	CHECK_EQ(st.lost_units, 0);
 	CHECK(st.reserve_percent < st0.reserve_percent);
-	CHECK_EQ(info.capacity, cap);
-	CHECK(info.state == FTL_STATE_ONLINE || info.state == FTL_STATE_WRITE_REDUCED);
-	verify_lost(f, ver, units, NULL);
+	CHECK_EQ(fx.info.capacity, cap);
+	CHECK(fx.info.state == FTL_STATE_ONLINE || fx.info.state == FTL_STATE_WRITE_REDUCED);
+	verify_lost(fx.f, fx.ver, fx.units, NULL);
 	/* nothing lives on the dead die any more */
-	for (uint64_t u = 0; u < units; u++) {
+	for (uint64_t u = 0; u < fx.units; u++) {
 		uint32_t die, block, page;
-		if (ftl_unit_location(f, u, &die, &block, &page) == 0)
+		if (ftl_unit_location(fx.f, u, &die, &block, &page) == 0)
 			CHECK(die != dead);
 	}
-	CHECK_RC(ftl_close(f));
-	f = open_ok(d);
-	verify_lost(f, ver, units, NULL);
-	churn(f, ver, units, units / 2, &seed);
-	verify_lost(f, ver, units, NULL);
-	CHECK_RC(ftl_close(f));
-	free(ver);
-	nand_close(d);
+	fx_reopen(&fx);
+	verify_lost(fx.f, fx.ver, fx.units, NULL);
+	churn(fx.f, fx.ver, fx.units, fx.units / 2, &seed);
+	verify_lost(fx.f, fx.ver, fx.units, NULL);
+	fx_end(&fx);
 }
 
 static void read_done_flag(struct nand_op *op)
@@ -397,64 +364,56 @@ static bool page_erased(struct nand_dev *d, uint32_t block, uint32_t page)
 
 static void two_dies(void)
 {
-	struct nand_dev *d = dev_new("test-1g", false);
-	format_with(d, 4096, 50, 1); /* two dies are a quarter of this device */
-	struct ftl *f = open_ok(d);
-	struct ftl_info info;
-	ftl_get_info(f, &info);
-	uint64_t units = info.units, seed = 17;
-	uint32_t *ver = calloc(units, sizeof *ver);
-	churn(f, ver, units, units + units / 4, &seed);
-	CHECK_RC(ftl_close(f)); /* every stripe sealed */
-	f = open_ok(d);
+	struct fx fx = fx_start("test-1g", false, 50, 1); /* two dies are a quarter of this device */
+	uint64_t seed = 17;
+	churn(fx.f, fx.ver, fx.units, fx.units + fx.units / 4, &seed);
+	CHECK_RC(ftl_close(fx.f)); /* every stripe sealed */
+	fx.f = open_ok(fx.d);
 	/* dies 1 and 3: channels 0 and 1 of row 1 (2 dies per channel) */
-	uint32_t a = 1, b = 3, dpc = d->geo.dies_per_channel;
+	uint32_t a = 1, b = 3, dpc = fx.d->geo.dies_per_channel;
 	CHECK_EQ(a % dpc, b % dpc);
 	/* a unit on one of them is lost unless the other's block of the same
 	 * band is not a member of its stripe: a hole (factory bad, or a
 	 * superblock block: block 0 of dies 0 and 1), or a page never written
 	 * (the last stripe of a band that was open at the close holds only
 	 * the pages written before it, and its parity covers just those) */
-	uint8_t *lost = calloc(units, 1);
+	uint8_t *lost = calloc(fx.units, 1);
 	uint64_t nlost = 0, saved = 0;
-	uint32_t bpd = d->geo.blocks_per_die;
-	for (uint64_t u = 0; u < units; u++) {
+	uint32_t bpd = fx.d->geo.blocks_per_die;
+	for (uint64_t u = 0; u < fx.units; u++) {
 		uint32_t die, block, page;
-		if (ftl_unit_location(f, u, &die, &block, &page) != 0 || (die != a && die != b))
+		if (ftl_unit_location(fx.f, u, &die, &block, &page) != 0 || (die != a && die != b))
 			continue;
 		uint32_t other = (die == a ? b : a) * bpd + block % bpd;
-		if (nand_factory_bad(d, other) || other == 0 || other == bpd ||
-		    page_erased(d, other, page)) {
+		if (nand_factory_bad(fx.d, other) || other == 0 || other == bpd ||
+		    page_erased(fx.d, other, page)) {
 			saved++;
 			continue;
 		}
 		lost[u] = 1;
 		nlost++;
 	}
-	CHECK_RC(nand_sim_fail_die(d, a));
-	CHECK_RC(nand_sim_fail_die(d, b));
-	uint64_t eio = verify_lost(f, ver, units, lost);
+	CHECK_RC(nand_sim_fail_die(fx.d, a));
+	CHECK_RC(nand_sim_fail_die(fx.d, b));
+	uint64_t eio = verify_lost(fx.f, fx.ver, fx.units, lost);
 	struct ftl_stats st;
-	ftl_get_stats(f, &st);
+	ftl_get_stats(fx.f, &st);
 	printf("two dies: %" PRIu64 " of %" PRIu64 " units were on dies %u and %u in stripes with "
 	       "both: all read EIO, every other unit right (%" PRIu64 " on them rebuilt)\n",
-	       nlost, units, a, b, saved);
+	       nlost, fx.units, a, b, saved);
 	CHECK(nlost > 0);
 	CHECK_EQ(eio, nlost);
 	/* GC gives the units up for good (lost, recorded) and moves the rest */
-	churn(f, ver, units, 0, &seed);
+	churn(fx.f, fx.ver, fx.units, 0, &seed);
 	for (int round = 0; round < 40; round++) {
-		uint8_t buf[4096];
-		for (uint64_t i = 0; i < units / 8; i++) {
-			uint64_t u = t_rand(&seed) % units;
+		for (uint64_t i = 0; i < fx.units / 8; i++) {
+			uint64_t u = t_rand(&seed) % fx.units;
 			if (lost[u])
 				continue;
-			ver[u]++;
-			fill(buf, u, ver[u]);
-			CHECK_RC(ftl_write_sync(f, buf, u * 4096, 4096, 0));
+			write_unit(fx.f, u, ++fx.ver[u]);
 		}
-		CHECK_RC(ftl_flush_sync(f));
-		ftl_get_stats(f, &st);
+		CHECK_RC(ftl_flush_sync(fx.f));
+		ftl_get_stats(fx.f, &st);
 		if (st.dies_failed == 2 && !st.rebuild_bands_left)
 			break;
 	}
@@ -465,102 +424,81 @@ static void two_dies(void)
 	CHECK_EQ(st.rebuild_bands_left, 0);
 	CHECK_EQ(st.lost_units, nlost);
 	uint64_t lo = UINT64_MAX, hi = 0;
-	for (uint64_t u = 0; u < units; u++)
+	for (uint64_t u = 0; u < fx.units; u++)
 		if (lost[u]) {
 			lo = u < lo ? u : lo;
 			hi = u;
 		}
 	CHECK_EQ(st.lost_first, lo);
 	CHECK_EQ(st.lost_last, hi);
-	CHECK_EQ(verify_lost(f, ver, units, lost), nlost);
-	CHECK_RC(ftl_close(f));
-	f = open_ok(d);
-	CHECK_EQ(verify_lost(f, ver, units, lost), nlost);
-	CHECK_RC(ftl_close(f));
+	CHECK_EQ(verify_lost(fx.f, fx.ver, fx.units, lost), nlost);
+	fx_reopen(&fx);
+	CHECK_EQ(verify_lost(fx.f, fx.ver, fx.units, lost), nlost);
 	free(lost);
-	free(ver);
-	nand_close(d);
+	fx_end(&fx);
 }
 
 /* Die 0 holds the active superblock block: its failure moves the
  * superblock to die 1's block; the FTL keeps serving and opens again. */
 static void sb_die(void)
 {
-	struct nand_dev *d = dev_new("test-1g", false);
-	format_with(d, 4096, 36, 1);
-	struct ftl *f = open_ok(d);
-	struct ftl_info info;
-	ftl_get_info(f, &info);
-	uint64_t units = info.units, seed = 23;
-	uint32_t *ver = calloc(units, sizeof *ver);
-	churn(f, ver, units, units, &seed);
-	CHECK_RC(ftl_flush_sync(f));
-	CHECK_RC(nand_sim_fail_die(d, 0));
-	churn(f, ver, units, units / 2, &seed);
-	CHECK_RC(ftl_flush_sync(f));
+	struct fx fx = fx_start("test-1g", false, 36, 1);
+	uint64_t seed = 23;
+	churn(fx.f, fx.ver, fx.units, fx.units, &seed);
+	CHECK_RC(ftl_flush_sync(fx.f));
+	CHECK_RC(nand_sim_fail_die(fx.d, 0));
+	churn(fx.f, fx.ver, fx.units, fx.units / 2, &seed);
+	CHECK_RC(ftl_flush_sync(fx.f));
 	struct ftl_stats st;
-	ftl_get_stats(f, &st);
+	ftl_get_stats(fx.f, &st);
 	CHECK_EQ(st.dies_failed, 1);
-	verify_lost(f, ver, units, NULL);
-	CHECK_RC(ftl_close(f)); /* the closing superblock update goes to die 1 */
-	f = open_ok(d);
-	verify_lost(f, ver, units, NULL);
-	CHECK_RC(ftl_close(f));
+	verify_lost(fx.f, fx.ver, fx.units, NULL);
+	CHECK_RC(ftl_close(fx.f)); /* the closing superblock update goes to die 1 */
+	fx.f = open_ok(fx.d);
+	verify_lost(fx.f, fx.ver, fx.units, NULL);
+	CHECK_RC(ftl_close(fx.f));
 	printf("sb_die: die 0 (the superblock's) failed: served on, closed and opened again, all "
 	       "data right\n");
-	free(ver);
-	nand_close(d);
+	fx_free(&fx);
 }
 
 /* Trim records on a die found dead at open are rebuilt from their stripes:
  * trimmed units stay trimmed (not their old data). */
 static void trim_dead(void)
 {
-	struct nand_dev *d = dev_new("test-1g", false);
-	format_with(d, 4096, 36, 1);
-	struct ftl *f = open_ok(d);
-	struct ftl_info info;
-	ftl_get_info(f, &info);
-	uint64_t units = info.units, seed = 99, K = 200, tail0 = K * 16;
-	uint32_t *ver = calloc(units, sizeof *ver);
+	struct fx fx = fx_start("test-1g", false, 36, 1);
+	uint64_t seed = 99, K = 200, tail0 = K * 16;
 	uint8_t b[4096], z[4096] = { 0 };
-	churn(f, ver, units, units, &seed);
-	CHECK_RC(ftl_flush_sync(f));
-	CHECK_RC(ftl_close(f));
-	f = open_ok(d);
+	churn(fx.f, fx.ver, fx.units, fx.units, &seed);
+	CHECK_RC(ftl_flush_sync(fx.f));
+	fx_reopen(&fx);
 	for (uint64_t k = 0; k < K; k++) {
-		CHECK_RC(ftl_trim_sync(f, k * 16 * 4096, 16 * 4096, 0));
+		CHECK_RC(ftl_trim_sync(fx.f, k * 16 * 4096, 16 * 4096, 0));
 		for (int j = 0; j < 40; j++) {
-			uint64_t u = tail0 + t_rand(&seed) % (units - tail0);
-			ver[u]++;
-			fill(b, u, ver[u]);
-			CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
+			uint64_t u = tail0 + t_rand(&seed) % (fx.units - tail0);
+			write_unit(fx.f, u, ++fx.ver[u]);
 		}
 	}
-	CHECK_RC(ftl_flush_sync(f));
+	CHECK_RC(ftl_flush_sync(fx.f));
 	for (int j = 0; j < 20000; j++) {
-		uint64_t u = tail0 + t_rand(&seed) % (units - tail0);
-		ver[u]++;
-		fill(b, u, ver[u]);
-		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
+		uint64_t u = tail0 + t_rand(&seed) % (fx.units - tail0);
+		write_unit(fx.f, u, ++fx.ver[u]);
 	}
-	CHECK_RC(ftl_flush_sync(f));
-	ftl_abandon(f); /* a power cut with nothing in flight */
-	CHECK_RC(nand_sim_fail_die(d, 2)); /* holds trim records (this seed) */
-	f = open_ok(d);
+	CHECK_RC(ftl_flush_sync(fx.f));
+	ftl_abandon(fx.f); /* a power cut with nothing in flight */
+	CHECK_RC(nand_sim_fail_die(fx.d, 2)); /* holds trim records (this seed) */
+	fx.f = open_ok(fx.d);
 	uint64_t old = 0;
 	for (uint64_t u = 0; u < tail0; u++)
-		if (ftl_read_sync(f, b, u * 4096, 4096) == 0 && memcmp(b, z, 4096))
+		if (ftl_read_sync(fx.f, b, u * 4096, 4096) == 0 && memcmp(b, z, 4096))
 			old++;
 	struct ftl_stats st;
-	ftl_get_stats(f, &st);
+	ftl_get_stats(fx.f, &st);
 	printf("trim_dead: die 2 dead at open: %" PRIu64 " of %" PRIu64 " trimmed units read old "
 	       "data; %" PRIu64 " pages rebuilt from parity at open\n",
 	       old, tail0, st.parity_rebuilds);
 	CHECK_EQ(old, 0);
-	CHECK_RC(ftl_close(f));
-	free(ver);
-	nand_close(d);
+	fx_end(&fx);
 }
 
 static void let_time_pass(struct ftl *f, struct nand_dev *d, uint64_t ns);
@@ -587,31 +525,25 @@ static void sb_dead_at_open(void)
 {
 	for (uint32_t dead = 0; dead < 2; dead++)
 		for (int crash = 0; crash < 2; crash++) {
-			struct nand_dev *d = dev_new("test-1g", false);
-			format_with(d, 4096, 36, 1);
-			struct ftl *f = open_ok(d);
-			struct ftl_info info;
-			ftl_get_info(f, &info);
-			uint64_t units = info.units, seed = 77 + dead;
-			uint32_t *ver = calloc(units, sizeof *ver);
-			churn(f, ver, units, units + units / 2, &seed);
-			CHECK_RC(ftl_flush_sync(f));
+			struct fx fx = fx_start("test-1g", false, 36, 1);
+			uint64_t seed = 77 + dead;
+			churn(fx.f, fx.ver, fx.units, fx.units + fx.units / 2, &seed);
+			CHECK_RC(ftl_flush_sync(fx.f));
 			if (crash) {
 				/* after the pause that pads open stripes (a crash
 				 * during writes is the double fault of doc/ftl.md) */
-				let_time_pass(f, d, 300000000ull);
-				ftl_abandon(f);
+				let_time_pass(fx.f, fx.d, 300000000ull);
+				ftl_abandon(fx.f);
 			}
 			else
-				CHECK_RC(ftl_close(f));
-			CHECK_RC(nand_sim_fail_die(d, dead));
-			f = open_ok(d);
-			verify_write_reopen(f, d, ver, units, &seed);
+				CHECK_RC(ftl_close(fx.f));
+			CHECK_RC(nand_sim_fail_die(fx.d, dead));
+			fx.f = open_ok(fx.d);
+			verify_write_reopen(fx.f, fx.d, fx.ver, fx.units, &seed);
 			printf("sb_dead_at_open: die %u dead at open after a %s: opened from the other "
 			       "superblock copy, all data right, also after another close and open\n",
 			       dead, crash ? "crash" : "clean close");
-			free(ver);
-			nand_close(d);
+			fx_free(&fx);
 		}
 }
 
@@ -626,74 +558,68 @@ static void cp_dead_at_open(uint32_t parity)
 {
 	for (uint32_t dead = 0; dead < 8; dead++) {
 		int crash = dead & 1;
-		struct nand_dev *d = dev_new("test-1g", false);
-		format_with(d, 4096, 36, parity);
-		struct ftl *f = open_ok(d);
-		struct ftl_info info;
-		ftl_get_info(f, &info);
-		uint64_t units = info.units, seed = 300 + dead;
-		uint32_t *ver = calloc(units, sizeof *ver), *ver0 = calloc(units, sizeof *ver0);
-		uint8_t *lost = calloc(units, 1);
-		churn(f, ver, units, units + units / 2, &seed);
+		struct fx fx = fx_start("test-1g", false, 36, parity);
+		uint64_t seed = 300 + dead;
+		uint32_t *ver0 = calloc(fx.units, sizeof *ver0);
+		uint8_t *lost = calloc(fx.units, 1);
+		churn(fx.f, fx.ver, fx.units, fx.units + fx.units / 2, &seed);
 		/* a trimmed range, then enough writes that GC goes on */
-		uint64_t t0 = units / 4, tn = units / 8;
-		CHECK_RC(ftl_trim_sync(f, t0 * 4096, tn * 4096, 0));
+		uint64_t t0 = fx.units / 4, tn = fx.units / 8;
+		CHECK_RC(ftl_trim_sync(fx.f, t0 * 4096, tn * 4096, 0));
 		for (uint64_t u = t0; u < t0 + tn; u++)
-			ver[u] = 0;
-		churn(f, ver, units, units / 2, &seed);
-		CHECK_RC(ftl_flush_sync(f));
+			fx.ver[u] = 0;
+		churn(fx.f, fx.ver, fx.units, fx.units / 2, &seed);
+		CHECK_RC(ftl_flush_sync(fx.f));
 		if (crash) {
 			/* a checkpoint after the trim, so it is not in the log replayed */
-			uint64_t t = ftl_checkpoint_request(f);
+			uint64_t t = ftl_checkpoint_request(fx.f);
 			int r;
-			while (!(r = ftl_checkpoint_poll(f, t)))
-				ftl_poll(f);
+			while (!(r = ftl_checkpoint_poll(fx.f, t)))
+				ftl_poll(fx.f);
 			CHECK(r == 1);
-			let_time_pass(f, d, 300000000ull);
-			ftl_abandon(f);
+			let_time_pass(fx.f, fx.d, 300000000ull);
+			ftl_abandon(fx.f);
 		} else {
-			CHECK_RC(ftl_close(f));
+			CHECK_RC(ftl_close(fx.f));
 		}
-		CHECK_RC(nand_sim_fail_die(d, dead));
-		f = open_ok(d);
-		ftl_get_info(f, &info);
-		if (info.checkpoint_damaged) {
+		CHECK_RC(nand_sim_fail_die(fx.d, dead));
+		fx.f = open_ok(fx.d);
+		ftl_get_info(fx.f, &fx.info);
+		if (fx.info.checkpoint_damaged) {
 			fprintf(stderr, "cp_dead_at_open: parity %u, die %u dead: checkpoint reported "
-				"damaged (%s)\n", parity, dead, info.notes);
+				"damaged (%s)\n", parity, dead, fx.info.notes);
 			exit(1);
 		}
 		/* without parity, after a crash, the notes warn that writes since
 		 * the checkpoint may read older data (nothing names their units);
 		 * with parity only if stripes the crash cut had pages on it */
 		if (!parity)
-			CHECK_EQ(strstr(info.notes, "dead after a crash") != NULL, crash);
+			CHECK_EQ(strstr(fx.info.notes, "dead after a crash") != NULL, crash);
 		/* without parity: units on the dead die, and those GC found there
 		 * already (lost: not mapped, yet written) */
 		uint64_t nlost = 0;
-		for (uint64_t u = 0; u < units && !parity; u++) {
+		for (uint64_t u = 0; u < fx.units && !parity; u++) {
 			uint32_t die, b, pg;
-			int rc = ftl_unit_location(f, u, &die, &b, &pg);
-			if ((rc == 0 && die == dead) || (rc == -ENOENT && ver[u]))
+			int rc = ftl_unit_location(fx.f, u, &die, &b, &pg);
+			if ((rc == 0 && die == dead) || (rc == -ENOENT && fx.ver[u]))
 				nlost += lost[u] = 1;
 		}
-		CHECK_EQ(verify_lost(f, ver, units, lost), nlost);
-		memcpy(ver0, ver, units * sizeof *ver);
-		churn(f, ver, units, units / 4, &seed);
-		for (uint64_t u = 0; u < units; u++)
-			lost[u] &= ver[u] == ver0[u]; /* written again since */
-		CHECK_RC(ftl_flush_sync(f));
-		CHECK_RC(ftl_close(f));
-		f = open_ok(d);
-		verify_lost(f, ver, units, lost);
-		CHECK_RC(ftl_close(f));
+		CHECK_EQ(verify_lost(fx.f, fx.ver, fx.units, lost), nlost);
+		memcpy(ver0, fx.ver, fx.units * sizeof *fx.ver);
+		churn(fx.f, fx.ver, fx.units, fx.units / 4, &seed);
+		for (uint64_t u = 0; u < fx.units; u++)
+			lost[u] &= fx.ver[u] == ver0[u]; /* written again since */
+		CHECK_RC(ftl_flush_sync(fx.f));
+		fx_reopen(&fx);
+		verify_lost(fx.f, fx.ver, fx.units, lost);
+		CHECK_RC(ftl_close(fx.f));
 		printf("cp_dead_at_open: parity %u, die %u dead at open after a %s: checkpoint loaded, "
 		       "%" PRIu64 " units on the dead die EIO, every other unit right (trimmed ones "
 		       "zeros), also after another close and open\n",
 		       parity, dead, crash ? "crash" : "clean close", nlost);
-		free(ver);
 		free(ver0);
 		free(lost);
-		nand_close(d);
+		fx_free(&fx);
 	}
 }
 
@@ -720,11 +646,8 @@ static void let_time_pass(struct ftl *f, struct nand_dev *d, uint64_t ns)
 /* Units first .. first + n - 1 get their next version, then a flush. */
 static void write_units(struct ftl *f, uint32_t *ver, uint64_t first, uint64_t n)
 {
-	uint8_t b[4096];
 	for (uint64_t u = first; u < first + n; u++) {
-		ver[u]++;
-		fill(b, u, ver[u]);
-		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
+		write_unit(f, u, ++ver[u]);
 	}
 	CHECK_RC(ftl_flush_sync(f));
 }
@@ -736,45 +659,38 @@ static void write_units(struct ftl *f, uint32_t *ver, uint64_t first, uint64_t n
  * lost.) */
 static void idle_pad(bool timed)
 {
-	struct nand_dev *d = dev_new("test-1g", timed);
-	format_with(d, 4096, 36, 1);
-	struct ftl *f = open_ok(d);
-	struct ftl_info info;
-	ftl_get_info(f, &info);
-	uint64_t units = info.units, seed = 41;
-	uint32_t *ver = calloc(units, sizeof *ver);
-	churn(f, ver, units, units / 2, &seed);
-	CHECK_RC(ftl_flush_sync(f));
-	let_time_pass(f, d, 300000000ull);
+	struct fx fx = fx_start("test-1g", timed, 36, 1);
+	uint64_t seed = 41;
+	churn(fx.f, fx.ver, fx.units, fx.units / 2, &seed);
+	CHECK_RC(ftl_flush_sync(fx.f));
+	let_time_pass(fx.f, fx.d, 300000000ull);
 	struct ftl_stats st0, st;
-	ftl_get_stats(f, &st0);
+	ftl_get_stats(fx.f, &st0);
 	/* fewer units than a row has data members: every stripe they start
 	 * is left partly written */
-	uint64_t first = units / 2 + 17, n = info.band_width - 2;
-	write_units(f, ver, first, n);
-	let_time_pass(f, d, 300000000ull);
-	ftl_get_stats(f, &st);
+	uint64_t first = fx.units / 2 + 17, n = fx.info.band_width - 2;
+	write_units(fx.f, fx.ver, first, n);
+	let_time_pass(fx.f, fx.d, 300000000ull);
+	ftl_get_stats(fx.f, &st);
 	uint64_t pads = st.parity_pad_pages - st0.parity_pad_pages;
 	uint32_t die = 0, blk, page;
 	uint64_t lu = first;
 	for (uint64_t u = first; u < first + n && !die; u++) {
-		CHECK_RC(ftl_unit_location(f, u, &die, &blk, &page));
+		CHECK_RC(ftl_unit_location(fx.f, u, &die, &blk, &page));
 		lu = u;
 	}
 	CHECK(die != 0); /* not the superblock's die (see sb_die) */
-	ftl_abandon(f); /* a power cut with nothing in flight */
-	CHECK_RC(nand_sim_fail_die(d, die));
-	f = open_ok(d);
-	verify_lost(f, ver, units, NULL);
-	ftl_get_stats(f, &st);
+	ftl_abandon(fx.f); /* a power cut with nothing in flight */
+	CHECK_RC(nand_sim_fail_die(fx.d, die));
+	fx.f = open_ok(fx.d);
+	verify_lost(fx.f, fx.ver, fx.units, NULL);
+	ftl_get_stats(fx.f, &st);
 	printf("idle_pad (%s clock): %" PRIu64 " units written, then a pause: %" PRIu64
 	       " pad pages; die %u (unit %" PRIu64 ") lost in a power cut: every unit reads right "
 	       "(%" PRIu64 " pages rebuilt)\n",
 	       timed ? "virtual" : "real", n, pads, die, lu, st.parity_rebuilds);
 	CHECK(pads > 0);
-	CHECK_RC(ftl_close(f));
-	free(ver);
-	nand_close(d);
+	fx_end(&fx);
 }
 
 /* The power goes: what the timed medium has queued is interrupted or never
@@ -856,9 +772,7 @@ static void write_hole(bool timed)
 		f = open_ok(d);
 		verify_lost(f, ver, units, NULL);
 		trials++;
-		CHECK_RC(ftl_close(f));
-		free(ver);
-		nand_close(d);
+		close_free(f, d, ver);
 	}
 	printf("write_hole (%s clock): %" PRIu64 " trials, a few units written and flushed, a power "
 	       "cut at once and a die of theirs lost: every unit reads its newest version\n",
@@ -941,9 +855,7 @@ static void gc_hole(bool timed)
 		       "lost with a power cut: every unit reads its newest version\n",
 		       timed ? "virtual" : "real", trial, unit, die);
 		trials++;
-		CHECK_RC(ftl_close(f));
-		free(ver);
-		nand_close(d);
+		close_free(f, d, ver);
 	}
 	printf("gc_hole (%s clock): %" PRIu64 " trials, %" PRIu64 " partial-parity pages\n",
 	       timed ? "virtual" : "real", trials, ppl);
@@ -1012,9 +924,7 @@ static void parity_block_fails(void)
 	CHECK_RC(ftl_close(f));
 	f = open_ok(d);
 	verify_lost(f, ver, units, NULL);
-	CHECK_RC(ftl_close(f));
-	free(ver);
-	nand_close(d);
+	close_free(f, d, ver);
 }
 
 /*
@@ -1086,9 +996,7 @@ static void ppl_fails(void)
 		       "newest version\n", trial, u, target,
 		       st.parity_ppl_pages - st0.parity_ppl_pages, die);
 		trials++;
-		CHECK_RC(ftl_close(f));
-		free(ver);
-		nand_close(d);
+		close_free(f, d, ver);
 	}
 	CHECK(trials >= 2);
 }
@@ -1115,9 +1023,7 @@ static void flush_parity_option(void)
 			CHECK_EQ(st.parity_ppl_pages, 0);
 		else
 			CHECK(st.parity_ppl_pages > 0);
-		CHECK_RC(ftl_close(f));
-		free(ver);
-		nand_close(d);
+		close_free(f, d, ver);
 	}
 }
 

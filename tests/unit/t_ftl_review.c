@@ -153,31 +153,26 @@ static void t_refused(void)
 	uint64_t seed = 77;
 	for (int round = 0; round < 40; round++) {
 		bool timed = round % 2;
-		struct nand_dev *d = dev_new("test-16m", timed);
-		format(d, 0);
-		struct ftl *f = open_ok(d);
-		struct ftl_info info;
-		ftl_get_info(f, &info);
-		uint64_t units = info.units;
-		uint32_t *ver = calloc(units, sizeof *ver), *durable = calloc(units, sizeof *durable);
+		struct fx fx = fx_start("test-16m", timed, 0, 0);
+		uint32_t *durable = calloc(fx.units, sizeof *durable);
 		uint8_t b[4096];
 		struct nand_sim_faults ft = { .refuse_submit_after = 1 + t_rand(&seed) % 3000 };
-		nand_sim_set_faults(d, &ft);
+		nand_sim_set_faults(fx.d, &ft);
 		bool failed = false;
 		for (int i = 0; i < 6000 && !failed; i++) {
-			uint64_t u = t_rand(&seed) % units;
+			uint64_t u = t_rand(&seed) % fx.units;
 			int rc;
 			if (i % 97 == 96) {
-				rc = ftl_flush_sync(f);
+				rc = ftl_flush_sync(fx.f);
 				if (!rc)
-					memcpy(durable, ver, units * sizeof *ver);
+					memcpy(durable, fx.ver, fx.units * sizeof *fx.ver);
 			} else if (i % 3 == 0) {
-				rc = ftl_read_sync(f, b, u * 4096, 4096);
+				rc = ftl_read_sync(fx.f, b, u * 4096, 4096);
 			} else {
-				fill(b, u, ver[u] + 1);
-				rc = ftl_write_sync(f, b, u * 4096, 4096, 0);
+				fill(b, u, fx.ver[u] + 1);
+				rc = ftl_write_sync(fx.f, b, u * 4096, 4096, 0);
 				if (!rc)
-					ver[u]++;
+					fx.ver[u]++;
 			}
 			if (rc) {
 				CHECK_EQ(rc, -EIO);
@@ -185,30 +180,30 @@ static void t_refused(void)
 			}
 		}
 		if (failed) {
-			ftl_get_info(f, &info);
-			CHECK_EQ(info.state, FTL_STATE_FAILED);
-			CHECK_EQ(ftl_write_sync(f, b, 0, 4096, 0), -EIO);
-			CHECK_EQ(ftl_close(f), -EIO);
+			ftl_get_info(fx.f, &fx.info);
+			CHECK_EQ(fx.info.state, FTL_STATE_FAILED);
+			CHECK_EQ(ftl_write_sync(fx.f, b, 0, 4096, 0), -EIO);
+			CHECK_EQ(ftl_close(fx.f), -EIO);
 		} else {
-			CHECK_RC(ftl_close(f));
-			memcpy(durable, ver, units * sizeof *ver);
+			CHECK_RC(ftl_close(fx.f));
+			memcpy(durable, fx.ver, fx.units * sizeof *fx.ver);
 		}
 		/* refuse again during the next open: it fails, never hangs */
 		struct nand_sim_faults open_ft = { .refuse_submit_after = 1 + t_rand(&seed) % 20 };
-		nand_sim_set_faults(d, &open_ft);
+		nand_sim_set_faults(fx.d, &open_ft);
 		char err[256];
 		struct ftl *f2 = NULL;
-		if (ftl_open(d, NULL, &f2, err, sizeof err) == 0)
+		if (ftl_open(fx.d, NULL, &f2, err, sizeof err) == 0)
 			ftl_close(f2); /* the refusal may land after open: fine either way */
 		struct nand_sim_faults off = { 0 };
-		nand_sim_set_faults(d, &off);
-		f = open_ok(d);
+		nand_sim_set_faults(fx.d, &off);
+		fx.f = open_ok(fx.d);
 		/* what was flushed is there; the rest is old or new */
-		for (uint64_t u = 0; u < units; u++) {
+		for (uint64_t u = 0; u < fx.units; u++) {
 			uint8_t e[4096];
-			CHECK_RC(ftl_read_sync(f, b, u * 4096, 4096));
+			CHECK_RC(ftl_read_sync(fx.f, b, u * 4096, 4096));
 			bool ok = false;
-			for (uint32_t v = durable[u]; v <= ver[u] && !ok; v++) {
+			for (uint32_t v = durable[u]; v <= fx.ver[u] && !ok; v++) {
 				if (v)
 					fill(e, u, v);
 				else
@@ -217,14 +212,12 @@ static void t_refused(void)
 			}
 			if (!ok) {
 				fprintf(stderr, "round %d unit %" PRIu64 ": not a version in [%u, %u]\n",
-					round, u, durable[u], ver[u]);
+					round, u, durable[u], fx.ver[u]);
 				exit(1);
 			}
 		}
-		CHECK_RC(ftl_close(f));
-		nand_close(d);
-		free(ver);
 		free(durable);
+		fx_end(&fx);
 	}
 	printf("ok: refused: 40 rounds of a refused submit, every request answered, no hang\n");
 }
@@ -327,9 +320,7 @@ static void t_trim_crc(void)
 static void t_zero_length(void)
 {
 	struct nand_dev *d = dev_new("test-16m", false);
-	char err[256];
-	struct ftl_format_params fp = { .sector_size = 512 };
-	CHECK_RC(ftl_format(d, &fp, err, sizeof err));
+	format_with(d, 512, 0, 0);
 	struct ftl *f = open_ok(d);
 	uint8_t b[4096];
 	fill(b, 3, 1);
@@ -516,9 +507,7 @@ static void t_cp_scan(void)
 	/* every acknowledged, flushed write (durability contract, rule 1) */
 	for (uint64_t u = 0; u < next_unit; u++)
 		check_unit(f, u, ver[u]);
-	CHECK_RC(ftl_close(f));
-	nand_close(d);
-	free(ver);
+	close_free(f, d, ver);
 #undef CPS_WRITE
 	printf("ok: cp_scan: a block closed with pages newer than cp_seq is scanned after a power cut\n");
 }

@@ -114,9 +114,7 @@ static void refresh(void)
 	/* host writes close the open bands: the marked ones among them are
 	 * collected then */
 	for (uint64_t u = 0; u < units / 3; u++) {
-		ver[u]++;
-		fill(b, u, ver[u]);
-		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
+		write_unit(f, u, ++ver[u]);
 	}
 	CHECK_RC(ftl_flush_sync(f));
 	settle(f);
@@ -129,9 +127,7 @@ static void refresh(void)
 	CHECK_RC(ftl_close(f));
 	f = open_ok(d);
 	verify(f, ver, units, false);
-	CHECK_RC(ftl_close(f));
-	nand_close(d);
-	free(ver);
+	close_free(f, d, ver);
 }
 
 /*
@@ -209,9 +205,7 @@ static void wear_levelling(bool medium_counts)
 	do {
 		for (int i = 0; i < 20000; i++) {
 			uint64_t u = cold + t_rand(&seed) % (units - cold);
-			ver[u]++;
-			fill(b, u, ver[u]);
-			CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
+			write_unit(f, u, ++ver[u]);
 		}
 		writes += 20000;
 		erase_spread(d, &emin, &emax);
@@ -229,9 +223,7 @@ static void wear_levelling(bool medium_counts)
 	CHECK_RC(ftl_close(f));
 	f = open_ok(d);
 	verify(f, ver, units, false);
-	CHECK_RC(ftl_close(f));
-	nand_close(d);
-	free(ver);
+	close_free(f, d, ver);
 }
 
 /* The medium's erase counts over the blocks ftl_get_stats counts (not
@@ -410,9 +402,7 @@ static void erase_counts(void)
 	medium_counts(d, NULL, &m);
 	check_counts_exact(f, &m, "kept by the FTL from then on");
 	verify(f, ver, units, false);
-	CHECK_RC(ftl_close(f));
-	nand_close(d);
-	free(ver);
+	close_free(f, d, ver);
 	free(base);
 	free(before);
 }
@@ -460,9 +450,7 @@ static void close_mid_checkpoint(void)
 	struct counts m;
 	medium_counts(d, base, &m);
 	check_counts_exact(f, &m, "after a close during a checkpoint");
-	CHECK_RC(ftl_close(f));
-	nand_close(d);
-	free(ver);
+	close_free(f, d, ver);
 	free(base);
 }
 

@@ -18,8 +18,9 @@ which write it is and whether it is whole.  The writer journals in STATE
     B k:g ...   the baseline: what the last check read (0: never written)
 The check reads every unit in the journal: it must hold its last durable
 generation or one sent after it (never an older one, never a torn one; a
-unit never flushed may also read as zeros).  Standard library and
-tests/nbd/nbdraw.py only (the guest has no libnbd Python module).
+unit never flushed may also read as zeros).  Standard library,
+tests/nbd/nbdraw.py and image_tool.py only (the guest has no libnbd Python
+module).
 """
 import os
 import random
@@ -27,6 +28,7 @@ import struct
 import sys
 
 import nbdraw
+from image_tool import PG_DATA, crc32c, parse_spare
 
 UNIT = 4096
 
@@ -171,15 +173,6 @@ def check(uri, state):
     return 0
 
 
-def crc32c(data):
-    crc = 0xFFFFFFFF
-    for b in data:
-        crc ^= b
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 & -(crc & 1))
-    return crc ^ 0xFFFFFFFF
-
-
 def page(path, k, g, oobfree):
     """nanddump --oob of one page: its data is (k, g); its OOB's free bytes
     (from offset 2: the bad-block marker comes first) hold the FTL's spare
@@ -193,9 +186,9 @@ def page(path, k, g, oobfree):
         print("page data is not unit %d generation %d" % (k, g))
         return 1
     free = raw[UNIT + 2:UNIT + 2 + oobfree]
-    magic, typ, _, _, lba = struct.unpack("<IBBHI", free[:12])
-    if magic != 0x4C544653 or typ != 1 or lba != k:
-        print("OOB: magic %#x type %d lba %d, want the FTL's data spare of unit %d" % (magic, typ, lba, k))
+    sp = parse_spare(free)
+    if sp is None or sp["type"] != PG_DATA or sp["lba"] != k:
+        print("OOB: %s, want the FTL's data spare of unit %d" % (sp or "no FTL spare (magic)", k))
         return 1
     crc = struct.unpack("<I", free[-4:])[0]
     if crc != crc32c(free[:-4]):

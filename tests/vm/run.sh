@@ -166,7 +166,7 @@ if has_step nandsim; then
 	# nandsim.ko + the MTD modules, mtd-utils and flashd's libraries
 	[ -f "$CACHE/nandsim/.ok" ] || die "no $CACHE/nandsim: run tests/vm/prepare.sh"
 	cp -a "$CACHE/nandsim/mod" "$CACHE/nandsim/root" "$SHARE/" || die "copying $CACHE/nandsim failed"
-	install -m 0644 "$HERE/nandsim_crash.py" "$TOP/tests/nbd/nbdraw.py" "$SHARE/"
+	install -m 0644 "$HERE/nandsim_crash.py" "$TOP/tests/nbd/nbdraw.py" "$TOP/tests/nbd/image_tool.py" "$SHARE/"
 fi
 if has_step iscsi; then
 	[ -f "$HANDLER_SO" ] || die "no handler at $HANDLER_SO (make build/handler_flashd.so)"

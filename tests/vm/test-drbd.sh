@@ -54,37 +54,16 @@
 set -uo pipefail
 
 cd "$(dirname "$0")/../.." || exit 2
-TOP=$PWD
-LOGDIR=$TOP/build/test-logs/vm-drbd
-CACHE=${FLASHD_VM_CACHE:-/var/cache/flashd-vm}
-MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
-T_ALL=$(date +%s)
+LOGDIR=$PWD/build/test-logs/vm-drbd
+. tests/vm/host-lib.sh
 SEED=$((RANDOM * 32768 + RANDOM))
 BLOCKS=6144 # the writer's region: the first 24 MiB of /dev/drbd0
 BATCH=32    # writes per flush
 NODE_A=flashd-a ADDR_A=10.213.40.1
 NODE_B=flashd-b ADDR_B=10.213.40.2
 
-skip() {
-	echo "SKIP: $*"
-	exit 77
-}
-RESULTS=()
-FAILED=0
-pass() {
-	echo "PASS $*"
-	RESULTS+=("PASS $*")
-}
-fail() {
-	echo "FAIL $*"
-	RESULTS+=("FAIL $*")
-	FAILED=1
-}
-note() { echo "-- $*"; }
-
 declare -A RUN RUNPID SEQ BOOT
 BOOT[a]=0 BOOT[b]=0
-WORK=''
 cleanup() {
 	local n p
 	for n in a b; do
@@ -108,36 +87,12 @@ cleanup() {
 	fi
 }
 trap cleanup EXIT
-trap 'exit 143' TERM INT HUP
 
-finish() {
-	echo "== summary ($(($(date +%s) - T_ALL)) s; logs in $LOGDIR)"
-	printf '%s\n' "${RESULTS[@]}"
-	exit $FAILED
-}
-
-[ "$(id -u)" = 0 ] || skip "needs root (chroot + apt-get for the VM rootfs, qemu with the root-owned rootfs)"
-if command -v qemu-system-x86_64 >/dev/null &&
-	! qemu-system-x86_64 -accel help 2>/dev/null | grep -qx tcg; then
-	skip "qemu-system-x86_64 has no TCG accelerator"
-fi
-rm -rf "$LOGDIR"
-mkdir -p "$LOGDIR"
+vm_host_ok "chroot + apt-get for the VM rootfs, qemu with the root-owned rootfs"
 
 # ---------------------------------------------------------------- 1. cache
-mirror_ok() { timeout 20 curl -sfI -o /dev/null "$MIRROR/dists/${DEBIAN_SUITE:-bookworm}/Release"; }
-t=$(date +%s)
-if tests/vm/prepare.sh --systemd >"$LOGDIR/prepare.log" 2>&1; then
-	pass "prepare VM cache with rootfs-systemd ($(($(date +%s) - t)) s; $CACHE)"
-else
-	tail -n 25 "$LOGDIR/prepare.log" | sed 's/^/    | /'
-	mirror_ok || skip "tests/vm/prepare.sh --systemd failed and $MIRROR is unreachable (no network for apt)"
-	fail "prepare VM cache (log: $LOGDIR/prepare.log)"
-	finish
-fi
-missing=
-for f in build/flashd build/flashctl build/handler_flashd.so; do [ -e "$f" ] || missing="$missing $f"; done
-[ -z "$missing" ] || { fail "missing:$missing (run make)"; finish; }
+vm_prepare --systemd
+vm_built build/flashd build/flashctl build/handler_flashd.so
 
 
 # ---------------------------------------------------------------- 2. the nodes

@@ -49,26 +49,12 @@
 set -uo pipefail
 
 cd "$(dirname "$0")/../.." || exit 2
-TOP=$PWD
+LOGDIR=$PWD/build/test-logs/vm-kernel-clients
+. tests/vm/host-lib.sh
 SERVER=${FLASHD_VM_SERVER:-flashd}
-LOGDIR=$TOP/build/test-logs/vm-kernel-clients
 MiB=$((1 << 20))
-T_ALL=$(date +%s)
 
-RESULTS=()
-FAILED=0
-pass() {
-	echo "PASS $*"
-	RESULTS+=("PASS $*")
-}
-fail() {
-	echo "FAIL $*"
-	RESULTS+=("FAIL $*")
-	FAILED=1
-}
-note() { echo "-- $*"; }
-
-SPID='' RUNPID='' WORK=''
+SPID='' RUNPID=''
 cleanup() {
 	local p
 	if [ -n "$RUNPID" ] && kill -0 "$RUNPID" 2>/dev/null; then
@@ -81,15 +67,9 @@ cleanup() {
 		kill -9 "$SPID" 2>/dev/null
 		wait "$SPID" 2>/dev/null
 	fi
-	if [ -n "$WORK" ]; then
-		mkdir -p "$LOGDIR"
-		cp -f "$WORK/vm/console.log" "$LOGDIR/" 2>/dev/null
-		cp -rf "$WORK/vm/share/logs/." "$LOGDIR/" 2>/dev/null
-		rm -rf "$WORK"
-	fi
+	vm_cleanup
 }
 trap cleanup EXIT
-trap 'exit 143' TERM INT HUP
 
 finish() {
 	echo "== summary ($(($(date +%s) - T_ALL)) s, server: $SERVER)"
@@ -120,7 +100,7 @@ esac
 # ---------------------------------------------------------------- 1. prepare
 t=$(date +%s)
 if tests/vm/prepare.sh >"$LOGDIR/prepare.log" 2>&1; then
-	pass "prepare VM cache ($(($(date +%s) - t)) s; ${FLASHD_VM_CACHE:-/var/cache/flashd-vm})"
+	pass "prepare VM cache ($(($(date +%s) - t)) s; $CACHE)"
 else
 	tail -n 25 "$LOGDIR/prepare.log" | sed 's/^/    | /'
 	fail "prepare VM cache (log: $LOGDIR/prepare.log)"

@@ -28,54 +28,14 @@
 set -uo pipefail
 
 cd "$(dirname "$0")/../.." || exit 2
-TOP=$PWD
-LOGDIR=$TOP/build/test-logs/vm-nandsim
-CACHE=${FLASHD_VM_CACHE:-/var/cache/flashd-vm}
-MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
-T_ALL=$(date +%s)
+LOGDIR=$PWD/build/test-logs/vm-nandsim
+. tests/vm/host-lib.sh
 
-skip() {
-	echo "SKIP: $*"
-	exit 77
-}
-WORK=''
-cleanup() {
-	if [ -n "$WORK" ]; then
-		mkdir -p "$LOGDIR"
-		cp -f "$WORK/vm/console.log" "$LOGDIR/" 2>/dev/null
-		cp -rf "$WORK/vm/share/logs/." "$LOGDIR/" 2>/dev/null
-		rm -rf "$WORK"
-	fi
-}
-trap cleanup EXIT
-trap 'exit 143' TERM INT HUP
-
-[ "$(id -u)" = 0 ] || skip "needs root (debootstrap for the VM rootfs, qemu with the root-owned rootfs)"
-if command -v qemu-system-x86_64 >/dev/null &&
-	! qemu-system-x86_64 -accel help 2>/dev/null | grep -qx tcg; then
-	skip "qemu-system-x86_64 has no TCG accelerator"
-fi
-
-rm -rf "$LOGDIR"
-mkdir -p "$LOGDIR"
+vm_host_ok "debootstrap for the VM rootfs, qemu with the root-owned rootfs"
 
 # ---- 1. the cache (network only the first time)
-mirror_ok() { timeout 20 curl -sfI -o /dev/null "$MIRROR/dists/${DEBIAN_SUITE:-bookworm}/Release"; }
-t=$(date +%s)
-if tests/vm/prepare.sh >"$LOGDIR/prepare.log" 2>&1; then
-	echo "PASS prepare VM cache ($(($(date +%s) - t)) s; $CACHE)"
-else
-	tail -n 25 "$LOGDIR/prepare.log" | sed 's/^/    | /'
-	mirror_ok || skip "tests/vm/prepare.sh failed and $MIRROR is unreachable (no network for apt)"
-	echo "FAIL prepare VM cache (log: $LOGDIR/prepare.log)"
-	exit 1
-fi
-command -v qemu-system-x86_64 >/dev/null || { echo "FAIL qemu-system-x86_64 missing after prepare.sh"; exit 1; }
-qemu-system-x86_64 -accel help 2>/dev/null | grep -qx tcg || skip "qemu-system-x86_64 has no TCG accelerator"
-
-missing=
-for f in build/flashd build/flashctl build/tests/t_nand_conformance; do [ -x "$f" ] || missing="$missing $f"; done
-[ -z "$missing" ] || { echo "FAIL missing:$missing (run make)"; exit 1; }
+vm_prepare
+vm_built build/flashd build/flashctl build/tests/t_nand_conformance
 
 # ---- 2. the VM (the 64 MiB nandsim chip lives in guest kernel memory)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/flashd-vmnandsim.XXXXXX") || exit 2

@@ -34,54 +34,14 @@
 set -uo pipefail
 
 cd "$(dirname "$0")/../.." || exit 2
-TOP=$PWD
-LOGDIR=$TOP/build/test-logs/vm-systemd
-CACHE=${FLASHD_VM_CACHE:-/var/cache/flashd-vm}
-MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
-T_ALL=$(date +%s)
+LOGDIR=$PWD/build/test-logs/vm-systemd
+. tests/vm/host-lib.sh
 
-skip() {
-	echo "SKIP: $*"
-	exit 77
-}
-WORK=''
-cleanup() {
-	if [ -n "$WORK" ]; then
-		mkdir -p "$LOGDIR"
-		cp -f "$WORK/vm/console.log" "$WORK/vm/make-install.log" "$LOGDIR/" 2>/dev/null
-		cp -rf "$WORK/vm/share/logs/." "$LOGDIR/" 2>/dev/null
-		rm -rf "$WORK"
-	fi
-}
-trap cleanup EXIT
-trap 'exit 143' TERM INT HUP
-
-[ "$(id -u)" = 0 ] || skip "needs root (chroot + apt-get for the VM rootfs, qemu with the root-owned rootfs)"
-if command -v qemu-system-x86_64 >/dev/null &&
-	! qemu-system-x86_64 -accel help 2>/dev/null | grep -qx tcg; then
-	skip "qemu-system-x86_64 has no TCG accelerator"
-fi
-
-rm -rf "$LOGDIR"
-mkdir -p "$LOGDIR"
+vm_host_ok "chroot + apt-get for the VM rootfs, qemu with the root-owned rootfs"
 
 # ---- 1. the cache (network only the first time)
-mirror_ok() { timeout 20 curl -sfI -o /dev/null "$MIRROR/dists/${DEBIAN_SUITE:-bookworm}/Release"; }
-t=$(date +%s)
-if tests/vm/prepare.sh --systemd >"$LOGDIR/prepare.log" 2>&1; then
-	echo "PASS prepare VM cache with rootfs-systemd ($(($(date +%s) - t)) s; $CACHE)"
-else
-	tail -n 25 "$LOGDIR/prepare.log" | sed 's/^/    | /'
-	mirror_ok || skip "tests/vm/prepare.sh --systemd failed and $MIRROR is unreachable (no network for apt)"
-	echo "FAIL prepare VM cache (log: $LOGDIR/prepare.log)"
-	exit 1
-fi
-command -v qemu-system-x86_64 >/dev/null || { echo "FAIL qemu-system-x86_64 missing after prepare.sh"; exit 1; }
-qemu-system-x86_64 -accel help 2>/dev/null | grep -qx tcg || skip "qemu-system-x86_64 has no TCG accelerator"
-
-missing=
-for f in build/flashd build/flashctl build/handler_flashd.so; do [ -e "$f" ] || missing="$missing $f"; done
-[ -z "$missing" ] || { echo "FAIL missing:$missing (run make)"; exit 1; }
+vm_prepare --systemd
+vm_built build/flashd build/flashctl build/handler_flashd.so
 
 # ---- 2. the VM
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/flashd-vmsystemd.XXXXXX") || exit 2
