@@ -20,7 +20,8 @@
  *              timing, sync,
  *              tls, allow and allow_ro (repeatable; common/acl.h), list_denied,
  *              reserves_warn, endurance_warn, temperature_warn (else [server]'s)
- * See conf/flashd.conf for the documented example.
+ * See conf/flashd.conf for the documented example; what each key's value
+ * means and where it is stored: the table cfg_keys in server/config_keys.c.
  *
  * Strictness (every error names the file, line, section, key and value):
  *   - numbers go through common/parse.h: the whole value, finite, in range,
@@ -64,50 +65,18 @@
 
 #include "common/parse.h"
 #include "hw/nand.h"
-#include "server/flashd.h"
+#include "server/config_int.h"
 
-/* Limits of the [server] numbers. */
-#define MAX_CONNECTIONS_LIMIT 1000000
-#define HANDSHAKE_TIMEOUT_LIMIT 86400   /* seconds */
-#define POLL_US_LIMIT 10000
-#define IDLE_TIMEOUT_LIMIT 604800       /* seconds (a week) */
-#define BUFFER_LIMIT_MIN (64ull << 20)  /* one largest request must fit (conn_buf.c) */
 #define DEFAULT_BUFFER_LIMIT (1ull << 30)
 #define DEFAULT_CONN_PER_ADDR 256
 #define DEFAULT_HANDSHAKES 128          /* at most max_connections / 8 */
 #define DEFAULT_HANDSHAKES_PER_ADDR 16
 #define DEFAULT_IDLE_TIMEOUT_BUSY 600   /* seconds */
-/* Smallest capacity ftl_format accepts (ftl/ftl.c). */
-#define MIN_CAPACITY (1ull << 20)
 /* inih keeps at most this many characters of a section name (its
  * MAX_SECTION - 1) and cuts the rest silently: longer ones are refused. */
 #define INI_SECTION_NAME_MAX 49
 
-struct card_cfg {
-	char *name;
-	int timing;
-};
-
-struct seen {
-	char *name;
-	int line;
-};
-
-struct parse_ctx {
-	struct server_cfg *cfg;
-	const char *path;
-	FILE *fp;
-	int lineno;            /* line inih is parsing: one reader call per line */
-	struct card_cfg cards[16];
-	int ncards;
-	struct seen *sections; /* every section header so far */
-	int nsections;
-	struct seen *keys;     /* keys of the current section */
-	int nkeys;
-	char err[1024];        /* the first error; parsing stops there */
-};
-
-static char *xstrdup(const char *s)
+char *xstrdup(const char *s)
 {
 	char *p = strdup(s ? s : "");
 	if (!p) {
@@ -117,7 +86,7 @@ static char *xstrdup(const char *s)
 	return p;
 }
 
-static void *xrealloc(void *p, size_t n)
+void *xrealloc(void *p, size_t n)
 {
 	p = realloc(p, n);
 	if (!p) {
@@ -125,27 +94,6 @@ static void *xrealloc(void *p, size_t n)
 		exit(1);
 	}
 	return p;
-}
-
-/* Kept for callers of the old API: any size parse_byte_size accepts. */
-uint64_t parse_bytes(const char *s, bool *ok)
-{
-	uint64_t v = 0;
-	*ok = parse_byte_size(s, 0, UINT64_MAX, &v) == 0;
-	return *ok ? v : 0;
-}
-
-static int parse_bool(const char *v, bool *out)
-{
-	if (!strcmp(v, "1") || !strcasecmp(v, "yes") || !strcasecmp(v, "true") || !strcasecmp(v, "on")) {
-		*out = true;
-		return 0;
-	}
-	if (!strcmp(v, "0") || !strcasecmp(v, "no") || !strcasecmp(v, "false") || !strcasecmp(v, "off")) {
-		*out = false;
-		return 0;
-	}
-	return -1;
 }
 
 /* printf into err, if it is still empty (the first error wins). */
@@ -157,130 +105,6 @@ static void __attribute__((format(printf, 2, 3))) set_err(struct parse_ctx *x, c
 	va_start(ap, fmt);
 	vsnprintf(x->err, sizeof x->err, fmt, ap);
 	va_end(ap);
-}
-
-/*
- * Checks a listen address: HOST:PORT or [IPV6]:PORT, PORT 1..65535.  HOST
- * is a numeric IPv4 address or a host name (resolved later, by getaddrinfo
- * in server/listen.c); inside brackets only a numeric IPv6 address (with an
- * optional %scope).  0, or -EINVAL with the reason in err.
- * An empty HOST (":PORT") is every address, IPv6 and IPv4: server/listen.c
- * binds one IPv6 socket with IPV6_V6ONLY off (whatever
- * net.ipv6.bindv6only says), or 0.0.0.0 where there is no IPv6.
- */
-static int check_listen(const char *spec, char *err, size_t errlen)
-{
-	char host[256];
-	const char *port;
-	size_t hlen;
-	if (spec[0] == '[') {
-		const char *e = strchr(spec, ']');
-		if (!e || e[1] != ':') {
-			snprintf(err, errlen, "expected [IPV6]:PORT");
-			return -EINVAL;
-		}
-		hlen = (size_t)(e - spec - 1);
-		port = e + 2;
-		if (hlen >= sizeof host) {
-			snprintf(err, errlen, "the address is too long");
-			return -EINVAL;
-		}
-		memcpy(host, spec + 1, hlen);
-		host[hlen] = 0;
-		struct addrinfo hints = { .ai_family = AF_INET6, .ai_flags = AI_NUMERICHOST }, *res;
-		if (getaddrinfo(host, NULL, &hints, &res) != 0) {
-			snprintf(err, errlen, "'%s' is not an IPv6 address (brackets are for IPv6 only)", host);
-			return -EINVAL;
-		}
-		freeaddrinfo(res);
-	} else {
-		const char *c = strrchr(spec, ':');
-		if (!c) {
-			snprintf(err, errlen, "no port: expected HOST:PORT, or [IPV6]:PORT");
-			return -EINVAL;
-		}
-		hlen = (size_t)(c - spec);
-		port = c + 1;
-		if (memchr(spec, ':', hlen)) {
-			snprintf(err, errlen, "an IPv6 address needs brackets: [ADDR]:PORT");
-			return -EINVAL;
-		}
-		if (hlen > 253) {
-			snprintf(err, errlen, "the host name is longer than 253 characters");
-			return -EINVAL;
-		}
-		memcpy(host, spec, hlen);
-		host[hlen] = 0;
-		if (!hlen) {
-			/* every address (dual-stack) */
-		} else if (strspn(host, "0123456789.") == hlen) {
-			struct in_addr a;
-			if (inet_pton(AF_INET, host, &a) != 1) {
-				snprintf(err, errlen, "'%s' is not an IPv4 address (dotted quad, e.g. 127.0.0.1)",
-					 host);
-				return -EINVAL;
-			}
-		} else if (strspn(host, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-				  "0123456789.-_") != hlen) {
-			snprintf(err, errlen, "'%s' is not a host name or IPv4 address", host);
-			return -EINVAL;
-		}
-	}
-	uint64_t p;
-	int rc = parse_uint(port, 1, 65535, &p);
-	if (rc == -ERANGE) {
-		snprintf(err, errlen, "port %s is out of range (1 to 65535)", port);
-		return -EINVAL;
-	}
-	if (rc) {
-		snprintf(err, errlen, "port '%s' is not a number (1 to 65535)", port);
-		return -EINVAL;
-	}
-	return 0;
-}
-
-/*
- * "ADDR" or "ADDR tls=MODE" (spaces or tabs between): the address into addr,
- * the mode into *mode (-1 when not given).
- */
-int listen_split(const char *spec, char *addr, size_t addrlen, int *mode, char *err, size_t errlen)
-{
-	size_t n = strcspn(spec, " \t");
-	*mode = -1;
-	if (n >= addrlen) {
-		snprintf(err, errlen, "the address is too long");
-		return -EINVAL;
-	}
-	memcpy(addr, spec, n);
-	addr[n] = 0;
-	const char *rest = spec + n;
-	rest += strspn(rest, " \t");
-	if (!*rest)
-		return 0;
-	if (strncmp(rest, "tls=", 4) != 0) {
-		snprintf(err, errlen, "after the address only tls=off|allowed|required may follow, not '%s'",
-			 rest);
-		return -EINVAL;
-	}
-	char m[32];
-	size_t ml = strcspn(rest + 4, " \t");
-	snprintf(m, sizeof m, "%.*s", (int)(ml < sizeof m ? ml : sizeof m - 1), rest + 4);
-	if (rest[4 + ml + strspn(rest + 4 + ml, " \t")] || (*mode = tls_mode_parse(m)) < 0) {
-		snprintf(err, errlen, "tls= takes off, allowed or required, not '%s'", rest + 4);
-		*mode = -1;
-		return -EINVAL;
-	}
-	return 0;
-}
-
-/* check_listen, on the address part of "ADDR[ tls=MODE]" */
-static int check_listen_spec(const char *spec, char *err, size_t errlen)
-{
-	char addr[300];
-	int mode;
-	if (listen_split(spec, addr, sizeof addr, &mode, err, errlen))
-		return -EINVAL;
-	return check_listen(addr, err, errlen);
 }
 
 static struct dimm_cfg *dimm_add(struct server_cfg *cfg, const char *name)
@@ -298,14 +122,6 @@ static struct dimm_cfg *dimm_add(struct server_cfg *cfg, const char *name)
 	d->sync = -1;
 	d->tls = -1;
 	return d;
-}
-
-static struct card_cfg *card_find(struct parse_ctx *x, const char *name)
-{
-	for (int i = 0; i < x->ncards; i++)
-		if (!strcmp(x->cards[i].name, name))
-			return &x->cards[i];
-	return NULL;
 }
 
 /* The NAME of a "KIND NAME" section ([card NAME], [dimm NAME]), possibly
@@ -422,487 +238,47 @@ static char *read_line(char *buf, int size, void *stream)
 	return buf;
 }
 
-/* An octal mode of at most 0777 (three or four octal digits). */
-static int parse_mode(const char *v, int *out)
+
+/* A key not given before in this section (unless repeatable): 0, or -1 with why. */
+static int key_once(struct parse_ctx *x, const char *section, const char *key, char *why, size_t len)
 {
-	size_t n = strlen(v);
-	if (n < 3 || n > 4 || strspn(v, "01234567") != n)
-		return -EINVAL;
-	long m = strtol(v, NULL, 8);
-	if (m > 0777)
-		return -ERANGE;
-	*out = (int)m;
+	if (config_key_repeatable(key))
+		return 0;
+	for (int i = 0; i < x->nkeys; i++) {
+		if (!strcmp(x->keys[i].name, key)) {
+			snprintf(why, len, "%s is given a second time in [%s] (first on line %d)", key,
+				 section, x->keys[i].line);
+			return -1;
+		}
+	}
+	x->keys = xrealloc(x->keys, (size_t)(x->nkeys + 1) * sizeof *x->keys);
+	x->keys[x->nkeys++] = (struct seen){ xstrdup(key), x->lineno };
 	return 0;
 }
 
-/* A group name or a numeric gid that exists. */
-static int parse_group(const char *v, long *gid, char *why, size_t len)
-{
-	struct group *g = getgrnam(v);
-	uint64_t u;
-	if (g) {
-		*gid = (long)g->gr_gid;
-		return 0;
-	}
-	if (!parse_uint(v, 0, UINT32_MAX - 1, &u)) {
-		*gid = (long)u;
-		return 0;
-	}
-	snprintf(why, len, "no such group");
-	return -EINVAL;
-}
-
-/* A whole number of UNIT in [min, max]; on error, why says so. */
-static int get_uint(const char *value, uint64_t min, uint64_t max, const char *unit, uint64_t *out,
-		    char *why, size_t len)
-{
-	int rc = parse_uint(value, min, max, out);
-	if (rc)
-		snprintf(why, len, "%s: must be a whole number of %s from %llu to %llu",
-			 rc == -ERANGE ? "out of range" : "not a number", unit, (unsigned long long)min,
-			 (unsigned long long)max);
-	return rc;
-}
-
-/* A path given in the configuration file at cfg_path: relative to that
- * file's directory (made absolute: flashd may change its directory). */
-static char *path_from_file(const char *cfg_path, const char *value)
-{
-	if (value[0] == '/')
-		return xstrdup(value);
-	char *copy = xstrdup(cfg_path);
-	char *slash = strrchr(copy, '/');
-	const char *dir = ".";
-	if (slash) {
-		*slash = 0;
-		dir = slash == copy ? "/" : copy;
-	}
-	char *real = realpath(dir, NULL);
-	const char *base = real ? real : dir;
-	size_t n = strlen(base) + strlen(value) + 2;
-	char *p = xrealloc(NULL, n);
-	snprintf(p, n, "%s%s%s", base, strcmp(base, "/") ? "/" : "", value);
-	free(real);
-	free(copy);
-	return p;
-}
-
-/*
- * A health threshold key (reserves_warn, endurance_warn, temperature_warn)
- * of [server] or a [dimm] into lim: 1 if key is one, 0 if not, -1 with why
- * if its value is bad.  Percentages may carry a %.
- */
-static int health_key(struct health_limits *lim, const char *key, const char *value, char *why,
-		      size_t len)
-{
-	double f;
-	size_t n = strlen(value);
-	bool pct = n && value[n - 1] == '%';
-	if (!strcmp(key, "reserves_warn") || !strcmp(key, "endurance_warn")) {
-		bool res = key[0] == 'r';
-		double max = res ? 100 : 1000;
-		if (pct ? parse_percent(value, 0, max, &f) : parse_double(value, 0, max, &f)) {
-			snprintf(why, len, "%s, from 0 to %.0f (a warning %s)",
-				 res ? "percent of the reserves left" : "percent of the rated P/E cycles used",
-				 max, res ? "below it" : "from it on");
-			return -1;
-		}
-		*(res ? &lim->reserves_warn : &lim->endurance_warn) = f;
-		lim->set |= res ? HL_RESERVES : HL_ENDURANCE;
-		return 1;
-	}
-	if (!strcmp(key, "temperature_warn")) {
-		if (parse_double(value, -40, 150, &f)) {
-			snprintf(why, len, "degrees C, from -40 to 150 (a warning from it on; writes are "
-				 "throttled at 78)");
-			return -1;
-		}
-		lim->temperature_warn = f;
-		lim->set |= HL_TEMPERATURE;
-		return 1;
-	}
-	return 0;
-}
-
+/* inih's key handler: the key through config_key (config_keys.c); every
+ * error names the file, line, section, key and value.  1, or 0 with x->err. */
 static int handler(void *user, const char *section, const char *key, const char *value)
 {
 	struct parse_ctx *x = user;
-	struct server_cfg *cfg = x->cfg;
-	char why[640];
-	uint64_t u;
-	double f;
-	bool b;
-
-	/* every error names the file, line, section, key and value */
-#define BAD(...)                                                                         \
-	do {                                                                             \
-		char m_[1024];                                                           \
-		snprintf(m_, sizeof m_, __VA_ARGS__);                                    \
-		set_err(x, "%s:%d: [%s] %s = '%s': %s", x->path, x->lineno, section, key, value, \
-			m_);                                                             \
-		return 0;                                                                \
-	} while (0)
-
+	char why[1024];
 	if (!section[0]) {
 		set_err(x, "%s:%d: key '%s' before any [section]", x->path, x->lineno, key);
 		return 0;
 	}
-	if (strcmp(key, "listen") != 0 && strcmp(key, "allow") != 0 && strcmp(key, "allow_ro") != 0 &&
-	    strcmp(key, "metrics_allow") != 0) {
-		for (int i = 0; i < x->nkeys; i++)
-			if (!strcmp(x->keys[i].name, key))
-				BAD("%s is given a second time in [%s] (first on line %d)", key, section,
-				    x->keys[i].line);
-		x->keys = xrealloc(x->keys, (size_t)(x->nkeys + 1) * sizeof *x->keys);
-		x->keys[x->nkeys++] = (struct seen){ xstrdup(key), x->lineno };
+	const char *card = section_kind(section, "card"), *dimm = section_kind(section, "dimm");
+	int rc = key_once(x, section, key, why, sizeof why);
+	if (!rc && (card || dimm || !strcmp(section, "server"))) {
+		rc = config_key(x, card, dimm ? dimm_add(x->cfg, dimm) : NULL, key, value, why,
+				sizeof why);
+	} else if (!rc) {
+		/* section_begin refused every other section */
+		snprintf(why, sizeof why, "internal error: unknown section");
+		rc = -1;
 	}
-
-	if (!strcmp(section, "server")) {
-		int hk = health_key(&cfg->health, key, value, why, sizeof why);
-		if (hk < 0)
-			BAD("%s", why);
-		if (hk > 0)
-			return 1;
-		if (!strcmp(key, "listen")) {
-			if (check_listen_spec(value, why, sizeof why))
-				BAD("%s", why);
-			cfg->listen = xrealloc(cfg->listen, (size_t)(cfg->nlisten + 1) * sizeof *cfg->listen);
-			cfg->listen[cfg->nlisten++] = xstrdup(value);
-		} else if (!strcmp(key, "unix")) {
-			if (!cfg->unix_path) /* the command line wins */
-				cfg->unix_path = xstrdup(value);
-		} else if (!strcmp(key, "control")) {
-			if (!value[0])
-				BAD("the control socket path is empty");
-			if (!cfg->control_path)
-				cfg->control_path = xstrdup(value);
-		} else if (!strcmp(key, "state_dir")) {
-			if (!cfg->state_dir)
-				cfg->state_dir = xstrdup(value);
-		} else if (!strcmp(key, "pidfile")) {
-			if (!cfg->pidfile)
-				cfg->pidfile = xstrdup(value);
-		} else if (!strcmp(key, "default_export")) {
-			if (!value[0])
-				BAD("the export name is empty (leave the key out for no default export)");
-			/* that it names an export is checked once every [dimm] is known */
-			free(cfg->default_export);
-			cfg->default_export = xstrdup(value);
-			cfg->default_export_line = x->lineno;
-		} else if (!strcmp(key, "max_connections")) {
-			if (get_uint(value, 1, MAX_CONNECTIONS_LIMIT, "connections", &u, why, sizeof why))
-				BAD("%s", why);
-			cfg->max_connections = (int)u;
-		} else if (!strcmp(key, "max_connections_per_address")) {
-			if (get_uint(value, 0, MAX_CONNECTIONS_LIMIT, "connections", &u, why, sizeof why))
-				BAD("%s (0: no cap per address)", why);
-			cfg->max_conn_per_addr = (int)u;
-		} else if (!strcmp(key, "max_handshakes")) {
-			if (get_uint(value, 1, MAX_CONNECTIONS_LIMIT, "connections", &u, why, sizeof why))
-				BAD("%s", why);
-			cfg->max_handshakes = (int)u;
-		} else if (!strcmp(key, "max_handshakes_per_address")) {
-			if (get_uint(value, 0, MAX_CONNECTIONS_LIMIT, "connections", &u, why, sizeof why))
-				BAD("%s (0: no cap per address)", why);
-			cfg->max_hs_per_addr = (int)u;
-		} else if (!strcmp(key, "idle_timeout") || !strcmp(key, "idle_timeout_busy")) {
-			if (get_uint(value, 0, IDLE_TIMEOUT_LIMIT, "seconds", &u, why, sizeof why))
-				BAD("%s (0: off)", why);
-			*(key[12] ? &cfg->idle_timeout_busy : &cfg->idle_timeout) = (int)u;
-		} else if (!strcmp(key, "buffer_limit")) {
-			if (parse_byte_size(value, BUFFER_LIMIT_MIN, 1ull << 40, &u))
-				BAD("must be a size from 64M to 1T (e.g. 1G)");
-			cfg->buffer_limit = u;
-		} else if (!strcmp(key, "handshake_timeout")) {
-			if (get_uint(value, 1, HANDSHAKE_TIMEOUT_LIMIT, "seconds", &u, why, sizeof why))
-				BAD("%s", why);
-			cfg->handshake_timeout = (int)u;
-		} else if (!strcmp(key, "poll_us")) {
-			if (get_uint(value, 0, POLL_US_LIMIT, "microseconds", &u, why, sizeof why))
-				BAD("%s", why);
-			if (cfg->poll_us < 0)
-				cfg->poll_us = (int)u;
-		} else if (!strcmp(key, "shutdown_timeout")) {
-			if (get_uint(value, 1, 3600, "seconds", &u, why, sizeof why))
-				BAD("%s", why);
-			if (!cfg->shutdown_timeout) /* the command line wins */
-				cfg->shutdown_timeout = (int)u;
-		} else if (!strcmp(key, "timing")) {
-			if (parse_bool(value, &b))
-				BAD("timing must be on or off");
-			if (cfg->timing < 0)
-				cfg->timing = b;
-		} else if (!strcmp(key, "fault_injection")) {
-			if (parse_bool(value, &b))
-				BAD("fault_injection must be yes or no");
-			cfg->fault_injection = b;
-		} else if (!strcmp(key, "log")) {
-			if (!strcmp(value, "syslog"))
-				cfg->use_syslog = true;
-			else if (strcmp(value, "stderr") != 0)
-				BAD("log must be stderr or syslog");
-		} else if (!strcmp(key, "verbose")) {
-			if (parse_bool(value, &b))
-				BAD("verbose must be yes or no");
-			if (b && !cfg->verbose)
-				cfg->verbose = 1;
-		} else if (!strcmp(key, "allow_degraded")) {
-			if (parse_bool(value, &b))
-				BAD("allow_degraded must be yes or no");
-			if (cfg->allow_degraded < 0)
-				cfg->allow_degraded = b;
-		} else if (!strcmp(key, "tls") || !strcmp(key, "unix_tls")) {
-			int m = tls_mode_parse(value);
-			if (m < 0)
-				BAD("%s must be off, allowed or required", key);
-			int *slot = key[0] == 't' ? &cfg->tls : &cfg->unix_tls;
-			if (*slot < 0) /* the command line wins */
-				*slot = m;
-		} else if (!strcmp(key, "tls_certificates") || !strcmp(key, "tls_psk")) {
-			if (!value[0])
-				BAD("the path is empty");
-			bool certs = !strcmp(key, "tls_certificates");
-			char **path = certs ? &cfg->tls_certificates : &cfg->tls_psk;
-			char **where = certs ? &cfg->tls_certificates_where : &cfg->tls_psk_where;
-			if (!*path) {
-				char w[1200];
-				snprintf(w, sizeof w, "%s:%d: [server] %s = '%s'", x->path, x->lineno, key,
-					 value);
-				*path = path_from_file(x->path, value);
-				*where = xstrdup(w);
-			}
-		} else if (!strcmp(key, "tls_verify_peer")) {
-			if (parse_bool(value, &b))
-				BAD("tls_verify_peer must be yes or no");
-			if (cfg->tls_verify_peer < 0)
-				cfg->tls_verify_peer = b;
-		} else if (!strcmp(key, "unix_mode") || !strcmp(key, "control_mode") ||
-			   !strcmp(key, "umask")) {
-			int m;
-			if (parse_mode(value, &m))
-				BAD("%s must be an octal mode from 000 to 0777 (e.g. 0660)", key);
-			*(key[0] == 'u' ? key[1] == 'n' ? &cfg->unix_mode : &cfg->umask : &cfg->control_mode) = m;
-		} else if (!strcmp(key, "unix_group") || !strcmp(key, "control_group")) {
-			long gid;
-			if (parse_group(value, &gid, why, sizeof why))
-				BAD("%s", why);
-			*(key[0] == 'u' ? &cfg->unix_gid : &cfg->control_gid) = gid;
-		} else if (!strcmp(key, "metrics_listen")) {
-			/* an explicit host: [::]:PORT for every address */
-			if (!value[0] || value[0] == ':' || strchr(value, ' '))
-				BAD("HOST:PORT (IPv6: [ADDR]:PORT; [::]:PORT for every address)");
-			if (check_listen(value, why, sizeof why))
-				BAD("%s", why);
-			free(cfg->metrics_listen);
-			cfg->metrics_listen = xstrdup(value);
-		} else if (!strcmp(key, "metrics_allow")) {
-			struct acl add = { 0 };
-			if (acl_parse(&add, value, false, why, sizeof why)) {
-				acl_free(&add);
-				BAD("%s", why);
-			}
-			for (int i = 0; i < add.n; i++) {
-				if (add.e[i].kind != ACL_ALL && add.e[i].kind != ACL_NET4 &&
-				    add.e[i].kind != ACL_NET6) {
-					acl_entry_format(&add.e[i], why, sizeof why);
-					acl_free(&add);
-					BAD("'%s': the metrics listener takes addresses, networks and all "
-					    "(it has no TLS and no unix socket)", why);
-				}
-			}
-			acl_free(&add);
-			if (acl_parse(&cfg->metrics_allow, value, false, why, sizeof why))
-				BAD("%s", why);
-		} else if (!strcmp(key, "metrics_host_names")) {
-			for (const char *p = value; *p; p++)
-				if (!isalnum((unsigned char)*p) && !strchr(".- ", *p))
-					BAD("host names (letters, digits, '.' and '-'), separated by spaces");
-			free(cfg->metrics_host_names);
-			cfg->metrics_host_names = xstrdup(value);
-		} else {
-			BAD("unknown key in [server]");
-		}
-		return 1;
-	}
-	const char *card_name = section_kind(section, "card");
-	if (card_name) {
-		struct card_cfg *c = card_find(x, card_name);
-		if (!c)
-			BAD("internal error: card not registered");
-		if (!strcmp(key, "timing")) {
-			if (parse_bool(value, &b))
-				BAD("timing must be on or off");
-			c->timing = b;
-		} else if (strcmp(key, "model") != 0 && strcmp(key, "description") != 0) {
-			BAD("unknown key in a [card] section");
-		}
-		return 1;
-	}
-	const char *dimm_name = section_kind(section, "dimm");
-	if (dimm_name) {
-		struct dimm_cfg *d = dimm_add(cfg, dimm_name);
-		int hk = health_key(&d->health, key, value, why, sizeof why);
-		if (hk < 0)
-			BAD("%s", why);
-		if (hk > 0)
-			return 1;
-		if (!strcmp(key, "card")) {
-			free(d->card);
-			d->card = xstrdup(value);
-		} else if (!strcmp(key, "backend")) {
-			bool mtd = !strcmp(value, "mtd");
-			if (!mtd && strcmp(value, "sim") != 0)
-				BAD("backend must be sim (the simulated ioDimm) or mtd (raw NAND through "
-				    "/dev/mtdN)");
-			if (mtd && d->image && !d->device_set)
-				BAD("backend = mtd takes device = /dev/mtdN, not image");
-			if (mtd && d->preset)
-				BAD("backend = mtd takes no preset (the device says what it is)");
-			if (!mtd && d->device_set)
-				BAD("device is for backend = mtd; the simulator's file is image");
-			free(d->backend);
-			d->backend = xstrdup(value);
-		} else if (!strcmp(key, "preset")) {
-			if (d->backend && !strcmp(d->backend, "mtd"))
-				BAD("backend = mtd takes no preset (the device says what it is)");
-			free(d->preset);
-			d->preset = xstrdup(value);
-			if (!nand_preset_description(value))
-				BAD("unknown preset (see 'flashctl presets')");
-		} else if (!strcmp(key, "image")) {
-			if (!value[0])
-				BAD("the image path is empty");
-			if (d->device_set)
-				BAD("give image (backend = sim) or device (backend = mtd), not both");
-			if (d->backend && !strcmp(d->backend, "mtd"))
-				BAD("backend = mtd takes device = /dev/mtdN, not image");
-			free(d->image);
-			d->image = xstrdup(value);
-		} else if (!strcmp(key, "device")) {
-			if (value[0] != '/')
-				BAD("device must be the absolute path of an MTD character device (/dev/mtdN)");
-			if (d->image && !d->device_set)
-				BAD("give image (backend = sim) or device (backend = mtd), not both");
-			if (d->backend && strcmp(d->backend, "mtd") != 0)
-				BAD("device is for backend = mtd; the simulator's file is image");
-			free(d->image);
-			d->image = xstrdup(value);
-			d->device_set = true;
-		} else if (!strcmp(key, "export")) {
-			if (!value[0])
-				BAD("the export name is empty (leave the key out to use the section name)");
-			free(d->export_name);
-			d->export_name = xstrdup(value);
-		} else if (!strcmp(key, "description")) {
-			free(d->description);
-			d->description = xstrdup(value);
-		} else if (!strcmp(key, "readonly")) {
-			if (parse_bool(value, &d->readonly))
-				BAD("readonly must be yes or no");
-		} else if (!strcmp(key, "sector_size")) {
-			if (parse_byte_size(value, 0, UINT32_MAX, &u) || (u != 512 && u != 4096))
-				BAD("sector_size must be 512 or 4096");
-			d->sector_size = (uint32_t)u;
-			d->sector_size_set = true;
-		} else if (!strcmp(key, "capacity")) {
-			if (d->op_percent > 0)
-				BAD("give capacity or op, not both");
-			size_t n = strlen(value);
-			if (n && value[n - 1] == '%') {
-				int rc = parse_percent(value, 0, 100, &f);
-				if (rc == -EINVAL)
-					BAD("not a percentage (a number, then %%: e.g. 80%%)");
-				if (rc || f <= 0)
-					BAD("a percentage of the stock capacity must be more than 0%% and at most "
-					    "100%% (for less over-provisioning than stock, use op = %.0f to %.0f)",
-					    FTL_MIN_OP_PERCENT, FTL_STOCK_OP_PERCENT);
-				d->capacity_pct = f;
-				d->capacity_set = true;
-			} else {
-				int rc = parse_byte_size(value, 0, UINT64_MAX, &u);
-				if (rc == -ERANGE)
-					BAD("too large");
-				if (rc)
-					BAD("not a capacity: give a whole number of bytes with an optional K, M, G "
-					    "or T suffix (512M, 1.5G), or a share of the stock capacity (80%%)");
-				if (u < MIN_CAPACITY) {
-					if (strspn(value, "0123456789") == n && u <= 100)
-						BAD("%llu bytes is less than the minimum, 1M; did you mean %s%%?",
-						    (unsigned long long)u, value);
-					BAD("%llu bytes is less than the minimum, 1M", (unsigned long long)u);
-				}
-				d->capacity = u;
-				d->capacity_set = true;
-			}
-		} else if (!strcmp(key, "op")) {
-			if (d->capacity || d->capacity_pct > 0)
-				BAD("give capacity or op, not both");
-			size_t n = strlen(value);
-			int rc = n && value[n - 1] == '%' ?
-					 parse_percent(value, FTL_MIN_OP_PERCENT, FTL_MAX_OP_PERCENT, &f) :
-					 parse_double(value, FTL_MIN_OP_PERCENT, FTL_MAX_OP_PERCENT, &f);
-			if (rc == -ERANGE)
-				BAD("out of range: over-provisioning is %.0f to %.0f (percent of the raw NAND)",
-				    FTL_MIN_OP_PERCENT, FTL_MAX_OP_PERCENT);
-			if (rc)
-				BAD("not a number: over-provisioning in percent of the raw NAND, %.0f to %.0f "
-				    "(e.g. op = 20)", FTL_MIN_OP_PERCENT, FTL_MAX_OP_PERCENT);
-			d->op_percent = f;
-			d->capacity_set = true;
-		} else if (!strcmp(key, "parity_width")) {
-			if (parse_byte_size(value, 0, 1, &u))
-				BAD("parity_width must be 0 (no parity) or 1 (Flashback: one parity die "
-				    "per band stripe)");
-			d->parity_width = (uint32_t)u;
-			d->parity_set = true;
-		} else if (!strcmp(key, "timing")) {
-			if (parse_bool(value, &b))
-				BAD("timing must be on or off");
-			d->timing = b;
-		} else if (!strcmp(key, "sync")) {
-			if (parse_bool(value, &b))
-				BAD("sync must be on or off");
-			d->sync = b;
-		} else if (!strcmp(key, "flush_parity")) {
-			if (parse_bool(value, &b))
-				BAD("flush_parity must be on or off");
-			d->no_flush_parity = !b;
-		} else if (!strcmp(key, "checkpoint_interval")) {
-			uint64_t u;
-			if (!strcmp(value, "auto"))
-				u = 0;
-			else if (parse_byte_size(value, 64ull << 20, 1ull << 40, &u))
-				BAD("checkpoint_interval must be auto or a size from 64M to 1T (log written "
-				    "between checkpoints, e.g. 16G)");
-			d->cp_interval = u;
-		} else if (!strcmp(key, "tls")) {
-			int m = tls_mode_parse(value);
-			if (m < 0)
-				BAD("tls must be off (plaintext sessions only), allowed (both) or required "
-				    "(TLS sessions only)");
-			d->tls = m;
-		} else if (!strcmp(key, "allow") || !strcmp(key, "allow_ro")) {
-			int before = d->acl.n;
-			if (acl_parse(&d->acl, value, key[5] == '_', why, sizeof why))
-				BAD("%s", why);
-			struct acl added = { d->acl.e + before, d->acl.n - before };
-			if (!d->acl_cert_line && acl_has_cert_rules(&added))
-				d->acl_cert_line = x->lineno;
-			if (!d->acl_psk_line && acl_has_psk_rules(&added))
-				d->acl_psk_line = x->lineno;
-			if (!d->acl_tls_line && acl_has_tls_rules(&added))
-				d->acl_tls_line = x->lineno;
-		} else if (!strcmp(key, "list_denied")) {
-			if (parse_bool(value, &d->list_denied))
-				BAD("list_denied must be yes or no");
-		} else {
-			BAD("unknown key in a [dimm] section");
-		}
-		return 1;
-	}
-	/* section_begin refused every other section */
-	BAD("internal error: unknown section");
-#undef BAD
+	if (rc)
+		set_err(x, "%s:%d: [%s] %s = '%s': %s", x->path, x->lineno, section, key, value, why);
+	return !rc;
 }
 
 int config_load(struct server_cfg *cfg, const char *path, char *err, size_t errlen)
