@@ -470,14 +470,11 @@ static int check_images(struct server_cfg *cfg, char *err, size_t errlen)
 	return rc;
 }
 
-/* Defaults and cross-checks after the config file and the command line. */
-int config_finish(struct server_cfg *cfg, char *err, size_t errlen)
+/* Listen addresses and the sockets' paths: defaults, then checks. */
+static int finish_sockets(struct server_cfg *cfg, char *err, size_t errlen)
 {
 	char why[640];
 	struct sockaddr_un sa;
-
-	if (!cfg->ndimms)
-		config_default_duo(cfg);
 	/* neither --listen nor --unix (nor the file's keys): both defaults;
 	 * only a unix socket given: that alone */
 	if (!cfg->nlisten && (!cfg->unix_path || !cfg->unix_path[0])) {
@@ -506,6 +503,12 @@ int config_finish(struct server_cfg *cfg, char *err, size_t errlen)
 			return -EINVAL;
 		}
 	}
+	return 0;
+}
+
+/* The defaults of the [server] keys neither the file nor the command line set. */
+static void finish_server_defaults(struct server_cfg *cfg)
+{
 	if (!cfg->max_connections)
 		cfg->max_connections = 1024;
 	if (!cfg->handshake_timeout)
@@ -544,7 +547,11 @@ int config_finish(struct server_cfg *cfg, char *err, size_t errlen)
 		cfg->control_mode = 0660;
 	if (cfg->umask < 0)
 		cfg->umask = 077;
-	/* tls: entries need a way to prove that identity */
+}
+
+/* A tls: entry of an ioDimm's rules needs a way to prove that identity. */
+static int check_tls_rules(const struct server_cfg *cfg, char *err, size_t errlen)
+{
 	for (int i = 0; i < cfg->ndimms; i++) {
 		struct dimm_cfg *d = &cfg->dimms[i];
 		const char *f = cfg->config_file ? cfg->config_file : "(config)";
@@ -572,6 +579,13 @@ int config_finish(struct server_cfg *cfg, char *err, size_t errlen)
 			}
 		}
 	}
+	return 0;
+}
+
+/* Each ioDimm's defaults (backend, preset, export name, image path, timing,
+ * sync), and its export name: at most 4096 bytes, used by no other. */
+static int finish_dimms(struct server_cfg *cfg, char *err, size_t errlen)
+{
 	for (int i = 0; i < cfg->ndimms; i++) {
 		struct dimm_cfg *d = &cfg->dimms[i];
 		if (!d->backend)
@@ -611,23 +625,44 @@ int config_finish(struct server_cfg *cfg, char *err, size_t errlen)
 			}
 		}
 	}
-	if (cfg->default_export) {
-		bool found = false;
-		char names[512] = "";
-		size_t used = 0;
-		for (int i = 0; i < cfg->ndimms; i++) {
-			found |= !strcmp(cfg->dimms[i].export_name, cfg->default_export);
-			if (used < sizeof names)
-				used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "",
-							 cfg->dimms[i].export_name);
-		}
-		if (!found) {
-			snprintf(err, errlen, "%s:%d: [server] default_export = '%s': no export has that name "
-				 "(the exports: %s)", cfg->config_file ? cfg->config_file : "(config)",
-				 cfg->default_export_line, cfg->default_export, names);
-			return -EINVAL;
-		}
+	return 0;
+}
+
+/* default_export names an export. */
+static int check_default_export(const struct server_cfg *cfg, char *err, size_t errlen)
+{
+	if (!cfg->default_export)
+		return 0;
+	bool found = false;
+	char names[512] = "";
+	size_t used = 0;
+	for (int i = 0; i < cfg->ndimms; i++) {
+		found |= !strcmp(cfg->dimms[i].export_name, cfg->default_export);
+		if (used < sizeof names)
+			used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "",
+						 cfg->dimms[i].export_name);
 	}
+	if (!found) {
+		snprintf(err, errlen, "%s:%d: [server] default_export = '%s': no export has that name "
+			 "(the exports: %s)", cfg->config_file ? cfg->config_file : "(config)",
+			 cfg->default_export_line, cfg->default_export, names);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Defaults and cross-checks after the config file and the command line. */
+int config_finish(struct server_cfg *cfg, char *err, size_t errlen)
+{
+	int rc;
+	if (!cfg->ndimms)
+		config_default_duo(cfg);
+	if ((rc = finish_sockets(cfg, err, errlen)))
+		return rc;
+	finish_server_defaults(cfg);
+	if ((rc = check_tls_rules(cfg, err, errlen)) || (rc = finish_dimms(cfg, err, errlen)) ||
+	    (rc = check_default_export(cfg, err, errlen)))
+		return rc;
 	return check_images(cfg, err, errlen);
 }
 
