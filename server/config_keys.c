@@ -648,6 +648,9 @@ static int parse_allow(struct key_ctx *k, const char *value, char *why, size_t l
 #define CUSTOM(sect, nm, fl, fn) ROW(sect, nm, KT_CUSTOM, fl, 0, .parse = fn)
 #define CONN MAX_CONNECTIONS_LIMIT
 
+/* One row per key, each starting its own line with ROW, COUNT or CUSTOM:
+ * tests/test-install.sh reads the names there to check that flashd.conf(5)
+ * documents every key. */
 static const struct cfg_key cfg_keys[] = {
 	CUSTOM('s', "listen", KF_REPEAT, parse_listen),
 	ROW('s', "unix", KT_STRING, KF_UNSET, SRV(unix_path)),

@@ -111,7 +111,13 @@ mapfile -t verbs < <("$C" --help | sed -n 's/^ *flashctl \([a-z][a-z]*\).*/\1/p'
 for v in "${verbs[@]}"; do
 	grep -qE "^ +$v( |$)" "$T/flashctl.8.txt" || fail "flashctl.8 has no entry for the verb $v"
 done
-mapfile -t keys < <(sed -n 's/^#\{0,1\}\([a-z_][a-z_]*\) = .*/\1/p' conf/flashd.conf | sort -u)
+# the keys of the example and of the key table (server/config_keys.c's
+# cfg_keys, one row per key), so that a key the example leaves out is
+# documented too
+mapfile -t tkeys < <(sed -n "s/^\t[A-Z]*('[sd]', \"\([a-z_]*\)\".*/\1/p" server/config_keys.c | sort -u)
+[ ${#tkeys[@]} -ge 50 ] || fail "server/config_keys.c's table has only ${#tkeys[@]} keys?"
+mapfile -t keys < <({ sed -n 's/^#\{0,1\}\([a-z_][a-z_]*\) = .*/\1/p' conf/flashd.conf
+			printf '%s\n' "${tkeys[@]}"; } | sort -u)
 [ ${#keys[@]} -ge 20 ] || fail "conf/flashd.conf has only ${#keys[@]} keys?"
 for k in "${keys[@]}"; do
 	grep -qE "^ +$k( |$)" "$T/flashd.conf.5.txt" || fail "flashd.conf.5 has no entry for the key $k"
