@@ -67,11 +67,7 @@
 #include "hw/nand.h"
 #include "server/config_int.h"
 
-#define DEFAULT_BUFFER_LIMIT (1ull << 30)
-#define DEFAULT_CONN_PER_ADDR 256
 #define DEFAULT_HANDSHAKES 128          /* at most max_connections / 8 */
-#define DEFAULT_HANDSHAKES_PER_ADDR 16
-#define DEFAULT_IDLE_TIMEOUT_BUSY 600   /* seconds */
 /* inih keeps at most this many characters of a section name (its
  * MAX_SECTION - 1) and cuts the rest silently: longer ones are refused. */
 #define INI_SECTION_NAME_MAX 49
@@ -506,15 +502,11 @@ static int finish_sockets(struct server_cfg *cfg, char *err, size_t errlen)
 	return 0;
 }
 
-/* The defaults of the [server] keys neither the file nor the command line set. */
+/* The defaults of the [server] keys neither the file nor the command line
+ * set: the key table's (config_keys.c), then those made of other keys. */
 static void finish_server_defaults(struct server_cfg *cfg)
 {
-	if (!cfg->max_connections)
-		cfg->max_connections = 1024;
-	if (!cfg->handshake_timeout)
-		cfg->handshake_timeout = 10;
-	if (cfg->max_conn_per_addr < 0)
-		cfg->max_conn_per_addr = DEFAULT_CONN_PER_ADDR;
+	config_key_defaults(cfg, NULL);
 	/* well below max_connections: TCP and unix socket each hold that many
 	 * in handshake and as many waiting (admit.c, "waiting room"), so by
 	 * default at least half is left to clients that negotiate; a value
@@ -523,30 +515,8 @@ static void finish_server_defaults(struct server_cfg *cfg)
 		cfg->max_handshakes = cfg->max_connections / 8 < DEFAULT_HANDSHAKES ?
 					      (cfg->max_connections >= 8 ? cfg->max_connections / 8 : 1) :
 					      DEFAULT_HANDSHAKES;
-	if (cfg->max_hs_per_addr < 0)
-		cfg->max_hs_per_addr = DEFAULT_HANDSHAKES_PER_ADDR;
-	if (cfg->idle_timeout_busy < 0)
-		cfg->idle_timeout_busy = DEFAULT_IDLE_TIMEOUT_BUSY;
-	if (!cfg->buffer_limit)
-		cfg->buffer_limit = DEFAULT_BUFFER_LIMIT;
-	if (cfg->timing < 0)
-		cfg->timing = 1;
-	if (cfg->poll_us < 0)
-		cfg->poll_us = 50;
-	if (cfg->allow_degraded < 0)
-		cfg->allow_degraded = 0;
-	if (cfg->tls < 0)
-		cfg->tls = TLS_OFF;
 	if (cfg->unix_tls < 0)
 		cfg->unix_tls = cfg->tls;
-	if (cfg->tls_verify_peer < 0)
-		cfg->tls_verify_peer = 0;
-	if (cfg->unix_mode < 0)
-		cfg->unix_mode = 0660;
-	if (cfg->control_mode < 0)
-		cfg->control_mode = 0660;
-	if (cfg->umask < 0)
-		cfg->umask = 077;
 }
 
 /* A tls: entry of an ioDimm's rules needs a way to prove that identity. */
@@ -583,7 +553,7 @@ static int check_tls_rules(const struct server_cfg *cfg, char *err, size_t errle
 }
 
 /* Each ioDimm's defaults (backend, preset, export name, image path, timing,
- * sync), and its export name: at most 4096 bytes, used by no other. */
+ * the key table's), and its export name: at most 4096 bytes, used by no other. */
 static int finish_dimms(struct server_cfg *cfg, char *err, size_t errlen)
 {
 	for (int i = 0; i < cfg->ndimms; i++) {
@@ -611,8 +581,7 @@ static int finish_dimms(struct server_cfg *cfg, char *err, size_t errlen)
 		}
 		if (d->timing < 0)
 			d->timing = cfg->timing;
-		if (d->sync < 0)
-			d->sync = 1;
+		config_key_defaults(cfg, d);
 		if (strlen(d->export_name) > 4096) {
 			snprintf(err, errlen, "export name of [dimm %s] is longer than 4096 bytes", d->name);
 			return -EINVAL;
@@ -763,8 +732,6 @@ int config_build(const struct server_cfg *cli, const char *path, const char *fal
 		out->state_dir = xstrdup(fallback_state_dir);
 	if ((rc = config_finish(out, err, errlen)))
 		goto fail;
-	if (out->shutdown_timeout <= 0)
-		out->shutdown_timeout = 10;
 	return 0;
 fail:
 	config_free(out);

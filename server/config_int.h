@@ -51,6 +51,9 @@ int config_key(struct parse_ctx *x, const char *card, struct dimm_cfg *d, const 
 	       const char *value, char *why, size_t len);
 /* Whether key may be given more than once in its section (listen, allow, ...). */
 bool config_key_repeatable(const char *key);
+/* The table's defaults (rows with DEFAULT) of the keys neither the file nor
+ * the command line set: of [server] (d NULL) or of the ioDimm d. */
+void config_key_defaults(struct server_cfg *cfg, struct dimm_cfg *d);
 /* A listen address "ADDR[ tls=MODE]": 0, or -EINVAL with the reason in err. */
 int check_listen_spec(const char *spec, char *err, size_t errlen);
 

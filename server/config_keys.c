@@ -1,13 +1,15 @@
 /*
  * server/config_keys.c - the keys of flashd.conf: one row per key of
  * [server] and [dimm NAME] in cfg_keys (section, name, type, where it is
- * stored, range, the words of its error), the parsers of the keys that are
- * more than a type, the [card NAME] keys, and the value syntaxes they share
- * (listen addresses, modes, groups, health thresholds).  It owns what a
- * key's value means and how it lands in struct server_cfg or struct
- * dimm_cfg; server/config.c (reading the file: lines, sections, a key at
- * most once) calls config_key for each key, and config_finish uses
- * check_listen_spec for the command line's addresses.
+ * stored, range, default, the words of its error), the parsers of the keys
+ * that are more than a type, the [card NAME] keys, and the value syntaxes
+ * they share (listen addresses, modes, groups, health thresholds).  It owns
+ * what a key's value means, how it lands in struct server_cfg or struct
+ * dimm_cfg and what it is when not given; server/config.c (reading the
+ * file: lines, sections, a key at most once; the defaults made of other
+ * keys) calls config_key for each key and config_key_defaults from
+ * config_finish, which also uses check_listen_spec for the command line's
+ * addresses.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -33,6 +35,11 @@
 #define POLL_US_LIMIT 10000
 #define IDLE_TIMEOUT_LIMIT 604800       /* seconds (a week) */
 #define BUFFER_LIMIT_MIN (64ull << 20)  /* one largest request must fit (conn_buf.c) */
+/* Defaults of the [server] numbers (rows with DEFAULT). */
+#define DEFAULT_BUFFER_LIMIT (1ull << 30)
+#define DEFAULT_CONN_PER_ADDR 256
+#define DEFAULT_HANDSHAKES_PER_ADDR 16
+#define DEFAULT_IDLE_TIMEOUT_BUSY 600   /* seconds */
 /* Smallest capacity ftl_format accepts (ftl/ftl.c). */
 #define MIN_CAPACITY (1ull << 20)
 
@@ -303,6 +310,7 @@ struct key_ctx {
 
 enum key_type {
 	KT_COUNT,   /* a whole number of text (the unit) from min to max, into an int */
+	KT_SIZE,    /* a size (K, M, G, T) from min to max, into a uint64_t */
 	KT_BOOL,    /* yes/no, on/off, ... into an int (a bool with KF_BOOL) */
 	KT_STRING,  /* a copy, into a char * */
 	KT_TLS,     /* off, allowed or required (enum tls_mode), into an int */
@@ -323,13 +331,18 @@ struct cfg_key {
 	enum key_type type;
 	unsigned flags;
 	size_t off;        /* in struct server_cfg or struct dimm_cfg */
-	uint64_t min, max; /* KT_COUNT */
-	/* KT_COUNT: the unit; KT_BOOL, KT_TLS: the values taken; KT_STRING:
-	 * why an empty value is refused */
+	uint64_t min, max; /* KT_COUNT, KT_SIZE */
+	/* KT_COUNT: the unit; KT_BOOL, KT_TLS: the values taken; KT_STRING,
+	 * KT_SIZE: why the value is refused */
 	const char *text;
 	const char *note;  /* KT_COUNT: follows the range error */
 	/* KT_CUSTOM: 0, or -1 with why (the part after "KEY = 'VALUE': ") */
 	int (*parse)(struct key_ctx *k, const char *value, char *why, size_t len);
+	/* has_dflt: dflt is the value when neither the file nor the command
+	 * line set one, i.e. while the int or size is below min (ints: -1, or
+	 * 0 where min is 1; sizes: 0); config_key_defaults sets it */
+	bool has_dflt;
+	long long dflt;
 };
 
 /* printf into why; -1, a parser's refusal */
@@ -367,13 +380,6 @@ static int parse_default_export(struct key_ctx *k, const char *value, char *why,
 	free(k->cfg->default_export);
 	k->cfg->default_export = xstrdup(value);
 	k->cfg->default_export_line = k->x->lineno;
-	return 0;
-}
-
-static int parse_buffer_limit(struct key_ctx *k, const char *value, char *why, size_t len)
-{
-	if (parse_byte_size(value, BUFFER_LIMIT_MIN, 1ull << 40, &k->cfg->buffer_limit))
-		return refuse(why, len, "must be a size from 64M to 1T (e.g. 1G)");
 	return 0;
 }
 
@@ -643,9 +649,10 @@ static int parse_allow(struct key_ctx *k, const char *value, char *why, size_t l
 #define DIM(f) offsetof(struct dimm_cfg, f)
 #define ROW(sect, nm, ty, fl, field, ...) \
 	{ .section = sect, .name = nm, .type = ty, .flags = fl, .off = field, __VA_ARGS__ }
-#define COUNT(sect, nm, fl, field, lo, hi, unit, nt) \
-	ROW(sect, nm, KT_COUNT, fl, field, .min = lo, .max = hi, .text = unit, .note = nt)
+#define COUNT(sect, nm, fl, field, lo, hi, unit, nt, ...) \
+	ROW(sect, nm, KT_COUNT, fl, field, .min = lo, .max = hi, .text = unit, .note = nt, __VA_ARGS__)
 #define CUSTOM(sect, nm, fl, fn) ROW(sect, nm, KT_CUSTOM, fl, 0, .parse = fn)
+#define DEFAULT(v) .has_dflt = true, .dflt = (v)
 #define CONN MAX_CONNECTIONS_LIMIT
 
 /* One row per key, each starting its own line with ROW, COUNT or CUSTOM:
@@ -659,33 +666,40 @@ static const struct cfg_key cfg_keys[] = {
 	ROW('s', "state_dir", KT_STRING, KF_UNSET, SRV(state_dir)),
 	ROW('s', "pidfile", KT_STRING, KF_UNSET, SRV(pidfile)),
 	CUSTOM('s', "default_export", 0, parse_default_export),
-	COUNT('s', "max_connections", 0, SRV(max_connections), 1, CONN, "connections", NULL),
+	COUNT('s', "max_connections", 0, SRV(max_connections), 1, CONN, "connections", NULL,
+	      DEFAULT(1024)),
 	COUNT('s', "max_connections_per_address", 0, SRV(max_conn_per_addr), 0, CONN, "connections",
-	      "(0: no cap per address)"),
+	      "(0: no cap per address)", DEFAULT(DEFAULT_CONN_PER_ADDR)),
 	COUNT('s', "max_handshakes", 0, SRV(max_handshakes), 1, CONN, "connections", NULL),
 	COUNT('s', "max_handshakes_per_address", 0, SRV(max_hs_per_addr), 0, CONN, "connections",
-	      "(0: no cap per address)"),
+	      "(0: no cap per address)", DEFAULT(DEFAULT_HANDSHAKES_PER_ADDR)),
 	COUNT('s', "idle_timeout", 0, SRV(idle_timeout), 0, IDLE_TIMEOUT_LIMIT, "seconds", "(0: off)"),
 	COUNT('s', "idle_timeout_busy", 0, SRV(idle_timeout_busy), 0, IDLE_TIMEOUT_LIMIT, "seconds",
-	      "(0: off)"),
-	CUSTOM('s', "buffer_limit", 0, parse_buffer_limit),
+	      "(0: off)", DEFAULT(DEFAULT_IDLE_TIMEOUT_BUSY)),
+	ROW('s', "buffer_limit", KT_SIZE, 0, SRV(buffer_limit), .min = BUFFER_LIMIT_MIN, .max = 1ull << 40,
+	    .text = "must be a size from 64M to 1T (e.g. 1G)", DEFAULT(DEFAULT_BUFFER_LIMIT)),
 	COUNT('s', "handshake_timeout", 0, SRV(handshake_timeout), 1, HANDSHAKE_TIMEOUT_LIMIT, "seconds",
-	      NULL),
-	COUNT('s', "poll_us", KF_UNSET, SRV(poll_us), 0, POLL_US_LIMIT, "microseconds", NULL),
-	COUNT('s', "shutdown_timeout", KF_ZERO, SRV(shutdown_timeout), 1, 3600, "seconds", NULL),
-	ROW('s', "timing", KT_BOOL, KF_UNSET, SRV(timing), .text = "on or off"),
+	      NULL, DEFAULT(10)),
+	COUNT('s', "poll_us", KF_UNSET, SRV(poll_us), 0, POLL_US_LIMIT, "microseconds", NULL,
+	      DEFAULT(50)),
+	COUNT('s', "shutdown_timeout", KF_ZERO, SRV(shutdown_timeout), 1, 3600, "seconds", NULL,
+	      DEFAULT(10)),
+	ROW('s', "timing", KT_BOOL, KF_UNSET, SRV(timing), .text = "on or off", DEFAULT(1)),
 	ROW('s', "fault_injection", KT_BOOL, 0, SRV(fault_injection), .text = "yes or no"),
 	CUSTOM('s', "log", 0, parse_log),
 	CUSTOM('s', "verbose", 0, parse_verbose),
-	ROW('s', "allow_degraded", KT_BOOL, KF_UNSET, SRV(allow_degraded), .text = "yes or no"),
-	ROW('s', "tls", KT_TLS, KF_UNSET, SRV(tls), .text = "off, allowed or required"),
+	ROW('s', "allow_degraded", KT_BOOL, KF_UNSET, SRV(allow_degraded), .text = "yes or no",
+	    DEFAULT(0)),
+	ROW('s', "tls", KT_TLS, KF_UNSET, SRV(tls), .text = "off, allowed or required",
+	    DEFAULT(TLS_OFF)),
 	ROW('s', "unix_tls", KT_TLS, KF_UNSET, SRV(unix_tls), .text = "off, allowed or required"),
 	CUSTOM('s', "tls_certificates", 0, parse_tls_path),
 	CUSTOM('s', "tls_psk", 0, parse_tls_path),
-	ROW('s', "tls_verify_peer", KT_BOOL, KF_UNSET, SRV(tls_verify_peer), .text = "yes or no"),
-	ROW('s', "unix_mode", KT_MODE, 0, SRV(unix_mode)),
-	ROW('s', "control_mode", KT_MODE, 0, SRV(control_mode)),
-	ROW('s', "umask", KT_MODE, 0, SRV(umask)),
+	ROW('s', "tls_verify_peer", KT_BOOL, KF_UNSET, SRV(tls_verify_peer), .text = "yes or no",
+	    DEFAULT(0)),
+	ROW('s', "unix_mode", KT_MODE, 0, SRV(unix_mode), DEFAULT(0660)),
+	ROW('s', "control_mode", KT_MODE, 0, SRV(control_mode), DEFAULT(0660)),
+	ROW('s', "umask", KT_MODE, 0, SRV(umask), DEFAULT(077)),
 	ROW('s', "unix_group", KT_GROUP, 0, SRV(unix_gid)),
 	ROW('s', "control_group", KT_GROUP, 0, SRV(control_gid)),
 	CUSTOM('s', "reserves_warn", 0, parse_health),
@@ -709,7 +723,7 @@ static const struct cfg_key cfg_keys[] = {
 	CUSTOM('d', "op", 0, parse_op),
 	CUSTOM('d', "parity_width", 0, parse_parity_width),
 	ROW('d', "timing", KT_BOOL, 0, DIM(timing), .text = "on or off"),
-	ROW('d', "sync", KT_BOOL, 0, DIM(sync), .text = "on or off"),
+	ROW('d', "sync", KT_BOOL, 0, DIM(sync), .text = "on or off", DEFAULT(1)),
 	CUSTOM('d', "flush_parity", 0, parse_flush_parity),
 	CUSTOM('d', "checkpoint_interval", 0, parse_checkpoint_interval),
 	ROW('d', "tls", KT_TLS, 0, DIM(tls),
@@ -727,6 +741,7 @@ static const struct cfg_key cfg_keys[] = {
 #undef ROW
 #undef COUNT
 #undef CUSTOM
+#undef DEFAULT
 #undef CONN
 
 /* The row of key in section ('s' or 'd'; 0: any section), or NULL. */
@@ -763,6 +778,11 @@ static int key_apply(const struct cfg_key *r, struct key_ctx *k, const char *val
 			return -1;
 		}
 		store_int(r, (int *)slot, (int)u);
+		return 0;
+	case KT_SIZE:
+		if (parse_byte_size(value, r->min, r->max, &u))
+			return refuse(why, len, "%s", r->text);
+		*(uint64_t *)slot = u;
 		return 0;
 	case KT_BOOL:
 		if (parse_bool(value, &b))
@@ -834,4 +854,23 @@ bool config_key_repeatable(const char *key)
 {
 	const struct cfg_key *r = key_find(0, key);
 	return r && (r->flags & KF_REPEAT);
+}
+
+void config_key_defaults(struct server_cfg *cfg, struct dimm_cfg *d)
+{
+	char *base = d ? (char *)d : (char *)cfg;
+	for (size_t i = 0; i < sizeof cfg_keys / sizeof cfg_keys[0]; i++) {
+		const struct cfg_key *r = &cfg_keys[i];
+		if (!r->has_dflt || r->section != (d ? 'd' : 's'))
+			continue;
+		if (r->type == KT_SIZE) {
+			uint64_t *v = (uint64_t *)(base + r->off);
+			if (*v < r->min)
+				*v = (uint64_t)r->dflt;
+		} else {
+			int *v = (int *)(base + r->off);
+			if (*v < (long long)r->min)
+				*v = (int)r->dflt;
+		}
+	}
 }
