@@ -15,6 +15,8 @@
  *      records unmap (or mark lost) their ranges
  *   4. count valid pages per block from the l2p; a unit mapped into a block
  *      that holds no log is reported lost; lost units are counted
+ *   5. final block states; the checkpoint's doomed and refresh lists
+ *      applied; stripes a crash cut get their parity; dead dies declared
  * Memory: 16 bytes per replayed page (bounded by the checkpoint interval).
  * Time: one spare read per block, plus a footer read per block written
  * since cp_seq (ppb spare reads for the few without one: open at the
@@ -490,31 +492,47 @@ static void dead_after_crash(struct ftl *f, uint32_t d, const uint32_t *cut, uin
 		 n ? "; " : "", d);
 }
 
-int recovery_run(struct ftl *f, const uint8_t *dead_dies, char *err, size_t errlen)
+/* The working memory of one recovery; released by rctx_free.  0 or
+ * -ENOMEM (what was allocated is then released by rctx_free too). */
+static int rctx_alloc(struct ftl *f, struct rctx *x)
 {
-	struct rctx x = { 0 };
-	int rc = 0;
-	uint64_t max_seq = f->cp.cur_seq;
-
-	x.cls = calloc(f->nblocks, 1);
-	x.list = malloc(sizeof(uint32_t) * f->nblocks);
-	x.no_footer = calloc(f->nblocks, 1);
-	x.foot_buf = aligned_alloc(4096, (size_t)f->footer_pages * f->page_size);
-	x.foot_spares = malloc((size_t)f->footer_pages * f->spare_size);
-	x.die_reads = calloc(f->ndies, sizeof *x.die_reads);
-	x.die_fails = calloc(f->ndies, sizeof *x.die_fails);
-	x.dead = calloc(f->ndies, 1);
-	x.min_seq = malloc(f->nblocks * sizeof *x.min_seq);
-	x.units = f->units;
-	if (!x.cls || !x.list || !x.no_footer || !x.foot_buf || !x.foot_spares || !x.die_reads ||
-	    !x.die_fails || !x.dead || !x.min_seq) {
-		rc = -ENOMEM;
-		goto out;
-	}
+	x->cls = calloc(f->nblocks, 1);
+	x->list = malloc(sizeof(uint32_t) * f->nblocks);
+	x->no_footer = calloc(f->nblocks, 1);
+	x->foot_buf = aligned_alloc(4096, (size_t)f->footer_pages * f->page_size);
+	x->foot_spares = malloc((size_t)f->footer_pages * f->spare_size);
+	x->die_reads = calloc(f->ndies, sizeof *x->die_reads);
+	x->die_fails = calloc(f->ndies, sizeof *x->die_fails);
+	x->dead = calloc(f->ndies, 1);
+	x->min_seq = malloc(f->nblocks * sizeof *x->min_seq);
+	x->units = f->units;
+	if (!x->cls || !x->list || !x->no_footer || !x->foot_buf || !x->foot_spares || !x->die_reads ||
+	    !x->die_fails || !x->dead || !x->min_seq)
+		return -ENOMEM;
 	for (uint32_t b = 0; b < f->nblocks; b++)
-		x.min_seq[b] = UINT64_MAX;
+		x->min_seq[b] = UINT64_MAX;
+	return 0;
+}
 
-	/* 1. first pages, die-interleaved */
+static void rctx_free(struct rctx *x)
+{
+	free(x->cls);
+	free(x->list);
+	free(x->ent);
+	free(x->no_footer);
+	free(x->foot_buf);
+	free(x->foot_spares);
+	free(x->die_reads);
+	free(x->die_fails);
+	free(x->dead);
+	free(x->min_seq);
+	free(x->unread);
+}
+
+/* Step 1: page 0 of every block that is neither bad nor a superblock
+ * block, die-interleaved; first_result classifies each.  0 or -errno. */
+static int read_first_pages(struct ftl *f, struct rctx *x)
+{
 	for (uint32_t i = 0; i < f->nblocks; i++) {
 		uint32_t b = (i % f->ndies) * f->blocks_per_die + i / f->ndies;
 		struct blk *k = &f->blk[b];
@@ -527,106 +545,145 @@ int recovery_run(struct ftl *f, const uint8_t *dead_dies, char *err, size_t errl
 			blk_mark_initial(f, b, BLK_META, false);
 		if (k->state == BLK_BAD || k->state == BLK_META)
 			continue;
-		x.list[x.nlist++] = b;
+		x->list[x->nlist++] = b;
 	}
-	rc = read_batch(f, x.nlist, 1024, first_setup, first_result, &x);
-	if (rc)
-		goto out;
+	return read_batch(f, x->nlist, 1024, first_setup, first_result, x);
+}
 
-	/* a die none of whose blocks could be read: dead.  Its blocks are not
-	 * scanned (every read fails).  With parity, the log pages on it newer
-	 * than the checkpoint are found through their stripes' parity, which
-	 * carries their spares; without, they are gone, and the units they
-	 * held read what the checkpoint and the other dies' log say (their
-	 * pages on the dead die fail with EIO, and become lost units at GC) */
+/* A die none of whose blocks could be read: dead.  Its blocks are not
+ * scanned (every read fails).  With parity, the log pages on it newer
+ * than the checkpoint are found through their stripes' parity, which
+ * carries their spares; without, they are gone, and the units they
+ * held read what the checkpoint and the other dies' log say (their
+ * pages on the dead die fail with EIO, and become lost units at GC).
+ * dead_dies: the superblock's bitmap.  0 or -errno. */
+static int find_dead_dies(struct ftl *f, struct rctx *x, const uint8_t *dead_dies)
+{
 	for (uint32_t d = 0; d < f->ndies; d++) {
 		/* declared dead before: the superblock keeps it */
 		bool known = d < FTL_SB_DEAD_DIES && (dead_dies[d / 8] & (1u << (d % 8)));
-		if (x.die_reads[d] < 2 || x.die_fails[d] != x.die_reads[d]) {
+		if (x->die_reads[d] < 2 || x->die_fails[d] != x->die_reads[d]) {
 			/* dead still if known, even with nothing on it read
 			 * (every block retired, or but a superblock block, which
 			 * is not read here); without the superblock's word (one
 			 * written before it kept dead dies), if every block of
 			 * it is retired */
 			uint32_t nbad = 0;
-			for (uint32_t i = 0; !known && !x.die_reads[d] && i < f->blocks_per_die; i++)
+			for (uint32_t i = 0; !known && !x->die_reads[d] && i < f->blocks_per_die; i++)
 				nbad += f->blk[d * f->blocks_per_die + i].state == BLK_BAD;
 			if (known || nbad == f->blocks_per_die)
-				x.dead[d] = 2;
+				x->dead[d] = 2;
 			continue;
 		}
-		x.dead[d] = known ? 2 : 1;
+		x->dead[d] = known ? 2 : 1;
 		for (uint32_t i = 0; i < f->blocks_per_die; i++) {
 			uint32_t b = d * f->blocks_per_die + i;
-			if (x.cls[b] == RC_SCAN)
-				x.cls[b] = RC_UNREADABLE;
+			if (x->cls[b] == RC_SCAN)
+				x->cls[b] = RC_UNREADABLE;
 		}
 		if (!f->parity)
 			continue;
-		rc = par_recover_dead_spares(f, d, rentry_add_cb, &x);
+		int rc = par_recover_dead_spares(f, d, rentry_add_cb, x);
 		if (!rc)
-			rc = x.error;
+			rc = x->error;
 		if (rc)
-			goto out;
+			return rc;
 	}
+	return 0;
+}
 
-	/* 2. the blocks written since the checkpoint: footers, then the
-	 * spares of those without one */
-	uint32_t nscan = 0, nlist = x.nlist;
+/* Step 2: the blocks written since the checkpoint: footers, then the
+ * spares of those without one, then the unreadable pages from parity.
+ * Leaves x->list holding the blocks without a footer.  0 or -errno. */
+static int scan_since_checkpoint(struct ftl *f, struct rctx *x)
+{
+	uint32_t nscan = 0, nlist = x->nlist;
 	for (uint32_t i = 0; i < nlist; i++)
-		if (x.cls[x.list[i]] == RC_SCAN)
-			x.list[nscan++] = x.list[i];
-	x.nlist = nscan;
-	rc = read_batch(f, (uint64_t)nscan * f->footer_pages, 1024, foot_setup, foot_result, &x);
+		if (x->cls[x->list[i]] == RC_SCAN)
+			x->list[nscan++] = x->list[i];
+	x->nlist = nscan;
+	int rc = read_batch(f, (uint64_t)nscan * f->footer_pages, 1024, foot_setup, foot_result, x);
 	if (!rc)
-		rc = x.error;
+		rc = x->error;
 	if (rc)
-		goto out;
+		return rc;
 	uint32_t nspare = 0;
 	for (uint32_t i = 0; i < nscan; i++)
-		if (x.no_footer[x.list[i]])
-			x.list[nspare++] = x.list[i];
-	x.nlist = nspare;
+		if (x->no_footer[x->list[i]])
+			x->list[nspare++] = x->list[i];
+	x->nlist = nspare;
 	if (nspare)
-		rc = read_batch(f, (uint64_t)nspare * f->ppb, 1024, scan_setup, scan_result, &x);
+		rc = read_batch(f, (uint64_t)nspare * f->ppb, 1024, scan_setup, scan_result, x);
 	if (!rc)
-		rc = x.error;
+		rc = x->error;
 	if (!rc)
-		rc = unread_rebuild(f, &x);
-	if (rc)
-		goto out;
+		rc = unread_rebuild(f, x);
+	return rc;
+}
 
-	/* 3. replay in log order */
-	if (x.nent)
-		qsort(x.ent, x.nent, sizeof *x.ent, rentry_cmp);
+/* One version in two places, x->ent[i..j) (same seq): a program that
+ * failed and was retried elsewhere, both listed by footers; the page that
+ * reads back as that version wins.  page, spare: scratch buffers.  The
+ * winner, or NULL. */
+static struct rentry *dup_winner(struct ftl *f, struct rctx *x, size_t i, size_t j, uint8_t *page,
+				 uint8_t *spare)
+{
+	uint64_t seq = x->ent[i].seq;
+	struct rentry *win = NULL;
+	for (size_t k = i; k < j && !win; k++) {
+		uint32_t ppa = x->ent[k].ppa & ~FROM_FOOTER;
+		struct nand_op op = { .type = NAND_OP_READ, .block = ppa_block(f, ppa),
+				      .page = ppa_page(f, ppa), .data = page, .spare = spare };
+		enum nand_status st = nand_op_sync(f->dev, &op);
+		struct ftl_spare sp;
+		if ((st == NAND_OK || st == NAND_CORRECTED) && spare_parse(f, spare, &sp) == 0 &&
+		    sp.seq == seq && sp.data_crc == crc32c(0, page, f->page_size))
+			win = &x->ent[k];
+	}
+	return win;
+}
+
+/* The trim record e: read (or rebuilt from parity) and applied, or logged
+ * as unreadable and ignored.  page, spare: scratch buffers. */
+static void replay_trim(struct ftl *f, const struct rentry *e, uint8_t *page, uint8_t *spare)
+{
+	struct nand_op op = { .type = NAND_OP_READ, .block = ppa_block(f, e->ppa),
+			      .page = ppa_page(f, e->ppa), .data = page, .spare = spare };
+	enum nand_status st = nand_op_sync(f->dev, &op);
+	struct ftl_spare sp;
+	bool good = (st == NAND_OK || st == NAND_CORRECTED) &&
+		    spare_parse(f, spare, &sp) == 0 &&
+		    sp.data_crc == crc32c(0, page, f->page_size);
+	if (!good && f->parity && par_rebuild_sync(f, e->ppa, page, spare) == 0)
+		good = spare_parse(f, spare, &sp) == 0 && sp.type == FTL_PG_TRIM &&
+		       sp.seq == e->seq && sp.data_crc == crc32c(0, page, f->page_size);
+	if (good)
+		trim_apply_record(f, page, e->seq);
+	else
+		ftl_log(FTL_LOG_WARNING, "trim record at page %u unreadable; ignored", e->ppa);
+}
+
+/* Step 3: the log entries found, applied in log order; sets next_seq.
+ * 0 or -ENOMEM. */
+static int replay_log(struct ftl *f, struct rctx *x)
+{
+	uint64_t max_seq = f->cp.cur_seq;
+	if (x->nent)
+		qsort(x->ent, x->nent, sizeof *x->ent, rentry_cmp);
 	uint8_t *page = aligned_alloc(4096, f->page_size);
 	uint8_t *spare = malloc(f->spare_size);
 	if (!page || !spare) {
 		free(page);
 		free(spare);
-		rc = -ENOMEM;
-		goto out;
+		return -ENOMEM;
 	}
-	for (size_t i = 0; i < x.nent; i++) {
-		struct rentry *e = &x.ent[i];
-		if (i + 1 < x.nent && x.ent[i + 1].seq == e->seq) {
-			/* one version in two places: a program that failed and was
-			 * retried elsewhere, both listed by footers; the page
-			 * that reads back as that version wins */
+	for (size_t i = 0; i < x->nent; i++) {
+		struct rentry *e = &x->ent[i];
+		if (i + 1 < x->nent && x->ent[i + 1].seq == e->seq) {
 			size_t j = i;
-			while (j < x.nent && x.ent[j].seq == e->seq)
+			while (j < x->nent && x->ent[j].seq == e->seq)
 				j++;
-			struct rentry *win = NULL;
-			for (size_t k = i; k < j && !win; k++) {
-				uint32_t ppa = x.ent[k].ppa & ~FROM_FOOTER;
-				struct nand_op op = { .type = NAND_OP_READ, .block = ppa_block(f, ppa),
-						      .page = ppa_page(f, ppa), .data = page, .spare = spare };
-				enum nand_status st = nand_op_sync(f->dev, &op);
-				struct ftl_spare sp;
-				if ((st == NAND_OK || st == NAND_CORRECTED) && spare_parse(f, spare, &sp) == 0 &&
-				    sp.seq == e->seq && sp.data_crc == crc32c(0, page, f->page_size))
-					win = &x.ent[k];
-			}
+			struct rentry *win = dup_winner(f, x, i, j, page, spare);
 			if (win)
 				*e = *win;
 			i = j - 1;
@@ -634,36 +691,26 @@ int recovery_run(struct ftl *f, const uint8_t *dead_dies, char *err, size_t errl
 				continue;
 		}
 		e->ppa &= ~FROM_FOOTER;
-		if (e->lba != TRIM_LBA) {
+		if (e->lba != TRIM_LBA)
 			f->l2p[e->lba] = e->ppa;
-		} else {
-			struct nand_op op = { .type = NAND_OP_READ, .block = ppa_block(f, e->ppa),
-					      .page = ppa_page(f, e->ppa), .data = page, .spare = spare };
-			enum nand_status st = nand_op_sync(f->dev, &op);
-			struct ftl_spare sp;
-			bool good = (st == NAND_OK || st == NAND_CORRECTED) &&
-				    spare_parse(f, spare, &sp) == 0 &&
-				    sp.data_crc == crc32c(0, page, f->page_size);
-			if (!good && f->parity && par_rebuild_sync(f, e->ppa, page, spare) == 0)
-				good = spare_parse(f, spare, &sp) == 0 && sp.type == FTL_PG_TRIM &&
-				       sp.seq == e->seq && sp.data_crc == crc32c(0, page, f->page_size);
-			if (good)
-				trim_apply_record(f, page, e->seq);
-			else
-				ftl_log(FTL_LOG_WARNING, "trim record at page %u unreadable; ignored", e->ppa);
-		}
+		else
+			replay_trim(f, e, page, spare);
 		if (e->seq > max_seq)
 			max_seq = e->seq;
 	}
 	free(page);
 	free(spare);
 	f->next_seq = max_seq + 1;
-	f->info.recovered_pages = x.nent;
+	f->info.recovered_pages = x->nent;
+	return 0;
+}
 
-	/* 4. valid counts; units mapped into blocks without log data are lost.
-	 * Every lost unit is counted, with its range: the map keeps them
-	 * (checkpoints, loss records), and they read EIO after any restart,
-	 * so status says so too */
+/* Step 4: valid counts; units mapped into blocks without log data are
+ * lost.  Every lost unit is counted, with its range: the map keeps them
+ * (checkpoints, loss records), and they read EIO after any restart, so
+ * status says so too. */
+static void count_valid(struct ftl *f, struct rctx *x)
+{
 	uint64_t lost = 0;
 	for (uint64_t u = 0; u < f->units; u++) {
 		uint32_t e = f->l2p[u];
@@ -677,7 +724,7 @@ int recovery_run(struct ftl *f, const uint8_t *dead_dies, char *err, size_t errl
 		 * (or a page past the data pages) came from a damaged map */
 		uint32_t b = l2p_is_ppa(e) && e < f->nblocks * f->ppb ? ppa_block(f, e) : FTL_NO_BLOCK;
 		if (b == FTL_NO_BLOCK || ppa_page(f, e) >= f->data_pages ||
-		    (x.cls[b] != RC_DATA && x.cls[b] != RC_SCAN && x.cls[b] != RC_UNREADABLE) ||
+		    (x->cls[b] != RC_DATA && x->cls[b] != RC_SCAN && x->cls[b] != RC_UNREADABLE) ||
 		    f->blk[b].valid >= f->data_pages) {
 			/* (more units than pages in one block: a damaged map
 			 * maps some twice; the count indexes GC's buckets) */
@@ -696,8 +743,12 @@ int recovery_run(struct ftl *f, const uint8_t *dead_dies, char *err, size_t errl
 		snprintf(f->info.notes + n, sizeof f->info.notes - n, "%s%llu units lost (read as errors)",
 			 n ? "; " : "", (unsigned long long)lost);
 	}
+}
 
-	/* 5. final states (bands follow their members from here on) */
+/* Step 5: final states of the blocks, from their class (bands follow
+ * their members from here on). */
+static void set_block_states(struct ftl *f, struct rctx *x)
+{
 	band_start(f);
 	f->nusable = 0;
 	for (uint32_t b = 0; b < f->nblocks; b++) {
@@ -712,7 +763,7 @@ int recovery_run(struct ftl *f, const uint8_t *dead_dies, char *err, size_t errl
 		f->nusable++;
 		if (k->state == BLK_META)
 			continue;
-		switch (x.cls[b]) {
+		switch (x->cls[b]) {
 		case RC_FREE:
 			blk_set_free(f, b);
 			break;
@@ -722,7 +773,7 @@ int recovery_run(struct ftl *f, const uint8_t *dead_dies, char *err, size_t errl
 			/* read whole: the oldest page is known (an older block's
 			 * page 0 is not its oldest when a program failed and was
 			 * retried into it: unknown) */
-			f->blk_min_seq[b] = x.cls[b] == RC_SCAN ? x.min_seq[b] : 0;
+			f->blk_min_seq[b] = x->cls[b] == RC_SCAN ? x->min_seq[b] : 0;
 			break;
 		case RC_UNREADABLE:
 			f->blk_min_seq[b] = 0;
@@ -737,8 +788,15 @@ int recovery_run(struct ftl *f, const uint8_t *dead_dies, char *err, size_t errl
 		}
 		k->flags &= (uint8_t)~BLKF_CP_OPEN;
 	}
-	/* blocks the checkpoint lists as doomed (a program failed, not retired
-	 * at the close): retired now, through GC when they hold data */
+}
+
+/* The block lists the checkpoint carried, applied to the final states and
+ * released: blocks listed as doomed (a program failed, not retired at the
+ * close) are retired now, through GC when they hold data; bands listed as
+ * marked for refresh are marked again (through a member that is not a
+ * superblock block). */
+static void apply_checkpoint_lists(struct ftl *f)
+{
 	for (uint32_t i = 0; i < f->cp.nload_doomed; i++) {
 		uint32_t b = f->cp.load_doomed[i];
 		uint8_t st = f->blk[b].state;
@@ -754,8 +812,6 @@ int recovery_run(struct ftl *f, const uint8_t *dead_dies, char *err, size_t errl
 	f->cp.nload_doomed = 0;
 	free(f->cp.load_fresh);
 	f->cp.load_fresh = NULL;
-	/* bands the checkpoint lists as marked for refresh: marked again
-	 * (through a member that is not a superblock block) */
 	for (uint32_t i = 0; i < f->cp.nload_refresh; i++) {
 		uint32_t bi = f->cp.load_refresh[i];
 		for (uint32_t c = 0; c < f->row_width; c++) {
@@ -769,41 +825,59 @@ int recovery_run(struct ftl *f, const uint8_t *dead_dies, char *err, size_t errl
 	free(f->cp.load_refresh);
 	f->cp.load_refresh = NULL;
 	f->cp.nload_refresh = 0;
-	/* parity: stripes cut short by a crash have no parity page (a clean
-	 * close programs the parity of the last, partial ones): program it
-	 * now, from the pages that made it (a band where that fails is
-	 * refreshed: GC moves its data into protected stripes first) */
+}
+
+/* Parity: stripes cut short by a crash have no parity page (a clean close
+ * programs the parity of the last, partial ones): programmed now, from the
+ * pages that made it (a band where that fails is refreshed: GC moves its
+ * data into protected stripes first).  Then the dead dies are declared.
+ * x->list is reused for the blocks cut by the crash.  0 or -errno. */
+static int finish_cut_stripes_and_dead_dies(struct ftl *f, struct rctx *x)
+{
+	int rc = 0;
 	uint32_t ncut = 0;
 	if (f->parity) {
 		uint32_t done = 0;
 		for (uint32_t b = 0; b < f->nblocks; b++)
-			if (x.cls[b] == RC_SCAN && x.no_footer[b] && f->blk[b].state == BLK_CLOSED)
-				x.list[ncut++] = b;
-		rc = par_recover(f, x.list, ncut, &done);
+			if (x->cls[b] == RC_SCAN && x->no_footer[b] && f->blk[b].state == BLK_CLOSED)
+				x->list[ncut++] = b;
+		rc = par_recover(f, x->list, ncut, &done);
 		if (done)
 			ftl_log(FTL_LOG_NOTICE, "parity: %u bands open at the crash had stripes without parity: "
 				"programmed it", done);
 	}
 	for (uint32_t d = 0; !rc && d < f->ndies; d++) {
-		if (!x.dead[d])
+		if (!x->dead[d])
 			continue;
-		if (!f->was_clean && x.dead[d] == 1)
-			dead_after_crash(f, d, x.list, ncut);
+		if (!f->was_clean && x->dead[d] == 1)
+			dead_after_crash(f, d, x->list, ncut);
 		die_declare_dead(f, d, "every block on it unreadable at open");
 	}
-out:
+	return rc;
+}
+
+/* The steps of the file comment, in order; the first failure ends the
+ * run.  0 or -errno, with err set if it was empty. */
+int recovery_run(struct ftl *f, const uint8_t *dead_dies, char *err, size_t errlen)
+{
+	struct rctx x = { 0 };
+	int rc = rctx_alloc(f, &x);
+	if (!rc)
+		rc = read_first_pages(f, &x);
+	if (!rc)
+		rc = find_dead_dies(f, &x, dead_dies);
+	if (!rc)
+		rc = scan_since_checkpoint(f, &x);
+	if (!rc)
+		rc = replay_log(f, &x);
+	if (!rc) {
+		count_valid(f, &x);
+		set_block_states(f, &x);
+		apply_checkpoint_lists(f);
+		rc = finish_cut_stripes_and_dead_dies(f, &x);
+	}
 	if (rc && err && !err[0])
 		snprintf(err, errlen, "recovery failed: %s", strerror(-rc));
-	free(x.cls);
-	free(x.list);
-	free(x.ent);
-	free(x.no_footer);
-	free(x.foot_buf);
-	free(x.foot_spares);
-	free(x.die_reads);
-	free(x.die_fails);
-	free(x.dead);
-	free(x.min_seq);
-	free(x.unread);
+	rctx_free(&x);
 	return rc;
 }

@@ -692,7 +692,9 @@ static void run_batch(void)
 		after_power_cut();
 }
 
-static void run_config(const struct config *cfg, uint64_t nops, uint64_t seed)
+/* A fresh device formatted and opened for cfg, the model of its contents
+ * empty. */
+static void model_start(const struct config *cfg, uint64_t seed)
 {
 	memset(&M.ops, 0, sizeof M - offsetof(__typeof__(M), ops));
 	M.cfg = cfg;
@@ -732,91 +734,84 @@ static void run_config(const struct config *cfg, uint64_t nops, uint64_t seed)
 		struct nand_sim_faults ft = base_faults();
 		nand_sim_set_faults(M.dev, &ft);
 	}
+}
 
-	uint64_t next_event = 50 + rnd_below(500);
-	for (M.op_no = 0; M.ops < nops; M.op_no++) {
-		if (M.ntouched > M.units * 60)
-			all_durable(); /* bookkeeping bound; never reached in practice */
-		if (M.ops < next_event) {
-			run_batch();
-			continue;
+/* Event r (0..99) of the run: a flush, a clean reopen, a power cut during
+ * a close or at a random operation, a block or a die failing. */
+static void run_event(const struct config *cfg, uint64_t r)
+{
+	if (r < 30) {
+		int rc = ftl_flush_sync(M.f);
+		if (rc)
+			fail("flush: %d", rc);
+		all_durable();
+		M.flushes++;
+	} else if (r < 38) {
+		reopen_clean();
+	} else if (r < 45) {
+		/* power cut during a clean close */
+		struct nand_sim_faults ft = base_faults();
+		ft.power_cut_after = 1 + rnd_below(60);
+		nand_sim_set_faults(M.dev, &ft);
+		count_stats();
+		int rc = ftl_close(M.f);
+		nand_sim_power_on(M.dev);
+		open_ftl();
+		if (rc == 0) {
+			M.reopens++;
+			verify_after_reopen(true);
+		} else {
+			M.cuts++;
+			verify_after_reopen(false);
 		}
-		next_event = M.ops + 50 + rnd_below(600);
-		uint64_t r = rnd_below(100);
-		/* T_MODEL_NO_CUT_AFTER_DIE: after a die failure, a flush or a
-		 * clean reopen instead of a power cut (see the top) */
-		if (M.dead_die >= 0 && getenv("T_MODEL_NO_CUT_AFTER_DIE") &&
-		    ((r >= 38 && r < 45) || r >= 50))
-			r %= 38; /* (50 and 51, a die failing, would cut power too) */
+		struct nand_sim_faults off = base_faults();
+		nand_sim_set_faults(M.dev, &off);
+	} else if (r < 52 && r >= 50 && cfg->die && M.dead_die < 0) {
+		/* a die fails for good (any: dies 0 and 1 hold the
+		 * superblock's two copies, the checkpoint has parity) */
+		uint32_t nd = nand_dies(&M.dev->geo);
+		M.dead_die = (int)rnd_below(nd);
+		/* no page errors left behind in the stripes it breaks: a
+		 * second fault in a stripe is data loss, not modelled */
+		for (uint64_t i = 0; i < M.sticky && i < 1024; i++)
+			nand_sim_page_error(M.dev, M.sticky_ppa[i], NAND_OK);
+		nand_sim_fail_die(M.dev, (uint32_t)M.dead_die);
+		struct ftl_stats st;
+		ftl_get_stats(M.f, &st);
+		M.fail_at_death = M.rebuild_failures + st.parity_rebuild_failures;
 		if (M.verbose)
-			fprintf(stderr, "event %" PRIu64 " at op %" PRIu64 "\n", r, M.ops);
-		if (r < 30) {
-			int rc = ftl_flush_sync(M.f);
-			if (rc)
-				fail("flush: %d", rc);
-			all_durable();
-			M.flushes++;
-		} else if (r < 38) {
-			reopen_clean();
-		} else if (r < 45) {
-			/* power cut during a clean close */
-			struct nand_sim_faults ft = base_faults();
-			ft.power_cut_after = 1 + rnd_below(60);
-			nand_sim_set_faults(M.dev, &ft);
-			count_stats();
-			int rc = ftl_close(M.f);
-			nand_sim_power_on(M.dev);
-			open_ftl();
-			if (rc == 0) {
-				M.reopens++;
-				verify_after_reopen(true);
-			} else {
-				M.cuts++;
-				verify_after_reopen(false);
-			}
+			fprintf(stderr, "die %d fails now (op %" PRIu64 ")\n", M.dead_die, M.ops);
+	} else if (r < 50 && cfg->faults && M.grown < 6) {
+		/* a block goes bad: programs or erases fail from now on */
+		uint32_t nb = nand_blocks(&M.dev->geo);
+		uint32_t b = (uint32_t)rnd_below(nb);
+		if (b % M.dev->geo.blocks_per_die > 1) { /* keep superblock blocks */
+			nand_sim_fail_block(M.dev, b, rnd_below(2), rnd_below(2));
+			if (M.verbose)
+				fprintf(stderr, "block %u made to fail\n", b);
+			M.grown++;
+			if (M.ngrown_blocks < 8)
+				M.grown_blocks[M.ngrown_blocks++] = b;
+		}
+	} else {
+		/* power cut at a random operation from now */
+		struct nand_sim_faults ft = base_faults();
+		ft.power_cut_after = 1 + rnd_below(400);
+		nand_sim_set_faults(M.dev, &ft);
+		uint64_t cuts0 = M.cuts;
+		for (int i = 0; i < 2000 && M.cuts == cuts0; i++)
+			run_batch();
+		if (nand_sim_powered(M.dev)) {
 			struct nand_sim_faults off = base_faults();
 			nand_sim_set_faults(M.dev, &off);
-		} else if (r < 52 && r >= 50 && cfg->die && M.dead_die < 0) {
-			/* a die fails for good (any: dies 0 and 1 hold the
-			 * superblock's two copies, the checkpoint has parity) */
-			uint32_t nd = nand_dies(&M.dev->geo);
-			M.dead_die = (int)rnd_below(nd);
-			/* no page errors left behind in the stripes it breaks: a
-			 * second fault in a stripe is data loss, not modelled */
-			for (uint64_t i = 0; i < M.sticky && i < 1024; i++)
-				nand_sim_page_error(M.dev, M.sticky_ppa[i], NAND_OK);
-			nand_sim_fail_die(M.dev, (uint32_t)M.dead_die);
-			struct ftl_stats st;
-			ftl_get_stats(M.f, &st);
-			M.fail_at_death = M.rebuild_failures + st.parity_rebuild_failures;
-			if (M.verbose)
-				fprintf(stderr, "die %d fails now (op %" PRIu64 ")\n", M.dead_die, M.ops);
-		} else if (r < 50 && cfg->faults && M.grown < 6) {
-			/* a block goes bad: programs or erases fail from now on */
-			uint32_t nb = nand_blocks(&M.dev->geo);
-			uint32_t b = (uint32_t)rnd_below(nb);
-			if (b % M.dev->geo.blocks_per_die > 1) { /* keep superblock blocks */
-				nand_sim_fail_block(M.dev, b, rnd_below(2), rnd_below(2));
-				if (M.verbose)
-					fprintf(stderr, "block %u made to fail\n", b);
-				M.grown++;
-				if (M.ngrown_blocks < 8)
-					M.grown_blocks[M.ngrown_blocks++] = b;
-			}
-		} else {
-			/* power cut at a random operation from now */
-			struct nand_sim_faults ft = base_faults();
-			ft.power_cut_after = 1 + rnd_below(400);
-			nand_sim_set_faults(M.dev, &ft);
-			uint64_t cuts0 = M.cuts;
-			for (int i = 0; i < 2000 && M.cuts == cuts0; i++)
-				run_batch();
-			if (nand_sim_powered(M.dev)) {
-				struct nand_sim_faults off = base_faults();
-				nand_sim_set_faults(M.dev, &off);
-			}
 		}
 	}
+}
+
+/* The final close and a verified reopen, the figures of the run printed,
+ * everything released. */
+static void model_finish(const struct config *cfg)
+{
 	struct ftl_stats st;
 	ftl_get_stats(M.f, &st);
 	count_stats();
@@ -863,6 +858,32 @@ static void run_config(const struct config *cfg, uint64_t nops, uint64_t seed)
 	free(M.base);
 	free(M.touched);
 	free(M.eio_ok);
+}
+
+static void run_config(const struct config *cfg, uint64_t nops, uint64_t seed)
+{
+	model_start(cfg, seed);
+
+	uint64_t next_event = 50 + rnd_below(500);
+	for (M.op_no = 0; M.ops < nops; M.op_no++) {
+		if (M.ntouched > M.units * 60)
+			all_durable(); /* bookkeeping bound; never reached in practice */
+		if (M.ops < next_event) {
+			run_batch();
+			continue;
+		}
+		next_event = M.ops + 50 + rnd_below(600);
+		uint64_t r = rnd_below(100);
+		/* T_MODEL_NO_CUT_AFTER_DIE: after a die failure, a flush or a
+		 * clean reopen instead of a power cut (see the top) */
+		if (M.dead_die >= 0 && getenv("T_MODEL_NO_CUT_AFTER_DIE") &&
+		    ((r >= 38 && r < 45) || r >= 50))
+			r %= 38; /* (50 and 51, a die failing, would cut power too) */
+		if (M.verbose)
+			fprintf(stderr, "event %" PRIu64 " at op %" PRIu64 "\n", r, M.ops);
+		run_event(cfg, r);
+	}
+	model_finish(cfg);
 }
 
 static void verbose_log(void *arg, int level, const char *msg)

@@ -242,7 +242,8 @@ static void check_drbd(void)
 	CHECK_EQ(h.n, 0);
 }
 
-int main(void)
+/* A healthy snapshot is ok with no reason; every reason and level has a name. */
+static void check_ok(void)
 {
 	struct dimm_status st;
 	struct health h;
@@ -260,6 +261,13 @@ int main(void)
 		for (int q = 0; q < r; q++)
 			CHECK(strcmp(health_reason_name(r), health_reason_name(q)) != 0);
 	}
+}
+
+/* Each warning from the figure that causes it, and not at its threshold. */
+static void check_warnings(void)
+{
+	struct dimm_status st;
+	struct health h;
 
 	/* ---- warnings ---- */
 	healthy(&st);
@@ -324,6 +332,13 @@ int main(void)
 	health_eval(&st, &defaults, &h);
 	expect(&h, HEALTH_WARNING, HR_CHECKPOINT_DAMAGED, HEALTH_WARNING, "rebuilt from the whole log",
 	       "flashctl checkpoint dimm0");
+}
+
+/* Each reason at the degraded level, and the warnings it stands for. */
+static void check_degraded(void)
+{
+	struct dimm_status st;
+	struct health h;
 
 	/* ---- degraded ---- */
 	healthy(&st);
@@ -377,6 +392,13 @@ int main(void)
 	st.stats.refresh_collected = 2;  /* rewritten */
 	health_eval(&st, &defaults, &h);
 	CHECK_EQ(h.state, HEALTH_OK);
+}
+
+/* Failed ioDimms, then one not attached: busy, detached, not answering. */
+static void check_failed(void)
+{
+	struct dimm_status st;
+	struct health h;
 
 	/* ---- failed ---- */
 	healthy(&st);
@@ -411,6 +433,13 @@ int main(void)
 	health_eval(&st, &defaults, &h);
 	CHECK_EQ(h.state, HEALTH_WARNING);
 	CHECK(find(&h, HR_NO_ANSWER));
+}
+
+/* Several reasons at once: worst level first, all of them kept. */
+static void check_several(void)
+{
+	struct dimm_status st;
+	struct health h;
 
 	/* ---- several at once: worst level first, all of them kept ---- */
 	healthy(&st);
@@ -426,7 +455,13 @@ int main(void)
 	CHECK_EQ(h.item[0].reason, HR_THERMAL_STOP);
 	for (int i = 1; i < h.n; i++)
 		CHECK(h.item[i].level <= h.item[i - 1].level);
+}
 
+/* Thresholds from the [server] keys, overridden per [dimm]. */
+static void check_thresholds(void)
+{
+	struct dimm_status st;
+	struct health h;
 	/* ---- thresholds: [server] keys, a [dimm] overrides ---- */
 	struct server_cfg cfg;
 	struct dimm_cfg dc;
@@ -450,7 +485,11 @@ int main(void)
 	dc.health.set = 0;  /* another ioDimm: the server's */
 	health_limits_of(&cfg, &dc, &lim);
 	CHECK(lim.reserves_warn == 30 && lim.endurance_warn == 80);
+}
 
+/* The server's state: the worst of its ioDimms'. */
+static void check_server(void)
+{
 	/* ---- the server: the worst of its ioDimms ---- */
 	struct health all[3];
 	memset(all, 0, sizeof all);
@@ -461,7 +500,17 @@ int main(void)
 	all[0].state = HEALTH_DEGRADED;
 	CHECK_EQ(health_worst(all, 3), HEALTH_FAILED);
 	CHECK_EQ(health_worst(all, 0), HEALTH_OK);
+}
 
+int main(void)
+{
+	check_ok();
+	check_warnings();
+	check_degraded();
+	check_failed();
+	check_several();
+	check_thresholds();
+	check_server();
 	check_drbd();
 
 	printf("t_health: every reason, levels, order, thresholds and the server's state checked; "

@@ -139,18 +139,21 @@ static uint32_t good_block(struct nand_dev *d, uint32_t die, uint32_t skip)
 	exit(1);
 }
 
-static void check_device(struct nand_dev *d, const char *what, bool must_have_bad)
+/* Page buffers of check_device, a page and a spare each, and the sizes. */
+struct pagebufs {
+	uint32_t ps, ss;
+	uint8_t *data, *spare, *rd, *rs, *d2, *s2;
+};
+
+/* Block b erased, then programmed in order and read back (whole, spare
+ * alone, with the data's CRC); the program rules: once per page, in
+ * order, data required. */
+static void check_program_rules(struct nand_dev *d, uint32_t b, const struct pagebufs *pb)
 {
-	const struct nand_geometry *g = &d->geo;
-	uint32_t ps = g->page_size, ss = g->spare_size, ppb = g->pages_per_block;
-	printf("%s: backend %s (%s): %u dies, %u blocks/die, %u pages/block, %u+%u bytes, caps %#x\n",
-	       what, nand_backend_name(d), d->preset, nand_dies(g), g->blocks_per_die, ppb, ps, ss,
-	       d->caps);
-	CHECK(ps >= 512 && ps % 512 == 0 && ss > 0 && ppb >= 8 && nand_dies(g) >= 1);
-	uint8_t *data = malloc(ps), *spare = malloc(ss), *rd = malloc(ps), *rs = malloc(ss);
-	uint8_t *d2 = malloc(ps), *s2 = malloc(ss);
-	CHECK(data && spare && rd && rs && d2 && s2);
-	uint32_t b = good_block(d, 0, 1);
+	uint32_t ppb = d->geo.pages_per_block;
+	uint32_t ps = pb->ps, ss = pb->ss;
+	uint8_t *data = pb->data, *spare = pb->spare, *rd = pb->rd, *rs = pb->rs;
+	uint8_t *d2 = pb->d2, *s2 = pb->s2;
 
 	/* erased: all 0xFF, data and spare */
 	CHECK_EQ(op1(d, NAND_OP_ERASE, b, 0, NULL, NULL), NAND_OK);
@@ -203,6 +206,17 @@ static void check_device(struct nand_dev *d, const char *what, bool must_have_ba
 	CHECK_EQ(op1(d, NAND_OP_PROGRAM, b, 4, NULL, s2), NAND_PROGRAM_FAILED);
 	CHECK(good_read(op1(d, NAND_OP_READ, b, 4, rd, rs)));
 	CHECK(all_ff(rd, ps) && all_ff(rs, ss));
+}
+
+/* Completions: on one die in submission order, each op seeing the ones
+ * before it; on several dies, every one comes, each die in its order.
+ * Leaves block b programmed at pages 0 and 1. */
+static void check_completion_order(struct nand_dev *d, uint32_t b, const struct pagebufs *pb)
+{
+	const struct nand_geometry *g = &d->geo;
+	uint32_t ps = pb->ps, ss = pb->ss;
+	uint8_t *data = pb->data, *spare = pb->spare, *rd = pb->rd, *rs = pb->rs;
+	uint8_t *d2 = pb->d2, *s2 = pb->s2;
 
 	/* one die, submitted together: completions in submission order, each
 	 * seeing the ones before (old data, erased, new data) */
@@ -256,6 +270,19 @@ static void check_device(struct nand_dev *d, const char *what, bool must_have_ba
 			CHECK_EQ(mops[2 * die + 1].status, NAND_OK);
 		}
 	}
+	free(d3);
+	free(s3);
+	free(old);
+}
+
+/* Addresses out of range are NAND_INVALID; a block marked bad (one must
+ * exist if must_have_bad) takes no program or erase. */
+static void check_refusals(struct nand_dev *d, uint32_t b, const char *what, bool must_have_bad,
+			   const struct pagebufs *pb)
+{
+	const struct nand_geometry *g = &d->geo;
+	uint32_t ppb = g->pages_per_block;
+	uint8_t *data = pb->data, *spare = pb->spare, *rd = pb->rd, *rs = pb->rs;
 
 	/* status codes: addresses out of range are NAND_INVALID */
 	CHECK_EQ(op1(d, NAND_OP_READ, nand_blocks(g), 0, rd, rs), NAND_INVALID);
@@ -275,6 +302,15 @@ static void check_device(struct nand_dev *d, const char *what, bool must_have_ba
 		CHECK_EQ(op1(d, NAND_OP_PROGRAM, bad, 0, data, spare), NAND_BLOCK_BAD);
 		printf("%s: block %u is marked bad: program and erase refused\n", what, bad);
 	}
+}
+
+/* The event fd of a backend that completes on its own threads: readable
+ * while a completion waits, drained by nand_poll; without one, nothing
+ * is ever due. */
+static void check_event_fd(struct nand_dev *d, uint32_t b, const struct pagebufs *pb)
+{
+	uint8_t *rd = pb->rd, *rs = pb->rs;
+	struct done_log l;
 
 	/* the event fd (backends that complete on their own threads): readable
 	 * while a completion waits, drained by nand_poll */
@@ -295,17 +331,33 @@ static void check_device(struct nand_dev *d, const char *what, bool must_have_ba
 	} else {
 		CHECK(nand_next_due(d) == UINT64_MAX);
 	}
+}
+
+static void check_device(struct nand_dev *d, const char *what, bool must_have_bad)
+{
+	const struct nand_geometry *g = &d->geo;
+	uint32_t ps = g->page_size, ss = g->spare_size, ppb = g->pages_per_block;
+	printf("%s: backend %s (%s): %u dies, %u blocks/die, %u pages/block, %u+%u bytes, caps %#x\n",
+	       what, nand_backend_name(d), d->preset, nand_dies(g), g->blocks_per_die, ppb, ps, ss,
+	       d->caps);
+	CHECK(ps >= 512 && ps % 512 == 0 && ss > 0 && ppb >= 8 && nand_dies(g) >= 1);
+	struct pagebufs pb = { .ps = ps, .ss = ss, .data = malloc(ps), .spare = malloc(ss),
+			       .rd = malloc(ps), .rs = malloc(ss), .d2 = malloc(ps), .s2 = malloc(ss) };
+	CHECK(pb.data && pb.spare && pb.rd && pb.rs && pb.d2 && pb.s2);
+	uint32_t b = good_block(d, 0, 1);
+
+	check_program_rules(d, b, &pb);
+	check_completion_order(d, b, &pb);
+	check_refusals(d, b, what, must_have_bad, &pb);
+	check_event_fd(d, b, &pb);
 	/* what the test wrote is erased again */
 	CHECK_EQ(op1(d, NAND_OP_ERASE, b, 0, NULL, NULL), NAND_OK);
-	free(data);
-	free(spare);
-	free(rd);
-	free(rs);
-	free(d2);
-	free(s2);
-	free(d3);
-	free(s3);
-	free(old);
+	free(pb.data);
+	free(pb.spare);
+	free(pb.rd);
+	free(pb.rs);
+	free(pb.d2);
+	free(pb.s2);
 	printf("%s: ok\n", what);
 }
 
