@@ -214,7 +214,80 @@ static int scan(struct ftl *f, struct ftl_scan_report *r, char *err, size_t errl
 	return 0;
 }
 
-int ftl_scan(struct nand_dev *dev, struct ftl_scan_report *rep, char *err, size_t errlen)
+/* The superblock written again from what the scan of f's media found (r)
+ * and the caller's format parameters (p). */
+static int rebuild_from(struct ftl *f, const struct ftl_scan_report *r,
+			const struct ftl_rebuild_params *p, char *err, size_t errlen)
+{
+	int rc = -EINVAL;
+	if (r->sb_valid) {
+		snprintf(err, errlen, "the superblock is valid (format %016llx); nothing to rebuild",
+			 (unsigned long long)r->sb_format_id);
+		rc = -EEXIST;
+		goto out;
+	}
+	if (!r->format_id) {
+		snprintf(err, errlen, "no FTL log and no checkpoint on the media: nothing to "
+				      "rebuild from (format the device instead)");
+		goto out;
+	}
+	uint64_t units = r->cp_found ? r->cp_units : 0;
+	if (p && p->capacity_bytes) {
+		uint64_t want = p->capacity_bytes / FTL_UNIT_SIZE;
+		if (units && want != units) {
+			snprintf(err, errlen, "the checkpoint records %llu bytes, not %llu",
+				 (unsigned long long)(units * FTL_UNIT_SIZE),
+				 (unsigned long long)p->capacity_bytes);
+			goto out;
+		}
+		units = want;
+	}
+	uint32_t sector = r->cp_found ? r->cp_sector_size : 0;
+	if (p && p->sector_size) {
+		if (sector && sector != p->sector_size) {
+			snprintf(err, errlen, "the checkpoint records %u-byte sectors, not %u", sector,
+				 p->sector_size);
+			goto out;
+		}
+		sector = p->sector_size;
+	}
+	if (!units || !sector) {
+		snprintf(err, errlen, "%s: give the %s%s%s the device was formatted with",
+			 r->cp_found ? "the checkpoint predates recording the format"
+				    : "no intact checkpoint on the media",
+			 units ? "" : "capacity", !units && !sector ? " and the " : "",
+			 sector ? "" : "sector size");
+		goto out;
+	}
+	if ((sector != 512 && sector != 4096) || units > nand_raw_bytes(&f->geo) / FTL_UNIT_SIZE) {
+		snprintf(err, errlen, "impossible format: %u-byte sectors, %llu bytes", sector,
+			 (unsigned long long)(units * FTL_UNIT_SIZE));
+		goto out;
+	}
+	f->format_id = r->format_id;
+	f->sector_size = sector;
+	f->units = units;
+	f->format_time = r->cp_found && r->cp_format_time ? r->cp_format_time : (uint64_t)time(NULL);
+	f->sb_seq = 1;
+	f->open_count = 0;
+	f->cp.phase = CP_IDLE;
+	f->cp.cur_hdr_block = r->cp_found ? r->cp_block : FTL_NO_BLOCK;
+	f->cp.cur_nblocks = r->cp_found ? r->cp_nblocks : 0;
+	f->cp.cur_seq = r->cp_found ? r->cp_seq : 0;
+	rc = sb_write_initial(f, false, err, errlen);
+	if (!rc)
+		rc = nand_sync(f->dev);
+	if (rc && !err[0])
+		snprintf(err, errlen, "syncing the medium failed: %s", strerror(-rc));
+out:
+	return rc;
+}
+
+/* The scan of dev's media into rep through an FTL of its geometry, never
+ * opened; with p, the superblock rebuilt from it.  err: NULL, or errlen
+ * bytes that take the reason. */
+static int scan_media(struct nand_dev *dev, struct ftl_scan_report *rep,
+		      const struct ftl_rebuild_params *p, bool rebuild, char *err, size_t errlen)
 {
 	char dummy[8];
 	if (!err) {
@@ -228,89 +301,20 @@ int ftl_scan(struct nand_dev *dev, struct ftl_scan_report *rep, char *err, size_
 	int rc = ftl_geometry_init(f, dev, err, errlen);
 	if (!rc)
 		rc = scan(f, rep, err, errlen);
+	if (!rc && rebuild)
+		rc = rebuild_from(f, rep, p, err, errlen);
 	free(f);
 	return rc;
+}
+
+int ftl_scan(struct nand_dev *dev, struct ftl_scan_report *rep, char *err, size_t errlen)
+{
+	return scan_media(dev, rep, NULL, false, err, errlen);
 }
 
 int ftl_rebuild_superblock(struct nand_dev *dev, const struct ftl_rebuild_params *p, char *err,
 			   size_t errlen)
 {
 	struct ftl_scan_report r;
-	char dummy[8];
-	if (!err) {
-		err = dummy;
-		errlen = sizeof dummy;
-	}
-	err[0] = 0;
-	struct ftl *f = calloc(1, sizeof *f);
-	if (!f)
-		return -ENOMEM;
-	int rc = ftl_geometry_init(f, dev, err, errlen);
-	if (!rc)
-		rc = scan(f, &r, err, errlen);
-	if (rc)
-		goto out;
-	rc = -EINVAL;
-	if (r.sb_valid) {
-		snprintf(err, errlen, "the superblock is valid (format %016llx); nothing to rebuild",
-			 (unsigned long long)r.sb_format_id);
-		rc = -EEXIST;
-		goto out;
-	}
-	if (!r.format_id) {
-		snprintf(err, errlen, "no FTL log and no checkpoint on the media: nothing to "
-				      "rebuild from (format the device instead)");
-		goto out;
-	}
-	uint64_t units = r.cp_found ? r.cp_units : 0;
-	if (p && p->capacity_bytes) {
-		uint64_t want = p->capacity_bytes / FTL_UNIT_SIZE;
-		if (units && want != units) {
-			snprintf(err, errlen, "the checkpoint records %llu bytes, not %llu",
-				 (unsigned long long)(units * FTL_UNIT_SIZE),
-				 (unsigned long long)p->capacity_bytes);
-			goto out;
-		}
-		units = want;
-	}
-	uint32_t sector = r.cp_found ? r.cp_sector_size : 0;
-	if (p && p->sector_size) {
-		if (sector && sector != p->sector_size) {
-			snprintf(err, errlen, "the checkpoint records %u-byte sectors, not %u", sector,
-				 p->sector_size);
-			goto out;
-		}
-		sector = p->sector_size;
-	}
-	if (!units || !sector) {
-		snprintf(err, errlen, "%s: give the %s%s%s the device was formatted with",
-			 r.cp_found ? "the checkpoint predates recording the format"
-				    : "no intact checkpoint on the media",
-			 units ? "" : "capacity", !units && !sector ? " and the " : "",
-			 sector ? "" : "sector size");
-		goto out;
-	}
-	if ((sector != 512 && sector != 4096) || units > nand_raw_bytes(&f->geo) / FTL_UNIT_SIZE) {
-		snprintf(err, errlen, "impossible format: %u-byte sectors, %llu bytes", sector,
-			 (unsigned long long)(units * FTL_UNIT_SIZE));
-		goto out;
-	}
-	f->format_id = r.format_id;
-	f->sector_size = sector;
-	f->units = units;
-	f->format_time = r.cp_found && r.cp_format_time ? r.cp_format_time : (uint64_t)time(NULL);
-	f->sb_seq = 1;
-	f->open_count = 0;
-	f->cp.phase = CP_IDLE;
-	f->cp.cur_hdr_block = r.cp_found ? r.cp_block : FTL_NO_BLOCK;
-	f->cp.cur_nblocks = r.cp_found ? r.cp_nblocks : 0;
-	f->cp.cur_seq = r.cp_found ? r.cp_seq : 0;
-	rc = sb_write_initial(f, false, err, errlen);
-	if (!rc)
-		rc = nand_sync(dev);
-	if (rc && !err[0])
-		snprintf(err, errlen, "syncing the medium failed: %s", strerror(-rc));
-out:
-	free(f);
-	return rc;
+	return scan_media(dev, &r, p, true, err, errlen);
 }
