@@ -526,16 +526,8 @@ static void cp_program(struct ftl *f, struct cp_op *co, uint32_t oi, uint32_t bl
 {
 	struct cp_state *c = &f->cp;
 	struct nand_op *op = &co->op;
-	memset(op, 0, sizeof *op);
 	spare_build_crc(f, co->spare, FTL_PG_CKPT, lba, c->cp_seq, crc);
-	op->type = NAND_OP_PROGRAM;
-	op->flags = NAND_OPF_META;
-	op->block = block;
-	op->page = page;
-	op->data = (void *)data;
-	op->spare = co->spare;
-	op->done = cp_page_done;
-	op->priv = co;
+	op_program(op, NAND_OPF_META, block, page, (void *)data, co->spare, cp_page_done, co);
 	op->priv2 = oi;
 	c->ops_in_flight++;
 	ftl_nand_submit(f, op);
@@ -745,18 +737,24 @@ static void cp_commit_done(struct nand_op *op)
 	c->phase = CP_RELEASE;
 }
 
+/* Has the sync begun at cp.sync_ticket ended?  1 yes, 0 not yet, -1 it
+ * failed (and so has the FTL). */
+static int cp_synced(struct ftl *f)
+{
+	int r = nand_sync_poll(f->dev, f->cp.sync_ticket);
+	if (r < 0)
+		ftl_fail(f, -EIO, "syncing the medium failed");
+	return r < 0 ? -1 : r > 0;
+}
+
 /* CP_RELEASE: once the superblock is durable, the blocks of the checkpoint
  * before the previous go to the eraser.  Returns 1 if it did. */
 static int cp_release(struct ftl *f)
 {
 	struct cp_state *c = &f->cp;
-	int r = nand_sync_poll(f->dev, c->sync_ticket);
-	if (r < 0) {
-		ftl_fail(f, -EIO, "syncing the medium failed");
-		return 1;
-	}
-	if (!r)
-		return 0; /* next_due brings the owner back */
+	int r = cp_synced(f);
+	if (r <= 0)
+		return r < 0; /* not yet: next_due brings the owner back */
 	for (uint32_t i = 0; i < c->rel_nblocks; i++)
 		blk_set_dirty(f, c->rel_blocks[i]);
 	c->rel_nblocks = 0;
@@ -964,13 +962,9 @@ static int cp_write(struct ftl *f)
 static int cp_sync(struct ftl *f)
 {
 	struct cp_state *c = &f->cp;
-	int r = nand_sync_poll(f->dev, c->sync_ticket);
-	if (r < 0) {
-		ftl_fail(f, -EIO, "syncing the medium failed");
-		return 1;
-	}
-	if (!r)
-		return 0; /* next_due brings the owner back */
+	int r = cp_synced(f);
+	if (r <= 0)
+		return r < 0; /* not yet: next_due brings the owner back */
 	c->phase = CP_COMMIT;
 	c->prev_keep = cp_prev_room(f);
 	if (sb_start_write(f, c->clean, cp_commit_done) < 0)
