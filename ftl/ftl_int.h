@@ -667,6 +667,16 @@ static inline bool blk_is_sb(const struct ftl *f, uint32_t b)
 	return b == f->sb_block[0] || b == f->sb_block[1];
 }
 
+/* *op: a program of data and spare at page of block; done(op), op->priv =
+ * priv, when it completes; every other field zero */
+static inline void op_program(struct nand_op *op, uint32_t flags, uint32_t block, uint32_t page,
+			      void *data, void *spare, void (*done)(struct nand_op *), void *priv)
+{
+	*op = (struct nand_op){ .type = NAND_OP_PROGRAM, .flags = flags, .block = block,
+				.page = page, .data = data, .spare = spare, .done = done,
+				.priv = priv };
+}
+
 static inline uint32_t ppa_block(const struct ftl *f, uint32_t ppa)
 {
 	return ppa / f->ppb;

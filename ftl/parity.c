@@ -385,14 +385,7 @@ static void par_try_submit(struct ftl *f, struct band_par *bp)
 		}
 		s->state = PS_PROGRAMMING;
 		struct nand_op *op = &s->op;
-		memset(op, 0, sizeof *op);
-		op->type = NAND_OP_PROGRAM;
-		op->block = b;
-		op->page = s->page;
-		op->data = s->acc;
-		op->spare = s->spare;
-		op->done = par_program_done;
-		op->priv = bp;
+		op_program(op, 0, b, s->page, s->acc, s->spare, par_program_done, bp);
 		op->priv2 = k;
 		ftl_nand_submit(f, op);
 		footer_note(f, ppa, FTL_FOOTER_PARITY, s->max_seq, crc);

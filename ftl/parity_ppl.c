@@ -142,15 +142,8 @@ static void pad_submit(struct ftl *f, uint32_t ppa, bool gc)
 	po->seq = seq_take(f);
 	spare_build_crc(f, po->spare, FTL_PG_TRIM, 0, po->seq, f->pad_crc);
 	struct nand_op *op = &po->op;
-	memset(op, 0, sizeof *op);
-	op->type = NAND_OP_PROGRAM;
-	op->flags = NAND_OPF_META;
-	op->block = ppa_block(f, ppa);
-	op->page = ppa_page(f, ppa);
-	op->data = f->pad_page;
-	op->spare = po->spare;
-	op->done = pad_done;
-	op->priv = po;
+	op_program(op, NAND_OPF_META, ppa_block(f, ppa), ppa_page(f, ppa), f->pad_page, po->spare,
+		   pad_done, po);
 	ftl_nand_submit(f, op);
 	footer_note(f, ppa, FTL_FOOTER_TRIM, po->seq, f->pad_crc);
 	par_submitted(f, ppa, f->pad_page, po->spare);
@@ -401,15 +394,8 @@ static void ppl_submit(struct ftl *f, uint32_t ppa)
 	pp->seq = seq_take(f);
 	uint32_t crc = par_ppl_build(f, ppa, pp->seq, pp->data, pp->spare);
 	struct nand_op *op = &pp->op;
-	memset(op, 0, sizeof *op);
-	op->type = NAND_OP_PROGRAM;
-	op->flags = NAND_OPF_META;
-	op->block = ppa_block(f, ppa);
-	op->page = ppa_page(f, ppa);
-	op->data = pp->data;
-	op->spare = pp->spare;
-	op->done = ppl_done;
-	op->priv = pp;
+	op_program(op, NAND_OPF_META, ppa_block(f, ppa), ppa_page(f, ppa), pp->data, pp->spare,
+		   ppl_done, pp);
 	ftl_nand_submit(f, op);
 	footer_note(f, ppa, FTL_FOOTER_PARITY, pp->seq, crc);
 	par_submitted(f, ppa, pp->data, pp->spare);

@@ -155,15 +155,8 @@ static void sb_erase_done(struct nand_op *op);
 static void sb_submit_program(struct ftl *f)
 {
 	struct nand_op *op = &f->sb_op;
-	memset(op, 0, sizeof *op);
-	op->type = NAND_OP_PROGRAM;
-	op->flags = NAND_OPF_META;
-	op->block = f->sb_block[f->sb_cur];
-	op->page = f->sb_next[f->sb_cur];
-	op->data = f->sb_buf;
-	op->spare = f->sb_spare;
-	op->done = sb_program_done;
-	op->priv = f;
+	op_program(op, NAND_OPF_META, f->sb_block[f->sb_cur], f->sb_next[f->sb_cur], f->sb_buf,
+		   f->sb_spare, sb_program_done, f);
 	ftl_nand_submit(f, op);
 }
 

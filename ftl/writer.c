@@ -141,15 +141,8 @@ static void footer_write(struct ftl *f, struct footer *fo)
 		uint8_t *data = fo->buf + (size_t)i * f->page_size;
 		uint8_t *spare = fo->spares + (size_t)i * f->spare_size;
 		spare_build(f, spare, FTL_PG_FOOTER, i, max_seq, data, true);
-		memset(op, 0, sizeof *op);
-		op->type = NAND_OP_PROGRAM;
-		op->flags = NAND_OPF_META;
-		op->block = fo->block;
-		op->page = f->data_pages + i;
-		op->data = data;
-		op->spare = spare;
-		op->done = footer_done;
-		op->priv = fo;
+		op_program(op, NAND_OPF_META, fo->block, f->data_pages + i, data, spare, footer_done,
+			   fo);
 		ftl_nand_submit(f, op);
 	}
 }
