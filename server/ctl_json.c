@@ -28,6 +28,13 @@ void json_str(struct evbuffer *b, const char *s)
 	evbuffer_add(b, "\"", 1);
 }
 
+/* , "key": "val" (val escaped) */
+static void json_field(struct evbuffer *b, const char *key, const char *val)
+{
+	evbuffer_add_printf(b, ", \"%s\": ", key);
+	json_str(b, val);
+}
+
 #define U(name, v) evbuffer_add_printf(b, "%s\"" name "\": %llu", sep, (unsigned long long)(v)), sep = ", "
 #define D(name, v) evbuffer_add_printf(b, "%s\"" name "\": %.4f", sep, (double)(v)), sep = ", "
 
@@ -150,8 +157,7 @@ static void json_health(struct evbuffer *b, const struct health *h)
 				    i ? ", " : "", health_reason_name(it->reason),
 				    health_state_name(it->level));
 		json_str(b, it->msg);
-		evbuffer_add_printf(b, ", \"action\": ");
-		json_str(b, it->action);
+		json_field(b, "action", it->action);
 		evbuffer_add_printf(b, "}");
 	}
 	evbuffer_add_printf(b, "]}");
@@ -186,17 +192,14 @@ static void json_drbd(struct evbuffer *b, const struct drbd_lower *l)
 	json_str(b, l->resource);
 	char lower[32];
 	snprintf(lower, sizeof lower, "/dev/%s", l->nbd);
-	evbuffer_add_printf(b, ", \"lower\": ");
-	json_str(b, lower);
+	json_field(b, "lower", lower);
 	const struct { const char *key, *val; } f[] = {
 		{ "role", l->role }, { "peer_role", l->peer_role }, { "connection", l->cstate },
 		{ "disk", l->disk }, { "peer_disk", l->peer_disk }, { "protocol", l->protocol },
 		{ "sync_finish", l->sync_finish },
 	};
-	for (size_t k = 0; k < sizeof f / sizeof f[0]; k++) {
-		evbuffer_add_printf(b, ", \"%s\": ", f[k].key);
-		json_str(b, f[k].val);
-	}
+	for (size_t k = 0; k < sizeof f / sizeof f[0]; k++)
+		json_field(b, f[k].key, f[k].val);
 	if (l->sync_permille >= 0)
 		evbuffer_add_printf(b, ", \"sync_percent\": %.1f}", l->sync_permille / 10.0);
 	else
@@ -208,29 +211,18 @@ static void json_dimm(struct ctl_req *cr, struct evbuffer *b, const struct dimm_
 	char note[160];
 	evbuffer_add_printf(b, "{\"name\": ");
 	json_str(b, st->name);
-	evbuffer_add_printf(b, ", \"export\": ");
-	json_str(b, st->export_name);
-	evbuffer_add_printf(b, ", \"card\": ");
-	json_str(b, st->card);
-	evbuffer_add_printf(b, ", \"backend\": ");
-	json_str(b, st->backend);
-	evbuffer_add_printf(b, ", \"preset\": ");
-	json_str(b, st->preset);
-	evbuffer_add_printf(b, ", \"model\": ");
-	json_str(b, st->model);
-	evbuffer_add_printf(b, ", \"image\": ");
-	json_str(b, st->image);
-	evbuffer_add_printf(b, ", \"state\": ");
-	json_str(b, st->state);
-	if (st->error[0]) {
-		evbuffer_add_printf(b, ", \"error\": ");
-		json_str(b, st->error);
-	}
+	json_field(b, "export", st->export_name);
+	json_field(b, "card", st->card);
+	json_field(b, "backend", st->backend);
+	json_field(b, "preset", st->preset);
+	json_field(b, "model", st->model);
+	json_field(b, "image", st->image);
+	json_field(b, "state", st->state);
+	if (st->error[0])
+		json_field(b, "error", st->error);
 	const char *n = snapshot_note(cr, st, note, sizeof note);
-	if (n) {
-		evbuffer_add_printf(b, ", \"note\": ");
-		json_str(b, n);
-	}
+	if (n)
+		json_field(b, "note", n);
 	evbuffer_add_printf(b, ", \"health\": ");
 	json_health(b, &cr->h[st - cr->st]);
 	evbuffer_add_printf(b, ", \"beacon\": %s", st->beacon ? "true" : "false");
@@ -310,8 +302,7 @@ void status_json(struct ctl_req *cr, struct evbuffer *b)
 			    FLASHD_VERSION, (int)getpid(), (long long)(time(NULL) - srv->started));
 	evbuffer_add_printf(b, "\"config\": ");
 	json_str(b, srv->cfg.config_file ? srv->cfg.config_file : "(embedded default)");
-	evbuffer_add_printf(b, ", \"state_dir\": ");
-	json_str(b, srv->cfg.state_dir);
+	json_field(b, "state_dir", srv->cfg.state_dir);
 	evbuffer_add_printf(b, ", \"listen\": [");
 	for (int i = 0; i < srv->cfg.nlisten; i++) {
 		if (i)
