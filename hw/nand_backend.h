@@ -60,6 +60,20 @@ int nand_mtd_raw_erased(const uint8_t *raw, uint32_t page_size, uint32_t oobsize
 enum nand_status nand_mtd_read_status(int rc);
 
 /*
+ * A block's write pointer at open (hw/nand_mtd.c; here for tests), from
+ * erased(ctx, page): 1 the page reads erased, 0 programmed, -errno.  Pages
+ * are programmed in order, so the programmed ones are a prefix: the last
+ * page is read, then a binary search.  A page whose raw read fails with
+ * -EIO (no ECC applies to raw reads: the chip failed on that page) counts
+ * as programmed and in *unreadable: the write pointer may then stand past
+ * erased pages (not programmed until the block is erased again), never
+ * before a programmed one, and the FTL sees that page's error when it
+ * reads it.  Any other error is returned.
+ */
+int nand_mtd_block_wp(uint32_t pages_per_block, int (*erased)(void *ctx, uint32_t page), void *ctx,
+		      uint32_t *wp, uint32_t *unreadable);
+
+/*
  * The layout of an MTD device (hw/nand_mtd.c; here for tests): from mi
  * (MEMGETINFO: type, page, OOB and erase block sizes) and the device's
  * sysfs directory sysdir (/sys/dev/char/MAJ:MIN: size - 64-bit, where

@@ -686,10 +686,54 @@ static int page_erased(struct mtd *m, uint32_t block, uint32_t page, uint8_t *bu
 				   m->dev.ecc_bits);
 }
 
+int nand_mtd_block_wp(uint32_t ppb, int (*erased)(void *ctx, uint32_t page), void *ctx,
+		      uint32_t *wp, uint32_t *unreadable)
+{
+	int e = erased(ctx, ppb - 1);
+	if (e == -EIO) {
+		(*unreadable)++;
+		e = 0;
+	}
+	if (e == 0) {
+		*wp = ppb;
+		return 0;
+	}
+	uint32_t lo = 0, hi = ppb - 1; /* page hi reads erased; is lo the first? */
+	while (e >= 0 && lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		e = erased(ctx, mid);
+		if (e == -EIO) {
+			(*unreadable)++;
+			e = 0;
+		}
+		if (e > 0)
+			hi = mid;
+		else if (e == 0)
+			lo = mid + 1;
+	}
+	if (e < 0)
+		return e;
+	*wp = lo;
+	return 0;
+}
+
+struct scan_ctx {
+	struct mtd *m;
+	uint32_t block;
+	uint8_t *buf;
+};
+
+static int scan_page_erased(void *ctx, uint32_t page)
+{
+	struct scan_ctx *c = ctx;
+	return page_erased(c->m, c->block, page, c->buf);
+}
+
 /* Every good block's write pointer and bad mark.  Cost: a MEMGETBADBLOCK
  * per block, and per good block a raw read of its last page, and of
- * log2(pages per block) more if that one is erased. */
-static int scan_blocks(struct mtd *m, char *err, size_t errlen)
+ * log2(pages per block) more if that one is erased.  Pages whose raw
+ * read failed (nand_mtd_block_wp): counted in *unreadable. */
+static int scan_blocks(struct mtd *m, uint32_t *unreadable, char *err, size_t errlen)
 {
 	const struct nand_geometry *g = &m->dev.geo;
 	uint32_t ppb = g->pages_per_block;
@@ -708,27 +752,14 @@ static int scan_blocks(struct mtd *m, char *err, size_t errlen)
 		m->bad[b] = bad > 0;
 		if (m->bad[b])
 			continue;
-		/* programs are in order: the programmed pages are a prefix */
-		int e = page_erased(m, b, ppb - 1, buf);
-		if (e == 0) {
-			m->wp[b] = (uint16_t)ppb;
-			continue;
-		}
-		uint32_t lo = 0, hi = ppb - 1; /* page hi reads erased; is lo the first? */
-		while (e >= 0 && lo < hi) {
-			uint32_t mid = lo + (hi - lo) / 2;
-			e = page_erased(m, b, mid, buf);
-			if (e > 0)
-				hi = mid;
-			else if (e == 0)
-				lo = mid + 1;
-		}
-		if (e < 0) {
-			rc = e;
+		struct scan_ctx c = { m, b, buf };
+		uint32_t wp = 0;
+		rc = nand_mtd_block_wp(ppb, scan_page_erased, &c, &wp, unreadable);
+		if (rc) {
 			snprintf(err, errlen, "reading erase block %u: %s", b, strerror(-rc));
 			break;
 		}
-		m->wp[b] = (uint16_t)lo;
+		m->wp[b] = (uint16_t)wp;
 	}
 	free(buf);
 	return rc;
@@ -799,9 +830,18 @@ int nand_mtd_open(const struct nand_spec *spec, struct nand_dev **out, char *err
 	m->dies = calloc(ndies, sizeof *m->dies);
 	if (!m->wp || !m->erase_failed || !m->bad || !m->erases || !m->dies)
 		return fail_open(m, err, errlen, -ENOMEM, "%s: out of memory%s", path, "");
-	rc = scan_blocks(m, why, sizeof why);
+	uint32_t unreadable = 0;
+	rc = scan_blocks(m, &unreadable, why, sizeof why);
 	if (rc)
 		return fail_open(m, err, errlen, rc, "%s: %s", path, why);
+	if (unreadable && spec->log) {
+		snprintf(why, sizeof why,
+			 "%s: %u page(s) could not be read raw (EIO) while finding the blocks' "
+			 "write pointers; taken as programmed (their blocks are not written "
+			 "again until erased)",
+			 path, unreadable);
+		spec->log(spec->log_arg, NAND_LOG_WARNING, why);
+	}
 	m->dev.event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (m->dev.event_fd < 0)
 		return fail_open(m, err, errlen, -errno, "%s: eventfd: %s", path, strerror(errno));

@@ -818,6 +818,74 @@ static void mtd_read_errors(void)
 	printf("mtd read errors: EIO the page's, ENODEV... the device's: ok\n");
 }
 
+/* A block for nand_mtd_block_wp: page i reads as page[i]: 'P' programmed,
+ * 'E' erased, 'X' its raw read fails with EIO, 'N' with ENODEV. */
+struct fake_block {
+	char page[65];
+	uint32_t reads;
+};
+
+static int fake_erased(void *ctx, uint32_t page)
+{
+	struct fake_block *b = ctx;
+	b->reads++;
+	switch (b->page[page]) {
+	case 'P':
+		return 0;
+	case 'E':
+		return 1;
+	case 'X':
+		return -EIO;
+	default:
+		return -ENODEV;
+	}
+}
+
+/*
+ * A block's write pointer at open (the mtd backend): every length of the
+ * programmed prefix of a 64-page block, with no unreadable page and with
+ * one at every position.  An unreadable page (raw read EIO: a chip that
+ * fails on that page) is taken as programmed: the open goes on, the write
+ * pointer never stands before a programmed page (nothing programmed is
+ * written over), at most just past the unreadable page; with none it is
+ * exact.  ENODEV (the device gone) fails the scan.
+ */
+static void mtd_block_wp(void)
+{
+	enum { PPB = 64 };
+	uint32_t cases = 0, moved = 0;
+	for (uint32_t prefix = 0; prefix <= PPB; prefix++) {
+		for (uint32_t x = 0; x <= PPB; x++) { /* x == PPB: no unreadable page */
+			struct fake_block b = { .reads = 0 };
+			for (uint32_t i = 0; i < PPB; i++)
+				b.page[i] = i == x ? 'X' : i < prefix ? 'P' : 'E';
+			uint32_t wp = 99, unreadable = 0;
+			int rc = nand_mtd_block_wp(PPB, fake_erased, &b, &wp, &unreadable);
+			if (rc || wp < prefix || (wp != prefix && wp != x + 1) ||
+			    (x == PPB && (wp != prefix || unreadable)) || unreadable > 1 || b.reads > 8)
+				fprintf(stderr,
+					"block %s: rc %d, write pointer %u (programmed %u), %u unreadable, "
+					"%u reads\n",
+					b.page, rc, wp, prefix, unreadable, b.reads);
+			CHECK_EQ(rc, 0);
+			CHECK(wp >= prefix && wp <= PPB);
+			CHECK(wp == prefix || wp == x + 1);
+			CHECK(x < PPB || (wp == prefix && unreadable == 0));
+			CHECK(unreadable <= 1 && b.reads <= 8);
+			cases++;
+			moved += wp != prefix;
+		}
+	}
+	struct fake_block gone = { .reads = 0 };
+	memset(gone.page, 'E', PPB);
+	gone.page[PPB - 1] = 'N'; /* the first page read */
+	uint32_t wp = 0, unreadable = 0;
+	CHECK_EQ(nand_mtd_block_wp(PPB, fake_erased, &gone, &wp, &unreadable), -ENODEV);
+	printf("mtd write pointers at open: %u blocks (an EIO page at each place), none before a "
+	       "programmed page, %u past an unreadable one; ENODEV fails the scan\n",
+	       cases, moved);
+}
+
 static void put_attr(const char *dir, const char *attr, const char *value)
 {
 	char path[256];
@@ -968,6 +1036,7 @@ int main(void)
 	mtd_erased_steps();
 	mtd_layout_sysfs();
 	mtd_read_errors();
+	mtd_block_wp();
 	d = async_open("test-64m");
 	check_device(d, "async", false);
 	nand_close(d);
