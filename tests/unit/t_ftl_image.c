@@ -82,6 +82,8 @@ static void cleanup(void)
 		unlink(p2);
 		snprintf(p2, sizeof p2, "%s/room", dir); /* t_cp_prev_room's */
 		unlink(p2);
+		snprintf(p2, sizeof p2, "%s/unsparse", dir); /* t_cp_unsparse's */
+		unlink(p2);
 		rmdir(dir);
 	}
 }
@@ -1055,6 +1057,101 @@ static void t_rollback(uint32_t parity)
 	       parity ? "right (rebuilt from its stripe)" : "EIO");
 }
 
+/* ---- a checkpoint without the bitmap, with a refresh list ---------------- */
+
+/*
+ * A checkpoint header without FTL_CP_SPARSE (every l2p page, no bitmap of
+ * written ones: flashd writes sparse ones only) that marks a band for
+ * refresh (FTL_CP_REFRESH): the refresh list follows the block lists, where
+ * the header's check finds it, and the open refreshes that band and no
+ * other (the band of the block open at the checkpoint: GC takes no open
+ * band, so the mark is in the header).
+ * Crafted from a sparse checkpoint whose every l2p page was written (so the
+ * same pages on the media): the flag cleared, l2p_written 0, the bitmap's
+ * words taken out, the checksums valid.  Rows of one die (test-16m): a
+ * checkpoint with parity (rows of two or more) must be sparse.
+ */
+static void t_cp_unsparse(void)
+{
+	char p2[112];
+	snprintf(p2, sizeof p2, "%s/unsparse", dir);
+	struct nand_sim_config cfg = { .preset = "test-16m", .path = p2, .create = true, .seed = 1 };
+	struct nand_dev *d = sim_open_ok(&cfg);
+	format_with(d, 4096, 0, 0);
+	struct ftl *f = open_ok(d);
+	CHECK_EQ(f->row_width, 1);
+	/* every unit once: every l2p page written */
+	uint64_t n = f->units;
+	uint8_t b[4096], e[4096];
+	for (uint64_t u = 0; u < n; u++) {
+		fill(b, u, 1);
+		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
+	}
+	CHECK_RC(ftl_flush_sync(f));
+	/* the band of the block being written: GC takes no open band, so the
+	 * mark stays while the checkpoint is written */
+	uint32_t mark = (uint32_t)(unit_ppa(f, n - 1) / f->ppb), bi = block_band(f, mark);
+	CHECK_EQ(f->blk[mark].state, BLK_OPEN);
+	band_flag_refresh(f, mark, NULL);
+	CHECK(f->band[bi].flags & BANDF_REFRESH);
+	/* a checkpoint with the band in its list, then power off: its header
+	 * lists what it saw when it began */
+	checkpoint_now(f);
+	uint32_t hdr = f->cp.cur_hdr_block;
+	int fd = open(p2, O_RDWR);
+	uint64_t doff, dslot;
+	CHECK(fd >= 0 && pread(fd, &doff, 8, 104) == 8 && pread(fd, &dslot, 8, 112) == 8);
+	CHECK_EQ(dslot, slot); /* the same page and spare sizes as the golden image */
+	uint64_t off = doff + (uint64_t)hdr * f->ppb * slot;
+	uint8_t *s = malloc(slot), *orig = malloc(slot);
+	CHECK(s && orig && pread(fd, s, slot, (off_t)off) == (ssize_t)slot);
+	memcpy(orig, s, slot);
+	struct ftl_cp_hdr h;
+	memcpy(&h, s, sizeof h);
+	CHECK((h.flags & FTL_CP_SPARSE) && (h.flags & FTL_CP_REFRESH) && !(h.flags & FTL_CP_PARITY));
+	CHECK_EQ(h.l2p_written, h.l2p_pages);
+	/* the lists as media.h lays them out: blocks, open blocks, bad blocks,
+	 * the bitmap (sparse only), then the refresh list (count first) */
+	uint32_t bitmap = h.nblocks + h.nopen + h.nbad, nbitmap = (h.l2p_pages + 31) / 32;
+	uint32_t *lists = (uint32_t *)(s + sizeof h), nref = lists[bitmap + nbitmap];
+	CHECK(nref == 1 && lists[bitmap + nbitmap + 1] == bi);
+	CHECK((sizeof h + 4 * (bitmap + nbitmap + 1 + (size_t)nref)) <= f->page_size &&
+	      h.hdr_pages == 1);
+	ftl_abandon(f);
+
+	memmove(lists + bitmap, lists + bitmap + nbitmap, (1 + (size_t)nref) * 4);
+	memset(lists + bitmap + 1 + nref, 0, (size_t)nbitmap * 4);
+	h.flags &= ~FTL_CP_SPARSE;
+	h.l2p_written = 0;
+	memcpy(s, &h, sizeof h);
+	craft_fix_slot(s, orig, geo.page_size);
+	CHECK(pwrite(fd, s, slot, (off_t)off) == (ssize_t)slot);
+	close(fd);
+
+	f = open_ok(d);
+	CHECK_EQ(f->cp.cur_hdr_block, hdr);
+	/* the open marks the band again and GC collects it (its data moved,
+	 * the block erased or waiting to be) before the open returns */
+	uint8_t st = f->blk[mark].state;
+	if (f->st.refresh_collected != 1 || st == BLK_OPEN || st == BLK_CLOSED) {
+		fprintf(stderr, "cp_unsparse: %llu bands refreshed at the open; band %u's block %u "
+			"is %s\n", (unsigned long long)f->st.refresh_collected, bi, mark,
+			st == BLK_OPEN || st == BLK_CLOSED ? "still in use (not refreshed)" : "moved");
+		exit(1);
+	}
+	for (uint64_t u = 0; u < n; u++) {
+		fill(e, u, 1);
+		CHECK_RC(ftl_read_sync(f, b, u * 4096, 4096));
+		CHECK(!memcmp(b, e, sizeof b));
+	}
+	CHECK_RC(ftl_close(f));
+	nand_close(d);
+	unlink(p2);
+	free(s), free(orig);
+	printf("ok: cp_unsparse: a checkpoint without the bitmap of l2p pages: band %u refreshed "
+	       "at the open, as its list says; every unit reads back\n", bi);
+}
+
 /* ---- superblock units that wrap ----------------------------------------- */
 
 static void t_sb_units(void)
@@ -1097,6 +1194,7 @@ int main(void)
 	t_cp_prev_room();
 	t_rollback(0);
 	t_rollback(1);
+	t_cp_unsparse();
 	t_sweep();
 	printf("ok\n");
 	return 0;
