@@ -206,15 +206,23 @@ static void sb_copy_end(struct ftl *f, bool ok)
 		f->sb_done(&f->sb_op);
 }
 
+/* The FTL is stopping (ftl_op_stops): the update ends here, its owner
+ * told.  true if so. */
+static bool sb_op_stops(struct ftl *f, struct nand_op *op)
+{
+	if (!ftl_op_stops(f, op))
+		return false;
+	f->sb_busy = false;
+	if (f->sb_done)
+		f->sb_done(op);
+	return true;
+}
+
 static void sb_erase_done(struct nand_op *op)
 {
 	struct ftl *f = op->priv;
-	if (ftl_op_stops(f, op)) {
-		f->sb_busy = false;
-		if (f->sb_done)
-			f->sb_done(op);
+	if (sb_op_stops(f, op))
 		return;
-	}
 	if (op->status != NAND_OK) {
 		f->sb_next[f->sb_cur] = f->ppb; /* erased again next time */
 		sb_copy_end(f, false);
@@ -228,12 +236,8 @@ static void sb_erase_done(struct nand_op *op)
 static void sb_program_done(struct nand_op *op)
 {
 	struct ftl *f = op->priv;
-	if (ftl_op_stops(f, op)) {
-		f->sb_busy = false;
-		if (f->sb_done)
-			f->sb_done(op);
+	if (sb_op_stops(f, op))
 		return;
-	}
 	f->sb_next[f->sb_cur]++;
 	if (op->status == NAND_OK) {
 		f->st.nand_pages_programmed++;
