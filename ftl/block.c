@@ -608,6 +608,12 @@ void band_flag_refresh(struct ftl *f, uint32_t b, const char *why)
 			block_band(f, b), b, why, (unsigned long long)n);
 }
 
+void blk_read_health(struct ftl *f, uint32_t b, enum nand_status st, uint16_t cmax)
+{
+	if (st == NAND_CORRECTED && cmax >= f->refresh_bits)
+		band_mark_refresh(f, b, st, cmax);
+}
+
 void band_mark_refresh(struct ftl *f, uint32_t b, enum nand_status st, uint16_t cmax)
 {
 	(void)st;

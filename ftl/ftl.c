@@ -1,298 +1,12 @@
 /*
  * ftl/ftl.c - life cycle of an FTL: open (as a table of steps that
  * unwind in reverse), the progress loop, thermal protection, close,
- * statistics; logging, memory and the spare's codec for the other files.
- * Formatting and probing a medium: format.c.
+ * statistics.  Formatting and probing a medium: format.c; logging,
+ * failure, submission, memory and the spare's codec: core.c.
  */
 #include <errno.h>
-#include <stdarg.h>
-#include <sys/mman.h>
 
 #include "ftl/ftl_int.h"
-
-/* ---- logging ------------------------------------------------------------ */
-
-static void (*log_fn)(void *arg, int level, const char *msg);
-static void *log_arg;
-
-void ftl_set_logger(void (*fn)(void *arg, int level, const char *msg), void *arg)
-{
-	log_fn = fn;
-	log_arg = arg;
-}
-
-void ftl_log(int level, const char *fmt, ...)
-{
-	char buf[512];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(buf, sizeof buf, fmt, ap);
-	va_end(ap);
-	if (log_fn)
-		log_fn(log_arg, level, buf);
-	else
-		fprintf(stderr, "ftl: %s\n", buf);
-}
-
-void ftl_fail(struct ftl *f, int err, const char *why)
-{
-	if (f->error)
-		return;
-	f->error = err;
-	if (!f->quiet_fail)
-		ftl_log(FTL_LOG_ERR, "failed, every request fails from now on (%s): %s; reopening "
-			"it recovers from what is on the media", strerror(-err), why);
-}
-
-void ftl_failf(struct ftl *f, int err, const char *fmt, ...)
-{
-	char why[384];
-	va_list ap;
-	if (f->error)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(why, sizeof why, fmt, ap);
-	va_end(ap);
-	ftl_fail(f, err, why);
-}
-
-/* ---- operations on the medium ------------------------------------------- */
-
-void ftl_nand_submit(struct ftl *f, struct nand_op *op)
-{
-	int rc = nand_submit(f->dev, op);
-	if (rc == 0)
-		return;
-	ftl_failf(f, -EIO, "the NAND backend refused an operation (%s)", strerror(-rc));
-	op->status = NAND_INVALID;
-	op->err = rc;
-	op->next = f->refused;
-	f->refused = op;
-	f->need_poll = true;
-}
-
-/* Complete refused ops (their owners see NAND_INVALID); returns how many. */
-static int deliver_refused(struct ftl *f)
-{
-	int n = 0;
-	while (f->refused) {
-		struct nand_op *op = f->refused;
-		f->refused = op->next;
-		op->next = NULL;
-		op->done(op);
-		n++;
-	}
-	return n;
-}
-
-bool ftl_op_stops(struct ftl *f, const struct nand_op *op)
-{
-	switch (op->status) {
-	case NAND_POWER_LOSS:
-		ftl_fail(f, -EIO, "medium lost power");
-		return true;
-	case NAND_IO_ERROR:
-		ftl_failf(f, op->err == -ENOSPC ? -ENOSPC : -EIO,
-			  "the backend's own storage failed (%s) at block %u page %u: not a NAND "
-			  "fault, nothing retired; data flushed before is intact; free space or fix "
-			  "the disk, then restart",
-			  strerror(op->err ? -op->err : EIO), op->block, op->page);
-		return true;
-	case NAND_INVALID:
-		ftl_failf(f, -EIO, "the medium refused an operation on block %u page %u as invalid",
-			  op->block, op->page);
-		return true;
-	default:
-		return f->error != 0;
-	}
-}
-
-static bool log_this_one(uint64_t n)
-{
-	/* the first 10, then at powers of two: a bad page read in a loop
-	 * must not flood the log */
-	return n <= 10 || (n & (n - 1)) == 0;
-}
-
-void ftl_crc_error(struct ftl *f, uint32_t ppa, const char *what)
-{
-	f->st.crc_errors++;
-	if (log_this_one(f->st.crc_errors))
-		ftl_log(FTL_LOG_WARNING, "block %u page %u: %s fails its data CRC (bit rot beyond ECC); treated as "
-			"unreadable (%llu such pages so far)",
-			ppa_block(f, ppa), ppa_page(f, ppa), what,
-			(unsigned long long)f->st.crc_errors);
-}
-
-int ftl_check_data(struct ftl *f, uint32_t data_crc, const void *spare, uint64_t unit, uint32_t ppa)
-{
-	struct ftl_spare sp;
-	if (spare_parse(f, spare, &sp) != 0 || sp.type != FTL_PG_DATA || sp.lba != unit) {
-		f->st.read_errors_uncorrectable++;
-		if (log_this_one(f->st.read_errors_uncorrectable))
-			ftl_log(FTL_LOG_ERR, "unit %llu: page %u does not hold it (map or spare "
-				"damaged): it reads EIO until rewritten",
-				(unsigned long long)unit, ppa);
-		return -EIO;
-	}
-	if (data_crc != sp.data_crc) {
-		f->st.read_errors_uncorrectable++;
-		ftl_crc_error(f, ppa, "data page");
-		return -EIO;
-	}
-	uint64_t oldest = f->blk_min_seq[ppa_block(f, ppa)];
-	if (sp.seq < oldest) {
-		/* written before the block's last erase: the storage returned
-		 * an older copy of the page (a lost write, a restored file) */
-		f->st.read_errors_uncorrectable++;
-		if (log_this_one(++f->stale_reads))
-			ftl_log(FTL_LOG_ERR, "unit %llu: page %u holds an older copy (sequence %llu; its block "
-				"was written from %llu on): the storage returned a page older than "
-				"what the FTL wrote there; treated as unreadable (%llu such reads)",
-				(unsigned long long)unit, ppa, (unsigned long long)sp.seq,
-				(unsigned long long)oldest, (unsigned long long)f->stale_reads);
-		return -EIO;
-	}
-	return 0;
-}
-
-const char *ftl_state_name(enum ftl_state st)
-{
-	switch (st) {
-	case FTL_STATE_ONLINE: return "online";
-	case FTL_STATE_READONLY: return "read-only";
-	case FTL_STATE_WRITE_REDUCED: return "write-reduced";
-	case FTL_STATE_NO_SPACE: return "no-space";
-	case FTL_STATE_FAILED: return "failed";
-	}
-	return "?";
-}
-
-/* ---- memory: every allocation is recorded and freed at close ----------- */
-
-struct alloc_rec {
-	void *p;
-	size_t size;
-	bool mapped;
-};
-
-static void *track(struct ftl *f, void *p, size_t size, bool mapped)
-{
-	if (!p)
-		return NULL;
-	if (f->nallocs == f->cap_allocs) {
-		size_t cap = f->cap_allocs ? f->cap_allocs * 2 : 64;
-		struct alloc_rec *a = realloc(f->allocs, cap * sizeof *a);
-		if (!a) {
-			if (mapped)
-				munmap(p, size);
-			else
-				free(p);
-			return NULL;
-		}
-		f->allocs = a;
-		f->cap_allocs = cap;
-	}
-	f->allocs[f->nallocs++] = (struct alloc_rec){ p, size, mapped };
-	f->ram_bytes += size;
-	return p;
-}
-
-void *ftl_alloc(struct ftl *f, size_t size)
-{
-	return track(f, calloc(1, size ? size : 1), size, false);
-}
-
-void *ftl_alloc_pages(struct ftl *f, size_t size)
-{
-	size_t len = (size + 4095) & ~(size_t)4095;
-	void *p = aligned_alloc(4096, len ? len : 4096);
-	if (p)
-		memset(p, 0, len);
-	return track(f, p, len, false);
-}
-
-void *ftl_alloc_lazy(struct ftl *f, size_t size)
-{
-	size_t len = (size + 4095) & ~(size_t)4095;
-	void *p = mmap(NULL, len ? len : 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-		       -1, 0);
-	return track(f, p == MAP_FAILED ? NULL : p, len ? len : 4096, true);
-}
-
-static void *ftl_map(struct ftl *f, size_t size)
-{
-	size_t len = (size + 4095) & ~(size_t)4095;
-	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	/* huge pages where the kernel offers them: the l2p of a 320 GiB
-	 * ioDimm is 335 MB, touched at once at open (82k faults otherwise) */
-	if (p != MAP_FAILED)
-		(void)madvise(p, len, MADV_HUGEPAGE);
-	return track(f, p == MAP_FAILED ? NULL : p, len, true);
-}
-
-static void free_all(struct ftl *f)
-{
-	for (size_t i = 0; i < f->nallocs; i++) {
-		if (f->allocs[i].mapped)
-			munmap(f->allocs[i].p, f->allocs[i].size);
-		else
-			free(f->allocs[i].p);
-	}
-	free(f->allocs);
-	free(f->cp.hdr_buf);
-	free(f->cp.load_doomed);
-	free(f->cp.load_refresh);
-	free(f->cp.load_fresh);
-	free(f);
-}
-
-/* ---- spare -------------------------------------------------------------- */
-
-void spare_build(struct ftl *f, void *spare, uint8_t type, uint32_t lba, uint64_t seq,
-		 const void *data, bool with_crc)
-{
-	spare_build_crc(f, spare, type, lba, seq,
-			with_crc && data ? crc32c(0, data, f->page_size) : 0);
-}
-
-void spare_build_crc(struct ftl *f, void *spare, uint8_t type, uint32_t lba, uint64_t seq,
-		     uint32_t data_crc)
-{
-	spare_build_full(f, spare, type, lba, seq, data_crc, 0);
-}
-
-void spare_build_full(struct ftl *f, void *spare, uint8_t type, uint32_t lba, uint64_t seq,
-		      uint32_t data_crc, uint32_t reserved)
-{
-	struct ftl_spare sp = {
-		.magic = FTL_SPARE_MAGIC,
-		.type = type,
-		.version = FTL_MEDIA_VERSION,
-		.lba = lba,
-		.data_crc = data_crc,
-		.seq = seq,
-		.format_id = f->format_id,
-		.reserved = reserved,
-	};
-	sp.crc = crc32c(0, &sp, offsetof(struct ftl_spare, crc));
-	memcpy(spare, &sp, sizeof sp);
-	memset((uint8_t *)spare + sizeof sp, 0xFF, f->spare_size - sizeof sp);
-}
-
-int spare_parse(struct ftl *f, const void *spare, struct ftl_spare *out)
-{
-	memcpy(out, spare, sizeof *out);
-	if (out->magic == 0xFFFFFFFFu && out->crc == 0xFFFFFFFFu && out->seq == UINT64_MAX)
-		return -ENODATA;
-	if (out->magic != FTL_SPARE_MAGIC ||
-	    out->crc != crc32c(0, out, offsetof(struct ftl_spare, crc)) ||
-	    out->version != FTL_MEDIA_VERSION || out->seq >= FTL_SEQ_LIMIT)
-		return -EILSEQ;
-	if (out->format_id != f->format_id)
-		return -EILSEQ;
-	return 0;
-}
 
 static void drain_device(struct ftl *f);
 
@@ -497,6 +211,25 @@ static int step_limits(struct open_ctx *c)
 	return 0;
 }
 
+static bool sb_idle(struct ftl *f, void *arg)
+{
+	(void)arg;
+	return !f->sb_busy;
+}
+
+/* A superblock update written and waited for (the FTL run until it is
+ * on the media): 0 or the FTL's error. */
+static int sb_write_sync(struct ftl *f, bool clean)
+{
+	int rc = sb_start_write(f, clean, NULL);
+	if (rc)
+		return rc;
+	rc = ftl_run_until(f, sb_idle, NULL);
+	if (rc)
+		return rc;
+	return f->error;
+}
+
 static int step_mark_open(struct open_ctx *c)
 {
 	struct ftl *f = c->f;
@@ -559,7 +292,7 @@ int ftl_open(struct nand_dev *dev, const struct ftl_open_params *p, struct ftl *
 		 * the last step may have started erases): undoing is taking
 		 * every completion, then freeing */
 		drain_device(f);
-		free_all(f);
+		ftl_free_all(f);
 		return rc;
 	}
 	f->info.open_ns = nand_now(dev) - t0;
@@ -603,17 +336,6 @@ const char *ftl_thermal_name(enum ftl_thermal t)
 	case FTL_THERMAL_STOPPED: return "stopped";
 	}
 	return "?";
-}
-
-void throttle_update(struct ftl *f)
-{
-	uint64_t ns = f->health_throttle_ns > f->thermal_throttle_ns ? f->health_throttle_ns
-								       : f->thermal_throttle_ns;
-	if (ns && !f->throttle_ns)
-		f->throttle_at = 0; /* a fresh start: the burst is allowed */
-	f->throttle_ns = ns;
-	if (!ns)
-		f->throttle_wait = false;
 }
 
 /*
@@ -689,7 +411,7 @@ static void progress(struct ftl *f, bool foreground)
 	f->in_progress = true;
 	thermal_check(f, false);
 	for (;;) {
-		int n = deliver_refused(f);
+		int n = ftl_deliver_refused(f);
 		uint64_t due = nand_next_due(f->dev);
 		if (due != UINT64_MAX) {
 			uint64_t now = due ? nand_now(f->dev) : 0;
@@ -721,9 +443,12 @@ static void progress(struct ftl *f, bool foreground)
 	f->in_progress = false;
 }
 
-void ftl_progress_foreground(struct ftl *f)
+void ftl_submit(struct ftl *f, struct ftl_io *io)
 {
-	progress(f, true);
+	/* what the request waits for, at once (foreground: no GC, writer or
+	 * checkpoint turn; ftl_poll does those) */
+	if (io_start(f, io) && !f->in_progress)
+		progress(f, true);
 }
 
 void ftl_progress(struct ftl *f)
@@ -851,7 +576,7 @@ int ftl_run_until(struct ftl *f, bool (*pred)(struct ftl *, void *), void *arg)
 static void drain_device(struct ftl *f)
 {
 	f->in_progress = true;
-	deliver_refused(f);
+	ftl_deliver_refused(f);
 	f->in_progress = false;
 	while (f->dev->inflight) {
 		uint64_t due = nand_next_due(f->dev);
@@ -983,14 +708,14 @@ int ftl_close(struct ftl *f)
 	drain_device(f);
 	if (f->error)
 		rc = f->error;
-	free_all(f);
+	ftl_free_all(f);
 	return rc;
 }
 
 void ftl_abandon(struct ftl *f)
 {
 	if (f)
-		free_all(f);
+		ftl_free_all(f);
 }
 
 /* ---- information -------------------------------------------------------- */

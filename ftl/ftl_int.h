@@ -761,8 +761,12 @@ void *ftl_alloc(struct ftl *f, size_t size);      /* zeroed, counted in ram_byte
 void *ftl_alloc_pages(struct ftl *f, size_t size); /* page-aligned */
 void *ftl_alloc_lazy(struct ftl *f, size_t size);  /* page-aligned, zero, resident only
 						    * once touched (own mapping) */
+void *ftl_map(struct ftl *f, size_t size);         /* the same, huge pages advised */
+/* every allocation above, the checkpoint's buffers and f itself freed */
+void ftl_free_all(struct ftl *f);
+/* refused ops completed (their owners see NAND_INVALID): how many */
+int ftl_deliver_refused(struct ftl *f);
 void ftl_progress(struct ftl *f);
-void ftl_progress_foreground(struct ftl *f);
 void ftl_debug_dump(struct ftl *f);
 /* Run the medium until pred(f, arg) holds or the FTL fails (blocking). */
 int ftl_run_until(struct ftl *f, bool (*pred)(struct ftl *, void *), void *arg);
@@ -820,15 +824,10 @@ void blk_validate(struct ftl *f, uint32_t ppa);    /* valid++ */
  * cmax corrected bits): a read near the ECC limit marks the band for
  * refresh.  An uncorrectable read does not: it gives nothing to move (GC
  * would record the unit lost, where a later read may still succeed), and a
- * dead die would have every band of its row moved for nothing.  Inline
- * test, O(1); the marking itself is O(1).
+ * dead die would have every band of its row moved for nothing.  O(1).
  */
 void band_mark_refresh(struct ftl *f, uint32_t b, enum nand_status st, uint16_t cmax);
-static inline void blk_read_health(struct ftl *f, uint32_t b, enum nand_status st, uint16_t cmax)
-{
-	if (st == NAND_CORRECTED && cmax >= f->refresh_bits)
-		band_mark_refresh(f, b, st, cmax);
-}
+void blk_read_health(struct ftl *f, uint32_t b, enum nand_status st, uint16_t cmax);
 /* A BANDF_REFRESH band that is a GC candidate, or FTL_NO_BLOCK.  O(nbands)
  * at worst, and only while nrefresh_ready (then it is admitted at once). */
 uint32_t band_refresh_pick(struct ftl *f);
@@ -847,8 +846,12 @@ enum { HEALTH_OK, HEALTH_LOW, HEALTH_REDUCED, HEALTH_READONLY };
  * they give; a change is logged.  O(1); called whenever nusable changes. */
 double reserve_percent(const struct ftl *f);
 void health_update(struct ftl *f);
-void throttle_update(struct ftl *f);  /* throttle_ns from its two causes */
+void throttle_update(struct ftl *f);  /* io.c: throttle_ns from its two causes */
 void thermal_check(struct ftl *f, bool force);
+/* io.c: ftl_submit's request checked and counted, then failed at once,
+ * held (thermal stop) or dispatched: true if dispatched (the caller then
+ * runs a foreground progress turn) */
+bool io_start(struct ftl *f, struct ftl_io *io);
 void io_dispatch(struct ftl *f, struct ftl_io *io);
 void io_release_held(struct ftl *f);
 int io_fail_held(struct ftl *f, int status);
@@ -1072,7 +1075,6 @@ bool gc_busy(struct ftl *f);
 /* superblock.c */
 void sb_locate(struct ftl *f);
 int sb_load(struct ftl *f, struct ftl_sb *out, char *err, size_t errlen);
-int sb_write_sync(struct ftl *f, bool clean);
 int sb_start_write(struct ftl *f, bool clean, void (*done)(struct nand_op *));
 /* A first superblock (format, repair) with sb_seq f->sb_seq: erase the
  * first superblock block and program its page 0, then the same in the
@@ -1111,7 +1113,7 @@ int cp_verify(struct ftl *f, uint32_t block, struct ftl_cp_hdr *h, const char **
  * (struct ftl_sb), declared again whatever their reads say */
 int recovery_run(struct ftl *f, const uint8_t *dead_dies, char *err, size_t errlen);
 
-/* synchronous single-op helper for open/format paths (nothing else in flight) */
+/* core.c: synchronous single-op helper for open/format paths (nothing else in flight) */
 enum nand_status nand_op_sync(struct nand_dev *dev, struct nand_op *op);
 
 /*

@@ -1,6 +1,8 @@
 /*
  * ftl/io.c - host requests: validation, reads, writes (with 512e
- * read-modify-write), trims and zeroes, flush and FUA.
+ * read-modify-write), trims and zeroes, flush and FUA; the write throttle
+ * of write-reduced mode (throttle_update, from its two causes).  Entered
+ * through io_start (ftl.c's ftl_submit runs the progress turn after it).
  *
  * Queues (FIFO):
  *   wq_write   - writes, trims, zeroes and flushes in arrival order; only
@@ -326,6 +328,17 @@ static void rmw_issue(struct ftl *f, struct ftl_io *io, int which, uint64_t u, u
 	ro->copy_len = 0; /* in flight */
 	io->rmw_op[which] = ro;
 	rop_submit(f, ro, e, ro->bounce);
+}
+
+void throttle_update(struct ftl *f)
+{
+	uint64_t ns = f->health_throttle_ns > f->thermal_throttle_ns ? f->health_throttle_ns
+								       : f->thermal_throttle_ns;
+	if (ns && !f->throttle_ns)
+		f->throttle_at = 0; /* a fresh start: the burst is allowed */
+	f->throttle_ns = ns;
+	if (!ns)
+		f->throttle_wait = false;
 }
 
 /*
@@ -678,7 +691,7 @@ static int io_validate(struct ftl *f, const struct ftl_io *io)
 	return 0;
 }
 
-void ftl_submit(struct ftl *f, struct ftl_io *io)
+bool io_start(struct ftl *f, struct ftl_io *io)
 {
 	int rc = io_validate(f, io);
 
@@ -694,15 +707,14 @@ void ftl_submit(struct ftl *f, struct ftl_io *io)
 	f->ios_in_flight++;
 	if (rc) {
 		io_complete(f, io, rc);
-		return;
+		return false;
 	}
 	if (f->thermal == FTL_THERMAL_STOPPED) {
 		ioq_push(&f->wq_held, io); /* counted in ios_in_flight */
-		return;
+		return false;
 	}
 	io_dispatch(f, io);
-	if (!f->in_progress)
-		ftl_progress_foreground(f);
+	return true;
 }
 
 /* Host I/O held while the FTL was stopped for heat goes on, in order. */

@@ -274,23 +274,6 @@ int sb_start_write(struct ftl *f, bool clean, void (*done)(struct nand_op *))
 	return 0;
 }
 
-static bool sb_idle(struct ftl *f, void *arg)
-{
-	(void)arg;
-	return !f->sb_busy;
-}
-
-int sb_write_sync(struct ftl *f, bool clean)
-{
-	int rc = sb_start_write(f, clean, NULL);
-	if (rc)
-		return rc;
-	rc = ftl_run_until(f, sb_idle, NULL);
-	if (rc)
-		return rc;
-	return f->error;
-}
-
 int sb_write_initial(struct ftl *f, bool clean, char *err, size_t errlen)
 {
 	uint8_t *page = aligned_alloc(4096, f->page_size), *spare = malloc(f->spare_size);

@@ -538,27 +538,6 @@ static void slot_submit(struct ftl *f, struct stream *s, uint32_t idx, uint32_t 
  * they were filled (so whatever the user ring holds can always be
  * programmed without waiting for GC); GC slots get one here.
  */
-/* seq_take past FTL_SEQ_LIMIT - FTL_SEQ_HEADROOM / 2 (ftl_int.h): only an
- * image whose numbers were already near the limit at open gets here, after
- * some 2^39 writes.  Host writes are refused from here on; what is buffered,
- * GC and checkpoints still number their pages (far fewer than the 2^39
- * left), and the last number the media accept fails the FTL instead of
- * being passed. */
-uint64_t seq_take_slow(struct ftl *f)
-{
-	if (!f->seq_ro) {
-		f->seq_ro = true;
-		ftl_log(FTL_LOG_ERR, "sequence numbers near their limit (%llu of %llu): writes are refused "
-			"(read-only); copy the data off and re-format the ioDimm",
-			(unsigned long long)f->next_seq, (unsigned long long)FTL_SEQ_LIMIT);
-	}
-	if (f->next_seq >= FTL_SEQ_LIMIT - 1) {
-		ftl_fail(f, -EROFS, "sequence numbers exhausted");
-		return FTL_SEQ_LIMIT - 1;
-	}
-	return f->next_seq++;
-}
-
 int writer_kick(struct ftl *f, struct stream *s)
 {
 	struct ring *r = &s->ring;
