@@ -155,13 +155,6 @@ static uint64_t cp_durable_seq(struct ftl *f)
 	return min - 1;
 }
 
-void cp_request(struct ftl *f, bool clean)
-{
-	f->cp.requested = true;
-	if (clean)
-		f->cp.clean = true;
-}
-
 int cp_init(struct ftl *f)
 {
 	struct cp_state *c = &f->cp;

@@ -296,6 +296,22 @@ int spare_parse(struct ftl *f, const void *spare, struct ftl_spare *out)
 	return 0;
 }
 
+/* ---- XOR of pages (parity, checkpoint parity) --------------------------- */
+
+void xor_into(uint8_t *dst, const uint8_t *src, size_t n)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		uint64_t a, b;
+		memcpy(&a, dst + i, 8);
+		memcpy(&b, src + i, 8);
+		a ^= b;
+		memcpy(dst + i, &a, 8);
+	}
+	for (; i < n; i++)
+		dst[i] ^= src[i];
+}
+
 /* ---- sequence numbers: seq_take's slow path ------------------------------ */
 
 /* seq_take past FTL_SEQ_LIMIT - FTL_SEQ_HEADROOM / 2 (ftl_int.h): only an

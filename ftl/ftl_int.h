@@ -904,7 +904,7 @@ enum par_gc_wait par_gc_waits(const struct ftl *f, uint64_t mark, uint64_t first
 bool par_sealed_done(const struct ftl *f, uint64_t t);
 /* a data page's program was submitted: fold it into its stripe's parity */
 void par_submitted(struct ftl *f, uint32_t ppa, const uint8_t *data, const uint8_t *spare);
-/* dst ^= src, n bytes (parity pages, checkpoint parity) */
+/* core.c: dst ^= src, n bytes (parity pages, checkpoint parity) */
 void xor_into(uint8_t *dst, const uint8_t *src, size_t n);
 
 /* parity_ppl.c: pads and partial parity */
@@ -1094,7 +1094,15 @@ uint32_t cp_blocks_needed(const struct ftl *f);
 bool cp_wants_poll(const struct ftl *f);
 int cp_init(struct ftl *f);
 int cp_kick(struct ftl *f);
-void cp_request(struct ftl *f, bool clean);
+/* A checkpoint asked for (clean: the close's, marking the media clean):
+ * checkpoint.c's cp_kick starts it on its next turn.  The only change to
+ * checkpoint state made outside checkpoint*.c: two flags it reads. */
+static inline void cp_request(struct ftl *f, bool clean)
+{
+	f->cp.requested = true;
+	if (clean)
+		f->cp.clean = true;
+}
 void cp_open_room(struct ftl *f);
 int cp_open_release(struct ftl *f);
 

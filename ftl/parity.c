@@ -30,19 +30,6 @@
 
 #include "ftl/parity_int.h"
 
-void xor_into(uint8_t *dst, const uint8_t *src, size_t n)
-{
-	size_t i = 0;
-	for (; i + 8 <= n; i += 8) {
-		uint64_t a, b;
-		memcpy(&a, dst + i, 8);
-		memcpy(&b, src + i, 8);
-		a ^= b;
-		memcpy(dst + i, &a, 8);
-	}
-	for (; i < n; i++)
-		dst[i] ^= src[i];
-}
 
 /* f->gc_stripes: the stripes of GC bands not FREE, for victims to wait on
  * (par_gc_waits); O(1) each */
