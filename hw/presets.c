@@ -76,117 +76,67 @@
 
 #include "hw/nand_sim.h"
 
-#define MLC_2009_RELIABILITY                                                    \
-	{ .rber_fresh = 1e-8, .rber_rated = 1e-4, .wear_exp = 2,                \
-	  .rber_ret_year = 1.1e-3, .ret_fresh = 0.05,                           \
-	  .rber_read = 3e-10, .read_wear = 10,                                  \
-	  .ecc_bits = 40, .ecc_codeword_bytes = 1024,                           \
+/* the error model (struct nand_reliability) with the ECC and grown bad
+ * block figures above; FRESH and RATED: RBER fresh and at rated P/E,
+ * RET_YEAR: retention's per year, READ: read disturb's per read */
+#define RELIABILITY(fresh, rated, ret_year, read)                                 \
+	{ .rber_fresh = fresh, .rber_rated = rated, .wear_exp = 2,                \
+	  .rber_ret_year = ret_year, .ret_fresh = 0.05,                           \
+	  .rber_read = read, .read_wear = 10,                                     \
+	  .ecc_bits = 40, .ecc_codeword_bytes = 1024,                             \
 	  .fail_rated = 4.7e-6, .fail_growth = 5 }
-#define SLC_2009_RELIABILITY                                                    \
-	{ .rber_fresh = 1e-9, .rber_rated = 1e-6, .wear_exp = 2,                \
-	  .rber_ret_year = 1.1e-4, .ret_fresh = 0.05,                           \
-	  .rber_read = 3e-11, .read_wear = 10,                                  \
-	  .ecc_bits = 40, .ecc_codeword_bytes = 1024,                           \
-	  .fail_rated = 4.7e-6, .fail_growth = 5 }
+#define MLC_2009_RELIABILITY RELIABILITY(1e-8, 1e-4, 1.1e-3, 3e-10)
+#define SLC_2009_RELIABILITY RELIABILITY(1e-9, 1e-6, 1.1e-4, 3e-11)
 #define IODIMM_THERMAL { .idle_rise_mc = 10000, .busy_rise_mc = 35000, .tau_ms = 60000 }
 
+/* CH channels x DIES dies of PLANES planes, BLOCKS blocks a die of PAGES
+ * pages of 4 KiB + 128 B spare */
+#define GEO(ch, dies, planes, blocks, pages)                                       \
+	{ .channels = ch, .dies_per_channel = dies, .planes_per_die = planes,      \
+	  .blocks_per_die = blocks, .pages_per_block = pages,                      \
+	  .page_size = 4096, .spare_size = 128 }
+#define TIMING(read, program, erase)                                               \
+	{ .read_us = read, .program_us = program, .erase_us = erase, .xfer_mbps = 40 }
+
+/* an MLC device: the MLC timings but ERASE_US, RATED P/E cycles, BAD_PPM
+ * factory bad blocks, the MLC error model and the ioDimm's thermal model;
+ * the geometry last (GEO) */
+#define MLC(name_, description_, erase_us, rated, bad_ppm, ...)                   \
+	{ .name = name_, .description = description_, .geo = __VA_ARGS__,         \
+	  .timing = TIMING(60, 800, erase_us), .rated_pe_cycles = rated,           \
+	  .factory_bad_ppm = bad_ppm, .rel = MLC_2009_RELIABILITY,                 \
+	  .thermal = IODIMM_THERMAL }
+/* a test device: iodimm-mlc-320's timings and endurance, BAD_PPM factory
+ * bad blocks */
+#define TEST_MLC(name_, description_, bad_ppm, ...)                               \
+	MLC(name_, description_, 1500, 5000, bad_ppm, __VA_ARGS__)
+#define TEST_64M_GEO GEO(2, 2, 1, 64, 64)
+
 static const struct nand_preset presets[] = {
-	{
-		.name = "iodimm-mlc-320",
-		.description = "ioDrive Duo 640GB ioDimm: 400 GiB MLC, 25 channels x 4 dies",
-		.geo = { .channels = 25, .dies_per_channel = 4, .planes_per_die = 2,
-			 .blocks_per_die = 8192, .pages_per_block = 128,
-			 .page_size = 4096, .spare_size = 128 },
-		.timing = { .read_us = 60, .program_us = 800, .erase_us = 1500, .xfer_mbps = 40 },
-		.rated_pe_cycles = 5000,
-		.factory_bad_ppm = 2000,
-		.rel = MLC_2009_RELIABILITY,
-		.thermal = IODIMM_THERMAL,
-	},
+	MLC("iodimm-mlc-320", "ioDrive Duo 640GB ioDimm: 400 GiB MLC, 25 channels x 4 dies",
+	    1500, 5000, 2000, GEO(25, 4, 2, 8192, 128)),
 	{
 		.name = "iodimm-slc-160",
 		.description = "ioDrive 160GB SLC ioDimm: 200 GiB SLC, 25 channels x 4 dies",
-		.geo = { .channels = 25, .dies_per_channel = 4, .planes_per_die = 2,
-			 .blocks_per_die = 8192, .pages_per_block = 64,
-			 .page_size = 4096, .spare_size = 128 },
-		.timing = { .read_us = 25, .program_us = 250, .erase_us = 1500, .xfer_mbps = 40 },
+		.geo = GEO(25, 4, 2, 8192, 64),
+		.timing = TIMING(25, 250, 1500),
 		.rated_pe_cycles = 100000,
 		.factory_bad_ppm = 1000,
 		.rel = SLC_2009_RELIABILITY,
 		.thermal = IODIMM_THERMAL,
 	},
-	{
-		.name = "test-1g",
-		.description = "test device: 1 GiB raw MLC, 4 channels x 2 dies, 2048 blocks",
-		.geo = { .channels = 4, .dies_per_channel = 2, .planes_per_die = 1,
-			 .blocks_per_die = 256, .pages_per_block = 128,
-			 .page_size = 4096, .spare_size = 128 },
-		.timing = { .read_us = 60, .program_us = 800, .erase_us = 1500, .xfer_mbps = 40 },
-		.rated_pe_cycles = 5000,
-		.factory_bad_ppm = 0,
-		.rel = MLC_2009_RELIABILITY,
-		.thermal = IODIMM_THERMAL,
-	},
-	{
-		.name = "test-4g",
-		.description = "test device: 4 GiB raw MLC, 8 channels x 2 dies, 8192 blocks",
-		.geo = { .channels = 8, .dies_per_channel = 2, .planes_per_die = 1,
-			 .blocks_per_die = 512, .pages_per_block = 128,
-			 .page_size = 4096, .spare_size = 128 },
-		.timing = { .read_us = 60, .program_us = 800, .erase_us = 1500, .xfer_mbps = 40 },
-		.rated_pe_cycles = 5000,
-		.factory_bad_ppm = 0,
-		.rel = MLC_2009_RELIABILITY,
-		.thermal = IODIMM_THERMAL,
-	},
-	{
-		.name = "test-64m",
-		.description = "test device: 64 MiB raw, 2 channels x 2 dies, 256 blocks of 64 pages",
-		.geo = { .channels = 2, .dies_per_channel = 2, .planes_per_die = 1,
-			 .blocks_per_die = 64, .pages_per_block = 64,
-			 .page_size = 4096, .spare_size = 128 },
-		.timing = { .read_us = 60, .program_us = 800, .erase_us = 1500, .xfer_mbps = 40 },
-		.rated_pe_cycles = 5000,
-		.factory_bad_ppm = 0,
-		.rel = MLC_2009_RELIABILITY,
-		.thermal = IODIMM_THERMAL,
-	},
-	{
-		.name = "test-64m-bad",
-		.description = "test device: as test-64m with 3% factory bad blocks",
-		.geo = { .channels = 2, .dies_per_channel = 2, .planes_per_die = 1,
-			 .blocks_per_die = 64, .pages_per_block = 64,
-			 .page_size = 4096, .spare_size = 128 },
-		.timing = { .read_us = 60, .program_us = 800, .erase_us = 1500, .xfer_mbps = 40 },
-		.rated_pe_cycles = 5000,
-		.factory_bad_ppm = 30000,
-		.rel = MLC_2009_RELIABILITY,
-		.thermal = IODIMM_THERMAL,
-	},
-	{
-		.name = "test-16m",
-		.description = "test device: 16 MiB raw, 1 channel x 2 dies, 128 blocks of 32 pages",
-		.geo = { .channels = 1, .dies_per_channel = 2, .planes_per_die = 1,
-			 .blocks_per_die = 64, .pages_per_block = 32,
-			 .page_size = 4096, .spare_size = 128 },
-		.timing = { .read_us = 60, .program_us = 800, .erase_us = 1500, .xfer_mbps = 40 },
-		.rated_pe_cycles = 5000,
-		.factory_bad_ppm = 0,
-		.rel = MLC_2009_RELIABILITY,
-		.thermal = IODIMM_THERMAL,
-	},
-	{
-		.name = "test-128m-512p",
-		.description = "test device: 128 MiB raw, 1 die, 64 blocks of 512 pages (large blocks)",
-		.geo = { .channels = 1, .dies_per_channel = 1, .planes_per_die = 1,
-			 .blocks_per_die = 64, .pages_per_block = 512,
-			 .page_size = 4096, .spare_size = 128 },
-		.timing = { .read_us = 60, .program_us = 800, .erase_us = 3000, .xfer_mbps = 40 },
-		.rated_pe_cycles = 3000,
-		.factory_bad_ppm = 0,
-		.rel = MLC_2009_RELIABILITY,
-		.thermal = IODIMM_THERMAL,
-	},
+	TEST_MLC("test-1g", "test device: 1 GiB raw MLC, 4 channels x 2 dies, 2048 blocks",
+		 0, GEO(4, 2, 1, 256, 128)),
+	TEST_MLC("test-4g", "test device: 4 GiB raw MLC, 8 channels x 2 dies, 8192 blocks",
+		 0, GEO(8, 2, 1, 512, 128)),
+	TEST_MLC("test-64m", "test device: 64 MiB raw, 2 channels x 2 dies, 256 blocks of 64 pages",
+		 0, TEST_64M_GEO),
+	TEST_MLC("test-64m-bad", "test device: as test-64m with 3% factory bad blocks",
+		 30000, TEST_64M_GEO),
+	TEST_MLC("test-16m", "test device: 16 MiB raw, 1 channel x 2 dies, 128 blocks of 32 pages",
+		 0, GEO(1, 2, 1, 64, 32)),
+	MLC("test-128m-512p", "test device: 128 MiB raw, 1 die, 64 blocks of 512 pages (large blocks)",
+	    3000, 3000, 0, GEO(1, 1, 1, 64, 512)),
 };
 
 const struct nand_preset *nand_preset_find(const char *name)
