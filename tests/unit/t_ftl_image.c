@@ -218,6 +218,16 @@ static void restore(const uint32_t *patched, int npatched)
 	put(0, table_off + (uint64_t)nblocks * 16);
 }
 
+/* a checkpoint of F, which must succeed */
+static void checkpoint_now(struct ftl *f)
+{
+	uint64_t t = ftl_checkpoint_request(f);
+	int r;
+	while (!(r = ftl_checkpoint_poll(f, t)))
+		ftl_poll(f);
+	CHECK_EQ(r, 1);
+}
+
 /* ---- what is in the golden image ----------------------------------------- */
 
 static uint64_t cp_seq_now;          /* the current checkpoint's */
@@ -268,62 +278,39 @@ static void golden_survey(void)
 	cp_words[ncpw++] = k + nbm + 1;            /* pblock[0] */
 	cp_words[ncpw++] = k + nbm + 1 + h.ngroups; /* gend[0] */
 	cp_words[ncpw++] = k + nbm + 2 * h.ngroups; /* gend[last] */
-	uint64_t best_foot = 0, best_trim = 0, best_data = 0, best_par = 0, best_ppl = 0;
+	/* the newest page of these types: where it is kept, and its number */
+	uint32_t *newest[FTL_PG_PPL + 1] = { [FTL_PG_FOOTER] = &foot_page, [FTL_PG_TRIM] = &trim_page,
+					     [FTL_PG_DATA] = &data_new, [FTL_PG_PARITY] = &par_page,
+					     [FTL_PG_PPL] = &ppl_page };
+	uint64_t best[FTL_PG_PPL + 1] = { 0 };
 	for (uint32_t ppa = 0; ppa < total; ppa++) {
 		struct ftl_spare sp;
 		gspare(ppa, &sp);
-		if (sp.magic != FTL_SPARE_MAGIC || sp.crc != crc32c(0, &sp, offsetof(struct ftl_spare, crc)))
+		if (sp.magic != FTL_SPARE_MAGIC || sp.crc != crc32c(0, &sp, offsetof(struct ftl_spare, crc)) ||
+		    sp.type > FTL_PG_PPL)
 			continue;
 		bool newer = sp.seq > cp_seq_now;
-		switch (sp.type) {
-		case FTL_PG_FOOTER: {
+		if (sp.type == FTL_PG_FOOTER) {
 			/* of a block of data pages (a parity block's lists none) */
 			struct ftl_footer_entry e0;
 			memcpy(&e0, gslot(ppa) + sizeof(struct ftl_footer_hdr), sizeof e0);
-			if (sp.lba == 0 && newer && e0.lba < units &&
-			    (foot_page == UINT32_MAX || sp.seq > best_foot)) {
-				foot_page = ppa;
-				best_foot = sp.seq;
-			}
-			break;
+			if (sp.lba != 0 || !newer || e0.lba >= units)
+				continue;
 		}
-		case FTL_PG_TRIM:
-			if (sp.seq > best_trim) {
-				trim_page = ppa;
-				best_trim = sp.seq;
-			}
-			break;
-		case FTL_PG_DATA:
-			if (sp.seq > best_data) {
-				data_new = ppa;
-				best_data = sp.seq;
-			}
-			if (!newer && data_old == UINT32_MAX)
-				data_old = ppa;
-			break;
-		case FTL_PG_PARITY:
-			if (sp.seq > best_par) {
-				par_page = ppa;
-				best_par = sp.seq;
-			}
-			break;
-		case FTL_PG_PPL:
-			if (sp.seq > best_ppl) {
-				ppl_page = ppa;
-				best_ppl = sp.seq;
-			}
-			break;
-		case FTL_PG_CKPT:
-			if (sp.seq == cp_seq_now && sp.lba != 0 && sp.lba != FTL_CP_PARITY_LBA &&
-			    sp.lba != FTL_CP_WEAR_LBA && l2p_page == UINT32_MAX)
-				l2p_page = ppa;
-			break;
+		if (sp.type == FTL_PG_DATA && !newer && data_old == UINT32_MAX)
+			data_old = ppa;
+		if (sp.type == FTL_PG_CKPT && sp.seq == cp_seq_now && sp.lba != 0 &&
+		    sp.lba != FTL_CP_PARITY_LBA && sp.lba != FTL_CP_WEAR_LBA && l2p_page == UINT32_MAX)
+			l2p_page = ppa;
+		if (newest[sp.type] && sp.seq > best[sp.type]) {
+			*newest[sp.type] = ppa;
+			best[sp.type] = sp.seq;
 		}
 	}
 	CHECK(foot_page != UINT32_MAX && trim_page != UINT32_MAX && data_new != UINT32_MAX &&
 	      data_old != UINT32_MAX && par_page != UINT32_MAX && ppl_page != UINT32_MAX &&
 	      l2p_page != UINT32_MAX);
-	CHECK(best_trim > cp_seq_now && best_data > cp_seq_now);
+	CHECK(best[FTL_PG_TRIM] > cp_seq_now && best[FTL_PG_DATA] > cp_seq_now);
 	struct ftl_trim_hdr th;
 	memcpy(&th, gslot(trim_page), sizeof th);
 	trim_ranges = th.nranges;
@@ -548,18 +535,15 @@ static void t_sweep(void)
 				sweep_field(fd, cp_pages, (int)ncp, cp_words[w]);
 			break;
 		case CK_FOOT_HDR:
+		case CK_FOOT_ENTRY: /* the first entry and the last */
 			sweep_field(fd, &foot_page, 1, 0);
-			break;
-		case CK_FOOT_ENTRY:
-			sweep_field(fd, &foot_page, 1, 0);
-			sweep_field(fd, &foot_page, 1, lim.data_pages - 1);
+			if (fd->kind == CK_FOOT_ENTRY)
+				sweep_field(fd, &foot_page, 1, lim.data_pages - 1);
 			break;
 		case CK_TRIM_HDR:
+		case CK_TRIM_RANGE: /* the first range and the last */
 			sweep_field(fd, &trim_page, 1, 0);
-			break;
-		case CK_TRIM_RANGE:
-			sweep_field(fd, &trim_page, 1, 0);
-			if (trim_ranges > 1)
+			if (fd->kind == CK_TRIM_RANGE && trim_ranges > 1)
 				sweep_field(fd, &trim_page, 1, trim_ranges - 1);
 			break;
 		case CK_SPARE: {
@@ -647,11 +631,7 @@ static void t_cp_list_sb(void)
 				uint8_t b[4096];
 				fill(b, (uint64_t)i, 11);
 				CHECK_RC(ftl_write_sync(f, b, (uint64_t)i * 4096, 4096, 0));
-				uint64_t t = ftl_checkpoint_request(f);
-				int r;
-				while (!(r = ftl_checkpoint_poll(f, t)))
-					ftl_poll(f);
-				CHECK_EQ(r, 1);
+				checkpoint_now(f);
 			}
 			CHECK_RC(ftl_close(f));
 			nand_close(d);
@@ -696,6 +676,39 @@ static void t_seq_wrap(void)
 }
 
 /*
+ * The session the superblock tests run on a patched image: version 4 of
+ * units 0-2 written through F (open on D), a clean close, and an open that
+ * must find it clean with its checkpoint whole (WHAT names the test in the
+ * message); returns that FTL.  clean_session_end closes both and restores
+ * the image and hist[].
+ */
+static struct ftl *clean_session(struct nand_dev *d, struct ftl *f, const char *what)
+{
+	struct ftl_info info;
+	for (uint64_t u = 0; u < 3; u++)
+		write_v(f, u, 4);
+	CHECK_RC(ftl_close(f));
+	f = open_ok(d);
+	ftl_get_info(f, &info);
+	if (!info.was_clean || info.checkpoint_damaged) {
+		fprintf(stderr, "%s: after a clean close the open finds it %s%s\n", what,
+			info.was_clean ? "clean" : "not clean",
+			info.checkpoint_damaged ? ", its checkpoint damaged" : "");
+		exit(1);
+	}
+	return f;
+}
+
+static void clean_session_end(struct nand_dev *d, struct ftl *f)
+{
+	CHECK_RC(ftl_close(f));
+	nand_close(d);
+	restore(sb_pages, (int)nsb);
+	for (uint64_t u = 0; u < 3; u++)
+		hist[u] &= (uint16_t)~(1u << 4);
+}
+
+/*
  * The newest superblock update numbered 2^64 - 1: the next update (2^64
  * wraps to 0) would lose to it at every open after, and the open would
  * take the checkpoint it names and its clean flag.  Ignored: the update
@@ -705,25 +718,9 @@ static void t_sb_seq(void)
 {
 	patch(field("ftl_sb.sb_seq"), sb_pages, (int)nsb, 0, UINT64_MAX);
 	struct nand_dev *d = dev_open(false, false);
-	struct ftl *f = open_ok(d);
-	struct ftl_info info;
-	for (uint64_t u = 0; u < 3; u++)
-		write_v(f, u, 4);
-	CHECK_RC(ftl_close(f));
-	f = open_ok(d);
-	ftl_get_info(f, &info);
-	if (!info.was_clean || info.checkpoint_damaged) {
-		fprintf(stderr, "sb_seq: after a clean close the open finds it %s%s\n",
-			info.was_clean ? "clean" : "not clean",
-			info.checkpoint_damaged ? ", its checkpoint damaged" : "");
-		exit(1);
-	}
+	struct ftl *f = clean_session(d, open_ok(d), "sb_seq");
 	check_reads(f, "sb_seq", 1);
-	CHECK_RC(ftl_close(f));
-	nand_close(d);
-	restore(sb_pages, (int)nsb);
-	for (uint64_t u = 0; u < 3; u++)
-		hist[u] &= (uint16_t)~(1u << 4);
+	clean_session_end(d, f);
 	printf("ok: sb_seq: a superblock update numbered 2^64 - 1 ignored; clean after a clean "
 	       "close\n");
 }
@@ -796,24 +793,10 @@ static void t_seq_limit(void)
 	d = dev_open(false, false);
 	f = open_ok(d);
 	expect_state(f, FTL_STATE_ONLINE, "superblock 2^62 - 2^40 - 2");
-	for (uint64_t u = 0; u < 3; u++)
-		write_v(f, u, 4);
-	CHECK_RC(ftl_close(f));
-	f = open_ok(d);
-	ftl_get_info(f, &info);
-	if (!info.was_clean || info.checkpoint_damaged) {
-		fprintf(stderr, "seq_limit: after a clean close the open finds it %s%s\n",
-			info.was_clean ? "clean" : "not clean",
-			info.checkpoint_damaged ? ", its checkpoint damaged" : "");
-		exit(1);
-	}
+	f = clean_session(d, f, "seq_limit");
 	expect_state(f, FTL_STATE_READONLY, "superblock past 2^62 - 2^40 after a session");
 	check_reads(f, "seq_limit", 1);
-	CHECK_RC(ftl_close(f));
-	nand_close(d);
-	restore(sb_pages, (int)nsb);
-	for (uint64_t u = 0; u < 3; u++)
-		hist[u] &= (uint16_t)~(1u << 4);
+	clean_session_end(d, f);
 
 	/* a session that reaches the headroom: the write that took the number
 	 * is kept, the next ones are refused; the next open reads it */
@@ -857,13 +840,17 @@ static void t_seq_limit(void)
 
 /* ---- a previous checkpoint the spare blocks no longer hold ---------------- */
 
-static void checkpoint_now(struct ftl *f)
+/* units 0 to N - 1 written at version VER through F (open on D), two
+ * checkpoints, a clean close and an open again, returned */
+static struct ftl *write_two_checkpoints(struct nand_dev *d, struct ftl *f, uint64_t n,
+					  uint32_t ver)
 {
-	uint64_t t = ftl_checkpoint_request(f);
-	int r;
-	while (!(r = ftl_checkpoint_poll(f, t)))
-		ftl_poll(f);
-	CHECK_EQ(r, 1);
+	for (uint64_t u = 0; u < n; u++)
+		write_unit(f, u, ver);
+	checkpoint_now(f);
+	checkpoint_now(f);
+	CHECK_RC(ftl_close(f));
+	return open_ok(d);
 }
 
 /*
@@ -882,16 +869,7 @@ static void t_cp_prev_room(void)
 	struct nand_sim_config cfg = { .preset = "test-64m", .path = p2, .create = true, .seed = 1 };
 	struct nand_dev *d = sim_open_ok(&cfg);
 	format(d, 0);
-	struct ftl *f = open_ok(d);
-	uint8_t b[4096], e[4096];
-	for (uint64_t u = 0; u < 64; u++) {
-		fill(b, u, 1);
-		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
-	}
-	checkpoint_now(f);
-	checkpoint_now(f);
-	CHECK_RC(ftl_close(f));
-	f = open_ok(d);
+	struct ftl *f = write_two_checkpoints(d, open_ok(d), 64, 1);
 	if (f->cp.prev_hdr_block == FTL_NO_BLOCK) {
 		fprintf(stderr, "cp_prev_room: test-64m keeps no previous checkpoint\n");
 		exit(1);
@@ -934,19 +912,9 @@ static void t_cp_prev_room(void)
 	ftl_abandon(f);
 	f = open_ok(d);
 	CHECK(f->cp.prev_hdr_block == FTL_NO_BLOCK);
-	for (uint64_t u = 0; u < 32; u++) {
-		fill(b, u, 2);
-		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
-	}
-	checkpoint_now(f);
-	checkpoint_now(f);
-	CHECK_RC(ftl_close(f));
-	f = open_ok(d);
-	for (uint64_t u = 0; u < 64; u++) {
-		fill(e, u, u < 32 ? 2 : 1);
-		CHECK_RC(ftl_read_sync(f, b, u * 4096, 4096));
-		CHECK(!memcmp(b, e, sizeof b));
-	}
+	f = write_two_checkpoints(d, f, 32, 2);
+	for (uint64_t u = 0; u < 64; u++)
+		check_unit(f, u, u < 32 ? 2 : 1);
 	CHECK_RC(ftl_close(f));
 	nand_close(d);
 	unlink(p2);
