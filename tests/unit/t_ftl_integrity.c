@@ -291,6 +291,20 @@ static bool cp_idle(struct ftl *f, void *arg)
 	return !f->cp.requested && f->cp.phase == CP_IDLE;
 }
 
+/* no checkpoint but the ones a test asks for */
+static const struct ftl_open_params cp_on_request = { .checkpoint_interval = 1ull << 40 };
+
+/* every unit of F written at version 1 (VER[u] = 1), flushed, and a
+ * checkpoint of them */
+static void write_all_checkpoint(struct ftl *f, uint32_t *ver)
+{
+	for (uint64_t u = 0; u < f->units; u++)
+		write_unit(f, u, ver[u] = 1);
+	CHECK_RC(ftl_flush_sync(f));
+	cp_request(f, false);
+	CHECK_RC(ftl_run_until(f, cp_idle, NULL));
+}
+
 static void t_checkpoint(void)
 {
 	struct nand_dev *d = dev_new("test-64m", false);
@@ -361,6 +375,14 @@ static void log_previous(void *arg, int level, const char *msg)
 		fprintf(stderr, "ftl: %s\n", msg);
 }
 
+/* the checkpoint header's checksum made to fail, in both copies (blocks
+ * HDR and MIRROR); the pages read fine */
+static void damage_cp_header(struct nand_dev *d, uint32_t hdr, uint32_t mirror)
+{
+	CHECK_RC(nand_sim_flip_bytes(d, (uint64_t)hdr * d->geo.pages_per_block, 40, 4));
+	CHECK_RC(nand_sim_flip_bytes(d, (uint64_t)mirror * d->geo.pages_per_block, 40, 4));
+}
+
 static bool cp_idle(struct ftl *f, void *arg);
 static bool cp_half_written(struct ftl *f, void *arg);
 
@@ -378,11 +400,8 @@ static bool cp_half_written(struct ftl *f, void *arg);
 static void t_cp_previous(void)
 {
 	struct nand_dev *d = dev_new("test-64m", false);
-	format_with(d, 4096, 0, 0);
-	struct ftl_open_params op = { .checkpoint_interval = 1ull << 40 };
-	struct ftl *f;
-	char err[256];
-	CHECK_RC(ftl_open(d, &op, &f, err, sizeof err));
+	format(d, 0);
+	struct ftl *f = open_with(d, &cp_on_request);
 	uint64_t units = f->units, n = 2400, hot = 1000, seed = 41;
 	uint32_t *ver = calloc(units, sizeof *ver);
 	/* units [n, n + hot) are rewritten below: written last, so the band
@@ -431,9 +450,7 @@ static void t_cp_previous(void)
 	uint32_t hdr = f->cp.cur_hdr_block, mirror = f->cp.cur_mirror;
 	CHECK(mirror != FTL_NO_BLOCK);
 	ftl_abandon(f);
-	/* the header's checksum fails, in both copies; the pages read fine */
-	CHECK_RC(nand_sim_flip_bytes(d, (uint64_t)hdr * d->geo.pages_per_block, 40, 4));
-	CHECK_RC(nand_sim_flip_bytes(d, (uint64_t)mirror * d->geo.pages_per_block, 40, 4));
+	damage_cp_header(d, hdr, mirror);
 	prev_logged[0] = 0;
 	ftl_set_logger(log_previous, NULL);
 	f = open_ok(d);
@@ -491,22 +508,29 @@ static void power_cut(struct ftl *f, struct nand_dev *d)
 	nand_sim_power_on(d);
 }
 
+/* a power cut of F (open on D), its current checkpoint's header damaged in
+ * both copies; returns the next open, which must find it damaged */
+static struct ftl *cut_cp_damaged(struct ftl *f, struct nand_dev *d)
+{
+	uint32_t hdr = f->cp.cur_hdr_block, mirror = f->cp.cur_mirror;
+	CHECK(mirror != FTL_NO_BLOCK);
+	power_cut(f, d);
+	damage_cp_header(d, hdr, mirror);
+	f = open_ok(d);
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	CHECK(info.checkpoint_damaged);
+	return f;
+}
+
 static void t_trim_unreadable(bool crash_first, bool timed)
 {
 	struct nand_dev *d = dev_new("test-64m", timed);
-	format_with(d, 4096, 0, 0);
-	/* no checkpoint but the ones asked for */
-	struct ftl_open_params op = { .checkpoint_interval = 1ull << 40 };
-	struct ftl *f;
-	char err[256];
-	CHECK_RC(ftl_open(d, &op, &f, err, sizeof err));
+	format(d, 0);
+	struct ftl *f = open_with(d, &cp_on_request);
 	uint64_t units = f->units, seed = 5, t0 = 1000, tn = 64;
 	uint32_t *ver = calloc(units, sizeof *ver);
-	for (uint64_t u = 0; u < units; u++)
-		write_unit(f, u, ver[u] = 1);
-	CHECK_RC(ftl_flush_sync(f));
-	cp_request(f, false);
-	CHECK_RC(ftl_run_until(f, cp_idle, NULL));
+	write_all_checkpoint(f, ver);
 	uint64_t cp0 = f->cp.cur_seq;
 	CHECK_RC(ftl_trim_sync(f, t0 * 4096, tn * 4096, 0));
 	CHECK_RC(ftl_flush_sync(f));
@@ -526,7 +550,7 @@ static void t_trim_unreadable(bool crash_first, bool timed)
 	CHECK(ppa != UINT32_MAX && seq > cp0);
 	if (crash_first) {
 		power_cut(f, d);
-		CHECK_RC(ftl_open(d, &op, &f, err, sizeof err));
+		f = open_with(d, &cp_on_request);
 		CHECK_EQ(f->cp.cur_seq, cp0);
 	}
 	uint64_t ncp0 = f->st.checkpoints; /* of this open */
@@ -575,18 +599,11 @@ static void t_trim_unreadable(bool crash_first, bool timed)
 static void t_cp_pending_trim(bool during, bool timed)
 {
 	struct nand_dev *d = dev_new("test-64m", timed);
-	format_with(d, 4096, 0, 0);
-	struct ftl_open_params op = { .checkpoint_interval = 1ull << 40 };
-	struct ftl *f;
-	char err[256];
-	CHECK_RC(ftl_open(d, &op, &f, err, sizeof err));
+	format(d, 0);
+	struct ftl *f = open_with(d, &cp_on_request);
 	uint64_t units = f->units, t = units - 5; /* in the last l2p page */
 	uint32_t *ver = calloc(units, sizeof *ver);
-	for (uint64_t u = 0; u < units; u++)
-		write_unit(f, u, ver[u] = 1);
-	CHECK_RC(ftl_flush_sync(f));
-	cp_request(f, false);
-	CHECK_RC(ftl_run_until(f, cp_idle, NULL));
+	write_all_checkpoint(f, ver);
 	uint32_t p_hdr = f->cp.cur_hdr_block;
 	if (during) {
 		cp_request(f, false);
@@ -601,15 +618,8 @@ static void t_cp_pending_trim(bool during, bool timed)
 	power_cut(f, d);
 	f = open_ok(d);
 	check_unit(f, t, 0);
-	uint32_t hdr = f->cp.cur_hdr_block, mirror = f->cp.cur_mirror;
-	CHECK(mirror != FTL_NO_BLOCK && f->cp.prev_hdr_block == p_hdr);
-	power_cut(f, d);
-	CHECK_RC(nand_sim_flip_bytes(d, (uint64_t)hdr * d->geo.pages_per_block, 40, 4));
-	CHECK_RC(nand_sim_flip_bytes(d, (uint64_t)mirror * d->geo.pages_per_block, 40, 4));
-	f = open_ok(d);
-	struct ftl_info info;
-	ftl_get_info(f, &info);
-	CHECK(info.checkpoint_damaged);
+	CHECK(f->cp.prev_hdr_block == p_hdr);
+	f = cut_cp_damaged(f, d);
 	uint8_t b[4096], z[4096] = { 0 };
 	CHECK_RC(ftl_read_sync(f, b, t * 4096, 4096));
 	if (memcmp(b, z, sizeof b) != 0) {
@@ -683,18 +693,11 @@ static bool block_not_victim(struct ftl *f, void *arg)
 static void t_trim_read_keep_seq(void)
 {
 	struct nand_dev *d = dev_new("test-64m", false);
-	format_with(d, 4096, 0, 0);
-	struct ftl_open_params op = { .checkpoint_interval = 1ull << 40 };
-	struct ftl *f;
-	char err[256];
-	CHECK_RC(ftl_open(d, &op, &f, err, sizeof err));
+	format(d, 0);
+	struct ftl *f = open_with(d, &cp_on_request);
 	uint64_t units = f->units, seed = 17, a0 = 100, b0 = 2000, hot0 = 4000, hot = 1000;
 	uint32_t *ver = calloc(units, sizeof *ver);
-	for (uint64_t u = 0; u < units; u++)
-		write_unit(f, u, ver[u] = 1);
-	CHECK_RC(ftl_flush_sync(f));
-	cp_request(f, false); /* P0 */
-	CHECK_RC(ftl_run_until(f, cp_idle, NULL));
+	write_all_checkpoint(f, ver); /* P0 */
 	/* R1: units a0.. trimmed */
 	CHECK_RC(ftl_trim_sync(f, a0 * 4096, 16 * 4096, 0));
 	CHECK_RC(ftl_flush_sync(f));
@@ -741,15 +744,8 @@ static void t_trim_read_keep_seq(void)
 	d->ops = h_real;
 	CHECK_RC(ftl_run_until(f, block_not_victim, &b));
 	CHECK_RC(ftl_flush_sync(f));
-	uint32_t hdr = f->cp.cur_hdr_block, mirror = f->cp.cur_mirror;
-	CHECK(mirror != FTL_NO_BLOCK);
-	power_cut(f, d);
-	CHECK_RC(nand_sim_flip_bytes(d, (uint64_t)hdr * d->geo.pages_per_block, 40, 4));
-	CHECK_RC(nand_sim_flip_bytes(d, (uint64_t)mirror * d->geo.pages_per_block, 40, 4));
-	f = open_ok(d);
-	struct ftl_info info;
-	ftl_get_info(f, &info);
-	CHECK(info.checkpoint_damaged && f->cp.cur_seq == p1);
+	f = cut_cp_damaged(f, d);
+	CHECK_EQ(f->cp.cur_seq, p1);
 	uint8_t buf[4096], z[4096] = { 0 };
 	uint64_t back = 0, t2 = 0;
 	for (uint64_t u = b0; u < b0 + 256; u++) {
@@ -934,6 +930,18 @@ static void t_cp_request(bool timed)
 	       " pages replayed after a power cut\n", timed ? "timed" : "untimed", info.recovered_pages);
 }
 
+/* test-64m in a new image file named after PATH (a mkstemp template,
+ * filled in), sync on flush (fdatasync), TIMED: the timing model on the
+ * real clock; the caller unlinks PATH */
+static struct nand_sim_config synced_image(char *path, bool timed)
+{
+	int fd = mkstemp(path);
+	CHECK(fd >= 0);
+	close(fd);
+	return (struct nand_sim_config){ .preset = "test-64m", .path = path, .create = true,
+					 .sync_on_flush = true, .timing = timed };
+}
+
 /*
  * On an image file with sync on, FLUSH/FUA and a checkpoint's commit wait for
  * an fdatasync that runs on the simulator's thread (nand_sync_start): every
@@ -944,15 +952,9 @@ static void t_cp_request(bool timed)
 static void t_async_sync(bool timed)
 {
 	char path[] = "/tmp/t_ftl_integrity-XXXXXX";
-	int fd = mkstemp(path);
-	CHECK(fd >= 0);
-	close(fd);
-	struct nand_sim_config cfg = { .preset = "test-64m", .path = path, .create = true,
-				       .sync_on_flush = true, .timing = timed };
-	struct nand_dev *d;
-	char err[256];
-	CHECK_RC(nand_sim_open(&cfg, &d, err, sizeof err));
-	format_with(d, 4096, 0, 0);
+	struct nand_sim_config cfg = synced_image(path, timed);
+	struct nand_dev *d = sim_open_ok(&cfg);
+	format(d, 0);
 	struct ftl *f = open_ok(d);
 	for (uint64_t u = 0; u < 300; u++) {
 		write_unit(f, u, 1);
@@ -966,7 +968,7 @@ static void t_async_sync(bool timed)
 	CHECK_RC(ftl_close(f));
 	nand_close(d);
 	cfg.create = false;
-	CHECK_RC(nand_sim_open(&cfg, &d, err, sizeof err));
+	d = sim_open_ok(&cfg);
 	f = open_ok(d);
 	for (uint64_t u = 0; u < 300; u++)
 		check_unit(f, u, 1);
@@ -1052,16 +1054,10 @@ static bool eraser_idle(struct ftl *f, void *arg)
 static void t_commit_order(bool timed)
 {
 	char path[] = "/tmp/t_ftl_integrity-XXXXXX";
-	int fd = mkstemp(path);
-	CHECK(fd >= 0);
-	close(fd);
-	struct nand_sim_config cfg = { .preset = "test-64m", .path = path, .create = true,
-				       .sync_on_flush = true, .timing = timed };
-	struct nand_dev *d;
-	char err[256];
-	CHECK_RC(nand_sim_open(&cfg, &d, err, sizeof err));
+	struct nand_sim_config cfg = synced_image(path, timed);
+	struct nand_dev *d = sim_open_ok(&cfg);
 	CHECK(d->ops->sync_start && d->ops->sync_poll);
-	format_with(d, 4096, 0, 0);
+	format(d, 0);
 	w_real = d->ops;
 	w_ops = *d->ops;
 	w_ops.submit = w_submit;
