@@ -44,6 +44,36 @@ static enum nand_status run(struct nand_dev *d, enum nand_op_type t, uint32_t b,
 	return op.status;
 }
 
+/* a new test-64m image file named after PATH (a mkstemp template, filled
+ * in), opened as CFG says otherwise; the caller unlinks PATH */
+static struct nand_dev *image_new(char *path, struct nand_sim_config cfg)
+{
+	int fd = mkstemp(path);
+	CHECK(fd >= 0);
+	close(fd);
+	cfg.preset = "test-64m";
+	cfg.path = path;
+	cfg.create = true;
+	struct nand_dev *d;
+	char err[256];
+	CHECK_RC(nand_sim_open(&cfg, &d, err, sizeof err));
+	return d;
+}
+
+/* an open of an image this process holds open, as CFG says, is refused
+ * with -EBUSY, and the error names this process as the lock's holder */
+static void check_locked(const struct nand_sim_config *cfg)
+{
+	struct nand_dev *d2;
+	char err[256], holder[64];
+	CHECK_EQ(nand_sim_open(cfg, &d2, err, sizeof err), -EBUSY);
+	CHECK(strstr(err, "in use"));
+	snprintf(holder, sizeof holder, "locked by pid %d (", (int)getpid());
+	if (!strstr(err, holder))
+		fprintf(stderr, "the error does not name the holder: %s\n", err);
+	CHECK(strstr(err, holder));
+}
+
 static void basics(struct nand_dev *d)
 {
 	const struct nand_geometry *g = &d->geo;
@@ -215,15 +245,8 @@ static void t_log(void *arg, int level, const char *msg)
 static void file_programs(void)
 {
 	for (int punch = 0; punch < 2; punch++) {
-		char path[] = "/tmp/t_nand_sim-prog-XXXXXX";
-		int fd = mkstemp(path);
-		CHECK(fd >= 0);
-		close(fd);
-		char err[256];
-		struct nand_dev *d;
-		struct nand_sim_config fc = { .preset = "test-64m", .path = path, .create = true,
-					      .discard_on_erase = punch };
-		CHECK_RC(nand_sim_open(&fc, &d, err, sizeof err));
+		char path[] = "/tmp/t_nand_sim-prog-XXXXXX", err[256];
+		struct nand_dev *d = image_new(path, (struct nand_sim_config){ .discard_on_erase = punch });
 		const struct nand_geometry geo = d->geo, *g = &geo; /* d is reopened */
 		uint8_t *data = malloc(g->page_size), *rd = malloc(g->page_size);
 		uint8_t *sp = malloc(g->spare_size), *rs = malloc(g->spare_size);
@@ -281,15 +304,8 @@ static void file_programs(void)
  * its CRC at open and is rebuilt from the pages, not trusted. */
 static void table_damage(void)
 {
-	char path[] = "/tmp/t_nand_sim-tbl-XXXXXX";
-	int fd = mkstemp(path);
-	CHECK(fd >= 0);
-	close(fd);
-	char err[256];
-	struct nand_dev *d;
-	struct nand_sim_config fc = { .preset = "test-64m", .path = path, .create = true,
-				      .log = t_log };
-	CHECK_RC(nand_sim_open(&fc, &d, err, sizeof err));
+	char path[] = "/tmp/t_nand_sim-tbl-XXXXXX", err[256];
+	struct nand_dev *d = image_new(path, (struct nand_sim_config){ .log = t_log });
 	const struct nand_geometry *g = &d->geo;
 	uint8_t *data = malloc(g->page_size), *rd = malloc(g->page_size);
 	memset(data, 0xA5, g->page_size);
@@ -305,7 +321,7 @@ static void table_damage(void)
 	CHECK_EQ(t_nlog, 0);
 
 	/* change the write pointer of block 9 (2 bytes at table offset 4096 + 9 * 16) */
-	fd = open(path, O_RDWR);
+	int fd = open(path, O_RDWR);
 	CHECK(fd >= 0);
 	uint16_t wp = 0;
 	CHECK(pwrite(fd, &wp, 2, 4096 + 9 * 16) == 2);
@@ -467,7 +483,7 @@ static void creation(void)
 	snprintf(tmp, sizeof tmp, "%s.creating", path);
 	struct nand_sim_config fc = { .preset = "test-64m", .path = path, .create = true };
 	struct nand_sim_config again = { .path = path };
-	struct nand_dev *d, *d2;
+	struct nand_dev *d;
 	struct stat st;
 
 	struct rlimit lim, small;
@@ -491,13 +507,7 @@ static void creation(void)
 	memset(data, 0x5A, d->geo.page_size);
 	CHECK_EQ(run(d, NAND_OP_PROGRAM, 7, 0, data, NULL), NAND_OK);
 	/* in use: a creation over it is refused and changes nothing */
-	CHECK_EQ(nand_sim_open(&fc, &d2, err, sizeof err), -EBUSY);
-	CHECK(strstr(err, "in use"));
-	char holder[64]; /* the lock's holder is named: this process */
-	snprintf(holder, sizeof holder, "locked by pid %d (", (int)getpid());
-	if (!strstr(err, holder))
-		fprintf(stderr, "the error does not name the holder: %s\n", err);
-	CHECK(strstr(err, holder));
+	check_locked(&fc);
 	CHECK(stat(tmp, &st) < 0 && errno == ENOENT);
 	nand_close(d);
 	CHECK_RC(nand_sim_open(&again, &d, err, sizeof err));
@@ -530,13 +540,33 @@ static void creation(void)
 
 #define YEAR_NS (uint64_t)(365.25 * 86400e9)
 
-static struct nand_dev *em_open(uint64_t seed)
+/* an error model test's device (test-64m, the model on, SEED), a page
+ * buffer to program from and one to read into (zeros), and its rated P/E
+ * cycles; em_close ends it */
+struct em {
+	struct nand_dev *d;
+	uint8_t *data, *rd;
+	uint32_t rated;
+};
+
+static struct em em_open(uint64_t seed)
 {
 	struct nand_sim_config cfg = { .preset = "test-64m", .error_model = true, .seed = seed };
-	struct nand_dev *d;
+	struct em x;
 	char err[256];
-	CHECK_RC(nand_sim_open(&cfg, &d, err, sizeof err));
-	return d;
+	CHECK_RC(nand_sim_open(&cfg, &x.d, err, sizeof err));
+	x.data = calloc(1, x.d->geo.page_size);
+	x.rd = calloc(1, x.d->geo.page_size);
+	CHECK(x.data && x.rd);
+	x.rated = x.d->rated_pe_cycles;
+	return x;
+}
+
+static void em_close(struct em *x)
+{
+	free(x->data);
+	free(x->rd);
+	nand_close(x->d);
 }
 
 /* Erase block b, set its erase count, program all its pages with a pattern. */
@@ -640,26 +670,24 @@ static void em_off(void)
 /* RBER rises with P/E cycles, as the model's formula and as observed. */
 static void em_wear(void)
 {
-	struct nand_dev *d = em_open(11);
-	const struct nand_geometry *g = &d->geo;
-	uint8_t *data = malloc(g->page_size), *rd = malloc(g->page_size);
-	uint32_t rated = d->rated_pe_cycles;
-	CHECK_EQ(rated, 5000);
+	struct em x = em_open(11);
+	const struct nand_geometry *g = &x.d->geo;
+	CHECK_EQ(x.rated, 5000);
 	/* the formula: fresh 1e-8, rated 1e-4, twice rated 4e-4 (+ read disturb) */
-	em_fill(d, 10, 0, data);
-	em_fill(d, 11, rated, data);
-	em_fill(d, 12, 2 * rated, data);
-	double r0 = nand_sim_page_rber(d, 10ull * g->pages_per_block);
-	double r1 = nand_sim_page_rber(d, 11ull * g->pages_per_block);
-	double r2 = nand_sim_page_rber(d, 12ull * g->pages_per_block);
+	em_fill(x.d, 10, 0, x.data);
+	em_fill(x.d, 11, x.rated, x.data);
+	em_fill(x.d, 12, 2 * x.rated, x.data);
+	double r0 = nand_sim_page_rber(x.d, 10ull * g->pages_per_block);
+	double r1 = nand_sim_page_rber(x.d, 11ull * g->pages_per_block);
+	double r2 = nand_sim_page_rber(x.d, 12ull * g->pages_per_block);
 	CHECK(r0 > 0.9e-8 && r0 < 1.2e-8);
 	CHECK(r1 > 0.99e-4 && r1 < 1.02e-4);
 	CHECK(r2 > 3.99e-4 && r2 < 4.05e-4);
 	/* observed: 30 reads of each of 64 pages per block */
 	struct em_tally t0, t1, t2;
-	em_read_block(d, 10, 30, &t0, rd);
-	em_read_block(d, 11, 30, &t1, rd);
-	em_read_block(d, 12, 30, &t2, rd);
+	em_read_block(x.d, 10, 30, &t0, x.rd);
+	em_read_block(x.d, 11, 30, &t1, x.rd);
+	em_read_block(x.d, 12, 30, &t2, x.rd);
 	em_check_mean(&t0);
 	em_check_mean(&t1);
 	em_check_mean(&t2);
@@ -669,117 +697,105 @@ static void em_wear(void)
 	CHECK(t2.bits > 3 * t1.bits);
 	CHECK(t0.uncorrectable + t1.uncorrectable + t2.uncorrectable == 0);
 	struct nand_sim_error_stats st;
-	nand_sim_error_stats(d, &st);
+	nand_sim_error_stats(x.d, &st);
 	CHECK_EQ(st.reads, 3 * 30 * g->pages_per_block);
 	CHECK_EQ(st.reads_corrected, t0.corrected + t1.corrected + t2.corrected);
 	CHECK_EQ(st.bits_corrected, t0.bits + t1.bits + t2.bits);
-	free(data);
-	free(rd);
-	nand_close(d);
+	em_close(&x);
 }
 
 /* RBER rises with retention time; ECC corrects up to its threshold, then
  * the page is uncorrectable (its data garbage). */
 static void em_retention_ecc(void)
 {
-	struct nand_dev *d = em_open(12);
-	const struct nand_geometry *g = &d->geo;
-	uint8_t *data = malloc(g->page_size), *rd = malloc(g->page_size);
-	uint32_t rated = d->rated_pe_cycles;
-	em_fill(d, 20, rated, data);
+	struct em x = em_open(12);
+	const struct nand_geometry *g = &x.d->geo;
+	em_fill(x.d, 20, x.rated, x.data);
 	uint64_t ppa = 20ull * g->pages_per_block;
-	double r_now = nand_sim_page_rber(d, ppa);
-	CHECK_RC(nand_sim_age(d, 30 * 86400ull * 1000000000ull)); /* a month */
-	double r_month = nand_sim_page_rber(d, ppa);
-	CHECK_RC(nand_sim_age(d, YEAR_NS - 30 * 86400ull * 1000000000ull));
-	double r_year = nand_sim_page_rber(d, ppa);
+	double r_now = nand_sim_page_rber(x.d, ppa);
+	CHECK_RC(nand_sim_age(x.d, 30 * 86400ull * 1000000000ull)); /* a month */
+	double r_month = nand_sim_page_rber(x.d, ppa);
+	CHECK_RC(nand_sim_age(x.d, YEAR_NS - 30 * 86400ull * 1000000000ull));
+	double r_year = nand_sim_page_rber(x.d, ppa);
 	CHECK(r_now < r_month && r_month < r_year);
 	/* one year at rated P/E: 1.2e-3, the ECC's limit at UBER ~1e-16 */
 	CHECK(r_year > 1.15e-3 && r_year < 1.25e-3);
 	struct em_tally t;
-	em_read_block(d, 20, 8, &t, rd);
+	em_read_block(x.d, 20, 8, &t, x.rd);
 	em_check_mean(&t);
 	CHECK_EQ(t.uncorrectable, 0);
 	CHECK(t.corrected > t.reads * 99 / 100); /* ~40 bits per read */
 	CHECK(t.bits > 30ull * t.reads);
 	/* a fresh block programmed as long ago keeps its data well */
-	em_fill(d, 21, 0, data);
-	CHECK_RC(nand_sim_age(d, YEAR_NS));
-	CHECK(nand_sim_page_rber(d, 21ull * g->pages_per_block) < 1e-4);
+	em_fill(x.d, 21, 0, x.data);
+	CHECK_RC(nand_sim_age(x.d, YEAR_NS));
+	CHECK(nand_sim_page_rber(x.d, 21ull * g->pages_per_block) < 1e-4);
 	/* five years at rated: mean ~47 per codeword, over the 40 ECC corrects */
-	CHECK_RC(nand_sim_age(d, 3 * YEAR_NS));
-	em_read_block(d, 20, 4, &t, rd);
+	CHECK_RC(nand_sim_age(x.d, 3 * YEAR_NS));
+	em_read_block(x.d, 20, 4, &t, x.rd);
 	CHECK(t.uncorrectable > t.reads * 8 / 10);
 	/* ten years at twice rated: nothing is readable */
-	em_fill(d, 22, 2 * rated, data);
-	CHECK_RC(nand_sim_age(d, 10 * YEAR_NS));
-	em_read_block(d, 22, 2, &t, rd);
+	em_fill(x.d, 22, 2 * x.rated, x.data);
+	CHECK_RC(nand_sim_age(x.d, 10 * YEAR_NS));
+	em_read_block(x.d, 22, 2, &t, x.rd);
 	CHECK_EQ(t.uncorrectable, t.reads);
-	memset(rd, 0, g->page_size);
-	CHECK_EQ(run(d, NAND_OP_READ, 22, 1, rd, NULL), NAND_UNCORRECTABLE);
+	memset(x.rd, 0, g->page_size);
+	CHECK_EQ(run(x.d, NAND_OP_READ, 22, 1, x.rd, NULL), NAND_UNCORRECTABLE);
 	CHECK(t_bits == 0 && t_max == 0);
-	CHECK(rd[0] != (uint8_t)(22 * 7 + 1) || rd[1] != rd[0] || rd[2] != rd[0]); /* garbage */
+	CHECK(x.rd[0] != (uint8_t)(22 * 7 + 1) || x.rd[1] != x.rd[0] || x.rd[2] != x.rd[0]); /* garbage */
 	/* erasing forgets the age: reprogrammed pages read clean again */
-	em_fill(d, 22, 2 * rated, data);
-	CHECK(nand_sim_page_rber(d, 22ull * g->pages_per_block) < 4.1e-4);
-	free(data);
-	free(rd);
-	nand_close(d);
+	em_fill(x.d, 22, 2 * x.rated, x.data);
+	CHECK(nand_sim_page_rber(x.d, 22ull * g->pages_per_block) < 4.1e-4);
+	em_close(&x);
 }
 
 /* Read disturb: reads of a block raise the RBER of its pages until erased. */
 static void em_read_disturb(void)
 {
-	struct nand_dev *d = em_open(13);
-	const struct nand_geometry *g = &d->geo;
-	uint8_t *data = malloc(g->page_size), *rd = malloc(g->page_size);
-	uint32_t rated = d->rated_pe_cycles;
-	em_fill(d, 30, rated, data);
+	struct em x = em_open(13);
+	const struct nand_geometry *g = &x.d->geo;
+	em_fill(x.d, 30, x.rated, x.data);
 	uint64_t ppa = 30ull * g->pages_per_block + 5;
-	double r0 = nand_sim_page_rber(d, ppa);
+	double r0 = nand_sim_page_rber(x.d, ppa);
 	struct em_tally first, last;
-	em_read_block(d, 30, 4, &first, rd);
+	em_read_block(x.d, 30, 4, &first, x.rd);
 	/* 200,000 more reads of page 0 (spare only): the other pages suffer */
 	uint8_t spare[256];
 	for (int i = 0; i < 200000; i++) {
-		enum nand_status st = run(d, NAND_OP_READ, 30, 0, NULL, spare);
+		enum nand_status st = run(x.d, NAND_OP_READ, 30, 0, NULL, spare);
 		CHECK(st == NAND_OK || st == NAND_CORRECTED);
 	}
-	double r1 = nand_sim_page_rber(d, ppa);
+	double r1 = nand_sim_page_rber(x.d, ppa);
 	/* 3e-9 per read at rated P/E: +6e-4 */
 	CHECK(r1 - r0 > 5.9e-4 && r1 - r0 < 6.2e-4);
-	em_read_block(d, 30, 4, &last, rd);
+	em_read_block(x.d, 30, 4, &last, x.rd);
 	em_check_mean(&first);
 	em_check_mean(&last);
 	CHECK(last.bits > 4 * first.bits);
 	/* a fresh block is disturbed ten times less */
-	em_fill(d, 31, 0, data);
+	em_fill(x.d, 31, 0, x.data);
 	for (int i = 0; i < 200000; i++)
-		run(d, NAND_OP_READ, 31, 0, NULL, spare);
-	double f1 = nand_sim_page_rber(d, 31ull * g->pages_per_block + 5);
+		run(x.d, NAND_OP_READ, 31, 0, NULL, spare);
+	double f1 = nand_sim_page_rber(x.d, 31ull * g->pages_per_block + 5);
 	CHECK(f1 > 5.5e-5 && f1 < 6.5e-5);
 	/* erase: the count starts over */
-	em_fill(d, 30, rated, data);
-	CHECK(nand_sim_page_rber(d, ppa) < r0 * 1.01);
-	free(data);
-	free(rd);
-	nand_close(d);
+	em_fill(x.d, 30, x.rated, x.data);
+	CHECK(nand_sim_page_rber(x.d, ppa) < r0 * 1.01);
+	em_close(&x);
 }
 
 /* The same seed and operations give the same errors; another seed others. */
 static uint64_t em_signature(uint64_t seed)
 {
-	struct nand_dev *d = em_open(seed);
-	uint8_t *data = malloc(d->geo.page_size), *rd = malloc(d->geo.page_size);
-	em_fill(d, 40, 2 * d->rated_pe_cycles, data);
+	struct em x = em_open(seed);
+	em_fill(x.d, 40, 2 * x.d->rated_pe_cycles, x.data);
 	uint64_t h = 1469598103934665603ull;
 	for (int i = 0; i < 3000; i++) {
-		enum nand_status st = run(d, NAND_OP_READ, 40, (uint32_t)i % d->geo.pages_per_block, rd, NULL);
+		uint32_t p = (uint32_t)i % x.d->geo.pages_per_block;
+		enum nand_status st = run(x.d, NAND_OP_READ, 40, p, x.rd, NULL);
 		h = (h ^ (st * 1000u + t_bits)) * 1099511628211ull;
 	}
-	free(data);
-	free(rd);
-	nand_close(d);
+	em_close(&x);
 	return h;
 }
 
@@ -793,52 +809,50 @@ static void em_deterministic(void)
  * block keeps failing; data programmed before stay readable. */
 static void em_grown_bad(void)
 {
-	struct nand_dev *d = em_open(14);
-	const struct nand_geometry *g = &d->geo;
-	uint8_t *data = calloc(1, g->page_size), *rd = malloc(g->page_size);
-	uint32_t rated = d->rated_pe_cycles;
+	struct em x = em_open(14);
+	const struct nand_geometry *g = &x.d->geo;
 	/* young blocks: 1e-8 per cycle, 4 blocks x 500 cycles */
 	for (uint32_t b = 50; b < 54; b++)
 		for (int c = 0; c < 500; c++) {
-			CHECK_EQ(run(d, NAND_OP_ERASE, b, 0, NULL, NULL), NAND_OK);
+			CHECK_EQ(run(x.d, NAND_OP_ERASE, b, 0, NULL, NULL), NAND_OK);
 			for (uint32_t p = 0; p < 4; p++)
-				CHECK_EQ(run(d, NAND_OP_PROGRAM, b, p, data, NULL), NAND_OK);
+				CHECK_EQ(run(x.d, NAND_OP_PROGRAM, b, p, x.data, NULL), NAND_OK);
 		}
 	struct nand_sim_error_stats st;
-	nand_sim_error_stats(d, &st);
+	nand_sim_error_stats(x.d, &st);
 	CHECK(st.program_fails == 0 && st.erase_fails == 0);
 	/* three times rated: ~10 % per cycle; cycle 8 blocks until each fails */
 	uint32_t pfail = 0, efail = 0;
 	for (uint32_t b = 60; b < 68; b++) {
-		CHECK_RC(nand_sim_set_erase_count(d, b, 3 * rated));
+		CHECK_RC(nand_sim_set_erase_count(x.d, b, 3 * x.rated));
 		bool failed = false;
 		for (int c = 0; c < 400 && !failed; c++) {
-			enum nand_status est = run(d, NAND_OP_ERASE, b, 0, NULL, NULL);
+			enum nand_status est = run(x.d, NAND_OP_ERASE, b, 0, NULL, NULL);
 			if (est == NAND_ERASE_FAILED) {
 				efail++;
 				failed = true;
 				/* the data programmed before stay; it keeps failing */
-				CHECK_EQ(run(d, NAND_OP_READ, b, 0, rd, NULL) == NAND_UNCORRECTABLE, false);
-				CHECK_EQ(run(d, NAND_OP_ERASE, b, 0, NULL, NULL), NAND_ERASE_FAILED);
+				CHECK_EQ(run(x.d, NAND_OP_READ, b, 0, x.rd, NULL) == NAND_UNCORRECTABLE, false);
+				CHECK_EQ(run(x.d, NAND_OP_ERASE, b, 0, NULL, NULL), NAND_ERASE_FAILED);
 				break;
 			}
 			CHECK_EQ(est, NAND_OK);
 			for (uint32_t p = 0; p < g->pages_per_block; p++) {
-				enum nand_status pst = run(d, NAND_OP_PROGRAM, b, p, data, NULL);
+				enum nand_status pst = run(x.d, NAND_OP_PROGRAM, b, p, x.data, NULL);
 				if (pst == NAND_PROGRAM_FAILED) {
 					pfail++;
 					failed = true;
 					if (p > 0) /* the pages before it still read */
-						CHECK(run(d, NAND_OP_READ, b, p - 1, rd, NULL) != NAND_UNCORRECTABLE);
-					CHECK_EQ(run(d, NAND_OP_READ, b, p, rd, NULL), NAND_UNCORRECTABLE);
+						CHECK(run(x.d, NAND_OP_READ, b, p - 1, x.rd, NULL) != NAND_UNCORRECTABLE);
+					CHECK_EQ(run(x.d, NAND_OP_READ, b, p, x.rd, NULL), NAND_UNCORRECTABLE);
 					/* erased (if its erase does not fail too) and
 					 * programmed again: still fails */
-					enum nand_status e2 = run(d, NAND_OP_ERASE, b, 0, NULL, NULL);
+					enum nand_status e2 = run(x.d, NAND_OP_ERASE, b, 0, NULL, NULL);
 					if (e2 == NAND_ERASE_FAILED)
 						efail++;
 					else
 						CHECK_EQ(e2, NAND_OK);
-					CHECK_EQ(run(d, NAND_OP_PROGRAM, b, 0, data, NULL), NAND_PROGRAM_FAILED);
+					CHECK_EQ(run(x.d, NAND_OP_PROGRAM, b, 0, x.data, NULL), NAND_PROGRAM_FAILED);
 					break;
 				}
 				CHECK_EQ(pst, NAND_OK);
@@ -846,13 +860,11 @@ static void em_grown_bad(void)
 		}
 		CHECK(failed);
 	}
-	nand_sim_error_stats(d, &st);
+	nand_sim_error_stats(x.d, &st);
 	CHECK_EQ(st.program_fails, pfail);
 	CHECK_EQ(st.erase_fails, efail);
 	CHECK(pfail > 0 && efail > 0); /* half each, on average */
-	free(data);
-	free(rd);
-	nand_close(d);
+	em_close(&x);
 }
 
 /* ---- thermal model ------------------------------------------------------- */
@@ -944,22 +956,11 @@ int main(void)
 
 	/* file: persists across close/open, locked while open */
 	char path[] = "/tmp/t_nand_sim-XXXXXX";
-	int fd = mkstemp(path);
-	CHECK(fd >= 0);
-	close(fd);
-	struct nand_sim_config fc = { .preset = "test-64m", .path = path, .create = true };
-	CHECK_RC(nand_sim_open(&fc, &d, err, sizeof err));
+	d = image_new(path, (struct nand_sim_config){ 0 });
 	basics(d);
 	uint32_t ec = nand_erase_count(d, 3);
-	struct nand_dev *d2;
 	struct nand_sim_config again = { .path = path };
-	CHECK_EQ(nand_sim_open(&again, &d2, err, sizeof err), -EBUSY);
-	CHECK(strstr(err, "in use"));
-	char holder[64]; /* the lock's holder is named: this process */
-	snprintf(holder, sizeof holder, "locked by pid %d (", (int)getpid());
-	if (!strstr(err, holder))
-		fprintf(stderr, "the error does not name the holder: %s\n", err);
-	CHECK(strstr(err, holder));
+	check_locked(&again);
 	nand_close(d);
 	CHECK_RC(nand_sim_open(&again, &d, err, sizeof err));
 	CHECK_EQ(nand_erase_count(d, 3), ec);
