@@ -124,6 +124,19 @@ static inline struct ftl *open_ok(struct nand_dev *d)
 	return open_with(d, NULL);
 }
 
+/* the FTL opened on D (formatted), which must succeed; *UNITS its units
+ * and *VER a version for each (all 0: never written; close_free frees it) */
+static inline struct ftl *open_units(struct nand_dev *d, uint64_t *units, uint32_t **ver)
+{
+	struct ftl *f = open_ok(d);
+	struct ftl_info info;
+	ftl_get_info(f, &info);
+	*units = info.units;
+	*ver = calloc(*units, sizeof **ver);
+	CHECK(*ver);
+	return f;
+}
+
 /*
  * The set-up most FTL tests start from: preset PRESET in RAM (TIMED: the
  * timing model on the virtual clock), formatted with 4 KiB sectors, OP %
@@ -204,6 +217,15 @@ static inline void check_unit(struct ftl *f, uint64_t u, uint32_t ver)
 		fprintf(stderr, "unit %" PRIu64 ": wrong data (expected version %u)\n", u, ver);
 		exit(1);
 	}
+}
+
+/* every unit, 0 to UNITS - 1, written at version 1 (ver[u] = 1), and a
+ * flush */
+static inline void write_all(struct ftl *f, uint32_t *ver, uint64_t units)
+{
+	for (uint64_t u = 0; u < units; u++)
+		write_unit(f, u, ver[u] = 1);
+	CHECK_RC(ftl_flush_sync(f));
 }
 
 /* N writes: units 0.. in order while i < UNITS, then random ones (SEED);

@@ -298,9 +298,7 @@ static const struct ftl_open_params cp_on_request = { .checkpoint_interval = 1ul
  * checkpoint of them */
 static void write_all_checkpoint(struct ftl *f, uint32_t *ver)
 {
-	for (uint64_t u = 0; u < f->units; u++)
-		write_unit(f, u, ver[u] = 1);
-	CHECK_RC(ftl_flush_sync(f));
+	write_all(f, ver, f->units);
 	cp_request(f, false);
 	CHECK_RC(ftl_run_until(f, cp_idle, NULL));
 }

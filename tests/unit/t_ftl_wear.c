@@ -62,18 +62,10 @@ static void refresh(void)
 {
 	struct nand_dev *d = dev_aging("test-64m", false, 3);
 	format(d, 20);
-	struct ftl *f = open_ok(d);
-	struct ftl_info info;
-	ftl_get_info(f, &info);
-	uint64_t units = info.units;
-	uint32_t *ver = calloc(units, sizeof *ver);
-	uint8_t b[4096];
-	for (uint64_t u = 0; u < units; u++) {
-		ver[u] = 1;
-		fill(b, u, 1);
-		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
-	}
-	CHECK_RC(ftl_flush_sync(f));
+	uint64_t units;
+	uint32_t *ver;
+	struct ftl *f = open_units(d, &units, &ver);
+	write_all(f, ver, units);
 	settle(f);
 	/* every block at its rated P/E, and 1.5 years of retention: a page
 	 * read then corrects ~15 bits per codeword on average (ECC: 40) */
@@ -164,6 +156,18 @@ static uint32_t medium_count(struct nand_dev *d, uint32_t k)
 	return d->ops == &nocount_ops ? sim_ops->erase_count(d, k) : nand_erase_count(d, k);
 }
 
+/* each block's erases as the medium has them now: an array the caller
+ * frees */
+static uint32_t *medium_counts_now(struct nand_dev *d)
+{
+	uint32_t nb = nand_blocks(&d->geo);
+	uint32_t *c = calloc(nb, sizeof *c);
+	CHECK(c);
+	for (uint32_t k = 0; k < nb; k++)
+		c[k] = medium_count(d, k);
+	return c;
+}
+
 /* erase counts of the blocks that hold data (not bad, not the superblock
  * blocks: block 0 of dies 0 and 1) */
 static void erase_spread(struct nand_dev *d, uint32_t *emin, uint32_t *emax)
@@ -187,17 +191,12 @@ static void wear_levelling(bool medium_counts)
 	format(d, 20);
 	if (!medium_counts)
 		hide_counts(d);
-	struct ftl *f = open_ok(d);
-	struct ftl_info info;
-	ftl_get_info(f, &info);
-	uint64_t units = info.units, cold = units / 2;
-	uint32_t *ver = calloc(units, sizeof *ver);
-	uint8_t b[4096];
-	for (uint64_t u = 0; u < units; u++) {
-		ver[u] = 1;
-		fill(b, u, 1);
-		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
-	}
+	uint64_t units;
+	uint32_t *ver;
+	struct ftl *f = open_units(d, &units, &ver);
+	uint64_t cold = units / 2;
+	for (uint64_t u = 0; u < units; u++)
+		write_unit(f, u, ver[u] = 1);
 	/* only the upper half is ever rewritten: the lower half is cold */
 	uint32_t spread = d->rated_pe_cycles / 20; /* block.c: WL_SPREAD_DIV */
 	uint32_t emin, emax;
@@ -323,14 +322,10 @@ static void erase_counts(void)
 	format(d, 20);
 	hide_counts(d);
 	uint32_t nb = nand_blocks(&d->geo);
-	uint32_t *base = calloc(nb, sizeof *base), *before = calloc(nb, sizeof *before);
-	for (uint32_t k = 0; k < nb; k++)
-		base[k] = medium_count(d, k);
-	struct ftl *f = open_ok(d);
-	struct ftl_info info;
-	ftl_get_info(f, &info);
-	uint64_t units = info.units, seed = 7;
-	uint32_t *ver = calloc(units, sizeof *ver);
+	uint32_t *base = medium_counts_now(d), *before = calloc(nb, sizeof *before);
+	uint64_t units, seed = 7;
+	uint32_t *ver;
+	struct ftl *f = open_units(d, &units, &ver);
 	churn(f, ver, units, 12 * units, &seed);
 	settle(f);
 	CHECK_RC(ftl_close(f));
@@ -426,15 +421,10 @@ static void close_mid_checkpoint(void)
 	struct nand_dev *d = dev_new("test-64m", true);
 	format(d, 20);
 	hide_counts(d);
-	uint32_t nb = nand_blocks(&d->geo);
-	uint32_t *base = calloc(nb, sizeof *base);
-	for (uint32_t k = 0; k < nb; k++)
-		base[k] = medium_count(d, k);
-	struct ftl *f = open_ok(d);
-	struct ftl_info info;
-	ftl_get_info(f, &info);
-	uint64_t units = info.units, seed = 7;
-	uint32_t *ver = calloc(units, sizeof *ver);
+	uint32_t *base = medium_counts_now(d);
+	uint64_t units, seed = 7;
+	uint32_t *ver;
+	struct ftl *f = open_units(d, &units, &ver);
 	churn(f, ver, units, 5 * units, &seed);
 	cp_request(f, false); /* as a periodic one */
 	CHECK_RC(ftl_run_until(f, cp_writing, NULL));
@@ -464,17 +454,29 @@ static void close_mid_checkpoint(void)
  * threshold, throttled writes in WRITE_REDUCED, -EROFS after; then every
  * unit must read its last written data, before and after a reopen.
  */
+/* state changes as logged, the first 8 in order: keep_arrow keeps the
+ * TO of a line "... -> TO", up to a character of STOP */
+struct arrows {
+	char to[8][64];
+	int n;
+};
+
+static void keep_arrow(struct arrows *a, const char *msg, const char *stop)
+{
+	const char *arrow = strstr(msg, " -> ");
+	if (arrow && a->n < 8) {
+		const char *to = arrow + 4;
+		snprintf(a->to[a->n++], sizeof a->to[0], "%.*s", (int)strcspn(to, stop), to);
+	}
+}
+
 /* the FTL's state changes as logged (block.c, health_update) */
-static char logged[8][64];
-static int nlogged;
+static struct arrows states;
 static void log_states(void *arg, int level, const char *msg)
 {
 	(void)arg;
-	const char *arrow = strstr(msg, " -> ");
-	if (strncmp(msg, "state ", 6) == 0 && arrow && nlogged < 8) {
-		const char *to = arrow + 4, *end = strchr(to, ':');
-		snprintf(logged[nlogged++], sizeof logged[0], "%.*s", (int)(end ? end - to : 40), to);
-	}
+	if (strncmp(msg, "state ", 6) == 0)
+		keep_arrow(&states, msg, ":");
 	fprintf(stderr, "ftl: %s\n", msg);
 }
 
@@ -491,18 +493,10 @@ static void wear_out(void)
 	const char *wseed = getenv("WEAR_SEED");
 	struct nand_dev *d = dev_aging("test-64m", true, wseed ? (uint64_t)atoll(wseed) : 11);
 	format(d, 30);
-	struct ftl *f = open_ok(d);
-	struct ftl_info info;
-	ftl_get_info(f, &info);
-	uint64_t units = info.units;
-	uint32_t *ver = calloc(units, sizeof *ver);
-	uint8_t b[4096];
-	for (uint64_t u = 0; u < units; u++) {
-		ver[u] = 1;
-		fill(b, u, 1);
-		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
-	}
-	CHECK_RC(ftl_flush_sync(f));
+	uint64_t units;
+	uint32_t *ver;
+	struct ftl *f = open_units(d, &units, &ver);
+	write_all(f, ver, units);
 	ftl_set_logger(log_states, NULL);
 	uint32_t rated = d->rated_pe_cycles, nb = nand_blocks(&d->geo);
 	for (uint32_t k = 0; k < nb; k++)
@@ -510,6 +504,8 @@ static void wear_out(void)
 
 	struct transition tr[16];
 	int ntr = 0;
+	uint8_t b[4096];
+	struct ftl_info info;
 	enum ftl_state prev = FTL_STATE_ONLINE;
 	uint64_t seed = 1234, writes = 0, reduced_writes = 0;
 	uint64_t reduced_ns = 0;
@@ -576,10 +572,10 @@ static void wear_out(void)
 	}
 	/* each logged at warning level (everything the FTL logs is), in order:
 	 * the 10 % warning, write-reduced, read-only */
-	CHECK_EQ(nlogged, 3);
-	CHECK(strcmp(logged[0], "online, reserves low") == 0);
-	CHECK(strcmp(logged[1], "write-reduced") == 0);
-	CHECK(strcmp(logged[2], "read-only") == 0);
+	CHECK_EQ(states.n, 3);
+	CHECK(strcmp(states.to[0], "online, reserves low") == 0);
+	CHECK(strcmp(states.to[1], "write-reduced") == 0);
+	CHECK(strcmp(states.to[2], "read-only") == 0);
 	/* read-only: writes, trims and zeroes refused, flush fine */
 	CHECK_EQ(ftl_write_sync(f, b, 0, 4096, 0), -EROFS);
 	CHECK_EQ(ftl_trim_sync(f, 0, 4096, 0), -EROFS);
@@ -605,18 +601,13 @@ static void wear_out(void)
 	free(ver);
 }
 
-static char th_logged[8][32];
-static int th_nlogged;
+static struct arrows thermal_states;
 
 static void log_thermal(void *arg, int level, const char *msg)
 {
 	(void)arg;
-	const char *arrow = strstr(msg, " -> ");
-	if (strstr(msg, "thermal state") && arrow && th_nlogged < 8) {
-		const char *to = arrow + 4;
-		size_t n = strcspn(to, " ");
-		snprintf(th_logged[th_nlogged++], sizeof th_logged[0], "%.*s", (int)n, to);
-	}
+	if (strstr(msg, "thermal state"))
+		keep_arrow(&thermal_states, msg, " ");
 	fprintf(stderr, "ftl: %s\n", msg);
 }
 
@@ -702,10 +693,10 @@ static void thermal(void)
 	CHECK_RC(ftl_read_sync(f, r, 0, 4096));
 	CHECK(memcmp(r, b, 4096) == 0);
 	/* each change logged, in order */
-	CHECK(th_nlogged >= 3);
-	CHECK(strcmp(th_logged[0], "throttled") == 0);
-	CHECK(strcmp(th_logged[1], "stopped") == 0);
-	CHECK(strcmp(th_logged[2], "ok") == 0 || strcmp(th_logged[2], "throttled") == 0);
+	CHECK(thermal_states.n >= 3);
+	CHECK(strcmp(thermal_states.to[0], "throttled") == 0);
+	CHECK(strcmp(thermal_states.to[1], "stopped") == 0);
+	CHECK(strcmp(thermal_states.to[2], "ok") == 0 || strcmp(thermal_states.to[2], "throttled") == 0);
 
 	/* stopped again, then closed: the held write completes, nothing waits
 	 * for the cooling */
