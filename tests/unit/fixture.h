@@ -124,6 +124,17 @@ static inline struct ftl *open_ok(struct nand_dev *d)
 	return open_with(d, NULL);
 }
 
+/* preset PRESET in RAM (*D; TIMED: the timing model on the virtual clock),
+ * formatted with 4 KiB sectors and the preset's over-provisioning, and the
+ * FTL open on it as P says (NULL: the defaults) */
+static inline struct ftl *dev_ftl(struct nand_dev **d, const char *preset, bool timed,
+				  const struct ftl_open_params *p)
+{
+	*d = dev_new(preset, timed);
+	format(*d, 0);
+	return open_with(*d, p);
+}
+
 /* the FTL opened on D (formatted), which must succeed; *UNITS its units
  * and *VER a version for each (all 0: never written; close_free frees it) */
 static inline struct ftl *open_units(struct nand_dev *d, uint64_t *units, uint32_t **ver)
@@ -179,12 +190,17 @@ static inline void fx_free(struct fx *x)
 	free(x->ver);
 }
 
-/* the end of a test: a clean close of F, which must succeed; D closed;
- * VER freed */
-static inline void close_free(struct ftl *f, struct nand_dev *d, uint32_t *ver)
+/* the end of a test: a clean close of F, which must succeed; D closed */
+static inline void close_ok(struct ftl *f, struct nand_dev *d)
 {
 	CHECK_RC(ftl_close(f));
 	nand_close(d);
+}
+
+/* close_ok, and VER freed */
+static inline void close_free(struct ftl *f, struct nand_dev *d, uint32_t *ver)
+{
+	close_ok(f, d);
 	free(ver);
 }
 

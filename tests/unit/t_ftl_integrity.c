@@ -397,9 +397,8 @@ static bool cp_half_written(struct ftl *f, void *arg);
  */
 static void t_cp_previous(void)
 {
-	struct nand_dev *d = dev_new("test-64m", false);
-	format(d, 0);
-	struct ftl *f = open_with(d, &cp_on_request);
+	struct nand_dev *d;
+	struct ftl *f = dev_ftl(&d, "test-64m", false, &cp_on_request);
 	uint64_t units = f->units, n = 2400, hot = 1000, seed = 41;
 	uint32_t *ver = calloc(units, sizeof *ver);
 	/* units [n, n + hot) are rewritten below: written last, so the band
@@ -523,9 +522,8 @@ static struct ftl *cut_cp_damaged(struct ftl *f, struct nand_dev *d)
 
 static void t_trim_unreadable(bool crash_first, bool timed)
 {
-	struct nand_dev *d = dev_new("test-64m", timed);
-	format(d, 0);
-	struct ftl *f = open_with(d, &cp_on_request);
+	struct nand_dev *d;
+	struct ftl *f = dev_ftl(&d, "test-64m", timed, &cp_on_request);
 	uint64_t units = f->units, seed = 5, t0 = 1000, tn = 64;
 	uint32_t *ver = calloc(units, sizeof *ver);
 	write_all_checkpoint(f, ver);
@@ -596,9 +594,8 @@ static void t_trim_unreadable(bool crash_first, bool timed)
  */
 static void t_cp_pending_trim(bool during, bool timed)
 {
-	struct nand_dev *d = dev_new("test-64m", timed);
-	format(d, 0);
-	struct ftl *f = open_with(d, &cp_on_request);
+	struct nand_dev *d;
+	struct ftl *f = dev_ftl(&d, "test-64m", timed, &cp_on_request);
 	uint64_t units = f->units, t = units - 5; /* in the last l2p page */
 	uint32_t *ver = calloc(units, sizeof *ver);
 	write_all_checkpoint(f, ver);
@@ -690,9 +687,8 @@ static bool block_not_victim(struct ftl *f, void *arg)
  */
 static void t_trim_read_keep_seq(void)
 {
-	struct nand_dev *d = dev_new("test-64m", false);
-	format(d, 0);
-	struct ftl *f = open_with(d, &cp_on_request);
+	struct nand_dev *d;
+	struct ftl *f = dev_ftl(&d, "test-64m", false, &cp_on_request);
 	uint64_t units = f->units, seed = 17, a0 = 100, b0 = 2000, hot0 = 4000, hot = 1000;
 	uint32_t *ver = calloc(units, sizeof *ver);
 	write_all_checkpoint(f, ver); /* P0 */

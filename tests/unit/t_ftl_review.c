@@ -106,8 +106,7 @@ static void t_inflight(void)
 	CHECK_EQ(f->blk[first].inflight, 0);
 	for (uint64_t u = 0; u < 600; u += 37)
 		check_unit(f, u, 1);
-	CHECK_RC(ftl_close(f));
-	nand_close(d);
+	close_ok(f, d);
 	printf("ok: inflight: a 512-page block stays open with 512 programs in flight\n");
 }
 
@@ -115,15 +114,11 @@ static void t_inflight(void)
 
 static void t_cp_nomem(void)
 {
-	struct nand_dev *d = dev_new("test-64m", false);
-	format(d, 0);
-	struct ftl *f = open_ok(d);
-	uint8_t b[4096];
+	struct nand_dev *d;
+	struct ftl *f = dev_ftl(&d, "test-64m", false, NULL);
 	/* a few units, so every die has an open user block */
-	for (uint64_t u = 0; u < 8; u++) {
-		fill(b, u, 1);
-		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
-	}
+	for (uint64_t u = 0; u < 8; u++)
+		write_unit(f, u, 1);
 	CHECK_RC(ftl_flush_sync(f));
 	alloc_fail = true;
 	cp_request(f, false);
@@ -132,17 +127,14 @@ static void t_cp_nomem(void)
 	CHECK_RC(rc);
 	CHECK_EQ(f->st.checkpoints, 1);
 	/* writes after the checkpoint land in the blocks that were open at it */
-	for (uint64_t u = 0; u < 8; u++) {
-		fill(b, u, 2);
-		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
-	}
+	for (uint64_t u = 0; u < 8; u++)
+		write_unit(f, u, 2);
 	CHECK_RC(ftl_flush_sync(f));
 	ftl_abandon(f); /* power cut: nothing more reaches the media */
 	f = open_ok(d);
 	for (uint64_t u = 0; u < 8; u++)
 		check_unit(f, u, 2);
-	CHECK_RC(ftl_close(f));
-	nand_close(d);
+	close_ok(f, d);
 	printf("ok: cp_nomem: a checkpoint under allocation failure keeps the open-block list\n");
 }
 
@@ -226,12 +218,10 @@ static void t_refused(void)
 
 static void t_version(void)
 {
-	struct nand_dev *d = dev_new("test-64m", false);
-	format(d, 0);
-	struct ftl *f = open_ok(d);
+	struct nand_dev *d;
+	struct ftl *f = dev_ftl(&d, "test-64m", false, NULL);
 	uint8_t b[4096];
-	fill(b, 5, 1);
-	CHECK_RC(ftl_write_sync(f, b, 5 * 4096, 4096, 0));
+	write_unit(f, 5, 1);
 	uint64_t format_id = f->format_id, seq = f->next_seq + 1000;
 	CHECK_RC(ftl_close(f));
 	/* a page claiming to be unit 5, newer than everything, but of media
@@ -259,26 +249,24 @@ static void t_version(void)
 	/* an unclean open scans the log: the foreign-version page is not data */
 	f = open_ok(d);
 	check_unit(f, 5, 1);
-	CHECK_RC(ftl_close(f));
-	nand_close(d);
+	close_ok(f, d);
 	printf("ok: version: a spare of another media version is not taken as data\n");
 }
 
 /* ---- GC and a damaged trim record ---------------------------------------- */
 
+/* no checkpoint but the ones asked for and a clean close's */
+static const struct ftl_open_params no_periodic_cp = { .checkpoint_interval = UINT64_MAX / 2 };
+
+
 static void t_trim_crc(void)
 {
-	struct nand_dev *d = dev_new("test-16m", false);
-	format(d, 0);
 	/* no checkpoints: GC must re-log every trim record it meets */
-	struct ftl_open_params op = { .checkpoint_interval = UINT64_MAX / 2 };
-	struct ftl *f = open_with(d, &op);
+	struct nand_dev *d;
+	struct ftl *f = dev_ftl(&d, "test-16m", false, &no_periodic_cp);
 	uint64_t units = f->units, seed = 5;
-	uint8_t b[4096];
-	for (uint64_t u = 0; u < units; u++) {
-		fill(b, u, 1);
-		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
-	}
+	for (uint64_t u = 0; u < units; u++)
+		write_unit(f, u, 1);
 	CHECK_RC(ftl_trim_sync(f, 40 * 4096, 8 * 4096, 0));
 	CHECK_RC(ftl_flush_sync(f)); /* closes the trim record */
 	/* find the record and damage its data */
@@ -303,15 +291,13 @@ static void t_trim_crc(void)
 		uint64_t u = t_rand(&seed) % units;
 		if (u >= 40 && u < 48)
 			continue;
-		fill(b, u, 2);
-		CHECK_RC(ftl_write_sync(f, b, u * 4096, 4096, 0));
+		write_unit(f, u, 2);
 	}
 	CHECK(f->st.crc_errors >= 1);
 	/* the trimmed units still read as zeros: the unmapping is in the l2p */
 	for (uint64_t u = 40; u < 48; u++)
 		check_unit(f, u, 0);
-	CHECK_RC(ftl_close(f));
-	nand_close(d);
+	close_ok(f, d);
 	printf("ok: trim_crc: GC notices a trim record that fails its CRC\n");
 }
 
@@ -322,9 +308,7 @@ static void t_zero_length(void)
 	struct nand_dev *d = dev_new("test-16m", false);
 	format_with(d, 512, 0, 0);
 	struct ftl *f = open_ok(d);
-	uint8_t b[4096];
-	fill(b, 3, 1);
-	CHECK_RC(ftl_write_sync(f, b, 3 * 4096, 4096, 0));
+	write_unit(f, 3, 1);
 	uint64_t written = f->st.host_pages_written;
 	/* no buffer, inside a unit: touches nothing (no read-modify-write) */
 	CHECK_EQ(ftl_read_sync(f, NULL, 3 * 4096 + 512, 0), 0);
@@ -333,8 +317,7 @@ static void t_zero_length(void)
 	CHECK_EQ(ftl_write_zeroes_sync(f, 3 * 4096 + 1024, 0, 0), 0);
 	CHECK_EQ(f->st.host_pages_written, written);
 	check_unit(f, 3, 1);
-	CHECK_RC(ftl_close(f));
-	nand_close(d);
+	close_ok(f, d);
 	printf("ok: zero_length: zero-length requests touch no unit\n");
 }
 
@@ -384,15 +367,21 @@ static uint32_t slot_die(struct ftl *f, const struct slot *sl)
 	return block_die(f, ppa_block(f, sl->ppa));
 }
 
-static void t_cp_scan(void)
+/* the device cp_scan and close_trim build on: test-16m (*D) on the
+ * virtual clock, no periodic checkpoint, two rows of one die (consecutive
+ * user pages alternate dies) */
+static struct ftl *two_rows_16m(struct nand_dev **d)
 {
-	struct nand_dev *d = dev_new("test-16m", true);
-	format(d, 0);
-	struct ftl_open_params op = { .checkpoint_interval = UINT64_MAX / 2 };
-	struct ftl *f = open_with(d, &op);
-	/* two rows of one die: consecutive user pages alternate dies */
+	struct ftl *f = dev_ftl(d, "test-16m", true, &no_periodic_cp);
 	CHECK_EQ(f->nrows, 2);
 	CHECK_EQ(f->row_width, 1);
+	return f;
+}
+
+static void t_cp_scan(void)
+{
+	struct nand_dev *d;
+	struct ftl *f = two_rows_16m(&d);
 	struct open_set *us = &f->stream[STREAM_USER].set[SET_FIRST];
 	struct ring *r = &f->stream[STREAM_USER].ring;
 	uint64_t units = f->units;
@@ -488,7 +477,7 @@ static void t_cp_scan(void)
 	ftl_abandon(f);
 	nand_sim_power_on(d);
 
-	f = open_with(d, &op);
+	f = open_with(d, &no_periodic_cp);
 	uint8_t e[4096];
 	CHECK_RC(ftl_read_sync(f, b, A * 4096, 4096));
 	fill(e, A, ver[A]);
@@ -526,12 +515,8 @@ static void t_cp_scan(void)
  */
 static void t_close_trim(void)
 {
-	struct nand_dev *d = dev_new("test-16m", true);
-	format(d, 0);
-	struct ftl_open_params op = { .checkpoint_interval = UINT64_MAX / 2 };
-	struct ftl *f = open_with(d, &op);
-	CHECK_EQ(f->nrows, 2);
-	CHECK_EQ(f->row_width, 1);
+	struct nand_dev *d;
+	struct ftl *f = two_rows_16m(&d);
 	struct open_set *us = &f->stream[STREAM_USER].set[SET_FIRST];
 	struct ring *r = &f->stream[STREAM_USER].ring;
 	uint8_t b[4096];
@@ -557,12 +542,10 @@ static void t_close_trim(void)
 	}
 
 	uint64_t P = next_unit++, U = next_unit++;
-	fill(b, P, 1);
-	CHECK_RC(ftl_write_sync(f, b, P * 4096, 4096, 0));
+	write_unit(f, P, 1);
 	uint64_t p_pos = r->fill - 1, p_seq = last_slot(f)->seq;
 	CHECK_EQ(slot_die(f, last_slot(f)), dieS);
-	fill(b, U, 1);
-	CHECK_RC(ftl_write_sync(f, b, U * 4096, 4096, 0));
+	write_unit(f, U, 1);
 	uint64_t u_pos = r->fill - 1, u_seq = last_slot(f)->seq;
 	CHECK_EQ(slot_die(f, last_slot(f)), dieF);
 	CHECK(p_seq < u_seq);
@@ -585,7 +568,7 @@ static void t_close_trim(void)
 	CHECK_RC(ftl_close(f));
 	CHECK_EQ(cps_reads_out, 0);
 
-	f = open_with(d, &op);
+	f = open_with(d, &no_periodic_cp);
 	/* the construction held: the clean checkpoint is below U's write */
 	CHECK_EQ(f->cp.cur_seq + 1, p_seq);
 	uint8_t z[4096];
@@ -601,8 +584,7 @@ static void t_close_trim(void)
 	}
 	for (uint64_t u = 0; u < next_unit; u++)
 		check_unit(f, u, u == U ? 0 : 1);
-	CHECK_RC(ftl_close(f));
-	nand_close(d);
+	close_ok(f, d);
 	printf("ok: close_trim: a trim pending at a clean close survives the restart\n");
 }
 
