@@ -67,6 +67,15 @@ static void expect(const struct health *h, enum health_state state, enum health_
 	}
 }
 
+/* ST evaluated with the default limits into H: its state LEVEL, for
+ * reason R at that level (expect says the rest) */
+static void eval_expect(const struct dimm_status *st, struct health *h, enum health_state level,
+			enum health_reason r, const char *text, const char *act)
+{
+	health_eval(st, &defaults, h);
+	expect(h, level, r, level, text, act);
+}
+
 /*
  * /proc/drbd of DRBD 8.4.11 (Debian 12's drbd.ko) on the two nodes of
  * tests/vm/test-drbd.sh: the minor lines as that test logged them, the
@@ -199,33 +208,29 @@ static void check_drbd(void)
 	CHECK_EQ(h.n, 0);
 	/* the primary's peer is gone (VM killed): the survivor, promoted */
 	drbd_snapshot(&st, proc_peer_gone);
-	health_eval(&st, &defaults, &h);
-	expect(&h, HEALTH_WARNING, HR_DRBD_DISCONNECTED, HEALTH_WARNING,
-	       "DRBD resource r0 disconnected from its peer (cs:WFConnection, this node Primary): "
-	       "writes are not replicated", "check the peer node and the replication link");
+	eval_expect(&st, &h, HEALTH_WARNING, HR_DRBD_DISCONNECTED,
+		    "DRBD resource r0 disconnected from its peer (cs:WFConnection, this node "
+		    "Primary): writes are not replicated",
+		    "check the peer node and the replication link");
 	CHECK_EQ(h.n, 1); /* DUnknown: no peer disk reason besides */
 	drbd_snapshot(&st, proc_resync);
-	health_eval(&st, &defaults, &h);
-	expect(&h, HEALTH_WARNING, HR_DRBD_RESYNC, HEALTH_WARNING,
-	       "DRBD resource r0 resyncing to the peer (cs:SyncSource): 13.4 % done, about 0:00:05 left",
-	       "let it finish");
+	eval_expect(&st, &h, HEALTH_WARNING, HR_DRBD_RESYNC,
+		    "DRBD resource r0 resyncing to the peer (cs:SyncSource): 13.4 % done, about "
+		    "0:00:05 left", "let it finish");
 	CHECK_EQ(h.n, 1);
 	CHECK(drbd_parse_proc(proc_resync, 2, &st.drbd));
-	health_eval(&st, &defaults, &h);
-	expect(&h, HEALTH_WARNING, HR_DRBD_DISCONNECTED, HEALTH_WARNING, "(cs:StandAlone, this node "
-	       "Secondary)", "'drbdadm connect r0'");
+	eval_expect(&st, &h, HEALTH_WARNING, HR_DRBD_DISCONNECTED, "(cs:StandAlone, this node "
+		    "Secondary)", "'drbdadm connect r0'");
 	expect(&h, HEALTH_WARNING, HR_DRBD_DISK, HEALTH_WARNING, "this node's disk is Outdated",
 	       "'drbdadm connect r0'");
 	/* flashd killed on the primary: DRBD detached its disk */
 	drbd_snapshot(&st, proc_diskless);
-	health_eval(&st, &defaults, &h);
-	expect(&h, HEALTH_WARNING, HR_DRBD_DISK, HEALTH_WARNING, "this node's disk is Diskless "
-	       "(ds:Diskless/UpToDate): DRBD does not use this ioDimm", "'drbdadm adjust r0'");
+	eval_expect(&st, &h, HEALTH_WARNING, HR_DRBD_DISK, "this node's disk is Diskless "
+		    "(ds:Diskless/UpToDate): DRBD does not use this ioDimm", "'drbdadm adjust r0'");
 	CHECK_EQ(h.n, 1);
 	drbd_snapshot(&st, proc_peer_diskless);
-	health_eval(&st, &defaults, &h);
-	expect(&h, HEALTH_WARNING, HR_DRBD_PEER_DISK, HEALTH_WARNING, "the peer's disk is Diskless",
-	       "on the peer");
+	eval_expect(&st, &h, HEALTH_WARNING, HR_DRBD_PEER_DISK, "the peer's disk is Diskless",
+		    "on the peer");
 	CHECK_EQ(h.n, 1);
 	/* worse reasons of the card come first; DRBD's never make it worse
 	 * than warning */
@@ -273,8 +278,7 @@ static void check_warnings(void)
 	healthy(&st);
 	st.stats.reserve_percent = 9.5;
 	st.stats.blocks_bad_grown = 12;
-	health_eval(&st, &defaults, &h);
-	expect(&h, HEALTH_WARNING, HR_RESERVES_LOW, HEALTH_WARNING, "reserves 9.5 %", "replace the card");
+	eval_expect(&st, &h, HEALTH_WARNING, HR_RESERVES_LOW, "reserves 9.5 %", "replace the card");
 	CHECK(strstr(h.item[0].msg, "12 grown bad blocks"));
 	st.stats.reserve_percent = 10;  /* at the threshold: not below it */
 	health_eval(&st, &defaults, &h);
@@ -283,8 +287,7 @@ static void check_warnings(void)
 	healthy(&st);
 	st.stats.endurance_used_percent = 80;
 	st.stats.erase_avg = 4000;
-	health_eval(&st, &defaults, &h);
-	expect(&h, HEALTH_WARNING, HR_ENDURANCE_HIGH, HEALTH_WARNING, "endurance 80.0 % used", "replace");
+	eval_expect(&st, &h, HEALTH_WARNING, HR_ENDURANCE_HIGH, "endurance 80.0 % used", "replace");
 	st.stats.endurance_used_percent = 79.9;
 	health_eval(&st, &defaults, &h);
 	CHECK_EQ(h.state, HEALTH_OK);
@@ -292,14 +295,12 @@ static void check_warnings(void)
 	healthy(&st);
 	st.info.thermal = FTL_THERMAL_THROTTLED;
 	st.info.temp_mc = 80000;
-	health_eval(&st, &defaults, &h);
-	expect(&h, HEALTH_WARNING, HR_THERMAL_THROTTLED, HEALTH_WARNING, "80.0 C", "cooling");
+	eval_expect(&st, &h, HEALTH_WARNING, HR_THERMAL_THROTTLED, "80.0 C", "cooling");
 	CHECK(!find(&h, HR_TEMPERATURE_HIGH)); /* one reason for one cause */
 
 	healthy(&st);
 	st.info.temp_mc = 76000;
-	health_eval(&st, &defaults, &h);
-	expect(&h, HEALTH_WARNING, HR_TEMPERATURE_HIGH, HEALTH_WARNING, "76.0 C", "cooling");
+	eval_expect(&st, &h, HEALTH_WARNING, HR_TEMPERATURE_HIGH, "76.0 C", "cooling");
 	st.info.temp_mc = FTL_TEMP_NONE;  /* no sensor: nothing to say */
 	health_eval(&st, &defaults, &h);
 	CHECK_EQ(h.state, HEALTH_OK);
@@ -309,29 +310,24 @@ static void check_warnings(void)
 	st.stats.dies_failed = 1;
 	st.stats.rebuild_bands_left = 7;
 	st.stats.rebuild_bands_total = 20;
-	health_eval(&st, &defaults, &h);
-	expect(&h, HEALTH_WARNING, HR_REBUILDING, HEALTH_WARNING, "7 of 20 bands left", "replace");
+	eval_expect(&st, &h, HEALTH_WARNING, HR_REBUILDING, "7 of 20 bands left", "replace");
 	st.stats.rebuild_bands_left = 0;
-	health_eval(&st, &defaults, &h);
-	expect(&h, HEALTH_WARNING, HR_DIE_REBUILT, HEALTH_WARNING, "rebuilt from parity", "replace");
+	eval_expect(&st, &h, HEALTH_WARNING, HR_DIE_REBUILT, "rebuilt from parity", "replace");
 	CHECK(!find(&h, HR_REBUILDING) && !find(&h, HR_DIES_LOST));
 
 	healthy(&st);
 	st.stats.lost_units = 3;
 	st.stats.lost_first = 10;
 	st.stats.lost_last = 12;
-	health_eval(&st, &defaults, &h);
-	expect(&h, HEALTH_WARNING, HR_LOST_UNITS, HEALTH_WARNING, "within bytes 40960 to 53247", "backup");
+	eval_expect(&st, &h, HEALTH_WARNING, HR_LOST_UNITS, "within bytes 40960 to 53247", "backup");
 	st.stats.lost_first = 1;  /* a count kept across a reopen, without the range */
 	st.stats.lost_last = 0;
-	health_eval(&st, &defaults, &h);
-	expect(&h, HEALTH_WARNING, HR_LOST_UNITS, HEALTH_WARNING, "3 units", "backup");
+	eval_expect(&st, &h, HEALTH_WARNING, HR_LOST_UNITS, "3 units", "backup");
 
 	healthy(&st);
 	st.info.checkpoint_damaged = true;
-	health_eval(&st, &defaults, &h);
-	expect(&h, HEALTH_WARNING, HR_CHECKPOINT_DAMAGED, HEALTH_WARNING, "rebuilt from the whole log",
-	       "flashctl checkpoint dimm0");
+	eval_expect(&st, &h, HEALTH_WARNING, HR_CHECKPOINT_DAMAGED, "rebuilt from the whole log",
+		    "flashctl checkpoint dimm0");
 }
 
 /* Each reason at the degraded level, and the warnings it stands for. */
@@ -345,15 +341,13 @@ static void check_degraded(void)
 	st.info.state = FTL_STATE_WRITE_REDUCED;
 	st.stats.reserve_percent = 4;
 	snprintf(st.info.health, sizeof st.info.health, "reserves 4.0%% (3 spare blocks left)");
-	health_eval(&st, &defaults, &h);
-	expect(&h, HEALTH_DEGRADED, HR_WRITE_REDUCED, HEALTH_DEGRADED, "reserves 4.0%", "replace the card");
+	eval_expect(&st, &h, HEALTH_DEGRADED, HR_WRITE_REDUCED, "reserves 4.0%", "replace the card");
 	CHECK(!find(&h, HR_RESERVES_LOW)); /* the state says it */
 
 	healthy(&st);
 	st.info.state = FTL_STATE_READONLY;
 	st.stats.reserve_percent = 0;
-	health_eval(&st, &defaults, &h);
-	expect(&h, HEALTH_DEGRADED, HR_READ_ONLY, HEALTH_DEGRADED, "worn out", "copy the data off");
+	eval_expect(&st, &h, HEALTH_DEGRADED, HR_READ_ONLY, "worn out", "copy the data off");
 	st.readonly = true;  /* configured read-only: as asked, nothing wrong */
 	st.stats.reserve_percent = 100;
 	health_eval(&st, &defaults, &h);
@@ -361,25 +355,21 @@ static void check_degraded(void)
 
 	healthy(&st);
 	st.info.state = FTL_STATE_NO_SPACE;
-	health_eval(&st, &defaults, &h);
-	expect(&h, HEALTH_DEGRADED, HR_NO_SPACE, HEALTH_DEGRADED, "ENOSPC", "free space");
+	eval_expect(&st, &h, HEALTH_DEGRADED, HR_NO_SPACE, "ENOSPC", "free space");
 
 	healthy(&st);
 	st.info.thermal = FTL_THERMAL_STOPPED;
 	st.info.temp_mc = 86000;
-	health_eval(&st, &defaults, &h);
-	expect(&h, HEALTH_DEGRADED, HR_THERMAL_STOP, HEALTH_DEGRADED, "thermal stop (at 85 C), now 86.0 C",
-	       "cooling");
+	eval_expect(&st, &h, HEALTH_DEGRADED, HR_THERMAL_STOP, "thermal stop (at 85 C), now 86.0 C",
+		    "cooling");
 	CHECK(!find(&h, HR_TEMPERATURE_HIGH) && !find(&h, HR_THERMAL_THROTTLED));
 
 	healthy(&st);
 	st.stats.dies_failed = 1;   /* no parity */
-	health_eval(&st, &defaults, &h);
-	expect(&h, HEALTH_DEGRADED, HR_DIES_LOST, HEALTH_DEGRADED, "no parity", "replace the card");
+	eval_expect(&st, &h, HEALTH_DEGRADED, HR_DIES_LOST, "no parity", "replace the card");
 	st.info.parity_width = 1;
 	st.stats.dies_failed = 2;   /* beyond one parity die */
-	health_eval(&st, &defaults, &h);
-	expect(&h, HEALTH_DEGRADED, HR_DIES_LOST, HEALTH_DEGRADED, "2 dies failed, more than", "replace");
+	eval_expect(&st, &h, HEALTH_DEGRADED, HR_DIES_LOST, "2 dies failed, more than", "replace");
 	CHECK(!find(&h, HR_DIE_REBUILT) && !find(&h, HR_REBUILDING));
 
 	healthy(&st);
@@ -387,8 +377,7 @@ static void check_degraded(void)
 	st.stats.parity_stripes_unprotected = 4;
 	st.stats.refresh_marked = 2;
 	st.stats.refresh_collected = 1;
-	health_eval(&st, &defaults, &h);
-	expect(&h, HEALTH_DEGRADED, HR_PARITY_LOST, HEALTH_DEGRADED, "4 stripes without parity", "GC");
+	eval_expect(&st, &h, HEALTH_DEGRADED, HR_PARITY_LOST, "4 stripes without parity", "GC");
 	st.stats.refresh_collected = 2;  /* rewritten */
 	health_eval(&st, &defaults, &h);
 	CHECK_EQ(h.state, HEALTH_OK);
@@ -404,27 +393,23 @@ static void check_failed(void)
 	healthy(&st);
 	st.info.state = FTL_STATE_FAILED;
 	st.info.error = -EIO;
-	health_eval(&st, &defaults, &h);
-	expect(&h, HEALTH_FAILED, HR_FTL_FAILED, HEALTH_FAILED, "Input/output error",
-	       "flashctl recover /var/lib/flashd/dimm0.img");
+	eval_expect(&st, &h, HEALTH_FAILED, HR_FTL_FAILED, "Input/output error",
+		    "flashctl recover /var/lib/flashd/dimm0.img");
 	st.info.error = -ENOSPC;
-	health_eval(&st, &defaults, &h);
-	expect(&h, HEALTH_FAILED, HR_FTL_FAILED, HEALTH_FAILED, "No space", "free space on the file system");
+	eval_expect(&st, &h, HEALTH_FAILED, HR_FTL_FAILED, "No space", "free space on the file system");
 
 	memset(&st, 0, sizeof st);
 	snprintf(st.name, sizeof st.name, "dimm1");
 	snprintf(st.image, sizeof st.image, "/x/dimm1.img");
 	snprintf(st.state, sizeof st.state, "failed");
 	snprintf(st.error, sizeof st.error, "dimm1.img: Permission denied");
-	health_eval(&st, &defaults, &h);
-	expect(&h, HEALTH_FAILED, HR_OPEN_FAILED, HEALTH_FAILED, "Permission denied", "flashctl attach dimm1");
+	eval_expect(&st, &h, HEALTH_FAILED, HR_OPEN_FAILED, "Permission denied", "flashctl attach dimm1");
 	CHECK(strstr(h.item[0].action, "flashctl recover /x/dimm1.img"));
 
 	/* ---- not attached, no figures ---- */
 	snprintf(st.state, sizeof st.state, "detached");
 	st.error[0] = 0;
-	health_eval(&st, &defaults, &h);
-	expect(&h, HEALTH_OK, HR_DETACHED, HEALTH_OK, "detached", "flashctl attach dimm1");
+	eval_expect(&st, &h, HEALTH_OK, HR_DETACHED, "detached", "flashctl attach dimm1");
 	snprintf(st.state, sizeof st.state, "formatting");
 	health_eval(&st, &defaults, &h);
 	CHECK_EQ(h.state, HEALTH_OK);
