@@ -41,7 +41,7 @@ static uint64_t em_now(struct sim *s)
 
 double em_uniform(struct sim *s)
 {
-	return (double)(rng_next(&s->em_rng) >> 11) * 0x1.0p-53;
+	return (double)(xorshift64s(&s->em_rng) >> 11) * 0x1.0p-53;
 }
 
 /* Block b's coefficients from its erase count. */
@@ -124,7 +124,7 @@ enum nand_status em_read(struct sim *s, struct nand_op *op, uint32_t wp)
 			worst = total;
 		} else {
 			for (uint32_t i = 0; i < total; i++) {
-				uint32_t c = (uint32_t)(((rng_next(&s->em_rng) >> 32) * ncw) >> 32);
+				uint32_t c = (uint32_t)(((xorshift64s(&s->em_rng) >> 32) * ncw) >> 32);
 				if (++cnt[c] > worst)
 					worst = cnt[c];
 			}

@@ -102,7 +102,7 @@ static void factory_bad_draw(struct sim *s, const struct nand_preset *p, uint64_
 	if (!p->factory_bad_ppm)
 		return;
 	for (uint32_t i = 0; i < n; i++)
-		if (i % s->dev.geo.blocks_per_die != 0 && rng_next(&rng) % 1000000u < p->factory_bad_ppm)
+		if (i % s->dev.geo.blocks_per_die != 0 && xorshift64s(&rng) % 1000000u < p->factory_bad_ppm)
 			mark(s, i, arg);
 }
 

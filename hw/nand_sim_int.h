@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "common/crc32c.h"
+#include "common/xorshift.h"
 #include "hw/nand_backend.h"
 #include "hw/nand_sim.h"
 
@@ -213,16 +214,6 @@ struct sim {
 };
 
 /* ---- small helpers every part uses ------------------------------------- */
-
-static inline uint64_t rng_next(uint64_t *s)
-{
-	uint64_t x = *s;
-	x ^= x >> 12;
-	x ^= x << 25;
-	x ^= x >> 27;
-	*s = x;
-	return x * 0x2545F4914F6CDD1Dull;
-}
 
 static inline struct sim *to_sim(struct nand_dev *d)
 {

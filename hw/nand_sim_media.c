@@ -79,12 +79,12 @@ static void fill_garbage(struct sim *s, struct nand_op *op)
 	uint64_t x = s->rng ^ ((uint64_t)op->block << 20) ^ op->page;
 	if (op->data)
 		for (uint32_t i = 0; i + 8 <= g->page_size; i += 8) {
-			uint64_t v = rng_next(&x);
+			uint64_t v = xorshift64s(&x);
 			memcpy((uint8_t *)op->data + i, &v, 8);
 		}
 	if (op->spare)
 		for (uint32_t i = 0; i + 8 <= g->spare_size; i += 8) {
-			uint64_t v = rng_next(&x);
+			uint64_t v = xorshift64s(&x);
 			memcpy((uint8_t *)op->spare + i, &v, 8);
 		}
 }
@@ -149,7 +149,7 @@ enum nand_status media_read(struct sim *s, struct nand_op *op)
 	if (s->perr_len)
 		st = page_error_lookup(s, ppa);
 	if (st == NAND_OK && (s->uncorrectable_ppm || s->corrected_ppm)) {
-		uint32_t r = (uint32_t)(rng_next(&s->rng) % 1000000u);
+		uint32_t r = (uint32_t)(xorshift64s(&s->rng) % 1000000u);
 		if (r < s->uncorrectable_ppm)
 			st = NAND_UNCORRECTABLE;
 		else if (r < s->uncorrectable_ppm + s->corrected_ppm)

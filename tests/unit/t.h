@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/xorshift.h"
+
 #define CHECK(cond)                                                                    \
 	do {                                                                           \
 		if (!(cond)) {                                                         \
@@ -80,14 +82,10 @@ static inline int t_parts(int argc, char **argv, const struct t_part *parts, siz
 	return 0;
 }
 
+/* the tests' random numbers: xorshift64* from seed *S */
 static inline uint64_t t_rand(uint64_t *s)
 {
-	uint64_t x = *s;
-	x ^= x >> 12;
-	x ^= x << 25;
-	x ^= x >> 27;
-	*s = x;
-	return x * 0x2545F4914F6CDD1Dull;
+	return xorshift64s(s);
 }
 
 /* a number below N from t_rand (0 when N is 0) */

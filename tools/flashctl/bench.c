@@ -230,12 +230,12 @@ static void submit_one(struct bench *b, enum wl wl)
 	case WL_FILESERVER:
 	case WL_WEBSERVER: {
 		uint32_t len = mix_size(wl == WL_FILESERVER ? fileserver_mix : webserver_mix,
-					rnd(&b->seed));
+					xorshift64s(&b->seed));
 		if (len < b->sector)
 			len = b->sector;
 		uint64_t slots = b->units * 4096 / len;
-		off = (rnd(&b->seed) % slots) * len;
-		write = wl == WL_FILESERVER && rnd(&b->seed) % 100 >= 80;
+		off = (xorshift64s(&b->seed) % slots) * len;
+		write = wl == WL_FILESERVER && xorshift64s(&b->seed) % 100 >= 80;
 		r->io = (struct ftl_io){ .type = write ? FTL_IO_WRITE : FTL_IO_READ, .offset = off,
 					 .length = len, .buf = write ? b->wbuf : r->rbuf,
 					 .done = breq_done, .priv = b };
@@ -244,18 +244,18 @@ static void submit_one(struct bench *b, enum wl wl)
 		return;
 	}
 	default:
-		write = wl == WL_RANDWRITE || (wl == WL_RW70 && rnd(&b->seed) % 100 >= 70);
+		write = wl == WL_RANDWRITE || (wl == WL_RW70 && xorshift64s(&b->seed) % 100 >= 70);
 		if (write && b->hot_units) {
 			/* hot_w of the writes to the first hot_units units */
-			uint64_t r = rnd(&b->seed);
+			uint64_t r = xorshift64s(&b->seed);
 			bool hot = (double)(r >> 11) / (double)(1ull << 53) < b->hot_w;
 			uint64_t lo = hot ? 0 : b->hot_units;
 			uint64_t n = (hot ? b->hot_units : b->units - b->hot_units);
 			n = n > nunits ? n - nunits + 1 : 1;
-			off = (lo + rnd(&b->seed) % n) * 4096;
+			off = (lo + xorshift64s(&b->seed) % n) * 4096;
 			break;
 		}
-		off = (rnd(&b->seed) % (b->units - nunits + 1)) * 4096;
+		off = (xorshift64s(&b->seed) % (b->units - nunits + 1)) * 4096;
 		break;
 	}
 	r->io = (struct ftl_io){ .type = write ? FTL_IO_WRITE : FTL_IO_READ, .offset = off,

@@ -26,6 +26,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "common/xorshift.h"
+
 extern const char *const prog; /* "flashctl": the prefix of every error line */
 
 void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -77,17 +79,6 @@ uint64_t opt_capacity(const char *s, bool *pct, double *pctval);
 uint32_t opt_sector_size(const char *s);
 double opt_double(const char *name, const char *s, double min, double max);
 uint64_t opt_uint(const char *name, const char *s, uint64_t min, uint64_t max);
-
-/* xorshift64*: the workloads' random numbers (seeded, reproducible) */
-static inline uint64_t rnd(uint64_t *s)
-{
-	uint64_t x = *s;
-	x ^= x >> 12;
-	x ^= x << 25;
-	x ^= x >> 27;
-	*s = x;
-	return x * 0x2545F4914F6CDD1Dull;
-}
 
 /* ---- the control socket client (ctl_client.c) ---------------------------- */
 

@@ -150,7 +150,7 @@ static void sim_run(struct ftl *f, const struct sim_opts *o, uint8_t *buf, struc
 	/* fill: sequential 256 KiB writes */
 	size_t chunk = 256 * 1024;
 	for (size_t i = 0; i < chunk; i += 8) {
-		uint64_t v = rnd(&seed);
+		uint64_t v = xorshift64s(&seed);
 		memcpy(buf + i, &v, 8);
 	}
 	double t0 = now_s();
@@ -178,10 +178,10 @@ static void sim_run(struct ftl *f, const struct sim_opts *o, uint8_t *buf, struc
 			t_last = now_s();
 			ftl_get_stats(f, &res->sl);
 		}
-		uint64_t r = rnd(&seed), u;
+		uint64_t r = xorshift64s(&seed), u;
 		if (o->hot_w > 0) {
 			bool hot = (double)(r >> 11) / (double)(1ull << 53) < o->hot_w;
-			uint64_t r2 = rnd(&seed);
+			uint64_t r2 = xorshift64s(&seed);
 			u = hot ? r2 % hot_units : hot_units + r2 % (units - hot_units);
 		} else {
 			u = r % units;
@@ -205,7 +205,7 @@ static void sim_run(struct ftl *f, const struct sim_opts *o, uint8_t *buf, struc
 		struct ftl_io io = { .type = FTL_IO_READ, .length = 4096, .buf = buf };
 		t0 = now_s();
 		for (uint64_t i = 0; i < o->reads; i++) {
-			io.offset = (rnd(&seed) % units) * 4096;
+			io.offset = (xorshift64s(&seed) % units) * 4096;
 			check(ftl_io_sync(f, &io), "read");
 		}
 		res->t_read = now_s() - t0;
