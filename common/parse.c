@@ -67,13 +67,9 @@ static int decimal_value(const char *s, size_t len, double min, double max, doub
 	return 0;
 }
 
-int parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+/* *OUT the value of the N decimal digits at S; -ERANGE past UINT64_MAX */
+static int digits_value(const char *s, size_t n, uint64_t *out)
 {
-	size_t n = 0;
-	while (is_digit(s[n]))
-		n++;
-	if (!n || s[n])
-		return -EINVAL;
 	uint64_t v = 0;
 	for (size_t i = 0; i < n; i++) {
 		unsigned d = (unsigned)(s[i] - '0');
@@ -81,7 +77,19 @@ int parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out)
 			return -ERANGE;
 		v = v * 10 + d;
 	}
-	if (v < min || v > max)
+	*out = v;
+	return 0;
+}
+
+int parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	size_t n = 0;
+	while (is_digit(s[n]))
+		n++;
+	if (!n || s[n])
+		return -EINVAL;
+	uint64_t v;
+	if (digits_value(s, n, &v) || v < min || v > max)
 		return -ERANGE;
 	*out = v;
 	return 0;
@@ -123,14 +131,8 @@ int parse_byte_size(const char *s, uint64_t min, uint64_t max, uint64_t *out)
 	/* integer part, exactly */
 	const char *dot = memchr(s, '.', n);
 	size_t nint = dot ? (size_t)(dot - s) : n;
-	uint64_t whole = 0;
-	for (size_t i = 0; i < nint; i++) {
-		unsigned d = (unsigned)(s[i] - '0');
-		if (whole > (UINT64_MAX - d) / 10)
-			return -ERANGE;
-		whole = whole * 10 + d;
-	}
-	if (whole > (UINT64_MAX >> shift))
+	uint64_t whole;
+	if (digits_value(s, nint, &whole) || whole > (UINT64_MAX >> shift))
 		return -ERANGE;
 	whole <<= shift;
 
