@@ -92,6 +92,7 @@
 #include <mtd/mtd-user.h>
 
 #include "common/crc32c.h"
+#include "common/queue.h"
 #include "hw/nand_backend.h"
 
 #define MTD_DIES 4
@@ -384,13 +385,8 @@ static int mtd_submit(struct nand_dev *d, struct nand_op *op)
 		return 0;
 	}
 	struct mtd_die *die = &m->dies[nand_block_die(g, op->block)];
-	op->next = NULL;
 	pthread_mutex_lock(&m->qmu);
-	if (die->tail)
-		die->tail->next = op;
-	else
-		die->head = op;
-	die->tail = op;
+	QUEUE_APPEND(die->head, die->tail, op, next);
 	pthread_cond_signal(&die->cv);
 	pthread_mutex_unlock(&m->qmu);
 	return 0;

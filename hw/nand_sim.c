@@ -21,6 +21,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "common/queue.h"
 #include "hw/nand_sim_int.h"
 
 void sim_log(struct sim *s, int level, const char *fmt, ...)
@@ -86,11 +87,7 @@ static int sim_submit(struct nand_dev *d, struct nand_op *op)
 		return 0;
 	}
 	op->due_ns = 0;
-	if (s->fifo_tail)
-		s->fifo_tail->next = op;
-	else
-		s->fifo_head = op;
-	s->fifo_tail = op;
+	QUEUE_SPLICE(s->fifo_head, s->fifo_tail, op, op, next);
 	return 0;
 }
 

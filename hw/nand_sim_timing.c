@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "common/queue.h"
 #include "hw/nand_sim_int.h"
 
 /* ---- the device clock ---------------------------------------------------- */
@@ -192,12 +193,7 @@ static void die_complete(struct sim *s, uint32_t d, uint64_t t)
 	e->cur = NULL;
 	s->busy_ns += t - e->started;
 	op->due_ns = t;
-	op->next = NULL;
-	if (s->done_tail)
-		s->done_tail->next = op;
-	else
-		s->done_head = op;
-	s->done_tail = op;
+	QUEUE_APPEND(s->done_head, s->done_tail, op, next);
 	die_start(s, d, t);
 }
 
@@ -229,12 +225,7 @@ void timed_submit(struct sim *s, struct nand_op *op, uint64_t now)
 {
 	uint32_t d = nand_block_die(&s->dev.geo, op->block);
 	struct sdie *e = &s->dies[d];
-	op->next = NULL;
-	if (e->qtail)
-		e->qtail->next = op;
-	else
-		e->qhead = op;
-	e->qtail = op;
+	QUEUE_APPEND(e->qhead, e->qtail, op, next);
 	if (!e->cur)
 		die_start(s, d, now);
 }

@@ -34,6 +34,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
+#include "common/queue.h"
 #include "server/conn_int.h"
 
 #define TOUT_SIZE (256u << 10)        /* TLS: replies staged for SSL_write */
@@ -191,12 +192,7 @@ void req_finish(struct req *r)
 	}
 	req_build_reply(r);
 	c->last_ns = nand_now_ns();
-	r->next = NULL;
-	if (c->sendq_tail)
-		c->sendq_tail->next = r;
-	else
-		c->sendq = r;
-	c->sendq_tail = r;
+	QUEUE_APPEND(c->sendq, c->sendq_tail, r, next);
 	conn_mark_dirty(c);
 }
 

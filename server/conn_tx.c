@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include "common/queue.h"
 #include "server/conn_int.h"
 
 #define TX_MIN_BYTES (256u << 10)     /* a reply batch this large starts the send thread */
@@ -123,24 +124,15 @@ static void *tx_main(void *arg)
 			if (done_tail) {
 				done_tail->next = NULL;
 				pthread_mutex_lock(&t->lock);
-				if (t->out_tail)
-					t->out_tail->next = done;
-				else
-					t->out = done;
-				t->out_tail = done_tail;
+				QUEUE_SPLICE(t->out, t->out_tail, done, done_tail, next);
 				event_active(t->done_ev, EV_READ, 0);
 				pthread_mutex_unlock(&t->lock);
 			}
 		}
 		pthread_mutex_lock(&t->lock);
-		if (q) {
-			/* dropped (the connection died) or the socket failed */
-			if (t->out_tail)
-				t->out_tail->next = q;
-			else
-				t->out = q;
-			t->out_tail = q_tail;
-		}
+		/* dropped (the connection died) or the socket failed */
+		if (q)
+			QUEUE_SPLICE(t->out, t->out_tail, q, q_tail, next);
 		if (err && !t->err)
 			t->err = err;
 		t->sending = false;

@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/queue.h"
 #include "common/units.h"
 #include "hw/nand_sim.h" /* fault injection (NAND_CAP_SIM) */
 #include "server/flashd.h"
@@ -204,13 +205,8 @@ static void set_open_result(struct dimm *d, int rc, const char *msg)
 void dimm_cmd_reply(struct dimm_cmd *cmd)
 {
 	struct server *srv = cmd->d->srv;
-	cmd->next = NULL;
 	pthread_mutex_lock(&srv->cmd_lock);
-	if (srv->done_tail)
-		srv->done_tail->next = cmd;
-	else
-		srv->done = cmd;
-	srv->done_tail = cmd;
+	QUEUE_APPEND(srv->done, srv->done_tail, cmd, next);
 	pthread_mutex_unlock(&srv->cmd_lock);
 	event_active(srv->cmd_ev, EV_READ, 0);
 }
@@ -221,13 +217,8 @@ void dimm_post(struct dimm *d, struct dimm_cmd *cmd)
 	cmd->next = NULL;
 	pthread_mutex_lock(&d->lock);
 	bool stopped = d->stop || !d->wake_ev;
-	if (!stopped) {
-		if (d->cmds_tail)
-			d->cmds_tail->next = cmd;
-		else
-			d->cmds = cmd;
-		d->cmds_tail = cmd;
-	}
+	if (!stopped)
+		QUEUE_SPLICE(d->cmds, d->cmds_tail, cmd, cmd, next);
 	pthread_mutex_unlock(&d->lock);
 	if (stopped) {
 		cmd_msg(cmd, -ESHUTDOWN, "%s: flashd is shutting down", d->cfg->name);

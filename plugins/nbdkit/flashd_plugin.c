@@ -30,6 +30,7 @@
 #include <nbdkit-plugin.h>
 
 #include "common/parse.h"
+#include "common/queue.h"
 #include "common/units.h"
 #include "ftl/ftl.h"
 #include "hw/nand.h"
@@ -150,15 +151,10 @@ static int run_job(struct job *j)
 	pthread_mutex_init(&j->lock, NULL);
 	pthread_cond_init(&j->cond, NULL);
 	j->done = false;
-	j->next = NULL;
 	j->io.done = io_done;
 	j->io.priv = j;
 	pthread_mutex_lock(&qlock);
-	if (queue_tail)
-		queue_tail->next = j;
-	else
-		queue = j;
-	queue_tail = j;
+	QUEUE_APPEND(queue, queue_tail, j, next);
 	pthread_mutex_unlock(&qlock);
 	uint64_t one = 1;
 	if (write(wake_fd, &one, sizeof one) < 0)

@@ -62,6 +62,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
+#include "common/queue.h"
 #include "plugins/tcmu/handler_int.h"
 
 /* ------------------------------------------------------------------ helpers */
@@ -289,12 +290,7 @@ static int submit(struct fl_dev *d, struct fl_cmd *c)
 		cmd_free(c);
 		return st;
 	}
-	c->next = NULL;
-	if (d->q_tail)
-		d->q_tail->next = c;
-	else
-		d->q_head = c;
-	d->q_tail = c;
+	QUEUE_APPEND(d->q_head, d->q_tail, c, next);
 	pthread_mutex_unlock(&d->lock);
 	wake(d);
 	return TCMU_STS_OK; /* queued: completed later by tcmur_cmd_complete */

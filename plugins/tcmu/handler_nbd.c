@@ -45,6 +45,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include "common/queue.h"
 #include "plugins/tcmu/handler_int.h"
 
 static const char *const op_name[] = { "read", "write", "flush", "trim", "write-zeroes", "write-same" };
@@ -91,12 +92,7 @@ static void hold_cmd(struct fl_dev *d, struct fl_cmd *c)
 	c->lost = false;
 	c->post_flush = false; /* issue_cmd decides again */
 	c->refs = 0;
-	c->next = NULL;
-	if (d->held_tail)
-		d->held_tail->next = c;
-	else
-		d->held_head = c;
-	d->held_tail = c;
+	QUEUE_APPEND(d->held_head, d->held_tail, c, next);
 	d->st.held++;
 }
 

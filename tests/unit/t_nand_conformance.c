@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "common/crc32c.h"
+#include "common/queue.h"
 #include "ftl/ftl.h"
 #include "hw/nand_backend.h"
 #include "tests/unit/t.h"
@@ -426,13 +427,8 @@ static void *async_main(void *arg)
 static int async_submit(struct nand_dev *d, struct nand_op *op)
 {
 	struct async_dev *a = (struct async_dev *)d;
-	op->next = NULL;
 	pthread_mutex_lock(&a->mu);
-	if (a->qtail)
-		a->qtail->next = op;
-	else
-		a->qhead = op;
-	a->qtail = op;
+	QUEUE_APPEND(a->qhead, a->qtail, op, next);
 	pthread_cond_signal(&a->cv);
 	pthread_mutex_unlock(&a->mu);
 	return 0;
