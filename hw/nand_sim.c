@@ -91,26 +91,10 @@ static int sim_submit(struct nand_dev *d, struct nand_op *op)
 	return 0;
 }
 
-static int sim_poll(struct nand_dev *d, uint64_t now_ns)
+/* the ops of the chain OP, each to its completion in turn; their number */
+static int deliver_chain(struct nand_dev *d, struct nand_op *op)
 {
-	struct sim *s = to_sim(d);
 	int n = 0;
-
-	/* only what is queued now: handlers may submit more */
-	struct nand_op *op = s->fifo_head;
-	s->fifo_head = s->fifo_tail = NULL;
-	while (op) {
-		struct nand_op *next = op->next;
-		n++;
-		nand_deliver(d, op);
-		op = next;
-	}
-	timing_advance(s, now_ns);
-	if (now_ns >= s->th_t + SIM_TH_WINDOW_NS)
-		th_step(s, sim_now(d)); /* the device clock: now_ns may be anything */
-	/* only what is done now: handlers may submit (and complete) more */
-	op = s->done_head;
-	s->done_head = s->done_tail = NULL;
 	while (op) {
 		struct nand_op *next = op->next;
 		n++;
@@ -118,6 +102,22 @@ static int sim_poll(struct nand_dev *d, uint64_t now_ns)
 		op = next;
 	}
 	return n;
+}
+
+static int sim_poll(struct nand_dev *d, uint64_t now_ns)
+{
+	struct sim *s = to_sim(d);
+	/* only what is queued now: handlers may submit more */
+	struct nand_op *op = s->fifo_head;
+	s->fifo_head = s->fifo_tail = NULL;
+	int n = deliver_chain(d, op);
+	timing_advance(s, now_ns);
+	if (now_ns >= s->th_t + SIM_TH_WINDOW_NS)
+		th_step(s, sim_now(d)); /* the device clock: now_ns may be anything */
+	/* only what is done now: handlers may submit (and complete) more */
+	op = s->done_head;
+	s->done_head = s->done_tail = NULL;
+	return n + deliver_chain(d, op);
 }
 
 /* poll granularity while an asynchronous sync runs */
