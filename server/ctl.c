@@ -65,8 +65,6 @@
 #include <string.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 #include <event2/buffer.h>
@@ -565,29 +563,11 @@ void ctl_serve_readonly(struct server *srv, struct evhttp_request *req, const ch
 int ctl_start(struct server *srv, char *err, size_t errlen)
 {
 	const char *path = srv->cfg.control_path;
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	if (strlen(path) >= sizeof sa.sun_path) {
-		snprintf(err, errlen, "control socket path too long: %s", path);
-		return -ENAMETOOLONG;
-	}
-	strcpy(sa.sun_path, path);
-	struct stat st;
-	if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
-		unlink(path);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, 16) < 0) {
-		int e = errno;
-		snprintf(err, errlen, "control socket %s: %s", path, strerror(e));
-		if (fd >= 0)
-			close(fd);
-		return -e;
-	}
-	int prc = socket_perms(path, "control socket", srv->cfg.control_mode, srv->cfg.control_gid, err,
-			       errlen);
-	if (prc) {
-		close(fd);
-		return prc;
-	}
+	struct unix_socket us = { .what = "control socket", .failed = "control socket", .backlog = 16,
+				  .mode = srv->cfg.control_mode, .gid = srv->cfg.control_gid };
+	int fd = unix_socket_listen(path, &us, err, errlen);
+	if (fd < 0)
+		return fd;
 	the_srv = srv;
 	srv->ctl = evhttp_new(srv->base);
 	struct evhttp_bound_socket *bs = srv->ctl ? evhttp_accept_socket_with_handle(srv->ctl, fd) : NULL;

@@ -730,6 +730,18 @@ int listen_split(const char *spec, char *addr, size_t addrlen, int *mode, char *
 /* listen.c: give a socket file its group (gid -1: keep) and mode; 0 or -errno
  * with err saying why */
 int socket_perms(const char *path, const char *what, int mode, long gid, char *err, size_t errlen);
+/* listen.c: a listening unix socket at a path, made as this says; a socket
+ * file left there (by an earlier run) is replaced */
+struct unix_socket {
+	const char *what;      /* its name in messages: "control socket" */
+	const char *failed;    /* "FAILED PATH: reason" when it cannot be made */
+	int backlog;
+	int mode;              /* socket_perms: its mode and group (-1: keep) */
+	long gid;
+	bool refuse_file;      /* another file there: an error (else bind's) */
+};
+/* the socket's fd, or -errno with err saying why */
+int unix_socket_listen(const char *path, const struct unix_socket *us, char *err, size_t errlen);
 
 /* tls.c: the OpenSSL context, made from the configuration before any image
  * opens (a missing or unreadable file is a configuration error there). */

@@ -215,6 +215,17 @@ static int add_listener(struct evconnlistener *evl, const char *name)
 	return 0;
 }
 
+/* the listening socket FD served with TLS MODE, watched under NAME; 0, or
+ * -1 out of memory (FD closed) */
+static int serve_fd(int fd, int mode, const char *name)
+{
+	struct evconnlistener *l = evconnlistener_new(srv.base, accept_cb, (void *)(intptr_t)mode,
+						      LEV_OPT_CLOSE_ON_FREE, -1, fd);
+	if (!l)
+		close(fd);
+	return add_listener(l, name);
+}
+
 /*
  * ":PORT": every address, IPv6 and IPv4, on one socket (IPV6_V6ONLY off,
  * whatever net.ipv6.bindv6only says; IPv4 clients come as ::ffff:a.b.c.d
@@ -296,11 +307,7 @@ int listen_tcp(const char *fullspec, char *err, size_t errlen)
 			snprintf(err, errlen, "cannot listen on %s: %s", spec, strerror(-fd));
 			return fd;
 		}
-		struct evconnlistener *l = evconnlistener_new(srv.base, accept_cb, (void *)(intptr_t)mode,
-							      LEV_OPT_CLOSE_ON_FREE, -1, fd);
-		if (!l)
-			close(fd);
-		if (add_listener(l, spec) < 0) {
+		if (serve_fd(fd, mode, spec) < 0) {
 			snprintf(err, errlen, "cannot listen on %s: out of memory", spec);
 			return -ENOMEM;
 		}
@@ -343,44 +350,51 @@ int listen_tcp(const char *fullspec, char *err, size_t errlen)
 
 int listen_unix(const char *path, char *err, size_t errlen)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	if (strlen(path) >= sizeof sa.sun_path) {
-		snprintf(err, errlen, "unix socket path too long: %s", path);
-		return -ENAMETOOLONG;
-	}
-	strcpy(sa.sun_path, path);
-	struct stat st;
-	if (lstat(path, &st) == 0) {
-		if (!S_ISSOCK(st.st_mode)) {
-			snprintf(err, errlen, "%s exists and is not a socket", path);
-			return -EEXIST;
-		}
-		unlink(path);
-	}
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, 128) < 0) {
-		int e = errno;
-		snprintf(err, errlen, "cannot listen on %s: %s", path, strerror(e));
-		if (fd >= 0)
-			close(fd);
-		return -e;
-	}
-	int prc = socket_perms(path, "unix socket", srv.cfg.unix_mode, srv.cfg.unix_gid, err, errlen);
-	if (prc) {
-		close(fd);
-		return prc;
-	}
-	struct evconnlistener *l = evconnlistener_new(srv.base, accept_cb, (void *)(intptr_t)srv.cfg.unix_tls,
-						      LEV_OPT_CLOSE_ON_FREE, -1, fd);
-	if (!l)
-		close(fd);
-	if (add_listener(l, path) < 0) {
+	struct unix_socket us = { .what = "unix socket", .failed = "cannot listen on", .backlog = 128,
+				  .mode = srv.cfg.unix_mode, .gid = srv.cfg.unix_gid, .refuse_file = true };
+	int fd = unix_socket_listen(path, &us, err, errlen);
+	if (fd < 0)
+		return fd;
+	if (serve_fd(fd, srv.cfg.unix_tls, path) < 0) {
 		snprintf(err, errlen, "cannot listen on %s", path);
 		return -ENOMEM;
 	}
 	log_info("listening on %s%s%s", path, srv.cfg.unix_tls != TLS_OFF ? ", TLS " : "",
 		 srv.cfg.unix_tls != TLS_OFF ? tls_mode_name(srv.cfg.unix_tls) : "");
 	return 0;
+}
+
+int unix_socket_listen(const char *path, const struct unix_socket *us, char *err, size_t errlen)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (strlen(path) >= sizeof sa.sun_path) {
+		snprintf(err, errlen, "%s path too long: %s", us->what, path);
+		return -ENAMETOOLONG;
+	}
+	strcpy(sa.sun_path, path);
+	struct stat st;
+	if (lstat(path, &st) == 0) {
+		if (S_ISSOCK(st.st_mode)) {
+			unlink(path);
+		} else if (us->refuse_file) {
+			snprintf(err, errlen, "%s exists and is not a socket", path);
+			return -EEXIST;
+		}
+	}
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, us->backlog) < 0) {
+		int e = errno;
+		snprintf(err, errlen, "%s %s: %s", us->failed, path, strerror(e));
+		if (fd >= 0)
+			close(fd);
+		return -e;
+	}
+	int prc = socket_perms(path, us->what, us->mode, us->gid, err, errlen);
+	if (prc) {
+		close(fd);
+		return prc;
+	}
+	return fd;
 }
 
 /* The unix and control sockets: group first, then the mode (bind made the
