@@ -144,24 +144,26 @@ static void shell_quote(char *buf, size_t len, const char *path)
 	buf[o] = 0;
 }
 
+/* NAME into BUF, or the number ID where the name is not known (NULL) */
+static const char *name_or_id(const char *name, unsigned id, char *buf, size_t len)
+{
+	if (name)
+		snprintf(buf, len, "%s", name);
+	else
+		snprintf(buf, len, "%u", id);
+	return buf;
+}
+
 static const char *user_name(uid_t uid, char *buf, size_t len)
 {
 	struct passwd *pw = getpwuid(uid);
-	if (pw)
-		snprintf(buf, len, "%s", pw->pw_name);
-	else
-		snprintf(buf, len, "%u", (unsigned)uid);
-	return buf;
+	return name_or_id(pw ? pw->pw_name : NULL, uid, buf, len);
 }
 
 static const char *group_name(gid_t gid, char *buf, size_t len)
 {
 	struct group *gr = getgrgid(gid);
-	if (gr)
-		snprintf(buf, len, "%s", gr->gr_name);
-	else
-		snprintf(buf, len, "%u", (unsigned)gid);
-	return buf;
+	return name_or_id(gr ? gr->gr_name : NULL, gid, buf, len);
 }
 
 /*
