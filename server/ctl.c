@@ -189,13 +189,7 @@ void send_error(struct evhttp_request *req, int code, const char *reason, const 
 
 void ctl_req_free(struct ctl_req *cr)
 {
-	struct server *srv = cr->srv;
-	if (cr->prev)
-		cr->prev->next = cr->next;
-	else
-		srv->ctl_reqs = cr->next;
-	if (cr->next)
-		cr->next->prev = cr->prev;
+	LIST_REMOVE(cr, link);
 	if (cr->timeout)
 		event_free(cr->timeout);
 	free(cr->st);
@@ -224,10 +218,7 @@ struct ctl_req *ctl_req_new(struct server *srv, struct evhttp_request *req, enum
 	cr->req = req;
 	cr->kind = kind;
 	cr->only = -1;
-	cr->next = srv->ctl_reqs;
-	if (cr->next)
-		cr->next->prev = cr;
-	srv->ctl_reqs = cr;
+	LIST_INSERT_HEAD(&srv->ctl_reqs, cr, link);
 	return cr;
 }
 
@@ -600,8 +591,8 @@ static void answer_leftovers(struct server *srv)
 {
 	if (srv->cmd_ev)
 		ctl_cmd_done(-1, 0, srv);
-	while (srv->ctl_reqs) {
-		struct ctl_req *cr = srv->ctl_reqs;
+	while (!LIST_EMPTY(&srv->ctl_reqs)) {
+		struct ctl_req *cr = LIST_FIRST(&srv->ctl_reqs);
 		if (cr->req) {
 			send_error(cr->req, 503, "Service Unavailable", "flashd is shutting down");
 			cr->req = NULL;

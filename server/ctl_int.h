@@ -49,7 +49,7 @@ struct ctl_req {
 	enum dimm_mstate before;     /* the main state to go back to on failure */
 	int rc;
 	char msg[1536];
-	struct ctl_req *next, *prev;
+	LIST_ENTRY(ctl_req) link;    /* in srv->ctl_reqs */
 };
 
 /* ctl.c: replies (every one goes through ctl_reply, so shutdown knows what

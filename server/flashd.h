@@ -669,7 +669,7 @@ struct server {
 	uint64_t budget_log_ns;     /* rate-limited "waits for buffer_limit" log */
 	unsigned long budget_log_held;
 	LIST_HEAD(hs_list, hs) handshakes; /* connections in handshake */
-	struct ctl_req *ctl_reqs;   /* control requests not yet finished */
+	LIST_HEAD(ctl_req_list, ctl_req) ctl_reqs; /* control requests not yet finished */
 	struct monitor *monitor;    /* health and history sampler (monitor.c) */
 	struct metrics_http *metrics_http; /* the read-only listener (metrics_http.c) */
 	struct evhttp_bound_socket *ctl_bound;
