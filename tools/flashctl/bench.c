@@ -390,6 +390,25 @@ static enum wl wl_parse(const char *s)
 	bdie("unknown --workload '%s'", s);
 }
 
+/* the value of option NAME (optarg), a number from MIN to MAX, or the
+ * bench's "bad NAME 'VALUE'" error */
+static double bench_double(const char *name, double min, double max)
+{
+	double v;
+	if (parse_double(optarg, min, max, &v))
+		bdie("bad %s '%s'", name, optarg);
+	return v;
+}
+
+/* as bench_double, a whole number; HINT follows the error ("": none) */
+static uint64_t bench_uint(const char *name, uint64_t min, uint64_t max, const char *hint)
+{
+	uint64_t v;
+	if (parse_uint(optarg, min, max, &v))
+		bdie("bad %s '%s'%s", name, optarg, hint);
+	return v;
+}
+
 static void bench_parse(struct invocation *inv, int argc, char **argv, struct bench_opts *o)
 {
 	*o = (struct bench_opts){ .passes = 2, .duration = 30, .interval = 1, .seed = 1, .qd = 128,
@@ -419,44 +438,23 @@ static void bench_parse(struct invocation *inv, int argc, char **argv, struct be
 	while ((c = verb_getopt(inv, argc, argv, "p:o:b:B:w:S:q:k:d:i:s:c:FH:P:z:f", opts)) != -1) {
 		switch (c) {
 		case 'p': o->preset = optarg; break;
-		case 'o':
-			if (parse_double(optarg, FTL_MIN_OP_PERCENT, FTL_MAX_OP_PERCENT, &o->op))
-				bdie("bad --op '%s'", optarg);
-			break;
+		case 'o': o->op = bench_double("--op", FTL_MIN_OP_PERCENT, FTL_MAX_OP_PERCENT); break;
 		case 'b':
 			if (parse_uint(optarg, 512, 4096, &v) || (v != 512 && v != 4096))
 				bdie("bad --sector-size '%s': 512 or 4096", optarg);
 			o->sector = (uint32_t)v;
 			break;
-		case 'B':
-			if (parse_uint(optarg, 16, 1u << 20, &o->bpd))
-				bdie("bad --blocks-per-die '%s'", optarg);
-			break;
+		case 'B': o->bpd = bench_uint("--blocks-per-die", 16, 1u << 20, ""); break;
 		case 'w': o->wl = wl_parse(optarg); break;
 		case 'S':
 			if (parse_byte_size(optarg, 4096, 32u << 20, &o->bs) || o->bs % 4096)
 				bdie("bad --bs '%s': a multiple of 4K up to 32M", optarg);
 			break;
-		case 'q':
-			if (parse_uint(optarg, 1, 4096, &o->qd))
-				bdie("bad --qd '%s': 1 to 4096", optarg);
-			break;
-		case 'k':
-			if (parse_double(optarg, 0, 100, &o->passes))
-				bdie("bad --precondition '%s'", optarg);
-			break;
-		case 'd':
-			if (parse_double(optarg, 0.001, 1e6, &o->duration))
-				bdie("bad --duration '%s'", optarg);
-			break;
-		case 'i':
-			if (parse_double(optarg, 0.001, 1e6, &o->interval))
-				bdie("bad --interval '%s'", optarg);
-			break;
-		case 's':
-			if (parse_uint(optarg, 1, UINT64_MAX, &o->seed))
-				bdie("bad --seed '%s'", optarg);
-			break;
+		case 'q': o->qd = bench_uint("--qd", 1, 4096, ": 1 to 4096"); break;
+		case 'k': o->passes = bench_double("--precondition", 0, 100); break;
+		case 'd': o->duration = bench_double("--duration", 0.001, 1e6); break;
+		case 'i': o->interval = bench_double("--interval", 0.001, 1e6); break;
+		case 's': o->seed = bench_uint("--seed", 1, UINT64_MAX, ""); break;
 		case 'c': o->csv_path = optarg; break;
 		case 'F': o->full_data = true; break; /* keep page data (small devices) */
 		case 'H':
@@ -465,10 +463,7 @@ static void bench_parse(struct invocation *inv, int argc, char **argv, struct be
 				bdie("bad --hotcold '%s': W/S, W%% of the random writes to S%% of the "
 				     "sectors (e.g. 80/20)", optarg);
 			break;
-		case 'P':
-			if (parse_uint(optarg, 0, 1, &o->parity))
-				bdie("bad --parity-width '%s': 0 or 1", optarg);
-			break;
+		case 'P': o->parity = bench_uint("--parity-width", 0, 1, ": 0 or 1"); break;
 		case 'z':
 			if (parse_byte_size(optarg, 1u << 20, UINT64_MAX, &o->span) || o->span % (1u << 20))
 				bdie("bad --span '%s': a multiple of 1M", optarg);
