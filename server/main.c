@@ -346,6 +346,20 @@ static void daemon_ready(void)
 
 /* ---- command line ------------------------------------------------------- */
 
+/* option NAME's value (optarg) into *OUT: a whole number from MIN to MAX,
+ * in UNIT; -1 (said on stderr) when it is not one */
+static int cli_int(const char *name, int min, int max, const char *unit, int *out)
+{
+	uint64_t v;
+	if (parse_uint(optarg, (uint64_t)min, (uint64_t)max, &v)) {
+		fprintf(stderr, "flashd: %s takes %d to %d (%s), not '%s'\n", name, min, max, unit,
+			optarg);
+		return -1;
+	}
+	*out = (int)v;
+	return 0;
+}
+
 /*
  * The command line into *cli, *config, *check_only and *no_config.
  * Returns -1 to go on, else the exit status (--help, --version: 0; a bad
@@ -410,26 +424,14 @@ static int parse_options(int argc, char **argv, struct server_cfg *cli, const ch
 				return 2;
 			}
 			break;
-		case 'O': {
-			uint64_t v;
-			if (parse_uint(optarg, 0, 10000, &v)) {
-				fprintf(stderr, "flashd: --poll-us takes 0 to 10000 (microseconds), not '%s'\n",
-					optarg);
+		case 'O':
+			if (cli_int("--poll-us", 0, 10000, "microseconds", &cli->poll_us))
 				return 2;
-			}
-			cli->poll_us = (int)v;
 			break;
-		}
-		case 'D': {
-			uint64_t v;
-			if (parse_uint(optarg, 1, 3600, &v)) {
-				fprintf(stderr, "flashd: --shutdown-timeout takes 1 to 3600 (seconds), not '%s'\n",
-					optarg);
+		case 'D':
+			if (cli_int("--shutdown-timeout", 1, 3600, "seconds", &cli->shutdown_timeout))
 				return 2;
-			}
-			cli->shutdown_timeout = (int)v;
 			break;
-		}
 		case 'f': cli->foreground = true; break;
 		case 'P': cli->pidfile = strdup(optarg); break;
 		case 'S': cli->use_syslog = true; break;
