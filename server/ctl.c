@@ -172,14 +172,20 @@ void send_json(struct evhttp_request *req, int code, const char *reason, struct 
 	ctl_reply(req, code, reason, b);
 }
 
+struct evbuffer *reply_buffer(struct evhttp_request *req)
+{
+	struct evbuffer *b = evbuffer_new();
+	if (!b)
+		evhttp_send_error(req, 500, "out of memory");
+	return b;
+}
+
 /* {"ok": false, "error": msg} with code */
 void send_error(struct evhttp_request *req, int code, const char *reason, const char *msg)
 {
-	struct evbuffer *b = evbuffer_new();
-	if (!b) {
-		evhttp_send_error(req, 500, "out of memory");
+	struct evbuffer *b = reply_buffer(req);
+	if (!b)
 		return;
-	}
 	evbuffer_add_printf(b, "{\"ok\": false, \"error\": ");
 	json_str(b, msg);
 	evbuffer_add_printf(b, "}\n");
@@ -231,11 +237,9 @@ void ctl_answer(struct ctl_req *cr)
 	cr->req = NULL;
 	if (cr->timeout)
 		evtimer_del(cr->timeout);
-	struct evbuffer *b = evbuffer_new();
-	if (!b) {
-		evhttp_send_error(req, 500, "out of memory");
+	struct evbuffer *b = reply_buffer(req);
+	if (!b)
 		return;
-	}
 	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
 	if (cr->kind != CK_ACTION)
 		eval_health(cr);
@@ -376,11 +380,9 @@ static void do_metrics(struct server *srv, struct evhttp_request *req)
 
 static void do_version(struct server *srv, struct evhttp_request *req)
 {
-	struct evbuffer *b = evbuffer_new();
-	if (!b) {
-		evhttp_send_error(req, 500, "out of memory");
+	struct evbuffer *b = reply_buffer(req);
+	if (!b)
 		return;
-	}
 	evbuffer_add_printf(b, "{\"version\": \"%s\", \"pid\": %d, \"uptime_seconds\": %lld}\n",
 			    FLASHD_VERSION, (int)getpid(), (long long)(time(NULL) - srv->started));
 	send_json(req, 200, "OK", b);
@@ -396,11 +398,9 @@ static void do_history(struct server *srv, struct evhttp_request *req, struct ev
 		send_error(req, 400, "Bad Request", "since: unix milliseconds");
 		return;
 	}
-	struct evbuffer *b = evbuffer_new();
-	if (!b) {
-		evhttp_send_error(req, 500, "out of memory");
+	struct evbuffer *b = reply_buffer(req);
+	if (!b)
 		return;
-	}
 	monitor_history_json(srv, b, (int64_t)since);
 	evhttp_add_header(evhttp_request_get_output_headers(req), "Cache-Control", "no-store");
 	send_json(req, 200, "OK", b);
@@ -422,11 +422,9 @@ static void do_dashboard(struct evhttp_request *req, const char *path)
 		send_error(req, 404, "Not Found", "no such dashboard file");
 		return;
 	}
-	struct evbuffer *b = evbuffer_new();
-	if (!b) {
-		evhttp_send_error(req, 500, "out of memory");
+	struct evbuffer *b = reply_buffer(req);
+	if (!b)
 		return;
-	}
 	evbuffer_add_reference(b, f->data, f->len, NULL, NULL);
 	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
 	evhttp_add_header(h, "Content-Type", f->content_type);

@@ -56,6 +56,8 @@ struct ctl_req {
  * is still being sent) */
 void ctl_reply(struct evhttp_request *req, int code, const char *reason, struct evbuffer *b);
 void send_json(struct evhttp_request *req, int code, const char *reason, struct evbuffer *b);
+/* a buffer for REQ's reply; NULL when out of memory, REQ answered 500 */
+struct evbuffer *reply_buffer(struct evhttp_request *req);
 /* {"ok": false, "error": msg} with code */
 void send_error(struct evhttp_request *req, int code, const char *reason, const char *msg);
 /* ctl.c: a request on srv->ctl_reqs (NULL: answered 500, out of memory);

@@ -151,11 +151,9 @@ static void do_beacon(struct evhttp_request *req, struct evkeyvalq *q, struct di
 			 d->cfg->name, on ? "on" : "off", by);
 	d->beacon = on;
 	snprintf(msg, sizeof msg, "%s: beacon %s", d->cfg->name, on ? "on" : "off");
-	struct evbuffer *b = evbuffer_new();
-	if (!b) {
-		evhttp_send_error(req, 500, "out of memory");
+	struct evbuffer *b = reply_buffer(req);
+	if (!b)
 		return;
-	}
 	evbuffer_add_printf(b, "{\"ok\": true, \"dimm\": ");
 	json_str(b, d->cfg->name);
 	evbuffer_add_printf(b, ", \"action\": \"beacon\", \"beacon\": %s, \"state\": \"%s\", \"message\": ",
@@ -524,9 +522,8 @@ void do_reload(struct server *srv, struct evhttp_request *req, const char *by)
 		reload_result_free(&r);
 		return;
 	}
-	struct evbuffer *b = evbuffer_new();
+	struct evbuffer *b = reply_buffer(req);
 	if (!b) {
-		evhttp_send_error(req, 500, "out of memory");
 		reload_result_free(&r);
 		return;
 	}
