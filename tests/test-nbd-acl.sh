@@ -108,19 +108,23 @@ ok "nbdinfo --list: both exports over 127.0.0.1, none over ::1"
 
 # a name that is no export is logged with the client, escaped, one line per
 # 10 s (the others summed up when the 10 s are over: checked in 4)
-"$PYTHON" - "$NBD_CHECKS" "$P" <<'PY' || fail "unknown export names"
-import socket, sys
+go_refused() { # go_refused N ADDR NAME REPLY WHAT: N handshakes from ADDR, each's GO of NAME answered REPLY
+	"$PYTHON" - "$NBD_CHECKS" "$P" "$@" <<'PY'
+import os, socket, sys
 sys.dont_write_bytecode = True
 sys.path.insert(0, sys.argv[1])
 from nbdraw import *
-for i in range(3):
-    c = Conn(socket.AF_INET, ("127.0.0.1", int(sys.argv[2])))
+port, n, addr, name, want, what = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6], sys.argv[7]
+for i in range(n):
+    c = Conn(socket.AF_INET6 if ":" in addr else socket.AF_INET, (addr, port))
     c.handshake()
-    final, _, _ = c.info(OPT_GO, b"nosuch\x1b[2J\r")
-    if final != REP_ERR_UNKNOWN:
-        sys.exit("FAIL: GO of an unknown name: %s" % repname(final))
+    final, _, _ = c.info(OPT_GO, os.fsencode(name))
+    if final != globals()[want]:
+        sys.exit("FAIL: GO of %s: %s" % (what, repname(final)))
     c.close()
 PY
+}
+go_refused 3 127.0.0.1 $'nosuch\x1b[2J\r' REP_ERR_UNKNOWN "an unknown name" || fail "unknown export names"
 n=$(grep -cF "NBD_OPT_GO refused: no such export 'nosuch\x1b[2J\x0d'" "$T/flashd.log") || true
 [ "$n" = 1 ] || { grep nosuch "$T/flashd.log" || true; fail "unknown export name logged $n times, want once"; }
 grep -qE "flashd\[warning\]: 127\.0\.0\.1:[0-9]+: NBD_OPT_GO refused: no such export 'nosuch" "$T/flashd.log" ||
@@ -151,19 +155,7 @@ grep -q 'not available to this client (access rules)' "$T/dbg" || { tail -5 "$T/
 ok "::1 gets NBD_REP_ERR_POLICY for dimm0 ($r), logged"
 # a flood of denied requests gives a bounded number of lines (one per 10 s,
 # the others summed up when the 10 s are over: checked in 4)
-"$PYTHON" - "$NBD_CHECKS" "$P" <<'PY' || fail "a flood of denied requests"
-import socket, sys
-sys.dont_write_bytecode = True
-sys.path.insert(0, sys.argv[1])
-from nbdraw import *
-for i in range(50):
-    c = Conn(socket.AF_INET6, ("::1", int(sys.argv[2])))
-    c.handshake()
-    final, _, _ = c.info(OPT_GO, b"dimm0")
-    if final != REP_ERR_POLICY:
-        sys.exit("FAIL: GO of dimm0 over ::1: %s" % repname(final))
-    c.close()
-PY
+go_refused 50 ::1 dimm0 REP_ERR_POLICY "dimm0 over ::1" || fail "a flood of denied requests"
 n=$(grep -c "does not allow this client" "$T/flashd.log") || true
 [ "$n" -le 2 ] || fail "50 denied requests gave $n log lines"
 ok "50 denied requests from ::1: $n log line(s)"
