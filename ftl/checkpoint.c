@@ -171,7 +171,7 @@ int cp_init(struct ftl *f)
 	/* whatever the data's format: a checkpoint that one dead die makes
 	 * unloadable is replaced by a replay of the whole log, which brings
 	 * back sectors trimmed before it (t_ftl_parity cp_dead_at_open_noparity) */
-	c->with_parity = f->row_width > 1;
+	c->with_parity = f->row_width > 1 && f->upp == 1; /* none over larger pages */
 	c->hdr_mirror = FTL_NO_BLOCK;
 	c->ngroups = 0;
 	if (c->with_parity && !(c->pacc = ftl_alloc_pages(f, f->page_size)))
@@ -621,8 +621,8 @@ static void cp_submit_l2p(struct ftl *f, uint32_t i)
 	uint32_t crc = crc32c(0, co->buf, f->page_size);
 	if (c->with_parity)
 		cp_par_add(c, j, co->buf, crc, f->page_size);
-	cp_program(f, co, oi, c->blocks[j % c->nblocks], j / c->nblocks, co->buf, c->hdr_pages + i,
-		   crc);
+	cp_program(f, co, oi, c->blocks[cp_l2p_block_index(f, j, c->nblocks)],
+		   cp_l2p_page(f, j, c->nblocks), co->buf, c->hdr_pages + i, crc);
 }
 
 /* Drop a failed attempt: its blocks go back (or are retired), retry later. */
@@ -842,6 +842,7 @@ static int cp_quiesce(struct ftl *f)
 	c->error = 0;
 	c->gen_writing = ++c->gen_taken;
 	c->phase = CP_WRITE;
+	c->upage_sealed = false;
 	return 1;
 }
 
@@ -911,6 +912,14 @@ static int cp_write(struct ftl *f)
 		n++;
 	}
 	bool submitted = c->sealed && !c->par_pending && c->hdr_next == all_total;
+	if ((submitted || c->error) && c->ops_in_flight && f->upp > 1 && !c->upage_sealed) {
+		/* nothing more goes into its blocks: their last NAND pages
+		 * are programmed as they are */
+		c->upage_sealed = true;
+		upage_seal(f->dev, c->hdr_block);
+		for (uint32_t k = 0; k < c->nblocks; k++)
+			upage_seal(f->dev, c->blocks[k]);
+	}
 	if ((submitted || c->error) && !c->ops_in_flight) {
 		if (c->error) {
 			cp_abort(f);

@@ -30,8 +30,8 @@ struct cp_load_ctx {
 static void cp_load_setup(struct ftl *f, void *ctx, uint64_t j, struct nand_op *op)
 {
 	struct cp_load_ctx *x = ctx;
-	op->block = x->blocks[j % x->h->nblocks];
-	op->page = (uint32_t)(j / x->h->nblocks);
+	op->block = x->blocks[cp_l2p_block_index(f, j, x->h->nblocks)];
+	op->page = cp_l2p_page(f, j, x->h->nblocks);
 }
 
 /* 0 if op read checkpoint page lba of this checkpoint intact, with

@@ -50,6 +50,7 @@ struct cp_state {
 	int retired_attempts;       /* failed, retiring bad blocks */
 	uint64_t cp_seq;
 	uint32_t hdr_block;
+	bool upage_sealed;          /* its blocks' last NAND pages programmed as they are */
 	uint32_t *blocks;           /* l2p blocks of the checkpoint being written */
 	uint32_t nblocks;
 	/* parity formats (FTL_CP_PARITY in media.h): the header's copy, and

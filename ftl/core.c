@@ -246,6 +246,7 @@ void ftl_free_all(struct ftl *f)
 	free(f->cp.load_doomed);
 	free(f->cp.load_refresh);
 	free(f->cp.load_fresh);
+	ftl_geometry_fini(f);
 	free(f);
 }
 
@@ -342,6 +343,35 @@ uint64_t seq_take_slow(struct ftl *f)
 static void batch_op_done(struct nand_op *op)
 {
 	*(bool *)op->priv = true;
+}
+
+static void count_op_done(struct nand_op *op)
+{
+	(*(uint32_t *)op->priv)--;
+}
+
+enum nand_status nand_programs_sync(struct nand_dev *dev, struct nand_op *ops, uint32_t n)
+{
+	uint32_t left = 0;
+	enum nand_status st = NAND_OK;
+	for (uint32_t i = 0; i < n; i++) {
+		ops[i].done = count_op_done;
+		ops[i].priv = &left;
+		int rc = nand_submit(dev, &ops[i]);
+		if (rc) {
+			ops[i].status = NAND_INVALID;
+			ops[i].err = rc;
+			continue;
+		}
+		left++;
+	}
+	while (left) {
+		nand_wait_until(dev, nand_next_due(dev));
+		nand_poll(dev, nand_now(dev));
+	}
+	for (uint32_t i = 0; i < n && st == NAND_OK; i++)
+		st = ops[i].status;
+	return st;
 }
 
 enum nand_status nand_op_sync(struct nand_dev *dev, struct nand_op *op)

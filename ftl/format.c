@@ -17,6 +17,18 @@
 
 int ftl_geometry_init(struct ftl *f, struct nand_dev *dev, char *err, size_t errlen)
 {
+	/* NAND pages of 8 or 16 KiB: the FTL sees 4 KiB unit pages through
+	 * ftl/upage.c (ftl_geometry_fini closes that view) */
+	f->upp = 1;
+	if (dev->geo.page_size == 2 * FTL_UNIT_SIZE || dev->geo.page_size == 4 * FTL_UNIT_SIZE) {
+		struct nand_dev *view = upage_wrap(dev);
+		if (!view) {
+			snprintf(err, errlen, "out of memory");
+			return -ENOMEM;
+		}
+		f->upp = dev->geo.page_size / FTL_UNIT_SIZE;
+		dev = view;
+	}
 	f->dev = dev;
 	f->geo = dev->geo;
 	f->ndies = nand_dies(&dev->geo);
@@ -35,8 +47,8 @@ int ftl_geometry_init(struct ftl *f, struct nand_dev *dev, char *err, size_t err
 	f->cp.prev_mirror = FTL_NO_BLOCK;
 	f->cp.hdr_mirror = FTL_NO_BLOCK;
 	if (f->page_size != FTL_UNIT_SIZE) {
-		snprintf(err, errlen, "page size %u is not supported (the mapping unit is %u)",
-			 f->page_size, FTL_UNIT_SIZE);
+		snprintf(err, errlen, "page size %u is not supported (pages of 4, 8 or 16 KiB: "
+			 "one, two or four of the FTL's %u-byte units)", f->page_size, FTL_UNIT_SIZE);
 		return -EINVAL;
 	}
 	/* every page the FTL programs carries its struct ftl_spare in the
@@ -56,8 +68,17 @@ int ftl_geometry_init(struct ftl *f, struct nand_dev *dev, char *err, size_t err
 	f->footer_pages = (uint32_t)((sizeof(struct ftl_footer_hdr) +
 				      (size_t)f->ppb * sizeof(struct ftl_footer_entry) + f->page_size - 1) /
 				     f->page_size);
+	/* ... filling whole NAND pages (they are programmed whole) */
+	f->footer_pages = (f->footer_pages + f->upp - 1) / f->upp * f->upp;
 	f->data_pages = f->ppb - f->footer_pages;
 	return 0;
+}
+
+void ftl_geometry_fini(struct ftl *f)
+{
+	if (f->upp > 1 && f->dev)
+		nand_close(f->dev); /* the unit view only: the device stays open */
+	f->dev = NULL;
 }
 
 static uint32_t good_blocks(struct nand_dev *dev)
@@ -89,8 +110,10 @@ uint64_t ftl_max_capacity(const struct nand_dev *dev)
 {
 	struct nand_dev *d = (struct nand_dev *)dev;
 	uint64_t cap = ftl_capacity_for_op(dev, FTL_MIN_OP_PERCENT);
-	uint32_t ndies = nand_dies(&dev->geo), ppb = dev->geo.pages_per_block;
-	uint64_t l2p_pages = (cap / FTL_UNIT_SIZE * 4 + dev->geo.page_size - 1) / dev->geo.page_size;
+	/* in units: one to four per NAND page */
+	uint32_t ndies = nand_dies(&dev->geo),
+		 ppb = dev->geo.pages_per_block * (dev->geo.page_size / FTL_UNIT_SIZE);
+	uint64_t l2p_pages = (cap / FTL_UNIT_SIZE * 4 + FTL_UNIT_SIZE - 1) / FTL_UNIT_SIZE;
 	uint64_t cp_blocks = 1 + (l2p_pages + ppb - 1) / ppb;
 	/* superblocks, two checkpoints, open blocks of both streams, reserves */
 	uint64_t reserve = 2 + 2 * cp_blocks + 4 * (uint64_t)ndies + 8;
@@ -139,6 +162,12 @@ int ftl_format(struct nand_dev *dev, const struct ftl_format_params *p, char *er
 		snprintf(err, errlen, "parity width %u: flashd writes 0 or 1 parity die per band "
 			 "stripe, and parity needs 2 to 32 dies per row (this geometry has %u)",
 			 p->parity_width, f->row_width);
+		rc = -ENOTSUP;
+		goto out;
+	}
+	if (p->parity_width && f->upp > 1) {
+		snprintf(err, errlen, "parity is not supported with %u-byte NAND pages (4 KiB "
+			 "pages only); format with parity width 0", f->geo.page_size * f->upp);
 		rc = -ENOTSUP;
 		goto out;
 	}
@@ -204,6 +233,7 @@ int ftl_format(struct nand_dev *dev, const struct ftl_format_params *p, char *er
 		goto out;
 	rc = nand_sync(dev);
 out:
+	ftl_geometry_fini(f);
 	free(f);
 	return rc;
 }
@@ -335,6 +365,7 @@ static int peek_format(struct nand_dev *dev, struct ftl_info *info, char *err, s
 		info->parity_width = sb.parity_width;
 		info->was_clean = sb.clean;
 	}
+	ftl_geometry_fini(f);
 	free(f);
 	return rc;
 }
@@ -357,6 +388,7 @@ int ftl_probe(struct nand_dev *dev, struct ftl_info *info, char *err, size_t err
 	rc = ftl_geometry_init(f, dev, err, errlen);
 	if (!rc)
 		rc = blank_or_damaged(f, err, errlen);
+	ftl_geometry_fini(f);
 	free(f);
 	return rc;
 }

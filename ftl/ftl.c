@@ -430,6 +430,10 @@ static void progress(struct ftl *f, bool foreground)
 			n += gc_kick(f);
 			n += eraser_kick(f);
 			n += cp_kick(f);
+			/* NAND pages partly handed out that a flush or a
+			 * checkpoint waits for (a checkpoint being written
+			 * keeps this loop busy: not only once it ends) */
+			n += upage_pad(f, false);
 		}
 		n += io_kick(f);
 		if (!n)
@@ -578,6 +582,10 @@ static void drain_device(struct ftl *f)
 	f->in_progress = true;
 	ftl_deliver_refused(f);
 	f->in_progress = false;
+	/* nothing more is submitted: NAND pages partly handed out are
+	 * programmed as they are, so what was submitted completes */
+	if (f->upp > 1)
+		upage_seal_all(f->dev);
 	while (f->dev->inflight) {
 		uint64_t due = nand_next_due(f->dev);
 		if (due == UINT64_MAX && nand_event_fd(f->dev) < 0)
@@ -702,6 +710,8 @@ int ftl_close(struct ftl *f)
 		}
 		if (!rc && f->parity)
 			par_seal_all(f); /* drain_device waits for the programs */
+		if (!rc)
+			upage_pad(f, true); /* and for the NAND pages partly handed out */
 		if (!rc && f->cp.phase != CP_IDLE)
 			rc = -EIO;
 	}

@@ -397,6 +397,10 @@ struct ftl {
 	struct nand_dev *dev;
 	struct nand_geometry geo;
 	uint32_t ndies, nblocks, ppb, page_size, spare_size;
+	/* 4 KiB units per NAND page (1, 2 or 4): with more than one the FTL
+	 * sees the device through ftl/upage.c, a unit per page, and hands a
+	 * NAND page's units out in a row */
+	uint32_t upp;
 	uint32_t footer_pages;      /* the last pages of a log block: its footer */
 	uint32_t data_pages;        /* ppb - footer_pages: pages for data */
 	uint32_t blocks_per_die;
@@ -586,6 +590,7 @@ struct ftl {
 	uint32_t sb_cur;            /* the copy this update is writing (0, 1) */
 	uint32_t sb_copies;         /* copies this update programmed */
 	struct nand_op sb_op;
+	struct nand_op sb_fill[3];  /* copies filling the rest of the NAND page */
 	uint8_t *sb_buf, *sb_spare;
 	bool sb_busy;
 	uint8_t sb_fail_run;        /* failed programs in a row of this copy */
@@ -732,6 +737,7 @@ static inline uint32_t user_floor(const struct ftl *f)
  * -EUCLEAN; the superblock's format checked against the device (0,
  * -EINVAL or -ENOTSUP, with err) */
 int ftl_geometry_init(struct ftl *f, struct nand_dev *dev, char *err, size_t errlen);
+void ftl_geometry_fini(struct ftl *f);
 int blank_or_damaged(struct ftl *f, char *err, size_t errlen);
 int sb_format_check(const struct ftl *f, const struct ftl_sb *sb, char *err, size_t errlen);
 void ftl_fail(struct ftl *f, int err, const char *why);
@@ -1029,6 +1035,7 @@ int writer_kick(struct ftl *f, struct stream *s);
 uint32_t stream_next_page(struct ftl *f, struct stream *s, uint32_t floor);
 uint32_t set_next_page(struct ftl *f, struct open_set *set, uint32_t floor);
 uint32_t set_pad_page(struct ftl *f, struct open_set *set, uint32_t row, bool *busy);
+uint32_t set_page_fill(struct ftl *f, struct open_set *set, uint32_t row);
 /* the user set for a host write of a unit whose mapping was prev (O(1)) */
 uint32_t user_set(struct ftl *f, uint32_t prev);
 /* the GC set for the relocation of page from */
@@ -1094,6 +1101,21 @@ uint32_t cp_blocks_needed(const struct ftl *f);
 bool cp_wants_poll(const struct ftl *f);
 int cp_init(struct ftl *f);
 int cp_kick(struct ftl *f);
+/*
+ * Where the j-th l2p page a checkpoint writes goes among its nb l2p blocks:
+ * striped over them in the order written, a NAND page's units in a row
+ * (several units per page: the page is programmed once they are all in).
+ */
+static inline uint32_t cp_l2p_block_index(const struct ftl *f, uint64_t j, uint32_t nb)
+{
+	return (uint32_t)(j / f->upp % nb);
+}
+
+static inline uint32_t cp_l2p_page(const struct ftl *f, uint64_t j, uint32_t nb)
+{
+	return (uint32_t)(j / ((uint64_t)f->upp * nb) * f->upp + j % f->upp);
+}
+
 /* A checkpoint asked for (clean: the close's, marking the media clean):
  * checkpoint.c's cp_kick starts it on its next turn.  The only change to
  * checkpoint state made outside checkpoint*.c: two flags it reads. */
@@ -1123,6 +1145,16 @@ int recovery_run(struct ftl *f, const uint8_t *dead_dies, char *err, size_t errl
 
 /* core.c: synchronous single-op helper for open/format paths (nothing else in flight) */
 enum nand_status nand_op_sync(struct nand_dev *dev, struct nand_op *op);
+/* the n programs (or erases) of ops submitted in order, all waited for: the
+ * first status that is not NAND_OK, else NAND_OK (a NAND page's units,
+ * programmed together by ftl/upage.c) */
+enum nand_status nand_programs_sync(struct nand_dev *dev, struct nand_op *ops, uint32_t n);
+/* ftl/upage.c: 4 KiB unit pages over NAND pages of 8 or 16 KiB */
+struct nand_dev *upage_wrap(struct nand_dev *inner);
+void upage_seal(struct nand_dev *d, uint32_t block);
+void upage_seal_all(struct nand_dev *d);
+/* pads completing the NAND pages partly handed out (parity_ppl.c) */
+int upage_pad(struct ftl *f, bool now);
 
 /*
  * Batched reads for open/recovery: count reads, at most window in flight.

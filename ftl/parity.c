@@ -64,8 +64,8 @@ static void stripe_free(struct ftl *f, struct par_stripe *s)
 
 int par_init(struct ftl *f)
 {
-	if (!f->parity)
-		return 0;
+	if (!f->parity) /* pads complete NAND pages of several units (upage_pad) */
+		return f->upp > 1 ? par_pad_init(f, NSTREAMS * NSETS * f->nrows * f->upp) : 0;
 	/* open bands: two sets per stream, a band per row each, and as many
 	 * again whose pages are all handed out but whose parity is not yet
 	 * programmed */

@@ -74,6 +74,7 @@ static inline struct band_par *band_par_of(const struct ftl *f, uint32_t bi)
 uint32_t par_pick_pcol(const struct ftl *f, uint32_t bi, uint32_t mask);
 /* parity_ppl.c: the pad and partial-parity programs (par_init) */
 int par_ppl_init(struct ftl *f);
+int par_pad_init(struct ftl *f, uint32_t npad);
 /* parity_rebuild.c: the rebuild contexts (par_init) */
 int rb_init(struct ftl *f);
 

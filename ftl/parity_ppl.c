@@ -32,11 +32,9 @@ struct ppl_op {
 	struct ppl_op *next_free;
 };
 
-int par_ppl_init(struct ftl *f)
+/* npad pad programs, and the pad page they all program */
+int par_pad_init(struct ftl *f, uint32_t npad)
 {
-	uint32_t w = f->row_width;
-	/* pads: at most every open band's current stripe at once */
-	uint32_t npad = NSTREAMS * NSETS * f->nrows * w;
 	f->pad_pool = ftl_alloc(f, npad * sizeof *f->pad_pool);
 	uint8_t *pspares = ftl_alloc(f, (size_t)npad * f->spare_size);
 	f->pad_page = ftl_alloc_pages(f, f->page_size);
@@ -49,6 +47,18 @@ int par_ppl_init(struct ftl *f)
 		po->next_free = f->pad_free;
 		f->pad_free = po;
 	}
+	struct ftl_trim_hdr th = { FTL_TRIM_MAGIC, 0 };
+	memcpy(f->pad_page, &th, sizeof th);
+	f->pad_crc = crc32c(0, f->pad_page, f->page_size);
+	return 0;
+}
+
+int par_ppl_init(struct ftl *f)
+{
+	/* pads: at most every open band's current stripe at once */
+	int rc = par_pad_init(f, NSTREAMS * NSETS * f->nrows * f->row_width);
+	if (rc)
+		return rc;
 	/* GC's partial parity: each open GC row twice (a round may start
 	 * while the last one's page is still being programmed) */
 	uint32_t nppl = 2 * NSETS * f->nrows;
@@ -65,9 +75,6 @@ int par_ppl_init(struct ftl *f)
 		pp->next_free = f->ppl_free;
 		f->ppl_free = pp;
 	}
-	struct ftl_trim_hdr th = { FTL_TRIM_MAGIC, 0 };
-	memcpy(f->pad_page, &th, sizeof th);
-	f->pad_crc = crc32c(0, f->pad_page, f->page_size);
 	return 0;
 }
 
@@ -173,7 +180,7 @@ int par_idle_pad(struct ftl *f)
 		return 0;
 	for (int i = 0; i < NSTREAMS; i++) {
 		const struct ring *r = &f->stream[i].ring;
-		if (r->submit != r->fill || r->nretry) {
+		if ((r->submit != r->fill || r->nretry) && !(f->upp > 1 && f->stream[i].stalled)) {
 			f->par_pad_at = now + PAR_PAD_NS;
 			return 0;
 		}
@@ -189,7 +196,9 @@ int par_idle_pad(struct ftl *f)
 						left = true;
 						break;
 					}
-					uint32_t ppa = set_pad_page(f, &f->stream[i].set[k], row, &busy);
+					uint32_t ppa = f->parity ?
+						set_pad_page(f, &f->stream[i].set[k], row, &busy) :
+						set_page_fill(f, &f->stream[i].set[k], row);
 					if (ppa == FTL_NO_BLOCK) {
 						left |= busy;
 						break;
@@ -200,6 +209,45 @@ int par_idle_pad(struct ftl *f)
 	f->par_partial = left;
 	f->par_pad_at = left ? now + PAR_PAD_RETRY_NS : 0;
 	f->par_pad_mark = f->handouts;
+	return n;
+}
+
+/*
+ * Several units per NAND page (f->upp > 1; no parity then): a NAND page is
+ * programmed once all its units are submitted (ftl/upage.c), so a unit
+ * handed out in a page nothing more is written to would wait for ever.
+ * When a flush or a checkpoint waits, or now (a close), every open band's
+ * member whose NAND page is partly handed out gets pads (empty trim
+ * records) up to the page's end, unless its stream has more units coming;
+ * GC's stream too once it has none coming and no relocation read in
+ * flight (its victims wait for their relocations); the user stream's
+ * otherwise after a pause (par_idle_pad).
+ * Cost: at most upp - 1 pads per open row and set each time.
+ */
+int upage_pad(struct ftl *f, bool now)
+{
+	if (f->upp < 2 || f->parity || f->error || !f->pad_pool)
+		return 0;
+	bool waited = f->wq_durable.head || f->cp.phase != CP_IDLE;
+	int n = 0;
+	for (int i = 0; i < NSTREAMS; i++) {
+		const struct ring *r = &f->stream[i].ring;
+		if ((r->submit != r->fill || r->nretry) && !f->stream[i].stalled && !now)
+			continue; /* more units coming */
+		if (!now && !waited && (i != STREAM_GC || f->gc_reads_out))
+			continue; /* nobody waits: par_idle_pad, after a pause */
+		for (uint32_t k = 0; k < f->stream[i].nsets; k++)
+			for (uint32_t row = 0; row < f->nrows; row++)
+				for (;;) {
+					if (!f->pad_free)
+						return n;
+					uint32_t ppa = set_page_fill(f, &f->stream[i].set[k], row);
+					if (ppa == FTL_NO_BLOCK)
+						break;
+					pad_submit(f, ppa, false);
+					n++;
+				}
+	}
 	return n;
 }
 

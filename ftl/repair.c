@@ -303,6 +303,7 @@ static int scan_media(struct nand_dev *dev, struct ftl_scan_report *rep,
 		rc = scan(f, rep, err, errlen);
 	if (!rc && rebuild)
 		rc = rebuild_from(f, rep, p, err, errlen);
+	ftl_geometry_fini(f);
 	free(f);
 	return rc;
 }

@@ -109,7 +109,9 @@ int sb_load(struct ftl *f, struct ftl_sb *out, char *err, size_t errlen)
 		return -ENOMEM;
 	}
 	for (int i = 0; i < 2; i++) {
-		for (uint32_t p = 0; p < f->ppb; p++) {
+		/* an update fills its NAND page with copies: its first unit
+		 * stands for the page */
+		for (uint32_t p = 0; p < f->ppb; p += f->upp) {
 			struct nand_op op = { .type = NAND_OP_READ, .block = f->sb_block[i],
 					      .page = p, .data = page, .spare = spare };
 			enum nand_status st = nand_op_sync(f->dev, &op);
@@ -152,12 +154,26 @@ int sb_load(struct ftl *f, struct ftl_sb *out, char *err, size_t errlen)
 static void sb_program_done(struct nand_op *op);
 static void sb_erase_done(struct nand_op *op);
 
+static void sb_fill_done(struct nand_op *op)
+{
+	(void)op;
+}
+
 static void sb_submit_program(struct ftl *f)
 {
 	struct nand_op *op = &f->sb_op;
 	op_program(op, NAND_OPF_META, f->sb_block[f->sb_cur], f->sb_next[f->sb_cur], f->sb_buf,
 		   f->sb_spare, sb_program_done, f);
 	ftl_nand_submit(f, op);
+	/* several units per NAND page: the update's copies fill the rest of
+	 * its page (programmed with it, ftl/upage.c; the first's completion
+	 * stands for all) */
+	for (uint32_t i = 1; i < f->upp; i++) {
+		struct nand_op *x = &f->sb_fill[i - 1];
+		op_program(x, NAND_OPF_META, op->block, op->page + i, f->sb_buf, f->sb_spare,
+			   sb_fill_done, f);
+		ftl_nand_submit(f, x);
+	}
 }
 
 /* Write the current copy: into its block's next page, or, if the block is
@@ -238,7 +254,7 @@ static void sb_program_done(struct nand_op *op)
 	struct ftl *f = op->priv;
 	if (sb_op_stops(f, op))
 		return;
-	f->sb_next[f->sb_cur]++;
+	f->sb_next[f->sb_cur] += f->upp;
 	if (op->status == NAND_OK) {
 		f->st.nand_pages_programmed++;
 		f->st.meta_pages_programmed++;
@@ -302,10 +318,14 @@ int sb_write_initial(struct ftl *f, bool clean, char *err, size_t errlen)
 			rc = -EIO;
 			break;
 		}
-		struct nand_op op = { .type = NAND_OP_PROGRAM, .block = f->sb_block[i], .page = 0,
-				      .flags = NAND_OPF_META, .data = page, .spare = spare };
-		st = nand_op_sync(f->dev, &op);
-		f->sb_next[i] = 1;
+		/* the superblock fills its NAND page with copies */
+		struct nand_op op[4];
+		for (uint32_t u = 0; u < f->upp; u++)
+			op[u] = (struct nand_op){ .type = NAND_OP_PROGRAM, .block = f->sb_block[i],
+						  .page = u, .flags = NAND_OPF_META, .data = page,
+						  .spare = spare };
+		st = nand_programs_sync(f->dev, op, f->upp);
+		f->sb_next[i] = f->upp;
 		if (st != NAND_OK) {
 			snprintf(err, errlen, "writing the superblock failed: %s", nand_status_name(st));
 			rc = -EIO;

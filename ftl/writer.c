@@ -237,12 +237,13 @@ static bool member_takes(struct ftl *f, const struct open_row *orow, uint32_t c)
  */
 static uint32_t row_next_page(struct ftl *f, struct open_row *orow, bool *busy)
 {
-	uint32_t w = f->row_width;
+	uint32_t w = f->row_width, upp = f->upp;
 	for (;;) {
 		if (orow->col == w) {
 			par_seal(f, orow->band, orow->page);
 			orow->col = 0;
-			if (++orow->page == f->data_pages) {
+			orow->page += upp;
+			if (orow->page >= f->data_pages) {
 				orow->band = FTL_NO_BLOCK;
 				return FTL_NO_BLOCK;
 			}
@@ -250,7 +251,11 @@ static uint32_t row_next_page(struct ftl *f, struct open_row *orow, bool *busy)
 		uint32_t c = orow->col;
 		uint32_t b = band_block(f, orow->band, c);
 		struct blk *k = &f->blk[b];
-		if (!member_takes(f, orow, c)) {
+		/* several units per NAND page: a member takes its page's units
+		 * in a row (they are programmed together, ftl/upage.c) */
+		bool mid = upp > 1 && k->state == BLK_OPEN && f->footer_of[b] &&
+			   k->wp > orow->page && k->wp < orow->page + upp;
+		if (!mid && !member_takes(f, orow, c)) {
 			orow->col++;
 			continue;
 		}
@@ -258,7 +263,8 @@ static uint32_t row_next_page(struct ftl *f, struct open_row *orow, bool *busy)
 			*busy = true; /* an older stripe still holds its slot */
 			return FTL_NO_BLOCK;
 		}
-		orow->col++;
+		if ((uint32_t)k->wp + 1 == orow->page + upp)
+			orow->col++;
 		f->handouts++; /* this page's number (par_handout, gc_slot_submitted) */
 		if (f->parity) {
 			uint32_t later = orow->col;
@@ -271,6 +277,8 @@ static uint32_t row_next_page(struct ftl *f, struct open_row *orow, bool *busy)
 		uint32_t ppa = ppa_make(f, b, k->wp);
 		k->wp++;
 		k->inflight++;
+		if (k->wp % upp)
+			f->par_partial = true; /* a NAND page left open: par_idle_pad */
 		if (k->wp == f->data_pages) {
 			/* the footer pages follow: full, closes when all are programmed */
 			k->wp = (uint16_t)f->ppb;
@@ -298,6 +306,25 @@ uint32_t set_pad_page(struct ftl *f, struct open_set *set, uint32_t row, bool *b
 	if (c == w)
 		return FTL_NO_BLOCK; /* its last data page is handed out: sealed */
 	return row_next_page(f, orow, busy);
+}
+
+/*
+ * The next unit of the NAND page the current member of set->row[row] has
+ * partly handed out (several units per NAND page), for a pad that completes
+ * it (parity_ppl.c, upage_pad); NO_BLOCK if no NAND page there is partly
+ * handed out.
+ */
+uint32_t set_page_fill(struct ftl *f, struct open_set *set, uint32_t row)
+{
+	struct open_row *orow = &set->row[row];
+	if (f->upp < 2 || orow->band == FTL_NO_BLOCK || orow->col == f->row_width)
+		return FTL_NO_BLOCK;
+	uint32_t b = band_block(f, orow->band, orow->col);
+	const struct blk *k = &f->blk[b];
+	if (k->state != BLK_OPEN || k->wp <= orow->page || k->wp >= orow->page + f->upp)
+		return FTL_NO_BLOCK;
+	bool busy = false;
+	return row_next_page(f, orow, &busy);
 }
 
 uint32_t set_next_page(struct ftl *f, struct open_set *set, uint32_t floor)
@@ -436,8 +463,12 @@ void blk_program_failed(struct ftl *f, uint32_t b)
 		/* its footer pages were never handed out: no footer */
 		footer_release(f, fo);
 	}
-	/* its band goes on without it (set_next_page skips it) */
+	/* its band goes on without it (set_next_page skips it); a NAND page
+	 * of it partly handed out is programmed as it is (ftl/upage.c), or
+	 * the units in it would wait for units nobody hands out */
 	blk_set_retiring(f, b);
+	if (f->upp > 1)
+		upage_seal(f->dev, b);
 	ftl_log(FTL_LOG_NOTICE, "block %u: program failed, retiring it (a grown bad block: its "
 		"data is written elsewhere, the reserves take it)", b);
 }

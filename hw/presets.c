@@ -22,7 +22,10 @@
  * iodimm-slc-160 (ioDrive 160 GB SLC) uses the brief's SLC typicals (25 /
  * 250 / 1500 us, 100k P/E) on the same array with 64-page blocks.
  * The test-* presets are small devices for tests and studies, with the MLC
- * timings.
+ * timings.  mlc-16k is a later, denser MLC generation with 16 KiB pages
+ * (four FTL units: ftl/upage.c): 4 MiB blocks, read 80 us, program 1.3 ms,
+ * erase 5 ms, 200 MB/s channels, 3000 P/E - figures typical of that
+ * generation's parts (assumed, not one datasheet's).
  *
  * Error model (struct nand_reliability in hw/nand.h; used only when the
  * simulator's error model is turned on).  Sources, and what is assumed:
@@ -137,6 +140,25 @@ static const struct nand_preset presets[] = {
 		 0, GEO(1, 2, 1, 64, 32)),
 	MLC("test-128m-512p", "test device: 128 MiB raw, 1 die, 64 blocks of 512 pages (large blocks)",
 	    3000, 3000, 0, GEO(1, 1, 1, 64, 512)),
+	/* pages of several FTL units (ftl/upage.c) */
+	{
+		.name = "mlc-16k",
+		.description = "16 KiB-page MLC: 32 GiB raw, 4 channels x 4 dies, 4 MiB blocks",
+		.geo = { .channels = 4, .dies_per_channel = 4, .planes_per_die = 2,
+			 .blocks_per_die = 512, .pages_per_block = 256,
+			 .page_size = 16384, .spare_size = 1216 },
+		.timing = { .read_us = 80, .program_us = 1300, .erase_us = 5000, .xfer_mbps = 200 },
+		.rated_pe_cycles = 3000,
+		.factory_bad_ppm = 2000,
+		.rel = MLC_2009_RELIABILITY,
+		.thermal = IODIMM_THERMAL,
+	},
+	TEST_MLC("test-8k", "test device: 128 MiB raw, 2 channels x 2 dies, 8 KiB pages", 0,
+		 { .channels = 2, .dies_per_channel = 2, .planes_per_die = 1, .blocks_per_die = 64,
+		   .pages_per_block = 64, .page_size = 8192, .spare_size = 128 }),
+	TEST_MLC("test-16k", "test device: 128 MiB raw, 2 channels x 2 dies, 16 KiB pages", 0,
+		 { .channels = 2, .dies_per_channel = 2, .planes_per_die = 1, .blocks_per_die = 64,
+		   .pages_per_block = 32, .page_size = 16384, .spare_size = 256 }),
 };
 
 const struct nand_preset *nand_preset_find(const char *name)

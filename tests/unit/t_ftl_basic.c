@@ -17,17 +17,17 @@ static void fill_tag(uint8_t *buf, size_t len, uint64_t tag)
 	}
 }
 
-static void basic(uint32_t sector, bool timing)
+static void basic(const char *preset, uint32_t sector, bool timing)
 {
-	struct nand_dev *d = dev_new("test-64m", timing);
+	struct nand_dev *d = dev_new(preset, timing);
 	format_with(d, sector, 0, 0);
 	struct ftl *f = open_ok(d);
 	struct ftl_info info;
 	ftl_get_info(f, &info);
 	CHECK_EQ(info.sector_size, sector);
 	uint64_t cap = info.capacity;
-	printf("sector %u timing %d: capacity %" PRIu64 " (%.1f%% OP)\n", sector, timing, cap,
-	       info.op_percent);
+	printf("%s sector %u timing %d: capacity %" PRIu64 " (%.1f%% OP)\n", preset, sector, timing,
+	       cap, info.op_percent);
 
 	uint8_t *buf = aligned_alloc(4096, 1 << 20), *rd = aligned_alloc(4096, 1 << 20);
 	/* never-written reads as zeros */
@@ -273,8 +273,8 @@ static void geometry_refused(void)
 	d->geo.spare_size = 78;
 	format_refused(d, 1, -ENOTSUP, "parity needs 80 spare bytes per page; this geometry has 78");
 	d->geo = geo;
-	d->geo.page_size = 16384;
-	format_refused(d, 0, -EINVAL, "page size 16384");
+	d->geo.page_size = 12288;
+	format_refused(d, 0, -EINVAL, "page size 12288");
 	d->geo = geo;
 	nand_close(d);
 }
@@ -284,9 +284,15 @@ int main(void)
 	geometry_refused();
 	reformat_cut();
 	lifetime();
-	basic(4096, false);
-	basic(512, false);
-	basic(4096, true);
+	basic("test-64m", 4096, false);
+	basic("test-64m", 512, false);
+	basic("test-64m", 4096, true);
+	/* NAND pages of two and four units (ftl/upage.c) */
+	basic("test-16k", 4096, false);
+	basic("test-8k", 4096, false);
+	basic("test-8k", 512, false);
+	basic("test-16k", 4096, false);
+	basic("test-16k", 512, true);
 	printf("ok\n");
 	return 0;
 }

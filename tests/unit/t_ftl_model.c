@@ -86,6 +86,10 @@ static const struct config configs[] = {
 	{ "test-64m", 4096, false, true, 30, 1, false, false },
 	{ "test-1g", 512, true, true, 30, 1, false, true },
 	{ "test-1g", 4096, true, true, 30, 1, true, false },
+	/* NAND pages of several units (ftl/upage.c; no parity there) */
+	{ "test-16k", 4096, false, false, 0, 0, false, false },
+	{ "test-8k", 512, true, true, 25, 0, false, false },
+	{ "test-16k", 512, true, true, 25, 0, false, false },
 };
 #define NCONFIGS (sizeof configs / sizeof configs[0])
 
