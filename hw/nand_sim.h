@@ -100,9 +100,13 @@ struct nand_sim_config {
 	 * 0xFF; data reads return zeros whose last 4 bytes make that CRC):
 	 * for timing studies of full-size devices, 56 bytes per page instead
 	 * of 4 KiB.  What is read back is not what was written, except for
-	 * pages programmed with NAND_OPF_META, which are kept whole. */
+	 * pages programmed with NAND_OPF_META, which are kept whole.
+	 * meta_chunk_bytes (0: the page): the page is kept in chunks of that
+	 * many data bytes, each with a CRC and the first meta_spare_bytes of
+	 * its share of the spare (an FTL's 4 KiB units in a larger page). */
 	bool metadata_only;
 	uint32_t meta_spare_bytes;
+	uint32_t meta_chunk_bytes;
 	/* RAM, or an image being created (it keeps its geometry): blocks per
 	 * die instead of the preset's (0: the preset's), for scaled-down
 	 * studies and tests with the preset's dies, pages and timing */

@@ -306,14 +306,18 @@ static int ram_open(struct sim *s, const struct nand_sim_config *cfg, const stru
 		s->dev.geo.blocks_per_die = cfg->blocks_per_die;
 	s->slot_size = p->geo.page_size + p->geo.spare_size;
 	if (cfg->metadata_only) {
-		if (!cfg->meta_spare_bytes || cfg->meta_spare_bytes > p->geo.spare_size) {
-			seterr(err, errlen, "metadata-only media keep 1 to spare_size spare bytes%s%s",
-			       "", "");
+		uint32_t chunk = cfg->meta_chunk_bytes ? cfg->meta_chunk_bytes : p->geo.page_size;
+		uint32_t nchunks = p->geo.page_size / chunk;
+		if (!cfg->meta_spare_bytes || p->geo.page_size % chunk ||
+		    cfg->meta_spare_bytes > p->geo.spare_size / nchunks) {
+			seterr(err, errlen, "metadata-only media keep 1 to spare_size spare bytes "
+			       "per chunk, of chunks that divide the page%s%s", "", "");
 			return -EINVAL;
 		}
 		s->metadata_only = true;
 		s->meta_keep = cfg->meta_spare_bytes;
-		s->meta_slot = (s->meta_keep + 4 + 7) & ~7u;
+		s->meta_chunks = nchunks;
+		s->meta_slot = (nchunks * (s->meta_keep + 4) + 7) & ~7u;
 		s->slot_size = s->meta_slot;
 		s->kept = calloc(nand_blocks(&s->dev.geo), sizeof *s->kept);
 		if (!s->kept)

@@ -163,11 +163,13 @@ struct sim {
 	size_t map_len;
 	struct sim_block *blocks;
 	uint8_t *ram;                 /* RAM media: page slots (metadata only:
-	                               * meta_slot bytes per page: kept spare
-	                               * bytes, then the data CRC32C) */
+	                               * meta_slot bytes per page: per chunk,
+	                               * kept spare bytes, then the chunk's
+	                               * data CRC32C) */
 	size_t ram_len;
 	bool metadata_only;
 	uint32_t meta_keep, meta_slot;
+	uint32_t meta_chunks;         /* chunks per page (metadata only) */
 	uint8_t ***kept;              /* metadata only: [block][page] data of
 	                               * NAND_OPF_META pages, NULL if none */
 	uint64_t busy_ns;             /* die time of every scheduled op */

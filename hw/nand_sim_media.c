@@ -122,17 +122,22 @@ enum nand_status media_read(struct sim *s, struct nand_op *op)
 	if (s->metadata_only) {
 		const uint8_t *m = s->ram + ppa * s->meta_slot;
 		const uint8_t *whole = s->kept[op->block] ? s->kept[op->block][op->page] : NULL;
-		if (op->data && whole) {
+		uint32_t n = s->meta_chunks, chunk = g->page_size / n, share = g->spare_size / n;
+		if (op->data && whole)
 			memcpy(op->data, whole, g->page_size);
-		} else if (op->data) {
-			uint32_t crc;
-			memcpy(&crc, m + s->meta_keep, 4);
+		else if (op->data)
 			memset(op->data, 0, g->page_size);
-			crc32c_forge_tail(op->data, g->page_size, crc);
-		}
-		if (op->spare) {
-			memcpy(op->spare, m, s->meta_keep);
-			memset((uint8_t *)op->spare + s->meta_keep, 0xFF, g->spare_size - s->meta_keep);
+		if (op->spare)
+			memset(op->spare, 0xFF, g->spare_size);
+		for (uint32_t c = 0; c < n; c++) {
+			const uint8_t *mc = m + (size_t)c * (s->meta_keep + 4);
+			if (op->data && !whole) {
+				uint32_t crc;
+				memcpy(&crc, mc + s->meta_keep, 4);
+				crc32c_forge_tail((uint8_t *)op->data + (size_t)c * chunk, chunk, crc);
+			}
+			if (op->spare)
+				memcpy((uint8_t *)op->spare + (size_t)c * share, mc, s->meta_keep);
 		}
 		if (want_crc)
 			op->data_crc = crc32c(0, op->data, g->page_size);
@@ -201,7 +206,7 @@ enum nand_status media_program(struct sim *s, struct nand_op *op, bool interrupt
 	}
 	if (s->metadata_only) {
 		uint8_t *m = s->ram + ppa * s->meta_slot;
-		uint32_t crc = crc32c(0, op->data, g->page_size);
+		uint32_t crc = s->meta_chunks == 1 ? crc32c(0, op->data, g->page_size) : 0;
 		if (op->flags & NAND_OPF_META) {
 			if (!s->kept[op->block])
 				s->kept[op->block] = calloc(g->pages_per_block, sizeof(uint8_t *));
@@ -211,11 +216,17 @@ enum nand_status media_program(struct sim *s, struct nand_op *op, bool interrupt
 			memcpy(copy, op->data, g->page_size);
 			s->kept[op->block][op->page] = copy;
 		}
-		if (op->spare)
-			memcpy(m, op->spare, s->meta_keep);
-		else
-			memset(m, 0xFF, s->meta_keep);
-		memcpy(m + s->meta_keep, &crc, 4);
+		uint32_t n = s->meta_chunks, chunk = g->page_size / n, share = g->spare_size / n;
+		for (uint32_t c = 0; c < n; c++) {
+			uint8_t *mc = m + (size_t)c * (s->meta_keep + 4);
+			if (op->spare)
+				memcpy(mc, (const uint8_t *)op->spare + (size_t)c * share, s->meta_keep);
+			else
+				memset(mc, 0xFF, s->meta_keep);
+			if (n > 1)
+				crc = crc32c(0, (const uint8_t *)op->data + (size_t)c * chunk, chunk);
+			memcpy(mc + s->meta_keep, &crc, 4);
+		}
 	} else if (s->fd >= 0 && op->page >= s->backed[op->block]) {
 		/* an image file, a page it may not hold yet (a hole): one
 		 * pwritev, not a store into the mapping.  A first store into a

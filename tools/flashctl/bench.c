@@ -490,6 +490,7 @@ static void bench_setup(struct bench *b, const struct bench_opts *o)
 			     .sector = o->sector };
 	struct nand_sim_config nc = { .preset = o->preset, .timing = true, .virtual_time = true,
 				      .metadata_only = !o->full_data, .meta_spare_bytes = 40,
+				      .meta_chunk_bytes = 4096, /* the FTL's units */
 				      .blocks_per_die = (uint32_t)o->bpd, .seed = o->seed };
 	char err[512];
 	if (nand_sim_open(&nc, &b->dev, err, sizeof err))
@@ -591,13 +592,16 @@ static void bench_report(const struct bench *b, const struct bench_opts *o, cons
 	double xfer = pr->timing.xfer_mbps ? (double)(g->page_size + g->spare_size) /
 						     (pr->timing.xfer_mbps * 1e6) : 0;
 	double wwa = wr > 0 ? (wa > 1 ? wa : 1) : 0;
-	double die_time = units_per_req * (wr * (wwa * (xfer + tp) + (wwa - 1) * (tr + xfer) +
-						 wwa / g->pages_per_block * te) +
+	/* a NAND page of upp units: one program (and transfer) takes upp
+	 * units, a read of one unit still reads and moves the whole page */
+	double upp = g->page_size > 4096 ? (double)g->page_size / 4096 : 1, ppb = g->pages_per_block * upp;
+	double die_time = units_per_req * (wr * (wwa * (xfer + tp) / upp + (wwa - 1) * (tr + xfer) +
+						 wwa / ppb * te) +
 					   rd * (tr + xfer));
-	double brief_time = units_per_req * (wr * (wwa * tp + (wwa - 1) * tr + wwa / g->pages_per_block * te) +
+	double brief_time = units_per_req * (wr * (wwa * tp / upp + (wwa - 1) * tr + wwa / ppb * te) +
 					     rd * tr);
 	double brief_bound = brief_time > 0 ? nand_dies(g) / brief_time : 0;
-	double chan_time = units_per_req * (wr * (wwa + (wwa - 1)) + rd) * xfer;
+	double chan_time = units_per_req * (wr * (wwa / upp + (wwa - 1)) + rd) * xfer;
 	double die_bound = die_time > 0 ? nand_dies(g) / die_time : 0;
 	double chan_bound = chan_time > 0 ? g->channels / chan_time : INFINITY;
 	double bound = die_bound < chan_bound ? die_bound : chan_bound;
