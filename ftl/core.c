@@ -3,8 +3,9 @@
  * them: logging and the sticky failure (ftl_fail), submission of
  * operations to the medium and the verdict on their completions
  * (ftl_op_stops), the check of a data page against its spare, memory
- * counted per FTL and freed at close, the spare's codec, and the
- * synchronous and batched reads of the open and format paths.  Calls only
+ * counted per FTL and freed at close (with the unit view of larger pages,
+ * ftl/upage.c), the spare's codec, and the synchronous operations and
+ * batched reads of the open and format paths.  Calls only
  * hw/ and common/; may be called by every file of ftl/.
  */
 #include <errno.h>
@@ -231,6 +232,13 @@ void *ftl_map(struct ftl *f, size_t size)
 	if (p != MAP_FAILED)
 		(void)madvise(p, len, MADV_HUGEPAGE);
 	return track(f, p == MAP_FAILED ? NULL : p, len, true);
+}
+
+void ftl_geometry_fini(struct ftl *f)
+{
+	if (f->upp > 1 && f->dev)
+		nand_close(f->dev); /* the unit view only: the device stays open */
+	f->dev = NULL;
 }
 
 void ftl_free_all(struct ftl *f)

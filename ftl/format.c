@@ -74,12 +74,6 @@ int ftl_geometry_init(struct ftl *f, struct nand_dev *dev, char *err, size_t err
 	return 0;
 }
 
-void ftl_geometry_fini(struct ftl *f)
-{
-	if (f->upp > 1 && f->dev)
-		nand_close(f->dev); /* the unit view only: the device stays open */
-	f->dev = NULL;
-}
 
 static uint32_t good_blocks(struct nand_dev *dev)
 {
