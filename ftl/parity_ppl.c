@@ -224,6 +224,41 @@ int par_idle_pad(struct ftl *f)
  * otherwise after a pause (par_idle_pad).
  * Cost: at most upp - 1 pads per open row and set each time.
  */
+/*
+ * Pads for the page stream i's oldest slot waits in, once half its ring
+ * was filled after that slot: no unit is coming to the page (it is in a
+ * set or row the writes no longer go to, as the cold set under hot
+ * writes), and the ring's done cursor, which releases slots and which a
+ * GC victim waits on before its erase (gc.c), is stuck behind it.  A page
+ * the writes still go to fills within a stripe's rows of hand-outs, far
+ * below half a ring.  O(sets x rows) when it pads, O(1) otherwise.
+ */
+static int pad_stuck_page(struct ftl *f, struct stream *s)
+{
+	struct ring *r = &s->ring;
+	if (r->fill - r->done < r->nslots / 2)
+		return 0;
+	const struct slot *sl = ring_slot(r, r->done);
+	if (sl->state != SLOT_SUBMITTED)
+		return 0;
+	int n = 0;
+	for (uint32_t k = 0; k < s->nsets; k++)
+		for (uint32_t row = 0; row < f->nrows; row++) {
+			const struct open_row *orow = &s->set[k].row[row];
+			if (orow->band == FTL_NO_BLOCK || orow->col == f->row_width ||
+			    band_block(f, orow->band, orow->col) != sl->op.block)
+				continue;
+			while (f->pad_free) {
+				uint32_t ppa = set_page_fill(f, &s->set[k], row);
+				if (ppa == FTL_NO_BLOCK)
+					break;
+				pad_submit(f, ppa, false);
+				n++;
+			}
+		}
+	return n;
+}
+
 int upage_pad(struct ftl *f, bool now)
 {
 	if (f->upp < 2 || f->parity || f->error || !f->pad_pool)
@@ -232,6 +267,7 @@ int upage_pad(struct ftl *f, bool now)
 	int n = 0;
 	for (int i = 0; i < NSTREAMS; i++) {
 		const struct ring *r = &f->stream[i].ring;
+		n += pad_stuck_page(f, &f->stream[i]);
 		if ((r->submit != r->fill || r->nretry) && !f->stream[i].stalled && !now)
 			continue; /* more units coming */
 		if (!now && !waited && (i != STREAM_GC || f->gc_reads_out))
