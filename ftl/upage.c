@@ -43,6 +43,7 @@ struct up_ctx {
 	struct up_dev *u;
 	uint8_t *buf, *spare;        /* a NAND page and its spare bytes */
 	struct up_ctx *next_free;
+	struct up_ctx *next_all;     /* every context made, freed at close */
 };
 
 struct up_dev {
@@ -52,7 +53,7 @@ struct up_dev {
 	struct up_ctx **gather;      /* [blocks] the page gathering, or NULL */
 	uint32_t *sealed;            /* [blocks] units below are sealed (all:
 	                              * UINT32_MAX, until the next erase) */
-	struct up_ctx *free;
+	struct up_ctx *free, *all;
 	struct nand_op *failed;      /* refused units, delivered at the next poll */
 };
 
@@ -76,6 +77,8 @@ static struct up_ctx *ctx_get(struct up_dev *u)
 			free(c);
 			return NULL;
 		}
+		c->next_all = u->all;
+		u->all = c;
 	}
 	memset(&c->op, 0, sizeof c->op);
 	memset(c->v, 0, sizeof c->v);
@@ -278,18 +281,15 @@ static int up_temperature_mc(struct nand_dev *d, int32_t *mc)
 	return nand_temperature_mc(((struct up_dev *)d->priv)->inner, mc);
 }
 
-/* The view only: operations still gathering are abandoned, as a backend's
- * close abandons what is queued; the device stays open. */
+/* The view only: operations still gathering or queued on the device (an
+ * abandoned FTL's) are abandoned, as a backend's close abandons what is
+ * queued; the device stays open. */
 static void up_close(struct nand_dev *d)
 {
 	struct up_dev *u = d->priv;
-	uint32_t nb = nand_blocks(&u->inner->geo);
-	for (uint32_t b = 0; b < nb; b++)
-		if (u->gather[b])
-			ctx_put(u, u->gather[b]);
-	while (u->free) {
-		struct up_ctx *c = u->free;
-		u->free = c->next_free;
+	while (u->all) {
+		struct up_ctx *c = u->all;
+		u->all = c->next_all;
 		free(c->buf);
 		free(c->spare);
 		free(c);
