@@ -409,8 +409,11 @@ static int image_create(struct sim *s, const struct nand_sim_config *cfg, const 
 	struct nand_geometry g = p->geo;
 	if (cfg->blocks_per_die)
 		g.blocks_per_die = cfg->blocks_per_die;
-	if (!geometry_ok(&g))
+	if (!geometry_ok(&g)) {
+		seterr(err, errlen, "preset %s: a geometry NAND images cannot hold (dies, over 4096 "
+		       "pages a block or over 256 spare bytes a page)%s", p->name, "");
 		return -EINVAL;
+	}
 	uint64_t table = (uint64_t)nand_blocks(&g) * sizeof(struct sim_block);
 	uint64_t data_off = (4096 + table + (1 << 20) - 1) & ~((uint64_t)(1 << 20) - 1);
 	uint64_t slot = g.page_size + g.spare_size;

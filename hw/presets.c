@@ -25,7 +25,8 @@
  * timings.  mlc-16k is a later, denser MLC generation with 16 KiB pages
  * (four FTL units: ftl/upage.c): 4 MiB blocks, read 80 us, program 1.3 ms,
  * erase 5 ms, 200 MB/s channels, 3000 P/E - figures typical of that
- * generation's parts (assumed, not one datasheet's).
+ * generation's parts (assumed, not one datasheet's); of the page's ~1.2 KiB
+ * of OOB, the ECC leaves the FTL 256 bytes (64 a unit; an assumption).
  *
  * Error model (struct nand_reliability in hw/nand.h; used only when the
  * simulator's error model is turned on).  Sources, and what is assumed:
@@ -146,7 +147,7 @@ static const struct nand_preset presets[] = {
 		.description = "16 KiB-page MLC: 32 GiB raw, 4 channels x 4 dies, 4 MiB blocks",
 		.geo = { .channels = 4, .dies_per_channel = 4, .planes_per_die = 2,
 			 .blocks_per_die = 512, .pages_per_block = 256,
-			 .page_size = 16384, .spare_size = 1216 },
+			 .page_size = 16384, .spare_size = 256 },
 		.timing = { .read_us = 80, .program_us = 1300, .erase_us = 5000, .xfer_mbps = 200 },
 		.rated_pe_cycles = 3000,
 		.factory_bad_ppm = 2000,
