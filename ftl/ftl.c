@@ -81,8 +81,14 @@ static int step_memory(struct open_ctx *c)
 				set->row[r].band = FTL_NO_BLOCK;
 		}
 		/* GC: relocations of all the victims in flight, a few dozen
-		 * per die (their programs complete out of ring order) */
+		 * per die (their programs complete out of ring order); with
+		 * pages of several units 4 x upp times more: a slot is held
+		 * until its page's other units come and the done cursor
+		 * passes it (mlc-16k's bench: 512 slots kept the dies 38 %
+		 * busy, x8 74 %, x16 94 %) */
 		uint32_t gslots = f->ndies * 32 < 256 ? 256 : f->ndies * 32 > 4096 ? 4096 : f->ndies * 32;
+		if (f->upp > 1)
+			gslots *= 4 * f->upp;
 		rc = ring_init(f, &s->ring, i == STREAM_USER ? uslots : gslots);
 		if (rc)
 			return rc;
