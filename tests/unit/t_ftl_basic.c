@@ -277,6 +277,10 @@ static void geometry_refused(void)
 	format_refused(d, 0, -EINVAL, "page size 12288");
 	d->geo = geo;
 	nand_close(d);
+	/* parity needs 4 KiB pages: refused on pages of several units */
+	d = dev_new("test-16k", false);
+	format_refused(d, 1, -ENOTSUP, "parity is not supported with 16384-byte NAND pages");
+	nand_close(d);
 }
 
 int main(void)
