@@ -3,7 +3,8 @@
  * that their data does not depend on parity held in memory: pads when
  * writes pause (par_idle_pad), partial-parity pages at a flush
  * (par_flush_ppl, built at submit by par_ppl_build) and before a GC
- * victim's erase (par_gc_protect).  Owns the pad and partial-parity
+ * victim's erase (par_gc_protect); without parity, the pads that complete
+ * a NAND page of several units (upage_pad).  Owns the pad and partial-parity
  * program pools (f->pad_pool, f->ppl_pool, f->par_pad_*, f->gc_seal_inflight)
  * and the open rows' ppl marks; its pages join their stripes through
  * par_submitted (parity.c).  Called by ftl.c (idle progress), io.c and
@@ -213,19 +214,7 @@ int par_idle_pad(struct ftl *f)
 }
 
 /*
- * Several units per NAND page (f->upp > 1; no parity then): a NAND page is
- * programmed once all its units are submitted (ftl/upage.c), so a unit
- * handed out in a page nothing more is written to would wait for ever.
- * When a flush or a checkpoint waits, or now (a close), every open band's
- * member whose NAND page is partly handed out gets pads (empty trim
- * records) up to the page's end, unless its stream has more units coming;
- * GC's stream too once it has none coming and no relocation read in
- * flight (its victims wait for their relocations); the user stream's
- * otherwise after a pause (par_idle_pad).
- * Cost: at most upp - 1 pads per open row and set each time.
- */
-/*
- * Pads for the page stream i's oldest slot waits in, once half its ring
+ * Pads for the page stream s's oldest slot waits in, once half its ring
  * was filled after that slot: no unit is coming to the page (it is in a
  * set or row the writes no longer go to, as the cold set under hot
  * writes), and the ring's done cursor, which releases slots and which a
@@ -259,6 +248,19 @@ static int pad_stuck_page(struct ftl *f, struct stream *s)
 	return n;
 }
 
+/*
+ * Several units per NAND page (f->upp > 1; no parity then): a NAND page is
+ * programmed once all its units are submitted (ftl/upage.c), so a unit
+ * handed out in a page nothing more is written to would wait for ever.
+ * When a flush or a checkpoint waits, or now (a close), every open band's
+ * member whose NAND page is partly handed out gets pads (empty trim
+ * records) up to the page's end, unless its stream has more units coming;
+ * GC's stream too once it has none coming and no relocation read in
+ * flight (its victims wait for their relocations); a stream's oldest
+ * unit's page once half its ring is behind it (pad_stuck_page); the user
+ * stream's otherwise after a pause (par_idle_pad).  Cost: at most upp - 1
+ * pads per open row and set each time.
+ */
 int upage_pad(struct ftl *f, bool now)
 {
 	if (f->upp < 2 || f->parity || f->error || !f->pad_pool)
