@@ -413,6 +413,8 @@ struct ftl_stats {
 	uint64_t parity_stripes_unprotected; /* closed without a parity page */
 	uint64_t parity_pad_pages;  /* pads completing stripes left open while idle */
 	uint64_t parity_ppl_pages;  /* partial-parity pages written at flushes */
+	uint64_t page_pad_pages;    /* pads completing NAND pages of several
+	                             * units (ftl/upage.c; no parity there) */
 	uint32_t dies_failed;       /* dead dies: the superblock keeps them,
 	                             * so every restart counts them again */
 	uint32_t rebuild_bands_total, rebuild_bands_left;

@@ -155,7 +155,10 @@ static void pad_submit(struct ftl *f, uint32_t ppa, bool gc)
 	ftl_nand_submit(f, op);
 	footer_note(f, ppa, FTL_FOOTER_TRIM, po->seq, f->pad_crc);
 	par_submitted(f, ppa, f->pad_page, po->spare);
-	f->st.parity_pad_pages++;
+	if (f->parity)
+		f->st.parity_pad_pages++;
+	else
+		f->st.page_pad_pages++; /* upage_pad: no stripes without parity */
 }
 
 uint64_t par_pad_due(const struct ftl *f)

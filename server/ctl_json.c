@@ -78,6 +78,7 @@ static void json_stats(struct evbuffer *b, const struct ftl_stats *s)
 	U("parity_stripes_unprotected", s->parity_stripes_unprotected);
 	U("parity_pad_pages", s->parity_pad_pages);
 	U("parity_ppl_pages", s->parity_ppl_pages);
+	U("page_pad_pages", s->page_pad_pages);
 	U("dies_failed", s->dies_failed);
 	U("rebuild_bands_total", s->rebuild_bands_total);
 	U("rebuild_bands_left", s->rebuild_bands_left);

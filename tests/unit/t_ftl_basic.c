@@ -132,6 +132,13 @@ static void basic(const char *preset, uint32_t sector, bool timing)
 	printf("  WA %.2f, erased %" PRIu64 ", relocated %" PRIu64 ", checkpoints %" PRIu64 "\n",
 	       st.write_amplification, st.blocks_erased, st.gc_pages_relocated, st.checkpoints);
 	CHECK(st.gc_pages_relocated > 0);
+	/* no parity here: pads completing NAND pages of several units are
+	 * counted as such, not as parity's */
+	CHECK_EQ(st.parity_pad_pages, 0);
+	if (d->geo.page_size > 4096)
+		CHECK(st.page_pad_pages > 0);
+	else
+		CHECK_EQ(st.page_pad_pages, 0);
 	CHECK_RC(ftl_close(f));
 	f = open_ok(d);
 	/* nothing in flight after a clean open: every mapped unit is a valid
