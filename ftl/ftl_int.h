@@ -975,10 +975,6 @@ static inline bool band_has_data_on(const struct ftl *f, uint32_t b)
 /* the unit the dead die's reverse map puts at ppa, or UINT32_MAX */
 uint32_t dead_rmap_unit(struct ftl *f, uint32_t ppa);
 uint32_t par_rebuild_left(struct ftl *f);  /* bands still holding data on dead dies */
-/* writer.c, for the parity files */
-void footer_note(struct ftl *f, uint32_t ppa, uint32_t lba, uint64_t seq, uint32_t crc);
-void blk_programs_settled(struct ftl *f, uint32_t b);
-void blk_program_failed(struct ftl *f, uint32_t b);
 /* block.c: mark band of b for refresh (GC moves its data first), why logged */
 void band_flag_refresh(struct ftl *f, uint32_t b, const char *why);
 
@@ -1044,11 +1040,20 @@ void ring_release(struct ftl *f, struct ring *r); /* advance done over finished 
 uint8_t *slot_data(struct ftl *f, uint32_t l2p_entry);
 /* the durable mapping a slot-referenced unit had before (never a slot) */
 uint32_t slot_prev(struct ftl *f, uint32_t l2p_entry);
+
+/* footer.c */
 int footer_init(struct ftl *f);
+void footer_attach(struct ftl *f, uint32_t b); /* b opened: a footer from the pool */
+/* a program of page ppa was submitted: note it in its block's footer */
+void footer_note(struct ftl *f, uint32_t ppa, uint32_t lba, uint64_t seq, uint32_t crc);
 /* a footer read back: 0 and the entries, or -EILSEQ if it is not valid
  * (buf: footer_pages pages, spares: their spare areas) */
 int footer_parse(struct ftl *f, uint32_t block, const uint8_t *buf, const uint8_t *spares,
 		 const struct ftl_footer_entry **entries);
+/* b's programs all finished: close it, or queue it for GC to retire */
+void blk_programs_settled(struct ftl *f, uint32_t b);
+/* a program into b failed: stop using it; GC retires it */
+void blk_program_failed(struct ftl *f, uint32_t b);
 
 /* io.c */
 void ioq_push(struct ioq *q, struct ftl_io *io);
