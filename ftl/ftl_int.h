@@ -852,7 +852,10 @@ enum { HEALTH_OK, HEALTH_LOW, HEALTH_REDUCED, HEALTH_READONLY };
  * they give; a change is logged.  O(1); called whenever nusable changes. */
 double reserve_percent(const struct ftl *f);
 void health_update(struct ftl *f);
-void throttle_update(struct ftl *f);  /* io.c: throttle_ns from its two causes */
+/* throttle.c: throttle_ns from its two causes; a host unit may be buffered
+ * now (false: wait for throttle_at, throttle_wait set) */
+void throttle_update(struct ftl *f);
+bool throttle_pass(struct ftl *f);
 void thermal_check(struct ftl *f, bool force);
 /* io.c: ftl_submit's request checked and counted, then failed at once,
  * held (thermal stop) or dispatched: true if dispatched (the caller then

@@ -1,7 +1,7 @@
 /*
  * ftl/io.c - host requests: validation, reads, writes (with 512e
- * read-modify-write), trims and zeroes, flush and FUA; the write throttle
- * of write-reduced mode (throttle_update, from its two causes).  Entered
+ * read-modify-write), trims and zeroes, flush and FUA; writes pass the
+ * throttle of write-reduced mode (throttle.c) unit by unit.  Entered
  * through io_start (ftl.c's ftl_submit runs the progress turn after it).
  *
  * Queues (FIFO):
@@ -328,38 +328,6 @@ static void rmw_issue(struct ftl *f, struct ftl_io *io, int which, uint64_t u, u
 	ro->copy_len = 0; /* in flight */
 	io->rmw_op[which] = ro;
 	rop_submit(f, ro, e, ro->bounce);
-}
-
-void throttle_update(struct ftl *f)
-{
-	uint64_t ns = f->health_throttle_ns > f->thermal_throttle_ns ? f->health_throttle_ns
-								       : f->thermal_throttle_ns;
-	if (ns && !f->throttle_ns)
-		f->throttle_at = 0; /* a fresh start: the burst is allowed */
-	f->throttle_ns = ns;
-	if (!ns)
-		f->throttle_wait = false;
-}
-
-/*
- * Write-reduced mode (ftl.h): each host unit buffered takes throttle_ns of
- * device time, with a burst of FTL_THROTTLE_BURST units; a write that must wait
- * sets throttle_wait, and ftl_next_deadline() names throttle_at.  One clock
- * read per unit, only in that mode.
- */
-static bool throttle_pass(struct ftl *f)
-{
-	uint64_t now = nand_now(f->dev);
-	uint64_t floor = now - FTL_THROTTLE_BURST * f->throttle_ns;
-	if (now > FTL_THROTTLE_BURST * f->throttle_ns && f->throttle_at < floor)
-		f->throttle_at = floor;
-	if (f->throttle_at > now) {
-		f->throttle_wait = true;
-		return false;
-	}
-	f->throttle_wait = false;
-	f->throttle_at += f->throttle_ns;
-	return true;
 }
 
 /*
