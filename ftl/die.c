@@ -1,7 +1,7 @@
 /*
  * ftl/die.c - dead dies (with or without parity): the run of failures per
- * die (die_note, from every operation's completion in writer.c, gc.c,
- * io.c, the parity files, checkpoint.c), declaring a die dead
+ * die (die_note, from every operation's completion in writer.c, block.c,
+ * gc.c, io.c, the parity files, checkpoint.c), declaring a die dead
  * (die_declare_dead, also at open by recovery.c) and the reverse map of
  * its pages for GC (dead_rmap_unit).  Owns f->die_bad_run,
  * f->die_bad_kinds, f->die_dead, f->ndead, f->dead_rmap and the probe read.

@@ -1,9 +1,10 @@
 /*
  * ftl/ftl_int.h - state shared by the files of ftl/ (private).
  *
- * One file per concept: l2p and blocks (block.c), write buffer rings and the
- * streams that program them (writer.c), host I/O (io.c), trim records
- * (trim.c), garbage collection (gc.c, gc_admit.c), superblock (superblock.c),
+ * One file per concept: l2p and blocks (block.c), block footers (footer.c),
+ * write buffer rings and the streams that program them (writer.c), host I/O
+ * (io.c) and its write throttle (throttle.c), trim records (trim.c),
+ * garbage collection (gc.c, gc_admit.c), superblock (superblock.c),
  * checkpoint (checkpoint.c, checkpoint_load.c, checkpoint_layout.c),
  * recovery (recovery.c), Flashback parity (parity.c, parity_ppl.c,
  * parity_rebuild.c, parity_recover.c), dead dies (die.c), formatting
@@ -228,6 +229,13 @@ struct stream {
 	struct open_set set[NSETS];
 	uint32_t nsets;
 	bool stalled;             /* waiting for a free block (GC runs unpaced) */
+	/* What the stream's owner hears of its slots (gc_init sets both
+	 * streams'; NULL: nothing), so writer.c never calls up into GC:
+	 * submitted  - the slot's program was handed to NAND (retry: again,
+	 *              after a failed program elsewhere)
+	 * programmed - its program succeeded (before the ring releases it) */
+	void (*submitted)(struct ftl *f, const struct slot *sl, bool retry);
+	void (*programmed)(struct ftl *f, struct slot *sl);
 };
 
 /*
@@ -1079,10 +1087,6 @@ uint32_t trim_record_capacity(struct ftl *f);
 /* gc.c */
 int gc_kick(struct ftl *f);
 void gc_slot_read_done(struct ftl *f, struct slot *s, uint32_t idx);
-void gc_slot_programmed(struct ftl *f, struct slot *s);
-void gc_user_page(struct ftl *f);
-/* a GC slot's page was handed out (f->handouts counts it) */
-void gc_slot_submitted(struct ftl *f, const struct slot *sl);
 int gc_init(struct ftl *f);
 int gc_cancel_stalled(struct ftl *f);
 bool gc_busy(struct ftl *f);

@@ -46,6 +46,9 @@
 
 #define GC_READ_TRIES 3 /* reads of a relocation before its unit is lost */
 
+static void gc_slot_submitted(struct ftl *f, const struct slot *sl, bool retry);
+static void gc_slot_programmed(struct ftl *f, struct slot *sl);
+
 int gc_init(struct ftl *f)
 {
 	/* enough victims examining to keep the dies busy: about one per two
@@ -62,6 +65,10 @@ int gc_init(struct ftl *f)
 	f->vfinish = ftl_alloc(f, f->nvictims * sizeof *f->vfinish);
 	if (!f->victims || !f->row_victims || !f->vorder || !f->vfinish)
 		return -ENOMEM;
+	/* the writer tells GC of its slots, and of host pages (pacing) */
+	f->stream[STREAM_GC].submitted = gc_slot_submitted;
+	f->stream[STREAM_GC].programmed = gc_slot_programmed;
+	f->stream[STREAM_USER].submitted = gc_user_page;
 	struct ring *r = &f->stream[STREAM_GC].ring;
 	/* a read takes its buffer from the GC ring's free stack when issued,
 	 * and hands it to the slot it lands in */
@@ -418,14 +425,20 @@ static void gc_read_landed(struct ftl *f, struct gc_read *rd, bool readable, boo
 	gc_read_put(f, rd);
 }
 
-void gc_slot_submitted(struct ftl *f, const struct slot *sl)
+/* The GC stream's submitted hook: the first of a victim's relocations
+ * handed to NAND dates it (f->handouts counts the pages handed out). */
+static void gc_slot_submitted(struct ftl *f, const struct slot *sl, bool retry)
 {
+	if (sl->type != FTL_PG_DATA)
+		return;
 	struct victim *v = &f->victims[sl->victim];
 	if (v->first_handout == UINT64_MAX)
 		v->first_handout = f->handouts;
 }
 
-void gc_slot_programmed(struct ftl *f, struct slot *sl)
+/* The GC stream's programmed hook: one relocation of the victim fewer
+ * pending. */
+static void gc_slot_programmed(struct ftl *f, struct slot *sl)
 {
 	f->victims[sl->victim].pending--;
 }

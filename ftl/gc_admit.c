@@ -6,8 +6,8 @@
  * the admission of a victim (victim_admit: a block to retire, a band to
  * refresh or wear-level, or the cost-benefit choice of block.c).  Owns
  * f->gc_dip and f->gc_credit's earning; the victims themselves are gc.c's
- * (victim_start).  Called by gc.c (gc_kick, victim_examine) and writer.c
- * (gc_user_page).
+ * (victim_start).  Called by gc.c (gc_kick, victim_examine) and, through
+ * the user stream's submitted hook, writer.c (gc_user_page).
  */
 #include "ftl/gc_int.h"
 
@@ -30,8 +30,10 @@ bool gc_unpaced(struct ftl *f)
 	       f->retire.count;
 }
 
-void gc_user_page(struct ftl *f)
+void gc_user_page(struct ftl *f, const struct slot *sl, bool retry)
 {
+	if (retry)
+		return; /* counted when first submitted */
 	f->write_clock++;
 	if (f->gc_examining || gc_needed(f)) {
 		f->gc_credit += f->gc_ratio;

@@ -14,6 +14,8 @@
 #define CREDIT_ONE 16
 
 /* gc_admit.c */
+/* the user stream's submitted hook: a host page earns GC credit */
+void gc_user_page(struct ftl *f, const struct slot *sl, bool retry);
 /* the pool is low, or blocks wait to be retired or refreshed */
 bool gc_needed(struct ftl *f);
 /* GC runs without pacing when writes are stuck or blocks must be retired */

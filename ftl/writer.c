@@ -341,13 +341,13 @@ static void slot_program_done(struct nand_op *op)
 			blk_validate(f, sl->ppa);
 		}
 	}
-	if (s->id == STREAM_GC)
-		gc_slot_programmed(f, sl);
+	if (s->programmed)
+		s->programmed(f, sl);
 	blk_programs_settled(f, b);
 	ring_release(f, r);
 }
 
-static void slot_submit(struct ftl *f, struct stream *s, uint32_t idx, uint32_t ppa)
+static void slot_submit(struct ftl *f, struct stream *s, uint32_t idx, uint32_t ppa, bool retry)
 {
 	struct ring *r = &s->ring;
 	struct slot *sl = &r->slots[idx];
@@ -356,10 +356,8 @@ static void slot_submit(struct ftl *f, struct stream *s, uint32_t idx, uint32_t 
 
 	sl->ppa = ppa;
 	sl->state = SLOT_SUBMITTED;
-	if (s->id == STREAM_GC && sl->type == FTL_PG_DATA) {
+	if (s->id == STREAM_GC && sl->type == FTL_PG_DATA)
 		band_born_note(f, ppa, sl->from);
-		gc_slot_submitted(f, sl);
-	}
 	uint32_t crc;
 	if (sl->type == FTL_PG_PPL) {
 		crc = par_ppl_build(f, ppa, sl->seq, data, spare);
@@ -384,6 +382,8 @@ static void slot_submit(struct ftl *f, struct stream *s, uint32_t idx, uint32_t 
 		    sl->seq, crc);
 	if (f->parity)
 		par_submitted(f, ppa, data, spare);
+	if (s->submitted)
+		s->submitted(f, sl, retry);
 }
 
 /*
@@ -420,7 +420,7 @@ int writer_kick(struct ftl *f, struct stream *s)
 		}
 		if (ppa == FTL_NO_BLOCK)
 			return n;
-		slot_submit(f, s, r->retry[--r->nretry], ppa);
+		slot_submit(f, s, r->retry[--r->nretry], ppa, true);
 		n++;
 	}
 	while (r->submit < r->fill) {
@@ -446,11 +446,9 @@ int writer_kick(struct ftl *f, struct stream *s)
 			}
 			s->stalled = false;
 		}
-		slot_submit(f, s, (uint32_t)(r->submit & r->mask), ppa);
+		slot_submit(f, s, (uint32_t)(r->submit & r->mask), ppa, false);
 		r->submit++;
 		n++;
-		if (s->id == STREAM_USER)
-			gc_user_page(f);
 	}
 	if (n)
 		ring_release(f, r);
