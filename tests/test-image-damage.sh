@@ -24,13 +24,7 @@
 source "$(dirname "$0")/functions.sh"
 
 TOOL="$PYTHON $NBD_CHECKS/image_tool.py"
-cat >"$T/flashd.conf" <<EOF
-[dimm dimm0]
-preset = test-1g
-sector_size = 4096
-[dimm dimm1]
-preset = test-1g
-EOF
+dimms_conf "$T/flashd.conf" dimm0.sector_size=4096
 IMG=$T/state/dimm0.img
 DATA=$T/data
 random_file "$DATA" 24

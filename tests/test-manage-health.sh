@@ -46,12 +46,7 @@ source "$(dirname "$0")/functions.sh"
 
 MiB=$((1 << 20))
 TOOL="$PYTHON $NBD_CHECKS/image_tool.py"
-cat >"$T/base.conf" <<EOF
-[dimm dimm0]
-preset = test-1g
-[dimm dimm1]
-preset = test-1g
-EOF
+dimms_conf "$T/base.conf"
 sed '/^\[dimm dimm0\]/a sector_size = 4096' "$T/base.conf" >"$T/4k.conf"
 DATA=$T/data
 random_file "$DATA" 8
@@ -223,17 +218,8 @@ ok "--check-config: 0 for good, 2 for bad, touches nothing"
 
 # ---- 5. the command line wins -------------------------------------------------------------------
 FILE_PORT=$(free_port)
-cat >"$T/paths.conf" <<EOF
-[server]
-listen = 127.0.0.1:$FILE_PORT
-unix = $T/file.sock
-control = $T/file.ctl
-[dimm dimm0]
-preset = test-1g
-timing = on
-[dimm dimm1]
-preset = test-1g
-EOF
+dimms_conf "$T/paths.conf" server.listen=127.0.0.1:$FILE_PORT server.unix="$T/file.sock" \
+	server.control="$T/file.ctl" dimm0.timing=on
 start_flashd --config "$T/paths.conf" --control "$T/cli.ctl" --timing off
 FLASHD_CTL=$T/cli.ctl
 [ -S "$T/cli.ctl" ] || fail "--control was not used"
