@@ -7,6 +7,7 @@
 #   stop_flashd            SIGTERM, wait for a clean exit (fails otherwise)
 #   kill_flashd            SIGKILL (a crash), wait
 #   restart_flashd         start again with the same state and arguments
+#   write_dimms CONFIG DATA   flashd writes DATA to dimm0 and dimm1, stops
 #   skip WHY               this test cannot run here: "SKIP: WHY", exit 77
 #   requires CMD...        skip (or, under make check, fail) without CMD
 #   skip_part WHY          one part cannot run here: the rest runs, and a
@@ -225,6 +226,15 @@ kill_flashd() {
 
 restart_flashd() {
 	start_flashd "${_flashd_args[@]}"
+}
+
+# write_dimms CONFIG DATA: a flashd started with CONFIG (timing off)
+# writes the file DATA at the start of dimm0 and of dimm1, and stops
+write_dimms() {
+	start_flashd --config "$1" --timing off
+	qemu-img convert -n -f raw -O raw "$2" "$FLASHD_URI0" || fail "writing dimm0"
+	qemu-img convert -n -f raw -O raw "$2" "$FLASHD_URI1" || fail "writing dimm1"
+	stop_flashd
 }
 
 # JSON status of the running flashd (flashctl status --json); its exit

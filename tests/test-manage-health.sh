@@ -50,10 +50,7 @@ dimms_conf "$T/base.conf"
 sed '/^\[dimm dimm0\]/a sector_size = 4096' "$T/base.conf" >"$T/4k.conf"
 DATA=$T/data
 random_file "$DATA" 8
-start_flashd --config "$T/base.conf" --timing off
-qemu-img convert -n -f raw -O raw "$DATA" "$FLASHD_URI0" || fail "writing dimm0"
-qemu-img convert -n -f raw -O raw "$DATA" "$FLASHD_URI1" || fail "writing dimm1"
-stop_flashd
+write_dimms "$T/base.conf" "$DATA"
 PORT=$FLASHD_PORT
 
 # run_flashd NAME ARGS...: flashd in the foreground on the test's state, its
