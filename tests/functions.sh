@@ -7,12 +7,14 @@
 #   stop_flashd            SIGTERM, wait for a clean exit (fails otherwise)
 #   kill_flashd            SIGKILL (a crash), wait
 #   restart_flashd         start again with the same state and arguments
+#   write_dimms CONFIG DATA   flashd writes DATA to dimm0 and dimm1, stops
 #   skip WHY               this test cannot run here: "SKIP: WHY", exit 77
 #   requires CMD...        skip (or, under make check, fail) without CMD
 #   skip_part WHY          one part cannot run here: the rest runs, and a
 #                          test that would pass then ends as a skip
 #   part_requires PART CMD...  true with CMD; else skip_part (make check: fail)
 #   conf_err NAME TEXT     flashd refuses $T/NAME.conf with TEXT (exit 2)
+#   dimms_conf FILE [SECTION.KEY=VALUE]...  a config of dimm0 and dimm1
 #   tls_ca, tls_cert, tls_crl, tls_psk_line   keys for the TLS tests
 #
 # Everything lives in a fresh temporary directory ($T) that is removed at
@@ -110,6 +112,40 @@ part_requires() {
 	return 1
 }
 
+# dimms_conf FILE [SECTION.KEY=VALUE]...: a flashd.conf in FILE with two
+# ioDimms of preset test-1g, dimm0 and dimm1, and "KEY = VALUE" for each
+# argument in its SECTION: server (a [server] section first), dimm0 or dimm1
+#   dimms_conf "$T/gc.conf" dimm0.op=10 dimm0.parity_width=1 dimm1.op=10
+dimms_conf() {
+	local file=$1 setting server
+	shift
+	for setting in "$@"; do
+		case $setting in
+		server.*=* | dimm0.*=* | dimm1.*=*) ;;
+		*) fail "dimms_conf: '$setting': want server, dimm0 or dimm1 .KEY=VALUE" ;;
+		esac
+	done
+	server=$(_conf_lines server "$@")
+	{
+		[ -z "$server" ] || printf '[server]\n%s\n' "$server"
+		printf '[dimm dimm0]\npreset = test-1g\n'
+		_conf_lines dimm0 "$@"
+		printf '[dimm dimm1]\npreset = test-1g\n'
+		_conf_lines dimm1 "$@"
+	} >"$file"
+}
+
+# _conf_lines SECTION SETTING...: "KEY = VALUE" for each SETTING SECTION.KEY=VALUE
+_conf_lines() {
+	local section=$1 setting
+	shift
+	for setting in "$@"; do
+		[ "${setting%%.*}" = "$section" ] || continue
+		setting=${setting#*.}
+		echo "${setting%%=*} = ${setting#*=}"
+	done
+}
+
 # conf_err NAME EXPECTED-TEXT: flashd refuses $T/NAME.conf, both with
 # --check-config and at a start, with exit 2 and a message that holds
 # EXPECTED-TEXT, and opens no image before (in $T/cfgstate)
@@ -190,6 +226,15 @@ kill_flashd() {
 
 restart_flashd() {
 	start_flashd "${_flashd_args[@]}"
+}
+
+# write_dimms CONFIG DATA: a flashd started with CONFIG (timing off)
+# writes the file DATA at the start of dimm0 and of dimm1, and stops
+write_dimms() {
+	start_flashd --config "$1" --timing off
+	qemu-img convert -n -f raw -O raw "$2" "$FLASHD_URI0" || fail "writing dimm0"
+	qemu-img convert -n -f raw -O raw "$2" "$FLASHD_URI1" || fail "writing dimm1"
+	stop_flashd
 }
 
 # JSON status of the running flashd (flashctl status --json); its exit

@@ -30,13 +30,7 @@ EOF
 chmod +x "$T/flashd-ns"
 FLASHD=$T/flashd-ns
 
-cat >"$T/flashd.conf" <<EOF
-[dimm dimm0]
-preset = test-1g
-image = $SMALL/dimm0.img
-[dimm dimm1]
-preset = test-1g
-EOF
+dimms_conf "$T/flashd.conf" dimm0.image="$SMALL/dimm0.img"
 DATA=$T/data
 random_file "$DATA" 16
 start_flashd --config "$T/flashd.conf" --timing off

@@ -24,21 +24,11 @@
 source "$(dirname "$0")/functions.sh"
 
 TOOL="$PYTHON $NBD_CHECKS/image_tool.py"
-cat >"$T/flashd.conf" <<EOF
-[dimm dimm0]
-preset = test-1g
-sector_size = 4096
-[dimm dimm1]
-preset = test-1g
-EOF
+dimms_conf "$T/flashd.conf" dimm0.sector_size=4096
 IMG=$T/state/dimm0.img
 DATA=$T/data
 random_file "$DATA" 24
-
-start_flashd --config "$T/flashd.conf" --timing off
-qemu-img convert -n -f raw -O raw "$DATA" "$FLASHD_URI0" || fail "writing dimm0"
-qemu-img convert -n -f raw -O raw "$DATA" "$FLASHD_URI1" || fail "writing dimm1"
-stop_flashd
+write_dimms "$T/flashd.conf" "$DATA"
 
 status_field() { # status_field DIMM KEY...: a field of flashctl status --json
 	flashd_status | $PYTHON -c '

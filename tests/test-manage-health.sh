@@ -46,19 +46,11 @@ source "$(dirname "$0")/functions.sh"
 
 MiB=$((1 << 20))
 TOOL="$PYTHON $NBD_CHECKS/image_tool.py"
-cat >"$T/base.conf" <<EOF
-[dimm dimm0]
-preset = test-1g
-[dimm dimm1]
-preset = test-1g
-EOF
+dimms_conf "$T/base.conf"
 sed '/^\[dimm dimm0\]/a sector_size = 4096' "$T/base.conf" >"$T/4k.conf"
 DATA=$T/data
 random_file "$DATA" 8
-start_flashd --config "$T/base.conf" --timing off
-qemu-img convert -n -f raw -O raw "$DATA" "$FLASHD_URI0" || fail "writing dimm0"
-qemu-img convert -n -f raw -O raw "$DATA" "$FLASHD_URI1" || fail "writing dimm1"
-stop_flashd
+write_dimms "$T/base.conf" "$DATA"
 PORT=$FLASHD_PORT
 
 # run_flashd NAME ARGS...: flashd in the foreground on the test's state, its
@@ -223,17 +215,8 @@ ok "--check-config: 0 for good, 2 for bad, touches nothing"
 
 # ---- 5. the command line wins -------------------------------------------------------------------
 FILE_PORT=$(free_port)
-cat >"$T/paths.conf" <<EOF
-[server]
-listen = 127.0.0.1:$FILE_PORT
-unix = $T/file.sock
-control = $T/file.ctl
-[dimm dimm0]
-preset = test-1g
-timing = on
-[dimm dimm1]
-preset = test-1g
-EOF
+dimms_conf "$T/paths.conf" server.listen=127.0.0.1:$FILE_PORT server.unix="$T/file.sock" \
+	server.control="$T/file.ctl" dimm0.timing=on
 start_flashd --config "$T/paths.conf" --control "$T/cli.ctl" --timing off
 FLASHD_CTL=$T/cli.ctl
 [ -S "$T/cli.ctl" ] || fail "--control was not used"
@@ -485,6 +468,17 @@ st_num() {
 import json, sys
 print([d for d in json.load(sys.stdin)["dimms"] if d["name"] == sys.argv[1]][0]["stats"][sys.argv[2]])' "$1" "$2"
 }
+# rewrite_until DIMM PASSES KEY OP VALUE: DIMM rewritten, every other MiB
+# a pass (write_all, the even and the odd ones in turn), until its stat
+# KEY OP VALUE (a [ ] test: = or !=); false when not after PASSES passes
+rewrite_until() {
+	local d=$1 passes=$2 key=$3 op=$4 want=$5 i
+	for i in $(seq 1 "$passes"); do
+		write_all "$d" $((i % 2)) >/dev/null
+		[ "$(st_num "$d" "$key")" "$op" "$want" ] && return 0
+	done
+	return 1
+}
 
 echo "broken.img is not an image"
 expect broken failed open_failed "did not open"
@@ -525,12 +519,9 @@ expect_server ok
 echo "bit errors that lose units (no parity)"
 [ "$(write_all bits)" = 0 ] || fail "filling bits"
 "${C[@]}" inject bits bit-errors 100000 >/dev/null || fail "inject bit-errors"
-for i in $(seq 1 20); do
-	write_all bits $((i % 2)) >/dev/null
-	[ "$(st_num bits lost_units)" != 0 ] && break
-done
+rewrite_until bits 20 lost_units != 0 ||
+	fail "100000 uncorrectable reads per million lost no unit in 20 passes"
 "${C[@]}" inject bits bit-errors 0 >/dev/null || fail "bit-errors off"
-[ "$(st_num bits lost_units)" != 0 ] || fail "100000 uncorrectable reads per million lost no unit in 20 passes"
 expect bits warning lost_units "lost to media errors, within bytes"
 
 echo "bad blocks past the reserve threshold"
@@ -538,11 +529,8 @@ echo "bad blocks past the reserve threshold"
 # test-64m keeps 12 spare blocks: one grown bad block leaves 91.7 %, below
 # the 95 % this ioDimm's reserves_warn asks for
 "${C[@]}" inject bad bad-block 200 >/dev/null || fail "inject bad-block 200"
-for i in $(seq 1 10); do
-	write_all bad $((i % 2)) >/dev/null
-	[ "$(st_num bad blocks_bad_grown)" = 1 ] && break
-done
-[ "$(st_num bad blocks_bad_grown)" = 1 ] || fail "block 200 injected, $(st_num bad blocks_bad_grown) grown bad found"
+rewrite_until bad 10 blocks_bad_grown = 1 ||
+	fail "block 200 injected, $(st_num bad blocks_bad_grown) grown bad found"
 expect bad warning reserves_low "reserves 91.7 % (warning below 95 %)"
 
 echo "a die fails, with parity"
@@ -560,10 +548,7 @@ expect diepar warning die_rebuilt "rebuilt from parity"
 echo "a die fails, no parity"
 [ "$(write_all die0)" = 0 ] || fail "filling die0"
 "${C[@]}" inject die0 die-fail 1 >/dev/null || fail "inject die-fail 1 on die0"
-for i in $(seq 1 30); do
-	write_all die0 $((i % 2)) >/dev/null
-	[ "$(st_num die0 dies_failed)" = 1 ] && break
-done
+rewrite_until die0 30 dies_failed = 1 || fail "die0's dead die was never found"
 expect die0 degraded dies_lost "the format has no parity"
 expect_server degraded
 

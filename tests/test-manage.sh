@@ -50,14 +50,7 @@ source "$(dirname "$0")/functions.sh"
 
 MiB=$((1 << 20))
 CTLPY=$NBD_CHECKS/ctlclient.py
-cat >"$T/flashd.conf" <<EOF
-[dimm dimm0]
-preset = test-1g
-timing = off
-[dimm dimm1]
-preset = test-1g
-timing = on
-EOF
+dimms_conf "$T/flashd.conf" dimm0.timing=off dimm1.timing=on
 start_flashd --config "$T/flashd.conf"
 
 # dimm_json DIMM KEY...: the value (JSON) of a field of GET /v1/dimms/DIMM

@@ -23,15 +23,7 @@
 source "$(dirname "$0")/functions.sh"
 
 SECONDS_RUN=${GC_READS_SECONDS:-10}
-cat >"$T/gc.conf" <<EOF
-[dimm dimm0]
-preset = test-1g
-op = 10
-parity_width = 1
-[dimm dimm1]
-preset = test-1g
-op = 10
-EOF
+dimms_conf "$T/gc.conf" dimm0.op=10 dimm0.parity_width=1 dimm1.op=10
 
 # gc_reads DIMM URI: fill, run, verify; checks GC's relocations during the run
 gc_reads() {

@@ -22,12 +22,7 @@
 source "$(dirname "$0")/functions.sh"
 
 M=$((1 << 20))
-cat >"$T/rw.conf" <<EOF
-[dimm dimm0]
-preset = test-1g
-[dimm dimm1]
-preset = test-1g
-EOF
+dimms_conf "$T/rw.conf"
 sed '/^\[dimm dimm1\]/a readonly = yes' "$T/rw.conf" >"$T/ro.conf"
 # the flood (section 4) is to run out of descriptors, not into the handshake budget
 printf '[server]\nmax_handshakes = 1024\nmax_handshakes_per_address = 0\n' | cat - "$T/rw.conf" >"$T/flood.conf"

@@ -41,13 +41,7 @@ ok "512-byte sector exports"
 # ---- 2. 4096-byte sectors and a read-only export --------------------------------------
 mv "$T/flashd.log" "$T/flashd-512.log"
 rm -rf "$FLASHD_STATE"
-cat >"$T/format.conf" <<EOF
-[dimm dimm0]
-preset = test-1g
-sector_size = 4096
-[dimm dimm1]
-preset = test-1g
-EOF
+dimms_conf "$T/format.conf" dimm0.sector_size=4096
 sed '/^\[dimm dimm1\]/a readonly = yes' "$T/format.conf" >"$T/readonly.conf"
 start_flashd --config "$T/format.conf" --timing off
 # something to find on the read-only export later

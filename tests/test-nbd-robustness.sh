@@ -15,14 +15,7 @@
 source "$(dirname "$0")/functions.sh"
 
 HS_TIMEOUT=8
-cat >"$T/flashd.conf" <<EOF
-[server]
-handshake_timeout = $HS_TIMEOUT
-[dimm dimm0]
-preset = test-1g
-[dimm dimm1]
-preset = test-1g
-EOF
+dimms_conf "$T/flashd.conf" server.handshake_timeout=$HS_TIMEOUT
 start_flashd --config "$T/flashd.conf" --timing off
 
 run_check "abusive clients" \

@@ -28,15 +28,7 @@
 source "$(dirname "$0")/functions.sh"
 
 CONF=$T/flashd.conf
-cat >"$CONF" <<EOF
-[server]
-shutdown_timeout = 5
-[dimm dimm0]
-preset = test-1g
-description = first description
-[dimm dimm1]
-preset = test-1g
-EOF
+dimms_conf "$CONF" server.shutdown_timeout=5 dimm0.description="first description"
 start_flashd --config "$CONF" --timing off
 
 # list_desc URI_BASE EXPORT: the description nbdinfo --list shows for EXPORT
@@ -245,15 +237,7 @@ stop_flashd
 # ---- 3. a changed listen address -----------------------------------------------------------
 PORT2=$(free_port)
 PORT3=$(free_port)
-cat >"$CONF" <<EOF
-[server]
-listen = 127.0.0.1:$PORT2
-[dimm dimm0]
-preset = test-1g
-description = served
-[dimm dimm1]
-preset = test-1g
-EOF
+dimms_conf "$CONF" server.listen=127.0.0.1:$PORT2 dimm0.description=served
 "$FLASHD" --foreground --state-dir "$FLASHD_STATE" --config "$CONF" --timing off \
 	--pidfile "$FLASHD_STATE/flashd.pid" >"$T/flashd2.log" 2>&1 &
 FLASHD_PID=$!

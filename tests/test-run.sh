@@ -41,6 +41,18 @@ fake_test() { # fake_test PATH BODY...: an executable bash script
 traced() { # traced NAME SECONDS: the body of a test that sleeps
 	echo "echo \"$1 start \$EPOCHREALTIME\" >>$W/trace; sleep $2; echo \"$1 end \$EPOCHREALTIME\" >>$W/trace"
 }
+# check_trace: the Python program on stdin, run with iv, the trace read:
+# {NAME: {"start": T, "end": T}}; its exit status
+check_trace() {
+	$PYTHON - "$W/trace" <<PY
+import sys
+iv = {}
+for line in open(sys.argv[1]):
+    name, what, t = line.split()
+    iv.setdefault(name, {})[what] = float(t)
+$(cat)
+PY
+}
 
 fake_test "$W/build/tests/t_ok" 'echo fine'
 fake_test "$W/build/tests/t_parted" 'case $1 in --list) printf "a\nb\n" ;; a) echo part a ;; *) echo "part $1 fails"; exit 1 ;; esac'
@@ -148,12 +160,7 @@ run -- -j 3 test-slow test-alone
 secs=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
 [ "$(tail -n1 <<<"$out")" = "4 passed, 0 failed, 0 skipped" ] || fail "parallel: $(tail -n1 <<<"$out")"
 # the three slow tests ran at the same time; the exclusive one with none
-$PYTHON - "$W/trace" <<'PY' || fail "not run as they should (the trace above)"
-import sys
-iv = {}
-for line in open(sys.argv[1]):
-    name, what, t = line.split()
-    iv.setdefault(name, {})[what] = float(t)
+check_trace <<'PY' || fail "not run as they should (the trace above)"
 slow = [iv["slow%d" % i] for i in (1, 2, 3)]
 if max(v["start"] for v in slow) >= min(v["end"] for v in slow):
     sys.exit("the three slow tests did not all run at once: %s" % slow)
@@ -167,12 +174,7 @@ PY
 rm -f "$W/trace"
 run -- -j 3 test-twojobs test-slow1 test-slow2
 [ "$(tail -n1 <<<"$out")" = "3 passed, 0 failed, 0 skipped" ] || fail "# jobs: 2: $(tail -n1 <<<"$out")"
-$PYTHON - "$W/trace" <<'PY' || fail "# jobs: 2: not run as it should (the trace above)"
-import sys
-iv = {}
-for line in open(sys.argv[1]):
-    name, what, t = line.split()
-    iv.setdefault(name, {})[what] = float(t)
+check_trace <<'PY' || fail "# jobs: 2: not run as it should (the trace above)"
 two = iv["twojobs"]
 beside = [n for n, v in iv.items() if n != "twojobs" and v["start"] < two["end"] and two["start"] < v["end"]]
 if len(beside) != 1:
