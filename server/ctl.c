@@ -316,10 +316,7 @@ static void start_snapshots(struct ctl_req *cr)
 void ctl_cmd_done(evutil_socket_t fd, short what, void *arg)
 {
 	struct server *srv = arg;
-	pthread_mutex_lock(&srv->cmd_lock);
-	struct dimm_cmd *cmd = srv->done;
-	srv->done = srv->done_tail = NULL;
-	pthread_mutex_unlock(&srv->cmd_lock);
+	struct dimm_cmd *cmd = dimm_cmds_done(srv);
 	while (cmd) {
 		struct dimm_cmd *next = cmd->next;
 		struct ctl_req *cr = cmd->owner;
