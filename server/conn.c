@@ -56,6 +56,15 @@ void drop_partial(struct conn *c)
 	c->discard_left = 0;
 }
 
+/* A connection being closed takes in no more requests: it leaves the
+ * buffer budget's queue, and those still being received are dropped. */
+static void stop_taking_requests(struct conn *c)
+{
+	c->budget_wait = false;
+	budget_dequeue(c);
+	drop_partial(c);
+}
+
 void conn_close_now(struct conn *c, const char *why)
 {
 	if (!c->why)
@@ -63,10 +72,8 @@ void conn_close_now(struct conn *c, const char *why)
 	c->closing = true;
 	c->dead = true;
 	tx_drop(c);
-	c->budget_wait = false;
-	budget_dequeue(c);
 	stop_reading(c);
-	drop_partial(c);
+	stop_taking_requests(c);
 }
 
 void conn_flush_dirty(struct dimm *d)
@@ -313,9 +320,7 @@ void conn_stop_all(struct dimm *d, const char *why)
 			c->closing = true;
 			stop_reading(c);
 		}
-		c->budget_wait = false;
-		budget_dequeue(c);
-		drop_partial(c);
+		stop_taking_requests(c);
 	}
 }
 

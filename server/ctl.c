@@ -316,10 +316,7 @@ static void start_snapshots(struct ctl_req *cr)
 void ctl_cmd_done(evutil_socket_t fd, short what, void *arg)
 {
 	struct server *srv = arg;
-	pthread_mutex_lock(&srv->cmd_lock);
-	struct dimm_cmd *cmd = srv->done;
-	srv->done = srv->done_tail = NULL;
-	pthread_mutex_unlock(&srv->cmd_lock);
+	struct dimm_cmd *cmd = dimm_cmds_done(srv);
 	while (cmd) {
 		struct dimm_cmd *next = cmd->next;
 		struct ctl_req *cr = cmd->owner;
@@ -443,6 +440,25 @@ static struct dimm *find_dimm(struct server *srv, const char *name)
 	return server_find_dimm_by_export(srv, name, strlen(name));
 }
 
+/* The control socket's paths that take GET (and HEAD) and nothing else;
+ * GET_NONE: another path. */
+enum get_path { GET_NONE, GET_METRICS, GET_STATUS, GET_VERSION, GET_HISTORY, GET_DASHBOARD };
+
+static enum get_path get_path_of(const char *path)
+{
+	if (!strcmp(path, "/metrics") || !strcmp(path, "/v1/metrics"))
+		return GET_METRICS;
+	if (!strcmp(path, "/v1/status"))
+		return GET_STATUS;
+	if (!strcmp(path, "/v1/version"))
+		return GET_VERSION;
+	if (!strcmp(path, "/v1/history"))
+		return GET_HISTORY;
+	if (!strcmp(path, "/") || !strcmp(path, "/dashboard") || !strncmp(path, "/dashboard/", 11))
+		return GET_DASHBOARD;
+	return GET_NONE;
+}
+
 static void router(struct evhttp_request *req, void *arg)
 {
 	struct server *srv = arg;
@@ -469,23 +485,18 @@ static void router(struct evhttp_request *req, void *arg)
 		refuse_web(srv, req, path, why);
 		goto out;
 	}
-	if (!strcmp(path, "/metrics") || !strcmp(path, "/v1/metrics")) {
-		if (!get)
-			goto only_get;
-		do_metrics(srv, req);
-	} else if (!strcmp(path, "/v1/status")) {
-		if (!get)
-			goto only_get;
-		do_status(srv, req, &q, -1);
-	} else if (!strcmp(path, "/v1/version")) {
-		if (!get)
-			goto only_get;
-		do_version(srv, req);
-	} else if (!strcmp(path, "/v1/history")) {
-		if (!get)
-			goto only_get;
-		do_history(srv, req, &q);
-	} else if (!strcmp(path, "/v1/reload")) {
+	enum get_path gp = get_path_of(path);
+	if (gp != GET_NONE && !get)
+		goto only_get;
+	switch (gp) {
+	case GET_METRICS: do_metrics(srv, req); goto out;
+	case GET_STATUS: do_status(srv, req, &q, -1); goto out;
+	case GET_VERSION: do_version(srv, req); goto out;
+	case GET_HISTORY: do_history(srv, req, &q); goto out;
+	case GET_DASHBOARD: do_dashboard(req, path); goto out;
+	case GET_NONE: break;
+	}
+	if (!strcmp(path, "/v1/reload")) {
 		if (!post) {
 			evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "POST");
 			send_error(req, 405, "Method Not Allowed", "reload takes POST");
@@ -493,10 +504,6 @@ static void router(struct evhttp_request *req, void *arg)
 		}
 		if (may_act(srv, req, path, by, sizeof by))
 			do_reload(srv, req, by);
-	} else if (!strcmp(path, "/") || !strcmp(path, "/dashboard") || !strncmp(path, "/dashboard/", 11)) {
-		if (!get)
-			goto only_get;
-		do_dashboard(req, path);
 	} else if (!strncmp(path, "/v1/dimms/", 10)) {
 		char name[256];
 		const char *p = path + 10, *slash = strchr(p, '/');

@@ -1,6 +1,8 @@
 /*
  * server/dimm.c - one ioDimm: its simulated NAND, its FTL and the thread
- * and event loop that own both, and the thread's end of the command channel.
+ * and event loop that own both, and the command channel's queues (the
+ * ioDimm's, and the server's done queue at both ends: dimm_cmd_reply
+ * appends, dimm_cmds_done takes for the main thread).
  *
  * Start: open (or create and format) the NAND image, open the FTL (crash
  * recovery happens here), report the result (the main thread decides
@@ -201,6 +203,23 @@ static void set_open_result(struct dimm *d, int rc, const char *msg)
 }
 
 /* ---- the command channel ------------------------------------------------ */
+
+/* Every command on the queue HEAD .. TAIL, taken under LOCK (the caller
+ * owns the chain); NULL if it was empty. */
+static struct dimm_cmd *cmds_take(pthread_mutex_t *lock, struct dimm_cmd **head,
+				  struct dimm_cmd **tail)
+{
+	pthread_mutex_lock(lock);
+	struct dimm_cmd *cmds = *head;
+	*head = *tail = NULL;
+	pthread_mutex_unlock(lock);
+	return cmds;
+}
+
+struct dimm_cmd *dimm_cmds_done(struct server *srv)
+{
+	return cmds_take(&srv->cmd_lock, &srv->done, &srv->done_tail);
+}
 
 void dimm_cmd_reply(struct dimm_cmd *cmd)
 {
@@ -1030,10 +1049,7 @@ static void *dimm_main(void *arg)
 	}
 	dimm_close_dev(d);
 	/* commands posted before the stop but not run: every one comes back */
-	pthread_mutex_lock(&d->lock);
-	struct dimm_cmd *cmds = d->cmds;
-	d->cmds = d->cmds_tail = NULL;
-	pthread_mutex_unlock(&d->lock);
+	struct dimm_cmd *cmds = cmds_take(&d->lock, &d->cmds, &d->cmds_tail);
 	while (cmds) {
 		struct dimm_cmd *next = cmds->next;
 		cmd_msg(cmds, -ESHUTDOWN, "%s: flashd is shutting down", d->cfg->name);

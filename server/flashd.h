@@ -803,6 +803,9 @@ void ctl_stop(struct server *srv);
 void ctl_cmd_done(evutil_socket_t fd, short what, void *arg);
 /* ioDimm thread: post cmd back to the main thread. */
 void dimm_cmd_reply(struct dimm_cmd *cmd);
+/* Main thread: every command posted back so far, in order, taken off the
+ * done queue (the caller owns them); NULL if none. */
+struct dimm_cmd *dimm_cmds_done(struct server *srv);
 /* The read-only listener's requests (metrics_http.c has checked the peer,
  * the method and the Host): GET /metrics, /v1/status, /v1/history, /,
  * /dashboard[/FILE]; anything else 404. */

@@ -269,6 +269,20 @@ int verb_getopt(struct invocation *inv, int argc, char **argv, const char *short
 	return -1;
 }
 
+bool verb_flag(struct invocation *inv, int argc, char **argv, const char *flag)
+{
+	struct option longs[2] = { { 0, 0, 0, 0 }, { 0, 0, 0, 0 } };
+	char shorts[2] = "";
+	if (flag) {
+		longs[0] = (struct option){ flag, no_argument, 0, flag[0] };
+		shorts[0] = flag[0];
+	}
+	bool given = false;
+	while (verb_getopt(inv, argc, argv, shorts, longs) != -1)
+		given = true;
+	return given;
+}
+
 /*
  * The common options may come before the command too ("flashctl --control
  * PATH status", as doc/managing.md writes them): --control PATH (-c PATH,

@@ -70,6 +70,12 @@ struct invocation {
  */
 int verb_getopt(struct invocation *inv, int argc, char **argv, const char *shortopts,
 		const struct option *longopts);
+/*
+ * All of verb_getopt for a verb whose only own option is the flag --FLAG
+ * (short: FLAG's first letter), or that has none (flag NULL); true if
+ * --FLAG was given.
+ */
+bool verb_flag(struct invocation *inv, int argc, char **argv, const char *flag);
 
 /* ---- option values: each dies with the option's name on a bad value ------ */
 

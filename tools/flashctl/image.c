@@ -352,9 +352,7 @@ static void print_stats_json(FILE *o, const struct ftl_stats *s, const char *ind
 
 int cmd_info(struct invocation *inv, int argc, char **argv)
 {
-	static const struct option opts[] = { { 0, 0, 0, 0 } };
-	while (verb_getopt(inv, argc, argv, "", opts) != -1)
-		;
+	verb_flag(inv, argc, argv, NULL);
 	bool json = inv->json;
 	if (optind + 1 != argc)
 		die("info needs exactly one IMAGE");

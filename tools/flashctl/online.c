@@ -25,13 +25,7 @@
 
 int cmd_status(struct invocation *inv, int argc, char **argv)
 {
-	bool all = false;
-	static const struct option opts[] = {
-		{ "all", no_argument, 0, 'a' },
-		{ 0, 0, 0, 0 },
-	};
-	while (verb_getopt(inv, argc, argv, "a", opts) == 'a')
-		all = true;
+	bool all = verb_flag(inv, argc, argv, "all");
 	bool json = inv->json;
 	if (optind + 1 < argc)
 		die("status takes at most one DIMM");
@@ -100,13 +94,7 @@ static int post_action(const char *control, const char *dimm, const char *verb, 
 int cmd_action(struct invocation *inv, int argc, char **argv)
 {
 	const char *verb = inv->verb->name;
-	bool force = false;
-	static const struct option opts[] = {
-		{ "force", no_argument, 0, 'f' },
-		{ 0, 0, 0, 0 },
-	};
-	while (verb_getopt(inv, argc, argv, "f", opts) == 'f')
-		force = true;
+	bool force = verb_flag(inv, argc, argv, "force");
 	const char *control = inv->control;
 	bool json = inv->json;
 	if (!strcmp(verb, "beacon")) {
@@ -206,9 +194,7 @@ static int print_reload_items(const char *json, const char *name, const char *pr
 /* flashctl reload [--control SOCKET] [--json]: what SIGHUP does, with the result */
 int cmd_reload(struct invocation *inv, int argc, char **argv)
 {
-	static const struct option opts[] = { { 0, 0, 0, 0 } };
-	while (verb_getopt(inv, argc, argv, "", opts) != -1)
-		;
+	verb_flag(inv, argc, argv, NULL);
 	bool json = inv->json;
 	if (optind != argc)
 		die("reload takes no arguments");
@@ -235,9 +221,7 @@ int cmd_reload(struct invocation *inv, int argc, char **argv)
 /* flashctl version [--control SOCKET]: this tool's and the running flashd's */
 int cmd_version(struct invocation *inv, int argc, char **argv)
 {
-	static const struct option opts[] = { { 0, 0, 0, 0 } };
-	while (verb_getopt(inv, argc, argv, "", opts) != -1)
-		;
+	verb_flag(inv, argc, argv, NULL);
 	printf("flashctl %s\n", FLASHD_VERSION);
 	const char *control = ctl_path(inv->control);
 	struct http_resp r;
