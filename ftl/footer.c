@@ -13,7 +13,8 @@
  *
  * Owns f->footers, f->footer_free and f->footer_of.  Calls only block.c,
  * upage.c and core.c, so the program completions of every writer of NAND
- * pages (writer.c, parity*.c, die.c's probes) can call it.  Cost: one
+ * pages (writer.c, parity.c, parity_ppl.c) and die.c, stopping the blocks
+ * of a dead die, can call it.  Cost: one
  * footer of footer_pages pages per block open for writing.
  */
 #include <errno.h>
