@@ -28,6 +28,17 @@
  * and the measured IOPS as a share of the lower.  The brief's formula,
  * which leaves the transfers out, is printed too.
  *
+ * Steady state (SNIA PTS-E): the measurement is cut into rounds of host I/O
+ * of a fifth of the span each (STEADY_ROUND_SHARE), so that the window of
+ * the last five rounds is one pass over it; steady state is reached when
+ * the rule of steady.c holds for the rounds' IOPS in that window.  A round
+ * of one reporting interval would be too short: on a small device writes
+ * complete in bursts (test-1g: 508 at one instant, about 4 bursts a second),
+ * so one burst more or less moves a 1-second interval's IOPS by 25 %, and
+ * five 1-second rounds see a twentieth of a pass, where the first
+ * fifth of a pass after the fill writes into the OP's free space without
+ * garbage collection at 4 times the rate of what follows.
+ *
  * --span SIZE confines every phase (fill, preconditioning, workload) to the
  * first SIZE bytes, as fio's --size; --fresh skips the fill and the
  * preconditioning: the workload's first pass on a freshly formatted device
@@ -165,6 +176,22 @@ static double mix_mean(const struct size_mix *m, uint32_t sector)
 	return sum;
 }
 
+/* A round is host I/O of span / STEADY_ROUND_SHARE bytes: STEADY_ROUNDS of
+ * them make a pass over the span. */
+#define STEADY_ROUND_SHARE STEADY_ROUNDS
+
+/* The rounds of a phase: a round closes at the completion that brings the
+ * host I/O to its size, at a later virtual instant than its start (so its
+ * IOPS is finite; one burst of completions closes at most one round). */
+struct rounds {
+	uint64_t bytes;                  /* host I/O per round */
+	uint64_t end_bytes;              /* bench.bytes_done at which the open round closes */
+	uint64_t t0, ops0;               /* the open round's start: time, bench.done_ops */
+	unsigned n;                      /* rounds closed */
+	double iops[STEADY_ROUNDS];      /* round i's IOPS in iops[i % STEADY_ROUNDS] */
+	struct steady rule;              /* over the last STEADY_ROUNDS (n >= STEADY_ROUNDS) */
+};
+
 struct breq {
 	struct ftl_io io;
 	uint64_t t0;
@@ -193,7 +220,41 @@ struct bench {
 	struct lat lat_all, lat_iv;
 	uint64_t done_ops, done_iv;
 	uint64_t failed;
+	struct rounds *rounds;   /* the phase's rounds; NULL: not counted */
 };
+
+static void rounds_start(struct bench *b, struct rounds *r)
+{
+	*r = (struct rounds){ .bytes = b->units * 4096 / STEADY_ROUND_SHARE, .t0 = nand_now(b->dev),
+			      .ops0 = b->done_ops };
+	r->end_bytes = b->bytes_done + r->bytes;
+	b->rounds = r;
+}
+
+/* the last STEADY_ROUNDS rounds' IOPS, oldest first (n >= STEADY_ROUNDS) */
+static void rounds_window(const struct rounds *r, double y[STEADY_ROUNDS])
+{
+	for (unsigned k = 0; k < STEADY_ROUNDS; k++)
+		y[k] = r->iops[(r->n - STEADY_ROUNDS + k) % STEADY_ROUNDS];
+}
+
+/* At each completion: close the open round if it is complete. */
+static void rounds_account(struct bench *b)
+{
+	struct rounds *r = b->rounds;
+	uint64_t now = nand_now(b->dev);
+	if (b->bytes_done < r->end_bytes || now <= r->t0)
+		return;
+	r->iops[r->n++ % STEADY_ROUNDS] = (double)(b->done_ops - r->ops0) / ((double)(now - r->t0) / 1e9);
+	r->t0 = now;
+	r->ops0 = b->done_ops;
+	r->end_bytes = b->bytes_done + r->bytes;
+	if (r->n >= STEADY_ROUNDS) {
+		double y[STEADY_ROUNDS];
+		rounds_window(r, y);
+		r->rule = steady_rule(y);
+	}
+}
 
 static void breq_done(struct ftl_io *io)
 {
@@ -211,6 +272,8 @@ static void breq_done(struct ftl_io *io)
 	b->done_iv++;
 	b->bytes_done += io->length;
 	b->free_idx[b->nfree++] = r->idx;
+	if (b->rounds)
+		rounds_account(b);
 }
 
 static void submit_one(struct bench *b, enum wl wl)
@@ -564,10 +627,61 @@ static void bench_precondition(struct bench *b, const struct bench_opts *o, uint
 		((double)nand_now_ns() - t0) / 1e9, (double)nand_now(b->dev) / 1e9);
 }
 
+/* What the rule says of the rounds r, the text after "steady state: ". */
+static void steady_text(char *out, size_t len, const struct rounds *r)
+{
+	if (r->n < STEADY_ROUNDS) {
+		snprintf(out, len, "NOT reached (%u round%s, the rule needs %d; a round is %s of host "
+			 "I/O, a fifth of the span)", r->n, r->n == 1 ? "" : "s", STEADY_ROUNDS,
+			 SIZE_TEXT((double)r->bytes));
+		return;
+	}
+	const struct steady *st = &r->rule;
+	unsigned first = r->n - STEADY_ROUNDS + 1;
+	if (st->reached) {
+		snprintf(out, len, "reached (rounds %u-%u: mean %.0f IOPS, excursion %.1f %%, slope %.1f %%)",
+			 first, r->n, st->mean, st->excursion_pct, st->slope_pct);
+		return;
+	}
+	double y[STEADY_ROUNDS];
+	rounds_window(r, y);
+	char ys[STEADY_ROUNDS * 24] = "";
+	for (int k = 0; k < STEADY_ROUNDS; k++)
+		snprintf(ys + strlen(ys), sizeof ys - strlen(ys), "%s%.0f", k ? " " : "", y[k]);
+	bool exc = !(st->excursion_pct <= STEADY_EXCURSION_PCT);
+	bool slope = !(fabs(st->slope_pct) <= STEADY_SLOPE_PCT);
+	snprintf(out, len, "NOT reached (rounds %u-%u: %s IOPS, mean %.0f, excursion %.1f %%, slope "
+		 "%.1f %%: %s%s%s)", first, r->n, ys, st->mean, st->excursion_pct, st->slope_pct,
+		 exc ? "excursion above 20 %" : "", exc && slope ? ", " : "",
+		 slope ? "slope beyond 10 %" : st->mean > 0 ? "" : "no requests");
+}
+
+/* The rounds r as JSON members "PREFIX_state" ... (no braces, no comma
+ * after the last) */
+static void steady_json(const char *prefix, const struct rounds *r)
+{
+	printf("\"%s_state\": %s, \"%s_rounds\": %u", prefix,
+	       r->n >= STEADY_ROUNDS && r->rule.reached ? "true" : "false", prefix, r->n);
+	if (r->n < STEADY_ROUNDS) {
+		printf(", \"%s_first_round\": null, \"%s_round_iops\": null, \"%s_mean_iops\": null, "
+		       "\"%s_excursion_pct\": null, \"%s_slope_pct\": null", prefix, prefix, prefix,
+		       prefix, prefix);
+		return;
+	}
+	double y[STEADY_ROUNDS];
+	rounds_window(r, y);
+	printf(", \"%s_first_round\": %u, \"%s_round_iops\": [", prefix, r->n - STEADY_ROUNDS + 1,
+	       prefix);
+	for (int k = 0; k < STEADY_ROUNDS; k++)
+		printf("%s%.0f", k ? ", " : "", y[k]);
+	printf("], \"%s_mean_iops\": %.0f, \"%s_excursion_pct\": %.2f, \"%s_slope_pct\": %.2f",
+	       prefix, r->rule.mean, prefix, r->rule.excursion_pct, prefix, r->rule.slope_pct);
+}
+
 /* The measured window s0..s1 (bytes: what it transferred) against the
  * physical bound for its WA (the formulas at the top of this file). */
 static void bench_report(const struct bench *b, const struct bench_opts *o, const struct snap *s0,
-			 const struct snap *s1, uint64_t bytes)
+			 const struct snap *s1, uint64_t bytes, const struct rounds *measured)
 {
 	const struct nand_geometry *g = &b->dev->geo;
 	const struct nand_preset *pr = nand_preset_find(o->preset);
@@ -617,7 +731,8 @@ static void bench_report(const struct bench *b, const struct bench_opts *o, cons
 		       "\"interval_iops_min\": %.0f, \"interval_iops_max\": %.0f, "
 		       "\"write_amplification\": %.3f, \"die_util_pct\": %.1f, "
 		       "\"bound_die_iops\": %.0f, \"bound_channel_iops\": %.0f, \"bound_iops\": %.0f, "
-		       "\"share_of_bound\": %.3f, \"bound_brief_iops\": %.0f, \"failed\": %" PRIu64 "}\n",
+		       "\"share_of_bound\": %.3f, \"bound_brief_iops\": %.0f, \"failed\": %" PRIu64 ", "
+		       "\"round_bytes\": %" PRIu64 ", ",
 		       o->preset, nand_dies(g), g->blocks_per_die, b->info.capacity, o->sector,
 		       b->info.op_percent, b->info.parity_width, wl_name(wl), b->bs, o->qd, b->units * 4096,
 		       o->fresh ? "true" : "false", o->fresh ? 0 : o->passes, secs, iops,
@@ -626,7 +741,9 @@ static void bench_report(const struct bench *b, const struct bench_opts *o, cons
 		       (double)lat_pct(&b->lat_all, 0.99) / 1e6, (double)b->lat_all.max / 1e6,
 		       iv_sd_max / 1e6, iv_iops_min, iv_iops_max, wa, 100 * util, die_bound,
 		       isinf(chan_bound) ? -1.0 : chan_bound, bound, bound > 0 ? iops / bound : 0,
-		       brief_bound, b->failed);
+		       brief_bound, b->failed, measured->bytes);
+		steady_json("steady", measured);
+		printf("}\n");
 		return;
 	}
 	printf("%s, %.1f%% OP, %u-byte sectors, %s %u B at QD%" PRIu64 " over %s%s, %.1f s "
@@ -648,6 +765,9 @@ static void bench_report(const struct bench *b, const struct bench_opts *o, cons
 	       (double)(s1->busy - s0->busy) / 1e3 / ops, die_time * 1e6);
 	if (b->failed)
 		printf("  %" PRIu64 " requests failed\n", b->failed);
+	char line[512];
+	steady_text(line, sizeof line, measured);
+	printf("  steady state: %s\n", line);
 }
 
 int cmd_bench(struct invocation *inv, int argc, char **argv)
@@ -672,13 +792,16 @@ int cmd_bench(struct invocation *inv, int argc, char **argv)
 	iv_prev = s0;
 	memset(&b.lat_iv, 0, sizeof b.lat_iv);
 	b.measuring = true;
+	struct rounds measured;
+	rounds_start(&b, &measured);
 	uint64_t next_tick = start + iv_ns;
 	run(&b, o.wl, 0, start + (uint64_t)(o.duration * 1e9), iv_ns, tick, &next_tick);
 	b.measuring = false;
+	b.rounds = NULL;
 	struct snap s1 = take(&b, nand_now(b.dev));
 	if (csv)
 		fclose(csv);
-	bench_report(&b, &o, &s0, &s1, b.bytes_done - s0_bytes);
+	bench_report(&b, &o, &s0, &s1, b.bytes_done - s0_bytes, &measured);
 	ftl_close(b.f);
 	nand_close(b.dev);
 	return 0;
