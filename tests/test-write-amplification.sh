@@ -17,6 +17,9 @@
 # default two passes of preconditioning (uniform random writes on a quarter
 # of test-1g, 5 rounds measured), not reached on a fresh device whose
 # rounds fall when garbage collection starts, and not with fewer than five.
+# --precondition steady writes rounds until the rule holds (after the
+# fill's fast first round, 6 on that quarter of test-1g), and gives up at
+# --max-rounds saying so, and still measures.
 source "$(dirname "$0")/functions.sh"
 
 check_wa() {
@@ -125,3 +128,43 @@ if not re.fullmatch(r"  steady state: NOT reached \(%d rounds?, the rule needs 5
     sys.exit(f"fresh, 3 s: the text's last line: {line}")
 PY
 ok "flashctl bench judges steady state by the SNIA PTS-E rule"
+
+"$FLASHCTL" bench "${small[@]}" --precondition steady --duration 45 --json >"$T/pre.json"
+"$FLASHCTL" bench "${small[@]}" --precondition steady --max-rounds 5 --duration 1 --json \
+	>"$T/cap.json"
+"$FLASHCTL" bench "${small[@]}" --precondition steady --max-rounds 5 --duration 1 >"$T/cap.txt"
+$PYTHON - "$T" <<'PY'
+import json, re, sys
+d = sys.argv[1]
+p, c, n = (json.load(open(f"{d}/{x}.json")) for x in ("pre", "cap", "steady"))
+line = [l for l in open(f"{d}/cap.txt") if "preconditioning" in l]
+print(f"--precondition steady: {p['precondition_steady_rounds']} rounds, "
+      f"{p['precondition_passes']} passes, {p['precondition_steady_round_iops']} IOPS; "
+      f"--max-rounds 5: {''.join(line).strip()}")
+if n["precondition_until_steady"] or n["precondition_steady_state"] is not None:
+    sys.exit(f"--precondition 2: preconditioned until steady? {n}")
+if not p["precondition_until_steady"] or not p["precondition_steady_state"]:
+    sys.exit(f"--precondition steady: not reached: {p}")
+y, rounds = p["precondition_steady_round_iops"], p["precondition_steady_rounds"]
+m = sum(y) / 5
+exc = 100 * (max(y) - min(y)) / m
+slope = 100 * 4 * sum((x - 2) * v for x, v in enumerate(y)) / 10 / m
+if not 5 <= rounds < 25 or exc > 20 or abs(slope) > 10 or p["precondition_steady_first_round"] != rounds - 4:
+    sys.exit(f"--precondition steady: {rounds} rounds, {y}: excursion {exc:.1f} %, slope {slope:.1f} %")
+if not rounds / 5 <= p["precondition_passes"] < rounds / 5 + 0.02:
+    sys.exit(f"--precondition steady: {p['precondition_passes']} passes for {rounds} rounds")
+if not p["steady_state"] or p["failed"]:
+    sys.exit(f"--precondition steady: the measurement after it: {p}")
+if c["precondition_steady_state"] or c["precondition_steady_rounds"] != 5 or c["iops"] <= 0:
+    sys.exit(f"--max-rounds 5: {c}")
+if not (len(line) == 1 and re.fullmatch(
+        r"  preconditioning to steady state: 5 rounds \(the cap\), 1\.00 passes: NOT reached "
+        r"\(rounds 1-5: %s IOPS, mean %d, .*\)\n" % (" ".join(map(str, c["precondition_steady_round_iops"])),
+                                                   c["precondition_steady_mean_iops"]), line[0])):
+    sys.exit(f"--max-rounds 5: the text says {line}")
+PY
+rc=0
+"$FLASHCTL" bench "${small[@]}" --precondition steady --fresh --duration 1 2>"$T/err" || rc=$?
+[ $rc -eq 1 ] && grep -q -- "--fresh skips the preconditioning" "$T/err" ||
+	fail "bench --precondition steady --fresh: status $rc, $(cat "$T/err")"
+ok "flashctl bench --precondition steady"
