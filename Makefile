@@ -120,6 +120,9 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIB)
 # unit tests of server code link the server file they test (pure code only)
 $(BUILD)/tests/t_health: $(BUILD)/obj/server/health.o $(BUILD)/obj/server/drbd.o
 $(BUILD)/tests/t_health-san: $(BUILD)/san/obj/server/health.o $(BUILD)/san/obj/server/drbd.o
+# and of flashctl's: the steady-state rule of its bench
+$(BUILD)/tests/t_steady: $(BUILD)/obj/tools/flashctl/steady.o
+$(BUILD)/tests/t_steady-san: $(BUILD)/san/obj/tools/flashctl/steady.o
 
 # this test makes allocations fail: malloc and aligned_alloc are wrapped
 $(BUILD)/tests/t_ftl_review $(BUILD)/tests/t_ftl_review-san: LDLIBS_TEST := -Wl,--wrap=malloc,--wrap=aligned_alloc

@@ -4,9 +4,9 @@
  *
  *   flashctl bench --preset P [--op PCT] [--sector-size N] [--blocks-per-die N]
  *                  [--workload randwrite|randread|rw70|seqwrite|seqread]
- *                  [--qd N] [--precondition PASSES] [--duration SECONDS]
- *                  [--interval SECONDS] [--seed S] [--hotcold W/S] [--parity-width 0|1]
- *                  [--span SIZE] [--fresh] [--csv FILE] [--json]
+ *                  [--qd N] [--precondition PASSES|steady] [--max-rounds N]
+ *                  [--duration SECONDS] [--interval SECONDS] [--seed S] [--hotcold W/S]
+ *                  [--parity-width 0|1] [--span SIZE] [--fresh] [--csv FILE] [--json]
  *
  * The medium keeps only page metadata (hw/nand.h: metadata_only), so a
  * full-size ioDimm fits in memory (56 bytes per page), and its timing model
@@ -17,7 +17,8 @@
  *
  * Protocol (brief.md section 3): a sequential fill of the whole capacity
  * (128 KiB writes), then PASSES x capacity of the workload's writes (4 KiB
- * random writes for read workloads) to reach steady state, then DURATION
+ * random writes for read workloads), or with "steady" random 4 KiB writes in
+ * rounds until the steady-state rule holds (at most --max-rounds), then DURATION
  * virtual seconds of the workload at queue depth QD, reported per INTERVAL
  * (CSV) and in total: IOPS, latency mean, std-dev, p99 and max, write
  * amplification, die utilisation, and the physical bound of the run, with
@@ -27,6 +28,17 @@
  *   channels / ((2 WA - 1) x)                                      (channel time)
  * and the measured IOPS as a share of the lower.  The brief's formula,
  * which leaves the transfers out, is printed too.
+ *
+ * Steady state (SNIA PTS-E): the measurement is cut into rounds of host I/O
+ * of a fifth of the span each (STEADY_ROUND_SHARE), so that the window of
+ * the last five rounds is one pass over it; steady state is reached when
+ * the rule of steady.c holds for the rounds' IOPS in that window.  A round
+ * of one reporting interval would be too short: on a small device writes
+ * complete in bursts (test-1g: 508 at one instant, about 4 bursts a second),
+ * so one burst more or less moves a 1-second interval's IOPS by 25 %, and
+ * five 1-second rounds see a twentieth of a pass, where the first
+ * fifth of a pass after the fill writes into the OP's free space without
+ * garbage collection at 4 times the rate of what follows.
  *
  * --span SIZE confines every phase (fill, preconditioning, workload) to the
  * first SIZE bytes, as fio's --size; --fresh skips the fill and the
@@ -165,6 +177,22 @@ static double mix_mean(const struct size_mix *m, uint32_t sector)
 	return sum;
 }
 
+/* A round is host I/O of span / STEADY_ROUND_SHARE bytes: STEADY_ROUNDS of
+ * them make a pass over the span. */
+#define STEADY_ROUND_SHARE STEADY_ROUNDS
+
+/* The rounds of a phase: a round closes at the completion that brings the
+ * host I/O to its size, at a later virtual instant than its start (so its
+ * IOPS is finite; one burst of completions closes at most one round). */
+struct rounds {
+	uint64_t bytes;                  /* host I/O per round */
+	uint64_t end_bytes;              /* bench.bytes_done at which the open round closes */
+	uint64_t t0, ops0;               /* the open round's start: time, bench.done_ops */
+	unsigned n;                      /* rounds closed */
+	double iops[STEADY_ROUNDS];      /* round i's IOPS in iops[i % STEADY_ROUNDS] */
+	struct steady rule;              /* over the last STEADY_ROUNDS (n >= STEADY_ROUNDS) */
+};
+
 struct breq {
 	struct ftl_io io;
 	uint64_t t0;
@@ -193,7 +221,45 @@ struct bench {
 	struct lat lat_all, lat_iv;
 	uint64_t done_ops, done_iv;
 	uint64_t failed;
+	struct rounds *rounds;   /* the phase's rounds; NULL: not counted */
+	unsigned halt_rounds;    /* > 0: halt at steady state or after this many rounds */
+	bool halt;               /* run() stops submitting */
 };
+
+static void rounds_start(struct bench *b, struct rounds *r)
+{
+	*r = (struct rounds){ .bytes = b->units * 4096 / STEADY_ROUND_SHARE, .t0 = nand_now(b->dev),
+			      .ops0 = b->done_ops };
+	r->end_bytes = b->bytes_done + r->bytes;
+	b->rounds = r;
+}
+
+/* the last STEADY_ROUNDS rounds' IOPS, oldest first (n >= STEADY_ROUNDS) */
+static void rounds_window(const struct rounds *r, double y[STEADY_ROUNDS])
+{
+	for (unsigned k = 0; k < STEADY_ROUNDS; k++)
+		y[k] = r->iops[(r->n - STEADY_ROUNDS + k) % STEADY_ROUNDS];
+}
+
+/* At each completion: close the open round if it is complete. */
+static void rounds_account(struct bench *b)
+{
+	struct rounds *r = b->rounds;
+	uint64_t now = nand_now(b->dev);
+	if (b->halt || b->bytes_done < r->end_bytes || now <= r->t0)
+		return; /* (halted: the requests still in flight close no round) */
+	r->iops[r->n++ % STEADY_ROUNDS] = (double)(b->done_ops - r->ops0) / ((double)(now - r->t0) / 1e9);
+	r->t0 = now;
+	r->ops0 = b->done_ops;
+	r->end_bytes = b->bytes_done + r->bytes;
+	if (r->n >= STEADY_ROUNDS) {
+		double y[STEADY_ROUNDS];
+		rounds_window(r, y);
+		r->rule = steady_rule(y);
+	}
+	if (b->halt_rounds && (r->rule.reached || r->n >= b->halt_rounds))
+		b->halt = true;
+}
 
 static void breq_done(struct ftl_io *io)
 {
@@ -211,6 +277,8 @@ static void breq_done(struct ftl_io *io)
 	b->done_iv++;
 	b->bytes_done += io->length;
 	b->free_idx[b->nfree++] = r->idx;
+	if (b->rounds)
+		rounds_account(b);
 }
 
 static void submit_one(struct bench *b, enum wl wl)
@@ -265,15 +333,16 @@ static void submit_one(struct bench *b, enum wl wl)
 	ftl_submit(b->f, &r->io);
 }
 
-/* Keep qd requests in flight until ops more have completed or the virtual
- * clock passes until_ns; calls tick at each interval boundary. */
+/* Keep qd requests in flight until ops more have completed, the virtual
+ * clock passes until_ns or the rounds halt (bench.halt); calls tick at each
+ * interval boundary. */
 static void run(struct bench *b, enum wl wl, uint64_t ops, uint64_t until_ns, uint64_t iv_ns,
 		void (*tick)(struct bench *b, uint64_t now), uint64_t *next_tick)
 {
 	uint64_t target = b->done_ops + ops;
 	for (;;) {
 		bool stop = (ops && b->done_ops >= target) ||
-			    (until_ns && nand_now(b->dev) >= until_ns);
+			    (until_ns && nand_now(b->dev) >= until_ns) || b->halt;
 		while (!stop && b->nfree)
 			submit_one(b, wl);
 		ftl_poll(b->f);
@@ -365,13 +434,15 @@ const char bench_help[] =
 	"usage: flashctl bench --preset P [--op PCT] [--sector-size 512|4096]\n"
 	"         [--blocks-per-die N] [--workload randwrite|randread|rw70|seqwrite|seqread|\n"
 	"          fileserver|webserver]\n"
-	"         [--bs SIZE] [--qd N] [--precondition PASSES] [--duration SECONDS]\n"
-	"         [--interval SECONDS] [--seed S] [--hotcold W/S] [--parity-width 0|1]\n"
-	"         [--span SIZE] [--fresh] [--csv FILE] [--json]\n";
+	"         [--bs SIZE] [--qd N] [--precondition PASSES|steady] [--max-rounds N]\n"
+	"         [--duration SECONDS] [--interval SECONDS] [--seed S] [--hotcold W/S]\n"
+	"         [--parity-width 0|1] [--span SIZE] [--fresh] [--csv FILE] [--json]\n";
 
 struct bench_opts {
 	const char *preset, *csv_path;
 	double op, passes, duration, interval; /* op 0: the device's stock */
+	bool steady;                           /* --precondition steady */
+	uint64_t max_rounds;                   /* its cap */
 	uint64_t seed, qd, bpd, bs, span;      /* span 0: the capacity; bs 0: the workload's */
 	uint64_t parity;
 	uint32_t sector;
@@ -411,8 +482,8 @@ static uint64_t bench_uint(const char *name, uint64_t min, uint64_t max, const c
 
 static void bench_parse(struct invocation *inv, int argc, char **argv, struct bench_opts *o)
 {
-	*o = (struct bench_opts){ .passes = 2, .duration = 30, .interval = 1, .seed = 1, .qd = 128,
-				  .sector = 4096, .wl = WL_RANDWRITE };
+	*o = (struct bench_opts){ .passes = 2, .max_rounds = 25, .duration = 30, .interval = 1,
+				  .seed = 1, .qd = 128, .sector = 4096, .wl = WL_RANDWRITE };
 	uint64_t v;
 	static const struct option opts[] = {
 		{ "preset", required_argument, 0, 'p' },
@@ -423,6 +494,7 @@ static void bench_parse(struct invocation *inv, int argc, char **argv, struct be
 		{ "bs", required_argument, 0, 'S' },
 		{ "qd", required_argument, 0, 'q' },
 		{ "precondition", required_argument, 0, 'k' },
+		{ "max-rounds", required_argument, 0, 'R' },
 		{ "duration", required_argument, 0, 'd' },
 		{ "interval", required_argument, 0, 'i' },
 		{ "seed", required_argument, 0, 's' },
@@ -435,7 +507,7 @@ static void bench_parse(struct invocation *inv, int argc, char **argv, struct be
 		{ 0, 0, 0, 0 },
 	};
 	int c;
-	while ((c = verb_getopt(inv, argc, argv, "p:o:b:B:w:S:q:k:d:i:s:c:FH:P:z:f", opts)) != -1) {
+	while ((c = verb_getopt(inv, argc, argv, "p:o:b:B:w:S:q:k:R:d:i:s:c:FH:P:z:f", opts)) != -1) {
 		switch (c) {
 		case 'p': o->preset = optarg; break;
 		case 'o': o->op = bench_double("--op", FTL_MIN_OP_PERCENT, FTL_MAX_OP_PERCENT); break;
@@ -451,7 +523,12 @@ static void bench_parse(struct invocation *inv, int argc, char **argv, struct be
 				bdie("bad --bs '%s': a multiple of 4K up to 32M", optarg);
 			break;
 		case 'q': o->qd = bench_uint("--qd", 1, 4096, ": 1 to 4096"); break;
-		case 'k': o->passes = bench_double("--precondition", 0, 100); break;
+		case 'k':
+			o->steady = !strcmp(optarg, "steady");
+			if (!o->steady)
+				o->passes = bench_double("--precondition", 0, 100);
+			break;
+		case 'R': o->max_rounds = bench_uint("--max-rounds", STEADY_ROUNDS, 100000, ": 5 to 100000"); break;
 		case 'd': o->duration = bench_double("--duration", 0.001, 1e6); break;
 		case 'i': o->interval = bench_double("--interval", 0.001, 1e6); break;
 		case 's': o->seed = bench_uint("--seed", 1, UINT64_MAX, ""); break;
@@ -479,6 +556,11 @@ static void bench_parse(struct invocation *inv, int argc, char **argv, struct be
 	if (o->fresh && o->wl != WL_RANDWRITE && o->wl != WL_SEQWRITE)
 		bdie("--fresh needs a write workload (randwrite, seqwrite): reads of never-written "
 		     "sectors do not touch the NAND; for reads, --span SIZE fills only SIZE");
+	if (o->steady && o->fresh)
+		bdie("--precondition steady and --fresh: --fresh skips the preconditioning");
+	if (o->steady && (o->wl == WL_SEQWRITE || o->wl == WL_SEQREAD))
+		bdie("--precondition steady preconditions with random writes: the sequential "
+		     "workloads are preconditioned by the fill alone");
 	if (!o->bs)
 		o->bs = (o->wl == WL_SEQWRITE || o->wl == WL_SEQREAD) ? 2u << 20 : 4096;
 }
@@ -540,8 +622,11 @@ static void bench_setup(struct bench *b, const struct bench_opts *o)
 		SIZE_TEXT((double)b->units * 4096), o->fresh ? ", fresh" : "");
 }
 
-/* Fill sequentially, then random writes to steady state (unless --fresh). */
-static void bench_precondition(struct bench *b, const struct bench_opts *o, uint64_t iv_ns)
+/* Fill sequentially, then random writes to steady state (unless --fresh):
+ * PASSES x the span, or (--precondition steady) rounds until the rule holds
+ * or max_rounds, counted in *pre_rounds.  Returns the passes of random writes. */
+static double bench_precondition(struct bench *b, const struct bench_opts *o, uint64_t iv_ns,
+				 struct rounds *pre_rounds)
 {
 	double t0 = (double)nand_now_ns();
 	uint32_t save_bs = b->bs;
@@ -550,24 +635,98 @@ static void bench_precondition(struct bench *b, const struct bench_opts *o, uint
 		run(b, WL_SEQWRITE, b->units * 4096 / b->bs, 0, 0, NULL, NULL);
 	b->bs = save_bs;
 	enum wl pre = (o->wl == WL_SEQWRITE || o->wl == WL_SEQREAD) ? WL_SEQWRITE : WL_RANDWRITE;
-	/* (run() with no op count and no deadline would never stop) */
-	if (!o->fresh && pre == WL_RANDWRITE && o->passes > 0) {
+	uint64_t bytes0 = b->bytes_done;
+	/* (run() with no op count and no deadline would never stop: the
+	 * rounds halt it, at max_rounds at the latest) */
+	if (!o->fresh && pre == WL_RANDWRITE && (o->passes > 0 || o->steady)) {
 		b->bs = 4096;
 		iv_prev = take(b, nand_now(b->dev));
 		memset(&b->lat_iv, 0, sizeof b->lat_iv);
 		uint64_t pre_tick = nand_now(b->dev) + iv_ns;
-		run(b, WL_RANDWRITE, (uint64_t)(o->passes * (double)b->units), 0, iv_ns,
+		if (o->steady) {
+			rounds_start(b, pre_rounds);
+			b->halt_rounds = (unsigned)o->max_rounds;
+		}
+		run(b, WL_RANDWRITE, o->steady ? 0 : (uint64_t)(o->passes * (double)b->units), 0, iv_ns,
 		    csv ? tick : NULL, &pre_tick);
+		b->rounds = NULL;
+		b->halt_rounds = 0;
+		b->halt = false;
 		b->bs = save_bs;
 	}
+	double passes = (double)(b->bytes_done - bytes0) / ((double)b->units * 4096);
+	if (o->steady)
+		fprintf(stderr, "bench: preconditioned to steady state: %u rounds, %.2f passes, %s\n",
+			pre_rounds->n, passes, pre_rounds->rule.reached ? "reached" : "NOT reached");
 	fprintf(stderr, "bench: preconditioned in %.0f s of CPU, %.1f s virtual\n",
 		((double)nand_now_ns() - t0) / 1e9, (double)nand_now(b->dev) / 1e9);
+	return passes;
+}
+
+/* What the rule says of the rounds r, the text after "steady state: ". */
+static void steady_text(char *out, size_t len, const struct rounds *r)
+{
+	if (r->n < STEADY_ROUNDS) {
+		snprintf(out, len, "NOT reached (%u round%s, the rule needs %d; a round is %s of host "
+			 "I/O, a fifth of the span)", r->n, r->n == 1 ? "" : "s", STEADY_ROUNDS,
+			 SIZE_TEXT((double)r->bytes));
+		return;
+	}
+	const struct steady *st = &r->rule;
+	unsigned first = r->n - STEADY_ROUNDS + 1;
+	if (st->reached) {
+		snprintf(out, len, "reached (rounds %u-%u: mean %.0f IOPS, excursion %.1f %%, slope %.1f %%)",
+			 first, r->n, st->mean, st->excursion_pct, st->slope_pct);
+		return;
+	}
+	double y[STEADY_ROUNDS];
+	rounds_window(r, y);
+	char ys[STEADY_ROUNDS * 24] = "";
+	for (int k = 0; k < STEADY_ROUNDS; k++)
+		snprintf(ys + strlen(ys), sizeof ys - strlen(ys), "%s%.0f", k ? " " : "", y[k]);
+	bool exc = !(st->excursion_pct <= STEADY_EXCURSION_PCT);
+	bool slope = !(fabs(st->slope_pct) <= STEADY_SLOPE_PCT);
+	snprintf(out, len, "NOT reached (rounds %u-%u: %s IOPS, mean %.0f, excursion %.1f %%, slope "
+		 "%.1f %%: %s%s%s)", first, r->n, ys, st->mean, st->excursion_pct, st->slope_pct,
+		 exc ? "excursion above 20 %" : "", exc && slope ? ", " : "",
+		 slope ? "slope beyond 10 %" : st->mean > 0 ? "" : "no requests");
+}
+
+/* The rounds r as JSON members "PREFIX_state" ... (no braces, no comma
+ * after the last); r NULL: none counted, every member null */
+static void steady_json(const char *prefix, const struct rounds *r)
+{
+	if (!r) {
+		printf("\"%s_state\": null, \"%s_rounds\": null", prefix, prefix);
+		printf(", \"%s_first_round\": null, \"%s_round_iops\": null, \"%s_mean_iops\": null, "
+		       "\"%s_excursion_pct\": null, \"%s_slope_pct\": null", prefix, prefix, prefix,
+		       prefix, prefix);
+		return;
+	}
+	printf("\"%s_state\": %s, \"%s_rounds\": %u", prefix,
+	       r->n >= STEADY_ROUNDS && r->rule.reached ? "true" : "false", prefix, r->n);
+	if (r->n < STEADY_ROUNDS) {
+		printf(", \"%s_first_round\": null, \"%s_round_iops\": null, \"%s_mean_iops\": null, "
+		       "\"%s_excursion_pct\": null, \"%s_slope_pct\": null", prefix, prefix, prefix,
+		       prefix, prefix);
+		return;
+	}
+	double y[STEADY_ROUNDS];
+	rounds_window(r, y);
+	printf(", \"%s_first_round\": %u, \"%s_round_iops\": [", prefix, r->n - STEADY_ROUNDS + 1,
+	       prefix);
+	for (int k = 0; k < STEADY_ROUNDS; k++)
+		printf("%s%.0f", k ? ", " : "", y[k]);
+	printf("], \"%s_mean_iops\": %.0f, \"%s_excursion_pct\": %.2f, \"%s_slope_pct\": %.2f",
+	       prefix, r->rule.mean, prefix, r->rule.excursion_pct, prefix, r->rule.slope_pct);
 }
 
 /* The measured window s0..s1 (bytes: what it transferred) against the
- * physical bound for its WA (the formulas at the top of this file). */
+ * physical bound for its WA (the formulas at the top of this file), after
+ * pre_passes of preconditioning (pre: its rounds, NULL if not counted). */
 static void bench_report(const struct bench *b, const struct bench_opts *o, const struct snap *s0,
-			 const struct snap *s1, uint64_t bytes)
+			 const struct snap *s1, uint64_t bytes, const struct rounds *measured,
+			 double pre_passes, const struct rounds *pre)
 {
 	const struct nand_geometry *g = &b->dev->geo;
 	const struct nand_preset *pr = nand_preset_find(o->preset);
@@ -617,16 +776,21 @@ static void bench_report(const struct bench *b, const struct bench_opts *o, cons
 		       "\"interval_iops_min\": %.0f, \"interval_iops_max\": %.0f, "
 		       "\"write_amplification\": %.3f, \"die_util_pct\": %.1f, "
 		       "\"bound_die_iops\": %.0f, \"bound_channel_iops\": %.0f, \"bound_iops\": %.0f, "
-		       "\"share_of_bound\": %.3f, \"bound_brief_iops\": %.0f, \"failed\": %" PRIu64 "}\n",
+		       "\"share_of_bound\": %.3f, \"bound_brief_iops\": %.0f, \"failed\": %" PRIu64 ", "
+		       "\"round_bytes\": %" PRIu64 ", ",
 		       o->preset, nand_dies(g), g->blocks_per_die, b->info.capacity, o->sector,
 		       b->info.op_percent, b->info.parity_width, wl_name(wl), b->bs, o->qd, b->units * 4096,
-		       o->fresh ? "true" : "false", o->fresh ? 0 : o->passes, secs, iops,
+		       o->fresh ? "true" : "false", o->fresh ? 0 : o->steady ? pre_passes : o->passes, secs, iops,
 		       mb_s,
 		       lat_mean(&b->lat_all) / 1e6, lat_sd(&b->lat_all) / 1e6,
 		       (double)lat_pct(&b->lat_all, 0.99) / 1e6, (double)b->lat_all.max / 1e6,
 		       iv_sd_max / 1e6, iv_iops_min, iv_iops_max, wa, 100 * util, die_bound,
 		       isinf(chan_bound) ? -1.0 : chan_bound, bound, bound > 0 ? iops / bound : 0,
-		       brief_bound, b->failed);
+		       brief_bound, b->failed, measured->bytes);
+		steady_json("steady", measured);
+		printf(", \"precondition_until_steady\": %s, ", o->steady ? "true" : "false");
+		steady_json("precondition_steady", pre);
+		printf("}\n");
 		return;
 	}
 	printf("%s, %.1f%% OP, %u-byte sectors, %s %u B at QD%" PRIu64 " over %s%s, %.1f s "
@@ -648,6 +812,14 @@ static void bench_report(const struct bench *b, const struct bench_opts *o, cons
 	       (double)(s1->busy - s0->busy) / 1e3 / ops, die_time * 1e6);
 	if (b->failed)
 		printf("  %" PRIu64 " requests failed\n", b->failed);
+	char line[512];
+	if (pre) {
+		steady_text(line, sizeof line, pre);
+		printf("  preconditioning to steady state: %u rounds%s, %.2f passes: %s\n", pre->n,
+		       !pre->rule.reached && pre->n >= o->max_rounds ? " (the cap)" : "", pre_passes, line);
+	}
+	steady_text(line, sizeof line, measured);
+	printf("  steady state: %s\n", line);
 }
 
 int cmd_bench(struct invocation *inv, int argc, char **argv)
@@ -663,7 +835,8 @@ int cmd_bench(struct invocation *inv, int argc, char **argv)
 		fprintf(csv, "phase,t_s,iops,lat_mean_ms,lat_sd_ms,lat_p99_ms,lat_max_ms,wa,die_util_pct,checkpoints\n");
 	}
 	uint64_t iv_ns = (uint64_t)(o.interval * 1e9);
-	bench_precondition(&b, &o, iv_ns);
+	struct rounds pre;
+	double pre_passes = bench_precondition(&b, &o, iv_ns, &pre);
 
 	/* measure */
 	uint64_t start = nand_now(b.dev);
@@ -672,13 +845,17 @@ int cmd_bench(struct invocation *inv, int argc, char **argv)
 	iv_prev = s0;
 	memset(&b.lat_iv, 0, sizeof b.lat_iv);
 	b.measuring = true;
+	struct rounds measured;
+	rounds_start(&b, &measured);
 	uint64_t next_tick = start + iv_ns;
 	run(&b, o.wl, 0, start + (uint64_t)(o.duration * 1e9), iv_ns, tick, &next_tick);
 	b.measuring = false;
+	b.rounds = NULL;
 	struct snap s1 = take(&b, nand_now(b.dev));
 	if (csv)
 		fclose(csv);
-	bench_report(&b, &o, &s0, &s1, b.bytes_done - s0_bytes);
+	bench_report(&b, &o, &s0, &s1, b.bytes_done - s0_bytes, &measured, pre_passes,
+		     o.steady ? &pre : NULL);
 	ftl_close(b.f);
 	nand_close(b.dev);
 	return 0;

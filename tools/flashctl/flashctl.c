@@ -132,7 +132,7 @@ static const struct verb verbs[] = {
 	  NULL, cmd_simulate },
 	{ "bench", false, COMMON_JSON,
 	  "bench --preset P [--op PCT] [--workload randwrite|randread|rw70|seqwrite|seqread]\n"
-	  "           [--qd N] [--precondition PASSES] [--duration S] [--csv FILE] [--json] ...\n"
+	  "           [--qd N] [--precondition PASSES|steady] [--duration S] [--csv FILE] [--json] ...\n"
 	  "      the reviewers' protocol on the simulator's virtual clock (full-size devices\n"
 	  "      fit: only page metadata is kept); prints IOPS, latency, WA and the physical bound\n",
 	  bench_help, cmd_bench },

@@ -16,6 +16,7 @@
  *                 recover, locate
  *   simulate.c    simulate and presets: the FTL alone on a simulated device
  *   bench.c       bench: the reviewers' protocol on the virtual clock
+ *   steady.c      the SNIA PTS-E steady-state rule (bench's rounds)
  * Errors end the process (die): flashctl runs one verb and exits.
  */
 #ifndef FLASHCTL_H
@@ -111,6 +112,22 @@ bool json_string(const char *json, const char *key, char *out, size_t len);
 /* The JSON string at *p (its opening quote) into out, unescaped; *p moves
  * past it.  false if *p is not at a string. */
 bool json_read_str(const char **p, char *out, size_t len);
+
+/* ---- steady state (steady.c): the SNIA PTS-E rule -------------------------- */
+
+#define STEADY_ROUNDS        5  /* the measurement window, in rounds */
+#define STEADY_EXCURSION_PCT 20 /* max - min within this share of the mean */
+#define STEADY_SLOPE_PCT     10 /* |slope| x (rounds - 1) within this share of it */
+
+struct steady {
+	double mean;          /* of the window's values */
+	double excursion_pct; /* (max - min) / mean, in percent */
+	double slope_pct;     /* least-squares slope x (STEADY_ROUNDS - 1) / mean, in
+			       * percent, signed: negative when falling */
+	bool reached;         /* both within their limits (a mean of 0: never) */
+};
+/* The rule over y[0 .. STEADY_ROUNDS - 1], the window's values oldest first. */
+struct steady steady_rule(const double y[STEADY_ROUNDS]);
 
 /* ---- the verbs ------------------------------------------------------------ */
 
