@@ -643,13 +643,8 @@ void sim_free(struct sim *s)
 	if (s->ram)
 		munmap(s->ram, s->ram_len);
 	if (s->kept) {
-		for (uint32_t b = 0; b < nand_blocks(&s->dev.geo); b++) {
-			if (!s->kept[b])
-				continue;
-			for (uint32_t p = 0; p < s->dev.geo.pages_per_block; p++)
-				free(s->kept[b][p]);
-			free(s->kept[b]);
-		}
+		for (uint32_t b = 0; b < nand_blocks(&s->dev.geo); b++)
+			kept_drop_block(s, b);
 		free(s->kept);
 	}
 	free(s->dies);
