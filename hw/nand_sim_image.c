@@ -317,7 +317,9 @@ static int ram_open(struct sim *s, const struct nand_sim_config *cfg, const stru
 		s->metadata_only = true;
 		s->meta_keep = cfg->meta_spare_bytes;
 		s->meta_chunks = nchunks;
-		s->meta_slot = (nchunks * (s->meta_keep + 4) + 7) & ~7u;
+		/* packed: rounding 44 bytes up to 48 cost 4 bytes a page (the
+		 * slots are read and written with memcpy, unaligned) */
+		s->meta_slot = nchunks * (s->meta_keep + 4);
 		s->slot_size = s->meta_slot;
 		s->kept = calloc(nand_blocks(&s->dev.geo), sizeof *s->kept);
 		if (!s->kept)
