@@ -322,8 +322,13 @@ static int ram_open(struct sim *s, const struct nand_sim_config *cfg, const stru
 		s->meta_slot = nchunks * (s->meta_keep + 4);
 		s->slot_size = s->meta_slot;
 		s->kept = calloc(nand_blocks(&s->dev.geo), sizeof *s->kept);
-		if (!s->kept)
+		uint8_t *zeros = calloc(1, chunk);
+		if (!s->kept || !zeros) {
+			free(zeros);
 			return -ENOMEM;
+		}
+		s->meta_zero_crc = crc32c(0, zeros, chunk - 4);
+		free(zeros);
 	}
 	s->hdr = calloc(1, sizeof(struct sim_header) +
 			      (size_t)nand_blocks(&s->dev.geo) * sizeof(struct sim_block));

@@ -184,6 +184,9 @@ struct sim {
 	bool metadata_only;
 	uint32_t meta_keep, meta_slot;
 	uint32_t meta_chunks;         /* chunks per page (metadata only) */
+	uint32_t meta_zero_crc;       /* crc32c of a chunk's zeros before its
+	                               * tail: a read delivers zeros and the
+	                               * tail that makes the chunk's CRC */
 	struct sim_kept **kept;       /* metadata only: [block] its
 	                               * NAND_OPF_META pages (8 bytes a block) */
 	uint64_t busy_ns;             /* die time of every scheduled op */
