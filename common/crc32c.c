@@ -305,16 +305,21 @@ uint32_t crc32c_bytewise(uint32_t crc, const void *buf, size_t len)
 	return ~crc_raw_sw(~crc, buf, len);
 }
 
-void crc32c_forge_tail(void *buf, size_t len, uint32_t target)
+uint32_t crc32c_tail(uint32_t head, uint32_t target)
 {
-	uint8_t *p = buf;
 	/* the raw register before the last 4 bytes, and the one wanted after */
-	uint32_t r = ~crc32c(0, p, len - 4), want = ~target;
+	uint32_t r = ~head, want = ~target;
 	/* undo 32 register steps: a step shifts right and xors the polynomial
 	 * if the bit shifted out was 1; the polynomial's top bit tells which */
 	for (int i = 0; i < 32; i++)
 		want = (want & 0x80000000u) ? ((want ^ CRC_POLY) << 1) | 1 : want << 1;
-	uint32_t b = want ^ r;
+	return want ^ r;
+}
+
+void crc32c_forge_tail(void *buf, size_t len, uint32_t target)
+{
+	uint8_t *p = buf;
+	uint32_t b = crc32c_tail(crc32c(0, p, len - 4), target);
 	for (int i = 0; i < 4; i++)
 		p[len - 4 + i] = (uint8_t)(b >> (8 * i));
 }

@@ -26,5 +26,9 @@ uint32_t crc32c_bytewise(uint32_t crc, const void *buf, size_t len);
  * target: CRC32C is linear and the last 4 bytes' step is invertible.  For
  * media that keep a page's checksum but not its bytes (benchmarks). */
 void crc32c_forge_tail(void *buf, size_t len, uint32_t target);
+/* The same when the bytes before the tail are known by their crc32c, head:
+ * the 4 tail bytes, as a little-endian word.  (Media that deliver the same
+ * bytes before every tail sum them once.) */
+uint32_t crc32c_tail(uint32_t head, uint32_t target);
 
 #endif

@@ -98,9 +98,10 @@ struct nand_sim_config {
 	/* RAM only: keep each page's first meta_spare_bytes spare bytes and
 	 * the CRC32C of its data, not the data (the rest of the spare reads
 	 * 0xFF; data reads return zeros whose last 4 bytes make that CRC):
-	 * for timing studies of full-size devices, 56 bytes per page instead
-	 * of 4 KiB.  What is read back is not what was written, except for
-	 * pages programmed with NAND_OPF_META, which are kept whole.
+	 * for timing studies of full-size devices, meta_spare_bytes + 4 bytes
+	 * per page (per chunk) instead of 4 KiB.  What is read back is not
+	 * what was written, except for pages programmed with NAND_OPF_META,
+	 * which are kept whole (less the run of their last byte at the end).
 	 * meta_chunk_bytes (0: the page): the page is kept in chunks of that
 	 * many data bytes, each with a CRC and the first meta_spare_bytes of
 	 * its share of the spare (an FTL's 4 KiB units in a larger page). */

@@ -317,11 +317,18 @@ static int ram_open(struct sim *s, const struct nand_sim_config *cfg, const stru
 		s->metadata_only = true;
 		s->meta_keep = cfg->meta_spare_bytes;
 		s->meta_chunks = nchunks;
-		s->meta_slot = (nchunks * (s->meta_keep + 4) + 7) & ~7u;
+		/* packed: rounding 44 bytes up to 48 cost 4 bytes a page (the
+		 * slots are read and written with memcpy, unaligned) */
+		s->meta_slot = nchunks * (s->meta_keep + 4);
 		s->slot_size = s->meta_slot;
 		s->kept = calloc(nand_blocks(&s->dev.geo), sizeof *s->kept);
-		if (!s->kept)
+		uint8_t *zeros = calloc(1, chunk);
+		if (!s->kept || !zeros) {
+			free(zeros);
 			return -ENOMEM;
+		}
+		s->meta_zero_crc = crc32c(0, zeros, chunk - 4);
+		free(zeros);
 	}
 	s->hdr = calloc(1, sizeof(struct sim_header) +
 			      (size_t)nand_blocks(&s->dev.geo) * sizeof(struct sim_block));
@@ -643,13 +650,8 @@ void sim_free(struct sim *s)
 	if (s->ram)
 		munmap(s->ram, s->ram_len);
 	if (s->kept) {
-		for (uint32_t b = 0; b < nand_blocks(&s->dev.geo); b++) {
-			if (!s->kept[b])
-				continue;
-			for (uint32_t p = 0; p < s->dev.geo.pages_per_block; p++)
-				free(s->kept[b][p]);
-			free(s->kept[b]);
-		}
+		for (uint32_t b = 0; b < nand_blocks(&s->dev.geo); b++)
+			kept_drop_block(s, b);
 		free(s->kept);
 	}
 	free(s->dies);

@@ -123,6 +123,20 @@ struct page_err {
 	enum nand_status st;
 };
 
+/* A page programmed with NAND_OPF_META on metadata-only media, kept whole
+ * but for its last bytes that repeat its last byte (a page of records is
+ * mostly padding: a footer of 128 entries fills half of its 4 KiB): malloc'd
+ * at its program, freed at its block's erase; a block's few such pages are
+ * a list (a table of page_per_block pointers cost 8 bytes per page of
+ * every block that has one). */
+struct sim_kept {
+	struct sim_kept *next;        /* the block's other kept pages */
+	uint32_t page;
+	uint32_t len;                 /* data bytes kept; the rest are fill */
+	uint8_t fill;
+	uint8_t data[];
+};
+
 /* Error model state of one block (memory only). */
 struct em_block {
 	uint64_t t_first, t_last;     /* first / last program since erase (em clock) */
@@ -170,8 +184,11 @@ struct sim {
 	bool metadata_only;
 	uint32_t meta_keep, meta_slot;
 	uint32_t meta_chunks;         /* chunks per page (metadata only) */
-	uint8_t ***kept;              /* metadata only: [block][page] data of
-	                               * NAND_OPF_META pages, NULL if none */
+	uint32_t meta_zero_crc;       /* crc32c of a chunk's zeros before its
+	                               * tail: a read delivers zeros and the
+	                               * tail that makes the chunk's CRC */
+	struct sim_kept **kept;       /* metadata only: [block] its
+	                               * NAND_OPF_META pages (8 bytes a block) */
 	uint64_t busy_ns;             /* die time of every scheduled op */
 	uint64_t data_off, slot_size;
 	/* timing model: dies, channels, and the dies whose phase ends next */
@@ -267,6 +284,8 @@ enum nand_status media_read(struct sim *s, struct nand_op *op);
 enum nand_status media_program(struct sim *s, struct nand_op *op, bool interrupted);
 enum nand_status media_erase(struct sim *s, struct nand_op *op, bool interrupted);
 void media_fence(void);
+/* Free what metadata-only media keep of block b's NAND_OPF_META pages. */
+void kept_drop_block(struct sim *s, uint32_t b);
 
 /* ---- hw/nand_sim_timing.c: clock, timing and thermal models ------------- */
 

@@ -89,6 +89,43 @@ static void fill_garbage(struct sim *s, struct nand_op *op)
 		}
 }
 
+/* Metadata-only media: what is kept of page `page` of block b, or NULL. */
+static const struct sim_kept *kept_find(const struct sim *s, uint32_t b, uint32_t page)
+{
+	const struct sim_kept *k = s->kept[b];
+	while (k && k->page != page)
+		k = k->next;
+	return k;
+}
+
+/* Metadata-only media: keep page op->page of op->block whole (see struct
+ * sim_kept); false if out of memory. */
+static bool kept_add(struct sim *s, const struct nand_op *op)
+{
+	uint32_t len = s->dev.geo.page_size;
+	const uint8_t *d = op->data;
+	uint8_t fill = d[len - 1];
+	while (len && d[len - 1] == fill)
+		len--;
+	struct sim_kept *k = malloc(sizeof *k + len);
+	if (!k)
+		return false;
+	*k = (struct sim_kept){ .next = s->kept[op->block], .page = op->page, .len = len,
+				.fill = fill };
+	memcpy(k->data, d, len);
+	s->kept[op->block] = k;
+	return true;
+}
+
+void kept_drop_block(struct sim *s, uint32_t b)
+{
+	for (struct sim_kept *k = s->kept[b], *next; k; k = next) {
+		next = k->next;
+		free(k);
+	}
+	s->kept[b] = NULL;
+}
+
 /* Reads with NAND_OPF_DATA_CRC: the common one (a programmed page of RAM
  * media or a mapped image) sums the data in its copy (crc32c_copy); the
  * others - erased pages, metadata_only - sum what they delivered after. */
@@ -121,26 +158,31 @@ enum nand_status media_read(struct sim *s, struct nand_op *op)
 	}
 	if (s->metadata_only) {
 		const uint8_t *m = s->ram + ppa * s->meta_slot;
-		const uint8_t *whole = s->kept[op->block] ? s->kept[op->block][op->page] : NULL;
+		const struct sim_kept *whole = kept_find(s, op->block, op->page);
 		uint32_t n = s->meta_chunks, chunk = g->page_size / n, share = g->spare_size / n;
-		if (op->data && whole)
-			memcpy(op->data, whole, g->page_size);
-		else if (op->data)
+		if (op->data && whole) {
+			memcpy(op->data, whole->data, whole->len);
+			memset((uint8_t *)op->data + whole->len, whole->fill, g->page_size - whole->len);
+		} else if (op->data)
 			memset(op->data, 0, g->page_size);
 		if (op->spare)
 			memset(op->spare, 0xFF, g->spare_size);
+		uint32_t crc = 0;
 		for (uint32_t c = 0; c < n; c++) {
 			const uint8_t *mc = m + (size_t)c * (s->meta_keep + 4);
+			memcpy(&crc, mc + s->meta_keep, 4);
 			if (op->data && !whole) {
-				uint32_t crc;
-				memcpy(&crc, mc + s->meta_keep, 4);
-				crc32c_forge_tail((uint8_t *)op->data + (size_t)c * chunk, chunk, crc);
+				uint32_t tail = crc32c_tail(s->meta_zero_crc, crc);
+				memcpy((uint8_t *)op->data + (size_t)(c + 1) * chunk - 4, &tail, 4);
 			}
 			if (op->spare)
 				memcpy((uint8_t *)op->spare + (size_t)c * share, mc, s->meta_keep);
 		}
+		/* one chunk of zeros and its tail has its kept CRC by making:
+		 * a read costs a memset, no pass of the CRC over the page
+		 * (forging the tail and summing the result were two) */
 		if (want_crc)
-			op->data_crc = crc32c(0, op->data, g->page_size);
+			op->data_crc = n == 1 && !whole ? crc : crc32c(0, op->data, g->page_size);
 	} else {
 		const uint8_t *src = ram_slot(s, ppa);
 		if (want_crc)
@@ -207,15 +249,8 @@ enum nand_status media_program(struct sim *s, struct nand_op *op, bool interrupt
 	if (s->metadata_only) {
 		uint8_t *m = s->ram + ppa * s->meta_slot;
 		uint32_t crc = s->meta_chunks == 1 ? crc32c(0, op->data, g->page_size) : 0;
-		if (op->flags & NAND_OPF_META) {
-			if (!s->kept[op->block])
-				s->kept[op->block] = calloc(g->pages_per_block, sizeof(uint8_t *));
-			uint8_t *copy = s->kept[op->block] ? malloc(g->page_size) : NULL;
-			if (!copy)
-				return NAND_PROGRAM_FAILED; /* out of memory: nothing kept */
-			memcpy(copy, op->data, g->page_size);
-			s->kept[op->block][op->page] = copy;
-		}
+		if ((op->flags & NAND_OPF_META) && !kept_add(s, op))
+			return NAND_PROGRAM_FAILED; /* out of memory: nothing kept */
 		uint32_t n = s->meta_chunks, chunk = g->page_size / n, share = g->spare_size / n;
 		for (uint32_t c = 0; c < n; c++) {
 			uint8_t *mc = m + (size_t)c * (s->meta_keep + 4);
@@ -311,12 +346,8 @@ enum nand_status media_erase(struct sim *s, struct nand_op *op, bool interrupted
 	if (die_failed(s, op->block) || (b.flags & SB_FAIL_ERASE))
 		return NAND_ERASE_FAILED;
 	bool had_pages = b.wp != 0 || (b.flags & SB_ERASE_TORN);
-	if (s->metadata_only && s->kept[op->block]) {
-		for (uint32_t p = 0; p < s->dev.geo.pages_per_block; p++)
-			free(s->kept[op->block][p]);
-		free(s->kept[op->block]);
-		s->kept[op->block] = NULL;
-	}
+	if (s->metadata_only)
+		kept_drop_block(s, op->block);
 	b.wp = 0;
 	b.torn_page = SIM_NO_PAGE;
 	b.flags &= (uint8_t)~SB_ERASE_TORN;

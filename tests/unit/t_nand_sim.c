@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/crc32c.h"
+#include "common/xorshift.h"
 #include "hw/nand_sim.h"
 #include "tests/unit/t.h"
 
@@ -906,6 +907,78 @@ static void metadata_chunks(void)
 	nand_close(d);
 }
 
+/* program page p of block b with NAND_OPF_META */
+static enum nand_status program_meta(struct nand_dev *d, uint32_t b, uint32_t p, void *data,
+				     void *spare)
+{
+	bool done = false;
+	struct nand_op op = { .type = NAND_OP_PROGRAM, .flags = NAND_OPF_META, .block = b, .page = p,
+			      .data = data, .spare = spare, .done = t_done, .priv = &done };
+	CHECK_EQ(nand_submit(d, &op), 0);
+	while (!done) {
+		nand_wait_until(d, nand_next_due(d));
+		nand_poll(d, nand_now(d));
+	}
+	return op.status;
+}
+
+/*
+ * Metadata-only media keep NAND_OPF_META pages whole, without the run of
+ * their last byte at the end: every such page reads back byte for byte
+ * (one of records and padding, one all one byte, one whose last byte
+ * differs, one of noise), several of a block, until the block's erase.
+ */
+static void metadata_kept(void)
+{
+	char err[256];
+	struct nand_dev *d;
+	struct nand_sim_config cfg = { .preset = "test-64m", .metadata_only = true,
+				       .meta_spare_bytes = 40, .meta_chunk_bytes = 4096 };
+	CHECK_RC(nand_sim_open(&cfg, &d, err, sizeof err));
+	uint32_t ps = d->geo.page_size;
+	enum { NP = 4 };
+	uint8_t *pages = malloc((size_t)NP * ps), *rd = malloc(ps);
+	uint8_t *spare = malloc(d->geo.spare_size), *rs = malloc(d->geo.spare_size);
+	memset(pages, 0, (size_t)NP * ps);
+	uint64_t x = 7;
+	for (uint32_t i = 0; i < 2072; i++)
+		pages[i] = (uint8_t)xorshift64s(&x);          /* records, then zeros */
+	memset(pages + ps, 0xFF, ps);                         /* one byte throughout */
+	memset(pages + 2 * ps, 0xAB, ps);
+	pages[3 * ps - 1] = 0xAC;                             /* the last byte differs */
+	for (uint32_t i = 0; i < ps; i++)
+		pages[3 * ps + i] = (uint8_t)xorshift64s(&x); /* noise */
+	memset(spare, 0x11, d->geo.spare_size);
+	uint32_t b = 3;
+	for (uint32_t p = 0; p < 2 * NP; p++)
+		CHECK_EQ(p % 2 ? program_meta(d, b, p, pages + (size_t)(p / 2) * ps, spare) :
+				 run(d, NAND_OP_PROGRAM, b, p, pages + (size_t)(p / 2) * ps, spare),
+			 NAND_OK);
+	for (uint32_t p = 1; p < 2 * NP; p += 2) {
+		memset(rd, 0x5A, ps);
+		CHECK_EQ(run(d, NAND_OP_READ, b, p, rd, rs), NAND_OK);
+		CHECK(memcmp(rd, pages + (size_t)(p / 2) * ps, ps) == 0);
+		CHECK(memcmp(rs, spare, 40) == 0);
+	}
+	/* a page without the flag keeps its CRC only */
+	CHECK_EQ(run(d, NAND_OP_READ, b, 6, rd, rs), NAND_OK);
+	CHECK_EQ(crc32c(0, rd, ps), crc32c(0, pages + 3 * (size_t)ps, ps));
+	CHECK(memcmp(rd, pages + 3 * (size_t)ps, ps) != 0);
+	CHECK_EQ(run(d, NAND_OP_ERASE, b, 0, NULL, NULL), NAND_OK);
+	CHECK_EQ(run(d, NAND_OP_READ, b, 1, rd, rs), NAND_OK);
+	for (uint32_t i = 0; i < ps; i++)
+		CHECK(rd[i] == 0xFF);
+	CHECK_EQ(program_meta(d, b, 0, pages + 3 * (size_t)ps, spare), NAND_OK);
+	CHECK_EQ(run(d, NAND_OP_READ, b, 0, rd, rs), NAND_OK);
+	CHECK(memcmp(rd, pages + 3 * (size_t)ps, ps) == 0);
+	printf("metadata-only: %d kept pages of a block read back whole, erased with it\n", NP);
+	free(pages);
+	free(rd);
+	free(spare);
+	free(rs);
+	nand_close(d); /* frees the block's kept page (ASan: no leak) */
+}
+
 static void thermal(void)
 {
 	struct nand_sim_config cfg = { .preset = "test-64m", .timing = true, .virtual_time = true };
@@ -1034,6 +1107,7 @@ int main(void)
 	em_grown_bad();
 	thermal();
 	metadata_chunks();
+	metadata_kept();
 	printf("ok\n");
 	return 0;
 }

@@ -8,8 +8,10 @@
  *                  [--duration SECONDS] [--interval SECONDS] [--seed S] [--hotcold W/S]
  *                  [--parity-width 0|1] [--span SIZE] [--fresh] [--csv FILE] [--json]
  *
- * The medium keeps only page metadata (hw/nand.h: metadata_only), so a
- * full-size ioDimm fits in memory (56 bytes per page), and its timing model
+ * The medium keeps only page metadata (hw/nand_sim.h: metadata_only): with
+ * the FTL, about 74 bytes per NAND page (44 of kept spare and CRC, ~17 of
+ * footer and ~7 of checkpoint pages kept whole, ~3 of the FTL's map), 7.3
+ * GiB for the full iodimm-mlc-320 instead of 400 GiB, and its timing model
  * runs on a virtual clock that jumps to the next completion whenever
  * nothing can proceed: simulated seconds cost CPU only for the work the FTL
  * does, not for waiting.  The FTL has unlimited CPU in this model: what is
