@@ -295,9 +295,13 @@ ifneq ($(filter %/nbdkit-flashd-plugin.so,$(PROGS)),)
 	install -D -m 0644 $(BUILD)/nbdkit-flashd-plugin.so $(DESTDIR)$(NBDKIT_PLUGINDIR)/nbdkit-flashd-plugin.so
 	install -D -m 0644 $(BUILD)/man/nbdkit-flashd-plugin.1 $(DESTDIR)$(MANDIR)/man1/nbdkit-flashd-plugin.1
 endif
-	@# the unit with ExecStart's path for this PREFIX (made here: it depends on SBINDIR)
-	sed 's|/usr/sbin/flashd|$(SBINDIR)/flashd|g' deploy/flashd.service >$(BUILD)/flashd.service
-	install -D -m 0644 $(BUILD)/flashd.service $(DESTDIR)$(SYSTEMDUNITDIR)/flashd.service
+	@# the unit with ExecStart's path for this PREFIX (made here: it depends on
+	@# SBINDIR), written straight into DESTDIR: install writes nothing in the
+	@# tree, so installs into two DESTDIRs can run at once (test-drbd's nodes)
+	install -d $(DESTDIR)$(SYSTEMDUNITDIR)
+	sed 's|/usr/sbin/flashd|$(SBINDIR)/flashd|g' deploy/flashd.service \
+		>$(DESTDIR)$(SYSTEMDUNITDIR)/flashd.service
+	chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/flashd.service
 	install -D -m 0644 $(BUILD)/man/flashd.8 $(DESTDIR)$(MANDIR)/man8/flashd.8
 	install -D -m 0644 $(BUILD)/man/flashctl.8 $(DESTDIR)$(MANDIR)/man8/flashctl.8
 	install -D -m 0644 $(BUILD)/man/flashd.conf.5 $(DESTDIR)$(MANDIR)/man5/flashd.conf.5

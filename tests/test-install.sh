@@ -4,7 +4,7 @@
 #   1. make install DESTDIR=$T/root PREFIX=/usr: every file where it belongs
 #      (the tcmu-runner handler where Debian's tcmu-runner looks, the nbdkit
 #      plugin in nbdkit --dump-config's plugindir), with its mode, and
-#      nothing else;
+#      nothing else; nothing written outside DESTDIR;
 #   2. each man page renders with `man -l` without a warning (and groff -ww
 #      is silent), and names every option of the installed flashd --help,
 #      every verb and option of flashctl --help and bench --help, every
@@ -33,6 +33,13 @@ ROOT=$T/root
 "${MAKE[@]}" install DESTDIR="$ROOT" PREFIX=/usr >"$T/install.log" 2>&1 ||
 	{ cat "$T/install.log"; fail "make install DESTDIR=$ROOT PREFIX=/usr failed"; }
 ok "make install DESTDIR=... PREFIX=/usr"
+# it writes nothing outside DESTDIR (every redirection of its recipe), so
+# installs into two trees can run at once as test-drbd's two nodes do: a
+# file both wrote in the tree could reach one of them half written
+outside=$("${MAKE[@]}" -n install DESTDIR="$ROOT" PREFIX=/usr | grep -o '>[^ ;&|)]*' |
+	grep -v -e "^>$ROOT/" -e '^>/dev/null$' -e '^>$' || true)
+[ -z "$outside" ] || fail "make install writes outside DESTDIR: $outside"
+ok "make install writes only under DESTDIR"
 
 # ---- 1. the files and their modes -------------------------------------------
 multiarch=$(${CC:-cc} -print-multiarch 2>/dev/null || true)

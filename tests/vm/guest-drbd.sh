@@ -104,11 +104,12 @@ c_attach() {
 	local t i
 	t=$(up)
 	# nbd-client's "Error: CONNECT failed" is its connect() to flashd's unix
-	# socket failing: nothing listened there.  Seen twice in CI at this step,
-	# twice in a row 1 s apart, with nothing of flashd's in the journal
-	# (systemd had not started it); cause not known.  Say everything systemd
-	# knows about both units; start flashd by hand if it is not active (and
-	# say how that went), then nbd@nbd0 again; the third failure fails.
+	# socket failing: nothing listened there (an empty unit file, which
+	# systemd reports as masked, did that while make install wrote the unit
+	# through a file in the tree shared by both nodes' installs).  Say
+	# everything systemd knows about both units; start flashd by hand if it
+	# is not active (and say how that went), then nbd@nbd0 again; the third
+	# failure fails.
 	for i in 1 2 3; do
 		systemctl start nbd@nbd0.service && break
 		say "nbd@nbd0 did not start (attempt $i): $(attach_state)"
